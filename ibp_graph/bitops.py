@@ -1,0 +1,148 @@
+"""Vectorised bit operations: popcount, bit extract / deposit, and bitstream packing.
+
+Bit extract (``pext``) gathers the bits of a word selected by a mask into the low bits of
+the result, in ascending bit order; deposit (``pdep``) is its inverse. A mask is split into
+runs of contiguous set bits, so both cost one shift/and/or per run, vectorised over all
+words (real masks have few runs).
+
+A bitstream is little-endian: bit ``i`` is bit ``i % 8`` of byte ``i // 8``, so a field
+read from a little-endian 64-bit word at any byte offset comes out in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_U64 = np.uint64
+
+
+def popcount(x: np.ndarray) -> np.ndarray:
+    """Number of set bits of each element, as int64."""
+    return np.bitwise_count(x).astype(np.int64)
+
+
+_LOW_MASKS = np.array([(1 << w) - 1 for w in range(65)], dtype=_U64)
+
+
+def low_mask(width: np.ndarray) -> np.ndarray:
+    """``(1 << width) - 1`` as uint64, for widths 0..64."""
+    return _LOW_MASKS[np.asarray(width)]
+
+
+@dataclass(frozen=True)
+class BitRuns:
+    """Runs of contiguous set bits of an array of masks, padded to a common count.
+
+    ``lo[r]``: first bit of run r; ``mask[r]``: its width as a low mask (0 when absent);
+    ``dst[r]``: where run r lands in the packed result. Each has shape ``(R, *masks.shape)``.
+    """
+
+    lo: np.ndarray
+    mask: np.ndarray
+    dst: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Number of runs R (the padded maximum)."""
+        return int(self.lo.shape[0])
+
+    def take(self, index: tuple) -> BitRuns:
+        """Select the runs of ``masks[index]``."""
+        full = (slice(None),) + index
+        return BitRuns(self.lo[full], self.mask[full], self.dst[full])
+
+
+def bit_runs(masks: np.ndarray, nbits: int) -> BitRuns:
+    """Split each mask into runs of set bits (vectorised over masks and bits).
+
+    The run arrays have the masks' dtype, so `pext` / `pdep` work in that width.
+    """
+    m = np.asarray(masks)
+    dt = m.dtype
+    shape = m.shape
+    flat = m.reshape(-1).astype(_U64)
+    bits = ((flat[:, None] >> np.arange(nbits, dtype=_U64)) & _U64(1)).astype(bool)
+    before = np.zeros_like(bits)
+    before[:, 1:] = bits[:, :-1]
+    after = np.zeros_like(bits)
+    after[:, :-1] = bits[:, 1:]
+    starts = bits & ~before
+    ends = bits & ~after
+    run_id = np.cumsum(starts, axis=1) - 1
+    packed_before = exclusive_cumsum(bits.astype(np.int64), axis=1)
+    r_max = int(starts.sum(axis=1).max()) if flat.size else 0
+    lo = np.zeros((r_max, flat.size), dtype=_U64)
+    width = np.zeros((r_max, flat.size), dtype=_U64)
+    dst = np.zeros((r_max, flat.size), dtype=_U64)
+    i, p = np.nonzero(starts)
+    lo[run_id[i, p], i] = p
+    dst[run_id[i, p], i] = packed_before[i, p]
+    i, p = np.nonzero(ends)
+    r = run_id[i, p]
+    width[r, i] = p.astype(_U64) + _U64(1) - lo[r, i]
+    full = (r_max,) + shape
+    return BitRuns(
+        lo=lo.reshape(full).astype(dt),
+        mask=low_mask(width).reshape(full).astype(dt),
+        dst=dst.reshape(full).astype(dt),
+    )
+
+
+def pext(words: np.ndarray, runs: BitRuns) -> np.ndarray:
+    """Extract the bits selected by the runs' masks into low bits (runs' dtype)."""
+    w = words.astype(runs.lo.dtype, copy=False)
+    out = np.zeros(np.broadcast_shapes(w.shape, runs.lo.shape[1:]), dtype=runs.lo.dtype)
+    for r in range(runs.count):
+        out |= ((w >> runs.lo[r]) & runs.mask[r]) << runs.dst[r]
+    return out
+
+
+def pdep(packed: np.ndarray, runs: BitRuns) -> np.ndarray:
+    """Deposit low bits into the positions of the runs' masks (inverse of `pext`)."""
+    p = packed.astype(runs.lo.dtype, copy=False)
+    out = np.zeros(np.broadcast_shapes(p.shape, runs.lo.shape[1:]), dtype=runs.lo.dtype)
+    for r in range(runs.count):
+        out |= ((p >> runs.dst[r]) & runs.mask[r]) << runs.lo[r]
+    return out
+
+
+def exclusive_cumsum(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Exclusive prefix sum along an axis, int64."""
+    c = np.cumsum(x, axis=axis, dtype=np.int64)
+    return c - np.asarray(x, dtype=np.int64)
+
+
+def or_bits(out: np.ndarray, values: np.ndarray, widths: np.ndarray, positions: np.ndarray) -> None:
+    """OR fields into a little-endian uint64 bitstream ``out``, in place.
+
+    ``values`` (each less than ``2**width``), ``widths`` (0..64) and absolute bit
+    ``positions`` are equal-shaped; fields must not overlap and, flattened in C order, must be
+    in non-decreasing position order. Zero-width fields contribute nothing.
+    """
+    if values.size == 0:
+        return
+    v = values.reshape(-1).astype(_U64, copy=False)
+    w = widths.reshape(-1)
+    pos = positions.reshape(-1)
+    word = pos >> 6
+    sh = (pos & 63).astype(_U64)
+    first = np.flatnonzero(np.concatenate(([True], word[1:] != word[:-1])))
+    out[word[first]] |= np.bitwise_or.reduceat(v << sh, first)
+    spill = np.flatnonzero((pos & 63) + w > 64)
+    if spill.size:
+        out[word[spill] + 1] |= v[spill] >> (_U64(64) - sh[spill])
+
+
+def read_bits(stream: np.ndarray, positions: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Read fields of ``widths`` bits at absolute bit ``positions`` from a uint64 stream.
+
+    ``stream`` must hold one extra zero word past the last field. Width 0 reads 0.
+    """
+    pos = positions.astype(np.int64, copy=False)
+    word = pos >> 6
+    sh = (pos & 63).astype(_U64)
+    lo = stream[word] >> sh
+    hi = stream[word + 1] << (_U64(64) - sh)  # a shift by 64 gives 0 in NumPy
+    return (lo | hi) & low_mask(widths)

@@ -1,0 +1,450 @@
+"""The IBP row codec: the CPU reference that defines the format (see docs/FORMAT.md).
+
+A row of V words of T bytes is encoded against one cluster's per-column parameters:
+``mask[j]`` (the bits a dictionary entry fixes), ``code_bits[j]`` (b, 1..4) and up to
+``2**b - 1`` entries ``bitvals[j, e]`` (values of the masked bits). Word j gets code e, the
+lowest entry with ``(w & mask[j]) == bitvals[j, e]``, and then stores only its free bits
+(``~mask[j]``); otherwise it gets the escape code ``2**b - 1`` and is stored whole.
+
+Row bitstream (little-endian bit order), fields in this order:
+
+1. one bit G: 1 = grouped, 0 = flat;
+2. if G: C = ceil(V / 32) chunk bits, 1 where the chunk holds a non-zero code; then, for each
+   such chunk, one bit per 8-word subgroup of it, 1 where the subgroup holds a non-zero code;
+3. codes (b bits each) of every word, or if G only of the words of marked subgroups (words
+   of unmarked subgroups have code 0);
+4. payloads: the free bits of each word (ascending bit order), or all T*8 bits if escaped.
+
+The encoder picks the smaller of flat and grouped (flat on ties). A row is stored encoded
+only if its aligned size is strictly smaller than the aligned raw row; otherwise its padded
+words are stored as they are, and its stored length alone says so. Rows start at offsets
+that are multiples of the alignment; everything is vectorised over rows and words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .bitops import BitRuns, bit_runs, exclusive_cumsum, or_bits, pdep, pext, popcount, read_bits
+from .dtypes import WORD_DTYPES
+
+MAX_ENTRIES = 15
+MAX_CODE_BITS = 4
+CHUNK_WORDS = 32
+SUB_WORDS = 8
+SUBS_PER_CHUNK = CHUNK_WORDS // SUB_WORDS
+ALIGNMENTS = (8, 16, 32)
+
+
+class CodecError(ValueError):
+    """Inconsistent codec parameters or encoded data."""
+
+
+def align_up(x: np.ndarray | int, align: int) -> np.ndarray | int:
+    """Round byte counts up to a multiple of ``align``."""
+    return -(-x // align) * align
+
+
+@dataclass(frozen=True)
+class CodecParams:
+    """Per-cluster, per-column parameters of the codec.
+
+    Attributes:
+        word_bytes: T, bytes per word (4 or 8).
+        masks: ``(k, V)`` words, the bits fixed by a dictionary entry.
+        code_bits: ``(k, V)`` uint8, code width b (1..4) per column.
+        bitvals: ``(k, V, 15)`` words, the dictionary; entries ``>= 2**b - 1`` are zero.
+    """
+
+    word_bytes: int
+    masks: np.ndarray
+    code_bits: np.ndarray
+    bitvals: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.word_bytes not in WORD_DTYPES:
+            raise CodecError(f"word_bytes must be 4 or 8, got {self.word_bytes}")
+        wd = WORD_DTYPES[self.word_bytes]
+        if self.masks.ndim != 2 or self.masks.dtype != wd:
+            raise CodecError(f"masks must be a (k, V) {wd} array, got {self.masks.dtype}")
+        k, v = self.masks.shape
+        if k < 1 or k > 255 or v < 1:
+            raise CodecError(f"masks shape {self.masks.shape}: need 1..255 clusters, V >= 1")
+        if self.code_bits.shape != (k, v) or self.code_bits.dtype != np.uint8:
+            raise CodecError(f"code_bits must be a ({k}, {v}) uint8 array")
+        if self.bitvals.shape != (k, v, MAX_ENTRIES) or self.bitvals.dtype != wd:
+            raise CodecError(f"bitvals must be a ({k}, {v}, {MAX_ENTRIES}) {wd} array")
+        if self.code_bits.min() < 1 or self.code_bits.max() > MAX_CODE_BITS:
+            raise CodecError("code_bits must lie in 1..4")
+        if np.any(self.bitvals & ~self.masks[:, :, None]):
+            raise CodecError("bitvals have bits outside their column's mask")
+        unused = np.arange(MAX_ENTRIES)[None, None, :] >= self.escape[:, :, None]
+        if np.any(self.bitvals[unused]):
+            raise CodecError("bitvals entries past 2**code_bits - 1 must be zero")
+
+    @property
+    def num_clusters(self) -> int:
+        """k, the number of clusters."""
+        return int(self.masks.shape[0])
+
+    @property
+    def num_words(self) -> int:
+        """V, words per row."""
+        return int(self.masks.shape[1])
+
+    @property
+    def word_dtype(self) -> np.dtype:
+        """NumPy dtype of a word."""
+        return WORD_DTYPES[self.word_bytes]
+
+    @cached_property
+    def escape(self) -> np.ndarray:
+        """``(k, V)`` escape code ``2**b - 1`` (uint8)."""
+        return ((1 << self.code_bits.astype(np.int64)) - 1).astype(np.uint8)
+
+    @cached_property
+    def free_bits(self) -> np.ndarray:
+        """``(k, V)`` number of bits a matching word stores (int64)."""
+        return self.word_bytes * 8 - popcount(self.masks)
+
+    @cached_property
+    def free_runs(self) -> BitRuns:
+        """Runs of the free bits ``~mask`` per cluster and column."""
+        return bit_runs(~self.masks, self.word_bytes * 8)
+
+    @cached_property
+    def match_values(self) -> np.ndarray:
+        """``bitvals`` with unused entries set to entry 0, so a first match is canonical."""
+        unused = np.arange(MAX_ENTRIES)[None, None, :] >= self.escape[:, :, None]
+        return np.where(unused, self.bitvals[:, :, :1], self.bitvals)
+
+    @cached_property
+    def max_entries(self) -> int:
+        """Largest number of dictionary entries of any column."""
+        return int(self.escape.max())
+
+
+@dataclass
+class _Rows:
+    """Per-row parameter views (leading axis 1 when every row uses cluster 0)."""
+
+    mask: np.ndarray
+    bitvals: np.ndarray
+    code_bits: np.ndarray
+    escape: np.ndarray
+    free_bits: np.ndarray
+    runs: BitRuns
+    match_vals: np.ndarray
+
+
+def _row_params(params: CodecParams, cluster: np.ndarray | None) -> _Rows:
+    idx = (slice(0, 1),) if cluster is None else (np.asarray(cluster, dtype=np.intp),)
+    return _Rows(
+        mask=params.masks[idx],
+        bitvals=params.bitvals[idx],
+        code_bits=params.code_bits[idx],
+        escape=params.escape[idx],
+        free_bits=params.free_bits[idx],
+        runs=params.free_runs.take(idx),
+        match_vals=params.match_values[idx],
+    )
+
+
+def _codes(words: np.ndarray, rp: _Rows, max_entries: int) -> np.ndarray:
+    """Code of every word: lowest matching entry, else the escape code."""
+    masked = (words & rp.mask)[:, :, None]
+    hit = masked == rp.match_vals[:, :, :max_entries]
+    code = np.argmax(hit, axis=2).astype(np.uint8)
+    found = np.take_along_axis(hit, code[:, :, None].astype(np.intp), axis=2)[:, :, 0]
+    return np.where(found, code, rp.escape)
+
+
+@dataclass
+class _Layout:
+    """Field widths of a batch of rows, enough to size or pack them."""
+
+    code: np.ndarray  # (n, V) uint8
+    pay_w: np.ndarray  # (n, V) int64
+    code_w_flat: np.ndarray  # (n|1, V) int64
+    code_w_grouped: np.ndarray  # (n, V) int64
+    chunk: np.ndarray  # (n, C) bool
+    sub_value: np.ndarray  # (n, C) int64, subgroup bits of each chunk
+    l1_w: np.ndarray  # (n, C) int64
+    bits_flat: np.ndarray  # (n,) int64
+    bits_grouped: np.ndarray  # (n,) int64
+
+    @property
+    def grouped(self) -> np.ndarray:
+        """Rows that use the grouped form."""
+        return self.bits_grouped < self.bits_flat
+
+    @property
+    def bits(self) -> np.ndarray:
+        """Encoded bits per row."""
+        return np.minimum(self.bits_flat, self.bits_grouped)
+
+
+def _subgroups_per_chunk(num_words: int) -> np.ndarray:
+    c = -(-num_words // CHUNK_WORDS)
+    in_chunk = np.minimum(CHUNK_WORDS, num_words - CHUNK_WORDS * np.arange(c))
+    return -(-in_chunk // SUB_WORDS)
+
+
+def _layout(words: np.ndarray, rp: _Rows, params: CodecParams) -> _Layout:
+    n, v = words.shape
+    code = _codes(words, rp, params.max_entries)
+    pay_w = np.where(code == rp.escape, params.word_bytes * 8, rp.free_bits)
+    c = -(-v // CHUNK_WORDS)
+    nz = np.zeros((n, c * CHUNK_WORDS), dtype=bool)
+    nz[:, :v] = code != 0
+    sub = nz.reshape(n, c, SUBS_PER_CHUNK, SUB_WORDS).any(axis=3)
+    chunk = sub.any(axis=2)
+    sub_value = (sub.astype(np.int64) << np.arange(SUBS_PER_CHUNK)).sum(axis=2)
+    l1_w = chunk * _subgroups_per_chunk(v)
+    present = np.repeat(sub, SUB_WORDS, axis=2).reshape(n, c * CHUNK_WORDS)[:, :v]
+    b = rp.code_bits.astype(np.int64)
+    code_w_grouped = present * b
+    pay_total = pay_w.sum(axis=1)
+    bits_flat = 1 + b.sum(axis=1) + pay_total
+    bits_grouped = 1 + c + l1_w.sum(axis=1) + code_w_grouped.sum(axis=1) + pay_total
+    return _Layout(
+        code=code,
+        pay_w=pay_w,
+        code_w_flat=b,
+        code_w_grouped=code_w_grouped,
+        chunk=chunk,
+        sub_value=sub_value,
+        l1_w=l1_w,
+        bits_flat=np.broadcast_to(bits_flat, (n,)),
+        bits_grouped=bits_grouped,
+    )
+
+
+def raw_stored_bytes(num_words: int, word_bytes: int, align: int) -> int:
+    """Stored bytes of a raw row: its padded words, aligned."""
+    return int(align_up(num_words * word_bytes, align))
+
+
+def stored_sizes(
+    words: np.ndarray, params: CodecParams, align: int, cluster: np.ndarray | None = None
+) -> np.ndarray:
+    """Aligned stored bytes of each row (raw fallback included), int64."""
+    lay = _layout(words, _row_params(params, cluster), params)
+    enc = align_up(-(-lay.bits // 8), align)
+    return np.minimum(enc, raw_stored_bytes(params.num_words, params.word_bytes, align))
+
+
+def best_clusters(words: np.ndarray, params: CodecParams, align: int) -> np.ndarray:
+    """For each row, the cluster with the smallest stored size (lowest id on ties), uint8."""
+    n = words.shape[0]
+    if params.num_clusters == 1:
+        return np.zeros(n, dtype=np.uint8)
+    sizes = np.stack(
+        [
+            stored_sizes(words, params, align, np.full(n, c, dtype=np.intp))
+            for c in range(params.num_clusters)
+        ]
+    )
+    return np.argmin(sizes, axis=0).astype(np.uint8)
+
+
+@dataclass
+class EncodedChunk:
+    """Encoded rows of one chunk: stored sizes and their concatenated aligned bytes."""
+
+    sizes: np.ndarray  # (n,) int64 aligned bytes
+    data: np.ndarray  # (sum(sizes),) uint8
+    raw: np.ndarray  # (n,) bool
+
+
+def encode(
+    words: np.ndarray, params: CodecParams, align: int, cluster: np.ndarray | None = None
+) -> EncodedChunk:
+    """Encode ``(n, V)`` words; ``cluster`` gives each row's cluster (None: all cluster 0)."""
+    if align not in ALIGNMENTS:
+        raise CodecError(f"align must be one of {ALIGNMENTS}, got {align}")
+    n, v = words.shape
+    if v != params.num_words or words.dtype != params.word_dtype:
+        raise CodecError(
+            f"words shape/dtype {words.shape}/{words.dtype} do not match the parameters "
+            f"(V={params.num_words}, {params.word_dtype})"
+        )
+    if params.num_clusters == 1:
+        cluster = None
+    lay = _layout(words, _row_params(params, cluster), params)
+    raw_size = raw_stored_bytes(v, params.word_bytes, align)
+    enc_size = align_up(-(-lay.bits // 8), align)
+    raw = enc_size >= raw_size
+    sizes = np.where(raw, raw_size, enc_size).astype(np.int64)
+    starts = exclusive_cumsum(sizes)
+    out = np.zeros(int(sizes.sum()) // 8, dtype=np.uint64)
+    if raw.any():
+        # Raw rows are their padded words, copied as bytes.
+        as_bytes = out.view(np.uint8)
+        src = np.ascontiguousarray(words[raw]).view(np.uint8).reshape(-1, v * params.word_bytes)
+        as_bytes[starts[raw, None] + np.arange(src.shape[1])] = src
+    enc = np.flatnonzero(~raw)
+    if enc.size == n:
+        _pack_encoded(out, starts * 8, words, lay, params, cluster)
+    elif enc.size:
+        sub = cluster[enc] if cluster is not None else None
+        _pack_encoded(out, starts[enc] * 8, words[enc], _select(lay, enc), params, sub)
+    return EncodedChunk(sizes=sizes, data=out.view(np.uint8), raw=raw)
+
+
+def _select(lay: _Layout, rows: np.ndarray) -> _Layout:
+    b = lay.code_w_flat
+    return _Layout(
+        code=lay.code[rows],
+        pay_w=lay.pay_w[rows],
+        code_w_flat=b if b.shape[0] == 1 else b[rows],
+        code_w_grouped=lay.code_w_grouped[rows],
+        chunk=lay.chunk[rows],
+        sub_value=lay.sub_value[rows],
+        l1_w=lay.l1_w[rows],
+        bits_flat=lay.bits_flat[rows],
+        bits_grouped=lay.bits_grouped[rows],
+    )
+
+
+def _pack_encoded(
+    out: np.ndarray,
+    start_bits: np.ndarray,
+    words: np.ndarray,
+    lay: _Layout,
+    params: CodecParams,
+    cluster: np.ndarray | None,
+) -> None:
+    """OR the bitstreams of encoded rows into ``out``, field block by field block."""
+    rp = _row_params(params, cluster)
+    n = words.shape[0]
+    c = lay.chunk.shape[1]
+    grouped = lay.grouped
+    g_col = grouped[:, None]
+    hdr_w = np.ones((n, 1 + c), dtype=np.int64)
+    hdr_w[:, 1:] = g_col
+    hdr_v = np.empty((n, 1 + c), dtype=np.uint64)
+    hdr_v[:, 0] = grouped
+    hdr_v[:, 1:] = lay.chunk & g_col
+    l1_w = lay.l1_w * g_col
+    code_w = np.where(g_col, lay.code_w_grouped, lay.code_w_flat)
+    escaped = lay.code == rp.escape
+    pay_v = np.where(escaped, words, pext(words, rp.runs))
+
+    at = start_bits
+    blocks = ((hdr_v, hdr_w), (lay.sub_value * g_col, l1_w), (lay.code, code_w), (pay_v, lay.pay_w))
+    for values, widths in blocks:
+        cum = np.cumsum(widths, axis=1)
+        or_bits(out, values, widths, at[:, None] + cum - widths)
+        at = at + cum[:, -1]
+
+
+def decode(
+    rows: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    params: CodecParams,
+    cluster: np.ndarray | None = None,
+) -> np.ndarray:
+    """Decode rows back to ``(n, V)`` words.
+
+    Args:
+        rows: the row section as a 1-D uint64 array (memmap allowed).
+        starts: first uint64 word of each requested row.
+        lengths: stored length of each requested row, in uint64 words.
+        params: the codec parameters.
+        cluster: cluster id of each requested row (ignored when k == 1).
+
+    Raises:
+        CodecError: when a row's fields run past its stored length.
+    """
+    n = starts.shape[0]
+    v = params.num_words
+    tb = params.word_bytes
+    out = np.empty((n, v), dtype=params.word_dtype)
+    if n == 0:
+        return out
+    raw_words = -(-v * tb // 8)
+    # Encoded rows are strictly shorter than the aligned raw row, hence than V*T bytes.
+    raw = lengths * 8 >= v * tb
+    if raw.any():
+        idx = starts[raw, None] + np.arange(raw_words)
+        block = np.ascontiguousarray(rows[idx]).view(np.uint8)[:, : v * tb]
+        out[raw] = np.ascontiguousarray(block).view(params.word_dtype)
+    enc = np.flatnonzero(~raw)
+    if enc.size:
+        cl = None if (cluster is None or params.num_clusters == 1) else cluster[enc]
+        out[enc] = _decode_encoded(rows, starts[enc], lengths[enc], params, cl)
+    return out
+
+
+def _decode_encoded(
+    rows: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    params: CodecParams,
+    cluster: np.ndarray | None,
+) -> np.ndarray:
+    n = starts.shape[0]
+    v = params.num_words
+    width = int(lengths.max()) + 1
+    cols = np.arange(width)
+    idx = np.minimum(starts[:, None] + cols, max(rows.shape[0] - 1, 0))
+    buf = np.asarray(rows[idx], dtype=np.uint64)
+    buf[cols >= lengths[:, None]] = 0
+    stream = buf.reshape(-1)
+    base = (np.arange(n, dtype=np.int64) * width * 64)[:, None]
+    rp = _row_params(params, cluster)
+    b = np.broadcast_to(rp.code_bits.astype(np.int64), (n, v))
+
+    grouped = (buf[:, 0] & np.uint64(1)).astype(bool)
+    code_w = b
+    codes_at = np.ones(n, dtype=np.int64)
+    if grouped.any():
+        c = -(-v // CHUNK_WORDS)
+        chunk_pos = base + 1 + np.arange(c)
+        chunk = read_bits(stream, chunk_pos, np.ones((1, c), dtype=np.int64)).astype(bool)
+        chunk &= grouped[:, None]
+        l1_w = chunk * _subgroups_per_chunk(v)
+        l1_pos = base + 1 + c + exclusive_cumsum(l1_w, axis=1)
+        sub_value = read_bits(stream, l1_pos, l1_w)
+        sub = (sub_value[:, :, None] >> np.arange(SUBS_PER_CHUNK, dtype=np.uint64)) & np.uint64(1)
+        present = np.repeat(sub.astype(bool), SUB_WORDS, axis=2).reshape(n, -1)[:, :v]
+        code_w = np.where(grouped[:, None], present * b, b)
+        codes_at = np.where(grouped, 1 + c + l1_w.sum(axis=1), 1)
+    code_cum = np.cumsum(code_w, axis=1)
+    code = read_bits(stream, base + codes_at[:, None] + code_cum - code_w, code_w)
+    code = code.astype(np.uint8)
+    escaped = code == rp.escape
+    pay_w = np.where(escaped, params.word_bytes * 8, rp.free_bits)
+    pay_cum = np.cumsum(pay_w, axis=1)
+    pay_at = codes_at + code_cum[:, -1]
+    end_bits = pay_at + pay_cum[:, -1]
+    if np.any(end_bits > lengths * 64):
+        bad = int(np.flatnonzero(end_bits > lengths * 64)[0])
+        raise CodecError(
+            f"encoded row {bad} of the request needs {int(end_bits[bad])} bits but stores "
+            f"{int(lengths[bad]) * 64}"
+        )
+    payload = read_bits(stream, base + pay_at[:, None] + pay_cum - pay_w, pay_w)
+    entry = np.take_along_axis(
+        np.broadcast_to(rp.bitvals, (n, v, MAX_ENTRIES)),
+        np.minimum(code, MAX_ENTRIES - 1)[:, :, None].astype(np.intp),
+        axis=2,
+    )[:, :, 0].astype(np.uint64)
+    matched = entry | pdep(payload, rp.runs)
+    return np.where(escaped, payload, matched).astype(params.word_dtype)
+
+
+def code_presence(words: np.ndarray, params: CodecParams, cluster: int = 0) -> np.ndarray:
+    """Fraction of rows in which each column's code is written, using ``cluster``, (V,)."""
+    n = words.shape[0]
+    if n == 0:
+        return np.ones(params.num_words)
+    cl = None if params.num_clusters == 1 else np.full(n, cluster, dtype=np.intp)
+    lay = _layout(words, _row_params(params, cl), params)
+    present = np.where(lay.grouped[:, None], lay.code_w_grouped > 0, True)
+    return present.mean(axis=0)

@@ -1,0 +1,26 @@
+"""Exceptions raised by ibp-graph.
+
+Every exception raised on purpose by the package derives from :class:`IBPError`, so callers can
+catch all of them at once. The two concrete kinds also derive from :class:`ValueError`, which keeps
+``except ValueError`` working for code that does not know about ibp-graph.
+"""
+
+from __future__ import annotations
+
+__all__ = ["IBPError", "IBPFormatError", "IBPInputError"]
+
+
+class IBPError(Exception):
+    """Base class of all errors raised by ibp-graph."""
+
+
+class IBPFormatError(IBPError, ValueError):
+    """An ``.ibp`` file is missing, malformed, truncated, corrupt or from a newer version.
+
+    The message always starts with the file path followed by ``": "``, then names the field or
+    section that is wrong, e.g. ``"x.ibp: section 'rows' ends at byte 9120, file has 8192 bytes"``.
+    """
+
+
+class IBPInputError(IBPError, ValueError):
+    """A caller passed an invalid argument (wrong dtype, shape, index, section name, ...)."""
