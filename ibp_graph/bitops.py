@@ -138,11 +138,13 @@ def or_bits(out: np.ndarray, values: np.ndarray, widths: np.ndarray, positions: 
 def read_bits(stream: np.ndarray, positions: np.ndarray, widths: np.ndarray) -> np.ndarray:
     """Read fields of ``widths`` bits at absolute bit ``positions`` from a uint64 stream.
 
-    ``stream`` must hold one extra zero word past the last field. Width 0 reads 0.
+    Word indices are clamped to the stream, so a read never faults: bits past the end read
+    as whatever the last word holds and callers check lengths. Width 0 reads 0.
     """
     pos = positions.astype(np.int64, copy=False)
-    word = pos >> 6
+    last = stream.shape[0] - 1
+    word = np.minimum(pos >> 6, last)
     sh = (pos & 63).astype(_U64)
     lo = stream[word] >> sh
-    hi = stream[word + 1] << (_U64(64) - sh)  # a shift by 64 gives 0 in NumPy
+    hi = stream[np.minimum(word + 1, last)] << (_U64(64) - sh)  # a shift by 64 gives 0
     return (lo | hi) & low_mask(widths)

@@ -1,10 +1,11 @@
 """The IBP row codec: the CPU reference that defines the format (see docs/FORMAT.md).
 
 A row of V words of T bytes is encoded against one cluster's per-column parameters:
-``mask[j]`` (the bits a dictionary entry fixes), ``code_bits[j]`` (b, 1..4) and up to
+``mask[j]`` (the bits a dictionary entry fixes), ``code_bits[j]`` (b, 1..8) and
 ``2**b - 1`` entries ``bitvals[j, e]`` (values of the masked bits). Word j gets code e, the
 lowest entry with ``(w & mask[j]) == bitvals[j, e]``, and then stores only its free bits
-(``~mask[j]``); otherwise it gets the escape code ``2**b - 1`` and is stored whole.
+(``~mask[j]``); otherwise it gets the escape code ``2**b - 1`` and is stored whole. With
+b = 1 this is classic invariant bit packing: one flag bit, one mask, one bitval.
 
 Row bitstream (little-endian bit order), fields in this order:
 
@@ -17,8 +18,9 @@ Row bitstream (little-endian bit order), fields in this order:
 
 The encoder picks the smaller of flat and grouped (flat on ties). A row is stored encoded
 only if its aligned size is strictly smaller than the aligned raw row; otherwise its padded
-words are stored as they are, and its stored length alone says so. Rows start at offsets
-that are multiples of the alignment; everything is vectorised over rows and words.
+words are stored as they are, and its stored length alone says so (encoded rows are always
+shorter than V*T bytes). Rows start at multiples of the alignment. Everything is vectorised
+over rows and words.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ import numpy as np
 from .bitops import BitRuns, bit_runs, exclusive_cumsum, or_bits, pdep, pext, popcount, read_bits
 from .dtypes import WORD_DTYPES
 
-MAX_ENTRIES = 15
-MAX_CODE_BITS = 4
+MAX_CODE_BITS = 8
+#: Dictionaries this large or smaller are matched by a broadcast compare, larger by search.
+SMALL_DICT = 15
 CHUNK_WORDS = 32
 SUB_WORDS = 8
 SUBS_PER_CHUNK = CHUNK_WORDS // SUB_WORDS
-ALIGNMENTS = (8, 16, 32)
+ALIGNMENTS = (1, 2, 4, 8, 16, 32)
 
 
 class CodecError(ValueError):
@@ -55,8 +58,9 @@ class CodecParams:
     Attributes:
         word_bytes: T, bytes per word (4 or 8).
         masks: ``(k, V)`` words, the bits fixed by a dictionary entry.
-        code_bits: ``(k, V)`` uint8, code width b (1..4) per column.
-        bitvals: ``(k, V, 15)`` words, the dictionary; entries ``>= 2**b - 1`` are zero.
+        code_bits: ``(k, V)`` uint8, code width b (1..8) per column.
+        bitvals: ``(k, V, E)`` words, the dictionaries, ``E = 2**max(b) - 1``; entries
+            ``e >= 2**b - 1`` of a column are zero.
     """
 
     word_bytes: int
@@ -75,15 +79,19 @@ class CodecParams:
             raise CodecError(f"masks shape {self.masks.shape}: need 1..255 clusters, V >= 1")
         if self.code_bits.shape != (k, v) or self.code_bits.dtype != np.uint8:
             raise CodecError(f"code_bits must be a ({k}, {v}) uint8 array")
-        if self.bitvals.shape != (k, v, MAX_ENTRIES) or self.bitvals.dtype != wd:
-            raise CodecError(f"bitvals must be a ({k}, {v}, {MAX_ENTRIES}) {wd} array")
         if self.code_bits.min() < 1 or self.code_bits.max() > MAX_CODE_BITS:
-            raise CodecError("code_bits must lie in 1..4")
+            raise CodecError(f"code_bits must lie in 1..{MAX_CODE_BITS}")
+        e = (1 << int(self.code_bits.max())) - 1
+        if self.bitvals.shape != (k, v, e) or self.bitvals.dtype != wd:
+            raise CodecError(f"bitvals must be a ({k}, {v}, {e}) {wd} array")
         if np.any(self.bitvals & ~self.masks[:, :, None]):
             raise CodecError("bitvals have bits outside their column's mask")
-        unused = np.arange(MAX_ENTRIES)[None, None, :] >= self.escape[:, :, None]
-        if np.any(self.bitvals[unused]):
+        if np.any(self.bitvals[self._unused]):
             raise CodecError("bitvals entries past 2**code_bits - 1 must be zero")
+
+    @property
+    def _unused(self) -> np.ndarray:
+        return np.arange(self.max_entries)[None, None, :] >= self.escape[:, :, None]
 
     @property
     def num_clusters(self) -> int:
@@ -96,14 +104,19 @@ class CodecParams:
         return int(self.masks.shape[1])
 
     @property
+    def max_entries(self) -> int:
+        """E, dictionary entries per column (``2**max(b) - 1``)."""
+        return int(self.bitvals.shape[2])
+
+    @property
     def word_dtype(self) -> np.dtype:
         """NumPy dtype of a word."""
         return WORD_DTYPES[self.word_bytes]
 
     @cached_property
     def escape(self) -> np.ndarray:
-        """``(k, V)`` escape code ``2**b - 1`` (uint8)."""
-        return ((1 << self.code_bits.astype(np.int64)) - 1).astype(np.uint8)
+        """``(k, V)`` escape code ``2**b - 1`` (int64)."""
+        return (1 << self.code_bits.astype(np.int64)) - 1
 
     @cached_property
     def free_bits(self) -> np.ndarray:
@@ -117,56 +130,85 @@ class CodecParams:
 
     @cached_property
     def match_values(self) -> np.ndarray:
-        """``bitvals`` with unused entries set to entry 0, so a first match is canonical."""
-        unused = np.arange(MAX_ENTRIES)[None, None, :] >= self.escape[:, :, None]
-        return np.where(unused, self.bitvals[:, :, :1], self.bitvals)
+        """``(k, E, V)``: ``bitvals`` by entry, unused entries set to entry 0, so that the
+        first match is canonical.
+        """
+        vals = np.where(self._unused, self.bitvals[:, :, :1], self.bitvals)
+        return np.ascontiguousarray(vals.transpose(0, 2, 1))
 
     @cached_property
-    def max_entries(self) -> int:
-        """Largest number of dictionary entries of any column."""
-        return int(self.escape.max())
+    def sorted_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """For T = 4: ``(cluster * V + column) << 32 | value`` of every entry, sorted, and its
+        code; equal keys keep the lowest code.
+        """
+        k, v, e = self.bitvals.shape
+        col = np.broadcast_to(np.arange(k * v, dtype=np.uint64).reshape(k, v, 1), (k, v, e))
+        code = np.broadcast_to(np.arange(e, dtype=np.int64), (k, v, e))
+        used = ~self._unused
+        keys = (col[used] << np.uint64(32)) | self.bitvals[used].astype(np.uint64)
+        codes = code[used]
+        order = np.lexsort((codes, keys))
+        keys, codes = keys[order], codes[order]
+        first = np.ones(keys.size, dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+        return keys[first], codes[first]
 
 
 @dataclass
 class _Rows:
     """Per-row parameter views (leading axis 1 when every row uses cluster 0)."""
 
+    cluster: np.ndarray | None
     mask: np.ndarray
+    match_by_entry: np.ndarray
     bitvals: np.ndarray
     code_bits: np.ndarray
     escape: np.ndarray
     free_bits: np.ndarray
     runs: BitRuns
-    match_vals: np.ndarray
 
 
 def _row_params(params: CodecParams, cluster: np.ndarray | None) -> _Rows:
-    idx = (slice(0, 1),) if cluster is None else (np.asarray(cluster, dtype=np.intp),)
+    if cluster is None or params.num_clusters == 1:
+        idx: tuple = (slice(0, 1),)
+        cluster = None
+    else:
+        idx = (np.asarray(cluster, dtype=np.intp),)
     return _Rows(
+        cluster=cluster,
         mask=params.masks[idx],
+        match_by_entry=params.match_values[idx],
         bitvals=params.bitvals[idx],
         code_bits=params.code_bits[idx],
         escape=params.escape[idx],
         free_bits=params.free_bits[idx],
         runs=params.free_runs.take(idx),
-        match_vals=params.match_values[idx],
     )
 
 
-def _codes(words: np.ndarray, rp: _Rows, max_entries: int) -> np.ndarray:
-    """Code of every word: lowest matching entry, else the escape code."""
-    masked = (words & rp.mask)[:, :, None]
-    hit = masked == rp.match_vals[:, :, :max_entries]
-    code = np.argmax(hit, axis=2).astype(np.uint8)
-    found = np.take_along_axis(hit, code[:, :, None].astype(np.intp), axis=2)[:, :, 0]
-    return np.where(found, code, rp.escape)
+def _codes(words: np.ndarray, rp: _Rows, params: CodecParams) -> np.ndarray:
+    """Code of every word: lowest matching entry, else the escape code (int64)."""
+    masked = words & rp.mask
+    if params.max_entries <= SMALL_DICT or params.word_bytes == 8:
+        code = np.broadcast_to(rp.escape.astype(np.uint8), masked.shape)
+        for e in range(params.max_entries - 1, -1, -1):
+            code = np.where(masked == rp.match_by_entry[:, e], np.uint8(e), code)
+        return code
+    keys, codes = params.sorted_keys
+    n, v = words.shape
+    col = np.arange(v, dtype=np.uint64)[None, :]
+    if rp.cluster is not None:
+        col = col + (np.asarray(rp.cluster, dtype=np.uint64) * np.uint64(v))[:, None]
+    query = (col << np.uint64(32)) | masked.astype(np.uint64)
+    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+    return np.where(keys[pos] == query, codes[pos], rp.escape)
 
 
 @dataclass
 class _Layout:
     """Field widths of a batch of rows, enough to size or pack them."""
 
-    code: np.ndarray  # (n, V) uint8
+    code: np.ndarray  # (n, V) int64
     pay_w: np.ndarray  # (n, V) int64
     code_w_flat: np.ndarray  # (n|1, V) int64
     code_w_grouped: np.ndarray  # (n, V) int64
@@ -187,7 +229,8 @@ class _Layout:
         return np.minimum(self.bits_flat, self.bits_grouped)
 
 
-def _subgroups_per_chunk(num_words: int) -> np.ndarray:
+def subgroups_per_chunk(num_words: int) -> np.ndarray:
+    """Number of 8-word subgroups of each 32-word chunk of a row."""
     c = -(-num_words // CHUNK_WORDS)
     in_chunk = np.minimum(CHUNK_WORDS, num_words - CHUNK_WORDS * np.arange(c))
     return -(-in_chunk // SUB_WORDS)
@@ -195,7 +238,7 @@ def _subgroups_per_chunk(num_words: int) -> np.ndarray:
 
 def _layout(words: np.ndarray, rp: _Rows, params: CodecParams) -> _Layout:
     n, v = words.shape
-    code = _codes(words, rp, params.max_entries)
+    code = _codes(words, rp, params)
     pay_w = np.where(code == rp.escape, params.word_bytes * 8, rp.free_bits)
     c = -(-v // CHUNK_WORDS)
     nz = np.zeros((n, c * CHUNK_WORDS), dtype=bool)
@@ -203,7 +246,7 @@ def _layout(words: np.ndarray, rp: _Rows, params: CodecParams) -> _Layout:
     sub = nz.reshape(n, c, SUBS_PER_CHUNK, SUB_WORDS).any(axis=3)
     chunk = sub.any(axis=2)
     sub_value = (sub.astype(np.int64) << np.arange(SUBS_PER_CHUNK)).sum(axis=2)
-    l1_w = chunk * _subgroups_per_chunk(v)
+    l1_w = chunk * subgroups_per_chunk(v)
     present = np.repeat(sub, SUB_WORDS, axis=2).reshape(n, c * CHUNK_WORDS)[:, :v]
     b = rp.code_bits.astype(np.int64)
     code_w_grouped = present * b
@@ -223,32 +266,36 @@ def _layout(words: np.ndarray, rp: _Rows, params: CodecParams) -> _Layout:
     )
 
 
-def raw_stored_bytes(num_words: int, word_bytes: int, align: int) -> int:
-    """Stored bytes of a raw row: its padded words, aligned."""
-    return int(align_up(num_words * word_bytes, align))
+def encoded_bits(
+    words: np.ndarray, params: CodecParams, cluster: np.ndarray | None = None
+) -> np.ndarray:
+    """Bits of each row's encoded form (before alignment and the raw fallback), int64."""
+    return _layout(words, _row_params(params, cluster), params).bits
 
 
 def stored_sizes(
-    words: np.ndarray, params: CodecParams, align: int, cluster: np.ndarray | None = None
-) -> np.ndarray:
-    """Aligned stored bytes of each row (raw fallback included), int64."""
-    lay = _layout(words, _row_params(params, cluster), params)
-    enc = align_up(-(-lay.bits // 8), align)
-    return np.minimum(enc, raw_stored_bytes(params.num_words, params.word_bytes, align))
+    bits: np.ndarray, num_words: int, word_bytes: int, align: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Aligned stored bytes of rows with ``bits`` encoded bits, and which are stored raw."""
+    raw_size = align_up(num_words * word_bytes, align)
+    enc_size = align_up(-(-bits // 8), align)
+    raw = enc_size >= raw_size
+    return np.where(raw, raw_size, enc_size).astype(np.int64), raw
 
 
-def best_clusters(words: np.ndarray, params: CodecParams, align: int) -> np.ndarray:
-    """For each row, the cluster with the smallest stored size (lowest id on ties), uint8."""
+def best_clusters(words: np.ndarray, params: CodecParams) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's cluster with the fewest encoded bits (lowest id on ties), and those bits."""
     n = words.shape[0]
     if params.num_clusters == 1:
-        return np.zeros(n, dtype=np.uint8)
-    sizes = np.stack(
+        return np.zeros(n, dtype=np.uint8), encoded_bits(words, params)
+    bits = np.stack(
         [
-            stored_sizes(words, params, align, np.full(n, c, dtype=np.intp))
+            encoded_bits(words, params, np.full(n, c, dtype=np.intp))
             for c in range(params.num_clusters)
         ]
     )
-    return np.argmin(sizes, axis=0).astype(np.uint8)
+    best = np.argmin(bits, axis=0)
+    return best.astype(np.uint8), np.take_along_axis(bits, best[None], axis=0)[0]
 
 
 @dataclass
@@ -275,24 +322,22 @@ def encode(
     if params.num_clusters == 1:
         cluster = None
     lay = _layout(words, _row_params(params, cluster), params)
-    raw_size = raw_stored_bytes(v, params.word_bytes, align)
-    enc_size = align_up(-(-lay.bits // 8), align)
-    raw = enc_size >= raw_size
-    sizes = np.where(raw, raw_size, enc_size).astype(np.int64)
+    sizes, raw = stored_sizes(lay.bits, v, params.word_bytes, align)
     starts = exclusive_cumsum(sizes)
-    out = np.zeros(int(sizes.sum()) // 8, dtype=np.uint64)
+    total = int(sizes.sum())
+    # One spare word: zero-width fields at the very end address it.
+    out = np.zeros(-(-total // 8) + 1, dtype=np.uint64)
     if raw.any():
         # Raw rows are their padded words, copied as bytes.
-        as_bytes = out.view(np.uint8)
         src = np.ascontiguousarray(words[raw]).view(np.uint8).reshape(-1, v * params.word_bytes)
-        as_bytes[starts[raw, None] + np.arange(src.shape[1])] = src
+        out.view(np.uint8)[starts[raw, None] + np.arange(src.shape[1])] = src
     enc = np.flatnonzero(~raw)
     if enc.size == n:
         _pack_encoded(out, starts * 8, words, lay, params, cluster)
     elif enc.size:
         sub = cluster[enc] if cluster is not None else None
         _pack_encoded(out, starts[enc] * 8, words[enc], _select(lay, enc), params, sub)
-    return EncodedChunk(sizes=sizes, data=out.view(np.uint8), raw=raw)
+    return EncodedChunk(sizes=sizes, data=out.view(np.uint8)[:total], raw=raw)
 
 
 def _select(lay: _Layout, rows: np.ndarray) -> _Layout:
@@ -335,7 +380,12 @@ def _pack_encoded(
     pay_v = np.where(escaped, words, pext(words, rp.runs))
 
     at = start_bits
-    blocks = ((hdr_v, hdr_w), (lay.sub_value * g_col, l1_w), (lay.code, code_w), (pay_v, lay.pay_w))
+    blocks = (
+        (hdr_v, hdr_w),
+        (lay.sub_value * g_col, l1_w),
+        (lay.code, code_w),
+        (pay_v, lay.pay_w),
+    )
     for values, widths in blocks:
         cum = np.cumsum(widths, axis=1)
         or_bits(out, values, widths, at[:, None] + cum - widths)
@@ -352,9 +402,10 @@ def decode(
     """Decode rows back to ``(n, V)`` words.
 
     Args:
-        rows: the row section as a 1-D uint64 array (memmap allowed).
-        starts: first uint64 word of each requested row.
-        lengths: stored length of each requested row, in uint64 words.
+        rows: the row section as a 1-D uint64 array (memmap allowed), zero-padded to whole
+            words.
+        starts: first byte of each requested row.
+        lengths: stored bytes of each requested row.
         params: the codec parameters.
         cluster: cluster id of each requested row (ignored when k == 1).
 
@@ -367,76 +418,67 @@ def decode(
     out = np.empty((n, v), dtype=params.word_dtype)
     if n == 0:
         return out
-    raw_words = -(-v * tb // 8)
-    # Encoded rows are strictly shorter than the aligned raw row, hence than V*T bytes.
-    raw = lengths * 8 >= v * tb
+    raw = lengths >= v * tb
     if raw.any():
-        idx = starts[raw, None] + np.arange(raw_words)
-        block = np.ascontiguousarray(rows[idx]).view(np.uint8)[:, : v * tb]
-        out[raw] = np.ascontiguousarray(block).view(params.word_dtype)
+        as_bytes = rows.view(np.uint8)
+        block = as_bytes[starts[raw, None] + np.arange(v * tb)]
+        out[raw] = block.view(params.word_dtype)
     enc = np.flatnonzero(~raw)
     if enc.size:
         cl = None if (cluster is None or params.num_clusters == 1) else cluster[enc]
-        out[enc] = _decode_encoded(rows, starts[enc], lengths[enc], params, cl)
+        out[enc] = _decode_encoded(rows, starts[enc] * 8, lengths[enc] * 8, params, cl)
     return out
 
 
 def _decode_encoded(
-    rows: np.ndarray,
-    starts: np.ndarray,
-    lengths: np.ndarray,
+    stream: np.ndarray,
+    start_bits: np.ndarray,
+    length_bits: np.ndarray,
     params: CodecParams,
     cluster: np.ndarray | None,
 ) -> np.ndarray:
-    n = starts.shape[0]
+    n = start_bits.shape[0]
     v = params.num_words
-    width = int(lengths.max()) + 1
-    cols = np.arange(width)
-    idx = np.minimum(starts[:, None] + cols, max(rows.shape[0] - 1, 0))
-    buf = np.asarray(rows[idx], dtype=np.uint64)
-    buf[cols >= lengths[:, None]] = 0
-    stream = buf.reshape(-1)
-    base = (np.arange(n, dtype=np.int64) * width * 64)[:, None]
+    base = start_bits[:, None]
     rp = _row_params(params, cluster)
     b = np.broadcast_to(rp.code_bits.astype(np.int64), (n, v))
 
-    grouped = (buf[:, 0] & np.uint64(1)).astype(bool)
+    grouped = read_bits(stream, start_bits, np.ones(n, dtype=np.int64)).astype(bool)
     code_w = b
     codes_at = np.ones(n, dtype=np.int64)
     if grouped.any():
         c = -(-v // CHUNK_WORDS)
-        chunk_pos = base + 1 + np.arange(c)
-        chunk = read_bits(stream, chunk_pos, np.ones((1, c), dtype=np.int64)).astype(bool)
-        chunk &= grouped[:, None]
-        l1_w = chunk * _subgroups_per_chunk(v)
-        l1_pos = base + 1 + c + exclusive_cumsum(l1_w, axis=1)
-        sub_value = read_bits(stream, l1_pos, l1_w)
+        chunk = read_bits(stream, base + 1 + np.arange(c), np.ones((1, c), dtype=np.int64))
+        chunk = chunk.astype(bool) & grouped[:, None]
+        l1_w = chunk * subgroups_per_chunk(v)
+        l1_cum = np.cumsum(l1_w, axis=1)
+        sub_value = read_bits(stream, base + 1 + c + l1_cum - l1_w, l1_w)
         sub = (sub_value[:, :, None] >> np.arange(SUBS_PER_CHUNK, dtype=np.uint64)) & np.uint64(1)
         present = np.repeat(sub.astype(bool), SUB_WORDS, axis=2).reshape(n, -1)[:, :v]
         code_w = np.where(grouped[:, None], present * b, b)
-        codes_at = np.where(grouped, 1 + c + l1_w.sum(axis=1), 1)
+        codes_at = np.where(grouped, 1 + c + l1_cum[:, -1], 1)
     code_cum = np.cumsum(code_w, axis=1)
-    code = read_bits(stream, base + codes_at[:, None] + code_cum - code_w, code_w)
-    code = code.astype(np.uint8)
+    code = read_bits(stream, base + (codes_at[:, None] + code_cum - code_w), code_w)
+    code = code.astype(np.int64)
     escaped = code == rp.escape
     pay_w = np.where(escaped, params.word_bytes * 8, rp.free_bits)
     pay_cum = np.cumsum(pay_w, axis=1)
     pay_at = codes_at + code_cum[:, -1]
     end_bits = pay_at + pay_cum[:, -1]
-    if np.any(end_bits > lengths * 64):
-        bad = int(np.flatnonzero(end_bits > lengths * 64)[0])
+    if np.any(end_bits > length_bits):
+        bad = int(np.flatnonzero(end_bits > length_bits)[0])
         raise CodecError(
             f"encoded row {bad} of the request needs {int(end_bits[bad])} bits but stores "
-            f"{int(lengths[bad]) * 64}"
+            f"{int(length_bits[bad])}"
         )
-    payload = read_bits(stream, base + pay_at[:, None] + pay_cum - pay_w, pay_w)
-    entry = np.take_along_axis(
-        np.broadcast_to(rp.bitvals, (n, v, MAX_ENTRIES)),
-        np.minimum(code, MAX_ENTRIES - 1)[:, :, None].astype(np.intp),
-        axis=2,
-    )[:, :, 0].astype(np.uint64)
+    payload = read_bits(stream, base + (pay_at[:, None] + pay_cum - pay_w), pay_w)
+    e = params.max_entries
+    col = np.arange(v)
+    if rp.cluster is not None:
+        col = col + (np.asarray(rp.cluster, dtype=np.int64) * v)[:, None]
+    entry = params.bitvals.reshape(-1)[col * e + np.minimum(code, e - 1)]
     matched = entry | pdep(payload, rp.runs)
-    return np.where(escaped, payload, matched).astype(params.word_dtype)
+    return np.where(escaped, payload.astype(params.word_dtype), matched)
 
 
 def code_presence(words: np.ndarray, params: CodecParams, cluster: int = 0) -> np.ndarray:

@@ -157,10 +157,12 @@ def words_to_rows(words: np.ndarray, num_cols: int, name: str) -> np.ndarray:
     return np.ascontiguousarray(raw).view(target).reshape(n, num_cols)
 
 
-def field_mask_word(name: str, word_bytes: int, word_index: np.ndarray) -> np.ndarray:
-    """Return, per word column, the mask of sign+exponent bits of the elements it holds.
+def field_mask_word(
+    name: str, word_bytes: int, word_index: np.ndarray, *, with_sign: bool = True
+) -> np.ndarray:
+    """Return, per word column, the mask of the exponent (and sign) bits of its elements.
 
-    Zero for integer types, and for words of a float64 row that hold only mantissa bits.
+    The sign bits are included when ``with_sign``. Zero for integer types, and for words of a float64 row that hold only mantissa bits.
     """
     wdtype = WORD_DTYPES[word_bytes]
     out = np.zeros(word_index.shape, dtype=wdtype)
@@ -168,6 +170,8 @@ def field_mask_word(name: str, word_bytes: int, word_index: np.ndarray) -> np.nd
         return out
     item = SUPPORTED_DTYPES[name].itemsize
     field = SIGN_EXPONENT_MASKS[name]
+    if not with_sign:
+        field &= ~(1 << (8 * item - 1))
     if item <= word_bytes:
         m = 0
         for k in range(word_bytes // item):

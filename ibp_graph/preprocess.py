@@ -17,20 +17,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .bitops import popcount
-from .codec import (
-    MAX_CODE_BITS,
-    MAX_ENTRIES,
-    CodecParams,
-    code_presence,
-    stored_sizes,
-)
-from .dtypes import WORD_DTYPES, field_mask_word
+from .codec import MAX_CODE_BITS, CodecParams, code_presence, encoded_bits, stored_sizes
+from .dtypes import field_mask_word
 
 THRESHOLDS: tuple[float, ...] = (0.70, 0.75, 0.80, 0.85, 0.90, 0.95)
 #: Default number of sample rows, and the cap on sample words (rows x V).
 DEFAULT_SAMPLE_ROWS = 65536
 SAMPLE_WORD_CAP = 1 << 21
 LLOYD_ITERATIONS = 4
+#: Dictionary entries considered per column (code widths up to 8 bits; 4 for 8-byte words).
+MAX_ENTRIES = 255
+
+
+def max_code_bits(word_bytes: int) -> int:
+    """Widest code the fit considers: 8 bits for 4-byte words, 4 for 8-byte words."""
+    return MAX_CODE_BITS if word_bytes == 4 else 4
 
 
 def bit_census(words: np.ndarray) -> np.ndarray:
@@ -89,7 +90,7 @@ class _Candidate:
     kind: int
 
 
-KIND_NAMES = ("threshold", "sign_exponent", "full_word")
+KIND_NAMES = ("threshold", "exponent_field", "full_word")
 
 
 @dataclass
@@ -101,22 +102,23 @@ class _Census:
     fixed: list[_Candidate] = field(default_factory=list)
 
 
-def _census(words: np.ndarray, dtype_name: str) -> _Census:
+def _census(words: np.ndarray, dtype_name: str, grid: tuple[float, ...]) -> _Census:
     s, v = words.shape
     wd = words.dtype
     ones = bit_census(words)
     by_th: dict[float, _Candidate] = {}
     seen: dict[bytes, _Candidate] = {}
-    for th in THRESHOLDS:
+    for th in grid:
         m = threshold_mask(ones, s, th, wd)
         key = m.tobytes()
         if key not in seen:
             seen[key] = _Candidate(m, *top_values(words, m), kind=0)
         by_th[th] = seen[key]
     fixed = []
-    fmask = field_mask_word(dtype_name, wd.itemsize, np.arange(v))
-    if fmask.any():
-        fixed.append(_Candidate(fmask, *top_values(words, fmask), kind=1))
+    for with_sign in (True, False):
+        fmask = field_mask_word(dtype_name, wd.itemsize, np.arange(v), with_sign=with_sign)
+        if fmask.any():
+            fixed.append(_Candidate(fmask, *top_values(words, fmask), kind=1))
     full = np.full(v, np.iinfo(wd).max, dtype=wd)
     fixed.append(_Candidate(full, *top_values(words, full), kind=2))
     return _Census(rows=s, by_threshold=by_th, fixed=fixed)
@@ -143,7 +145,7 @@ def choose_columns(
     for cand in cands:
         free = tbits - popcount(cand.mask)
         hits_cum = np.cumsum(cand.counts, axis=1)
-        for b in range(1, MAX_CODE_BITS + 1):
+        for b in range(1, max_code_bits(word_bytes) + 1):
             hits = hits_cum[:, (1 << b) - 2]
             cost = presence * b * s + hits * free + (s - hits) * tbits
             if best_cost is None:
@@ -169,11 +171,13 @@ def choose_columns(
 
 
 def _params(choices: list[ColumnChoice], word_bytes: int) -> CodecParams:
+    code_bits = np.stack([c.code_bits for c in choices])
+    e = (1 << int(code_bits.max())) - 1
     return CodecParams(
         word_bytes=word_bytes,
         masks=np.stack([c.mask for c in choices]),
-        code_bits=np.stack([c.code_bits for c in choices]),
-        bitvals=np.stack([c.bitvals for c in choices]),
+        code_bits=code_bits,
+        bitvals=np.ascontiguousarray(np.stack([c.bitvals[:, :e] for c in choices])),
     )
 
 
@@ -203,24 +207,56 @@ def _kmeanspp(words: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
     return np.argmin(d, axis=0)
 
 
-def _choose_all(
-    words: np.ndarray,
-    assign: np.ndarray,
-    k: int,
-    censuses: list[_Census | None],
-    thresholds: tuple[float, ...],
-    presence: list[np.ndarray],
-    fallback: list[ColumnChoice] | None,
-    word_bytes: int,
-) -> list[ColumnChoice]:
-    out = []
-    for c in range(k):
-        census = censuses[c]
-        if census is None:
-            out.append(fallback[c] if fallback else out[0])
-            continue
-        out.append(choose_columns(census, word_bytes, thresholds, presence[c]))
-    return out
+class _Fitter:
+    """Census, column choice and exact scoring of one sample, with scores memoised."""
+
+    def __init__(
+        self, sample: np.ndarray, dtype_name: str, k: int, grid: tuple[float, ...], align: int
+    ):
+        self.sample = sample
+        self.dtype_name = dtype_name
+        self.k = k
+        self.grid = grid
+        self.align = align
+        self.word_bytes = sample.dtype.itemsize
+        self._scores: dict[bytes, tuple[int, np.ndarray, CodecParams]] = {}
+
+    def census(self, assign: np.ndarray) -> list[_Census | None]:
+        out: list[_Census | None] = []
+        for c in range(self.k):
+            rows = self.sample[assign == c]
+            out.append(_census(rows, self.dtype_name, self.grid) if rows.shape[0] else None)
+        return out
+
+    def choose(
+        self,
+        censuses: list[_Census | None],
+        thresholds: tuple[float, ...],
+        presence: list[np.ndarray] | None = None,
+        fallback: list[ColumnChoice] | None = None,
+    ) -> list[ColumnChoice]:
+        out: list[ColumnChoice] = []
+        for c, census in enumerate(censuses):
+            if census is None:  # an empty cluster keeps its last (or cluster 0's) choice
+                out.append(fallback[c] if fallback else out[0])
+                continue
+            q = presence[c] if presence is not None else np.ones(self.sample.shape[1])
+            out.append(choose_columns(census, self.word_bytes, thresholds, q))
+        return out
+
+    def score(self, choices: list[ColumnChoice]) -> tuple[int, np.ndarray, CodecParams]:
+        """Exact stored bytes of the sample, each row in its best cluster."""
+        params = _params(choices, self.word_bytes)
+        key = params.masks.tobytes() + params.code_bits.tobytes() + params.bitvals.tobytes()
+        if key not in self._scores:
+            s, v = self.sample.shape
+            bits = np.stack(
+                [encoded_bits(self.sample, params, np.full(s, c)) for c in range(self.k)]
+            )
+            best = np.argmin(bits, axis=0)
+            sizes, _ = stored_sizes(bits.min(axis=0), v, self.word_bytes, self.align)
+            self._scores[key] = (int(sizes.sum()), best, params)
+        return self._scores[key]
 
 
 def fit(
@@ -236,102 +272,69 @@ def fit(
 
     Args:
         sample: sample rows as words (uint32 or uint64).
-        dtype_name: element type of the table (decides the sign+exponent candidate).
-        clusters: k, number of clusters (1..255).
+        dtype_name: element type of the table (decides the exponent-field candidates).
+        clusters: k, number of clusters (1..255; at most the number of sample rows).
         threshold: "auto" for the sweep, or one threshold in (0.5, 1].
         align: row alignment, used in the exact size score.
         seed: seed of the cluster initialisation.
     """
-    word_bytes = sample.dtype.itemsize
-    if word_bytes not in WORD_DTYPES:
-        raise ValueError(f"sample words must be uint32 or uint64, got {sample.dtype}")
+    if sample.dtype not in (np.dtype("<u4"), np.dtype("<u8")) or sample.ndim != 2:
+        raise ValueError(f"sample must be 2-D uint32 or uint64 words, got {sample.dtype}")
     s, v = sample.shape
+    if s == 0:
+        raise ValueError("the sample has no rows")
     k = max(1, min(int(clusters), s))
     if threshold == "auto":
+        grid = THRESHOLDS
         options: list[tuple[float, ...]] = [(t,) for t in THRESHOLDS] + [THRESHOLDS]
     else:
-        options = [(float(threshold),)]
-    rng = np.random.default_rng(seed)
-    assign = np.zeros(s, dtype=np.intp) if k == 1 else _kmeanspp(sample, k, rng)
-
-    def censuses_for(a: np.ndarray) -> list[_Census | None]:
-        out: list[_Census | None] = []
-        for c in range(k):
-            rows = sample[a == c]
-            out.append(_census(rows, dtype_name) if rows.shape[0] else None)
-        return out
-
-    def score(choices: list[ColumnChoice]) -> tuple[int, np.ndarray, CodecParams]:
-        params = _params(choices, word_bytes)
-        if k == 1:
-            sizes = stored_sizes(sample, params, align)[None]
-        else:
-            sizes = np.stack(
-                [stored_sizes(sample, params, align, np.full(s, c)) for c in range(k)]
-            )
-        best = np.argmin(sizes, axis=0)
-        return int(sizes.min(axis=0).sum()), best, params
-
-    if threshold != "auto" and float(threshold) not in THRESHOLDS:
-        extra = float(threshold)
-        if not 0.5 < extra <= 1.0:
+        th = float(threshold)
+        if not 0.5 < th <= 1.0:
             raise ValueError(f"threshold must be 'auto' or a number in (0.5, 1], got {threshold}")
+        grid = (th,)
+        options = [grid]
+    fitter = _Fitter(sample, dtype_name, k, grid, align)
+    assign = np.zeros(s, dtype=np.intp)
+    if k > 1:
+        assign = _kmeanspp(sample, k, np.random.default_rng(seed))
+    censuses = fitter.census(assign)
 
-    ones_q = [np.ones(v) for _ in range(k)]
-    censuses = censuses_for(assign)
-    if threshold != "auto":
-        _add_threshold(censuses, sample, assign, float(threshold))
-
-    choices = None
+    choices: list[ColumnChoice] | None = None
     if k > 1:
         for _ in range(LLOYD_ITERATIONS):
-            choices = _choose_all(
-                sample, assign, k, censuses, options[-1], ones_q, choices, word_bytes
-            )
-            _, new_assign, _ = score(choices)
+            choices = fitter.choose(censuses, grid, fallback=choices)
+            _, new_assign, _ = fitter.score(choices)
             if np.array_equal(new_assign, assign):
                 break
             assign = new_assign
-            censuses = censuses_for(assign)
-            if threshold != "auto":
-                _add_threshold(censuses, sample, assign, float(threshold))
+            censuses = fitter.census(assign)
 
-    best: tuple[int, float | str, list[ColumnChoice], CodecParams] | None = None
+    best_total, best_opt, best_choice = None, options[0], None
     for opt in options:
-        ch = _choose_all(sample, assign, k, censuses, opt, ones_q, choices, word_bytes)
-        total, _, params = score(ch)
-        label: float | str = opt[0] if len(opt) == 1 else "per-column"
-        if best is None or total < best[0]:
-            best = (total, label, ch, params)
-    assert best is not None
+        ch = fitter.choose(censuses, opt, fallback=choices)
+        total, _, _ = fitter.score(ch)
+        if best_total is None or total < best_total:
+            best_total, best_opt, best_choice = total, opt, ch
     # Second pass: weigh code bits by how often codes are actually written.
+    _, _, params = fitter.score(best_choice)
     presence = [
-        code_presence(sample[assign == c], best[3], c) if censuses[c] else ones_q[c]
+        code_presence(sample[assign == c], params, c) if censuses[c] else np.ones(v)
         for c in range(k)
     ]
-    label_opt = options[-1] if best[1] == "per-column" else (float(best[1]),)
-    ch = _choose_all(sample, assign, k, censuses, label_opt, presence, best[2], word_bytes)
-    total, _, params = score(ch)
-    if total < best[0]:
-        best = (total, best[1], ch, params)
-    total, label, ch, params = best
-    kinds = np.concatenate([c.kind for c in ch])
-    bits = np.concatenate([c.code_bits for c in ch])
+    ch = fitter.choose(censuses, best_opt, presence, fallback=best_choice)
+    total, _, params2 = fitter.score(ch)
+    if total < best_total:
+        best_total, best_choice, params = total, ch, params2
+    kinds = np.concatenate([c.kind for c in best_choice])
+    bits = np.concatenate([c.code_bits for c in best_choice])
+    label: float | str = best_opt[0] if len(best_opt) == 1 else "per-column"
     return FitResult(
         params=params,
         threshold=label,
         sample_rows=s,
-        sample_stored_bytes=total,
+        sample_stored_bytes=int(best_total),
         column_kinds={n: int(np.count_nonzero(kinds == i)) for i, n in enumerate(KIND_NAMES)},
-        code_bits_hist={str(b): int(np.count_nonzero(bits == b)) for b in range(1, 5)},
+        code_bits_hist={
+            str(b): int(np.count_nonzero(bits == b)) for b in range(1, MAX_CODE_BITS + 1)
+        },
     )
-
-
-def _add_threshold(censuses: list[_Census | None], sample, assign, th: float) -> None:
-    """Add a user-given threshold that is not on the sweep grid to each census."""
-    for c, census in enumerate(censuses):
-        if census is None or th in census.by_threshold:
-            continue
-        rows = sample[assign == c]
-        m = threshold_mask(bit_census(rows), rows.shape[0], th, rows.dtype)
-        census.by_threshold[th] = _Candidate(m, *top_values(rows, m), kind=0)

@@ -1,0 +1,1 @@
+"""Command-line interface: ``ibp-graph compress | decompress | inspect``."""

@@ -1,0 +1,131 @@
+"""Reading feature tables from files: ``.npy`` (memory-mapped), ``.pt`` and OGB datasets."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .dtypes import as_table
+from .errors import IBPInputError
+
+#: Keys tried, in order, when a ``.pt`` file holds a dict rather than a tensor.
+PT_KEYS = ("x", "feat", "node_feat", "features")
+
+
+@dataclass
+class TableSource:
+    """A 2-D table read from a file, and where it came from."""
+
+    array: np.ndarray
+    dtype_name: str
+    description: str
+
+
+def _npy(path: Path) -> TableSource:
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise IBPInputError(f"{path}: holds Python objects, not a numeric table") from None
+        raise IBPInputError(f"{path}: not a readable .npy file ({exc})") from None
+    except (OSError, EOFError) as exc:
+        raise IBPInputError(f"{path}: not a readable .npy file ({exc})") from None
+    array, name = as_table(arr, what=str(path))
+    return TableSource(array, name, f"{path} (memory-mapped)")
+
+
+def _pt(path: Path, key: str | None) -> TableSource:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a bad file
+        raise IBPInputError(f"{path}: not a readable tensor file ({type(exc).__name__})") from None
+    if isinstance(obj, dict):
+        keys = (key,) if key else PT_KEYS
+        found = next((k for k in keys if isinstance(obj.get(k), torch.Tensor)), None)
+        if found is None:
+            raise IBPInputError(
+                f"{path}: holds a dict without a tensor under {', '.join(map(repr, keys))}"
+            )
+        obj = obj[found]
+    elif key is not None:
+        raise IBPInputError(f"{path}: holds a {type(obj).__name__}, not a dict with key {key!r}")
+    if not isinstance(obj, torch.Tensor):
+        raise IBPInputError(f"{path}: holds a {type(obj).__name__}, not a tensor")
+    array, name = as_table(obj, what=str(path))
+    return TableSource(array, name, f"{path}")
+
+
+def ogb_folder(name: str, root: str | os.PathLike[str]) -> Path:
+    """OGB's on-disk folder of a dataset: ``root/ogbn_arxiv`` for ``ogbn-arxiv``."""
+    return Path(root) / name.replace("-", "_")
+
+
+def _ogb(name: str, root: str | os.PathLike[str] | None) -> TableSource:
+    if not name.startswith(("ogbn-", "ogbl-", "ogbg-")):
+        raise IBPInputError(f"ogb:{name}: not an OGB dataset name (expected e.g. ogb:ogbn-arxiv)")
+    folder = ogb_folder(name, root if root is not None else "dataset")
+    raw = folder / "raw"
+    for fname in ("node-feat.csv.gz", "node-feat.csv"):
+        f = raw / fname
+        if f.is_file():
+            opener = gzip.open if fname.endswith(".gz") else open
+            try:
+                with opener(f, "rt") as fh:
+                    arr = np.loadtxt(fh, delimiter=",", dtype=np.float32, ndmin=2)
+            except (OSError, ValueError, EOFError) as exc:
+                raise IBPInputError(f"{f}: cannot parse node features ({exc})") from None
+            array, dname = as_table(arr, what=str(f))
+            return TableSource(array, dname, f"ogb:{name} ({f})")
+    npz = raw / "data.npz"
+    if npz.is_file():
+        try:
+            with np.load(npz, allow_pickle=False) as z:
+                if "node_feat" not in z.files:
+                    raise IBPInputError(f"{npz}: has no 'node_feat' array ({', '.join(z.files)})")
+                arr = z["node_feat"]
+        except (OSError, ValueError, zipfile.BadZipFile) as exc:
+            raise IBPInputError(f"{npz}: not a readable .npz file ({exc})") from None
+        array, dname = as_table(arr, what=str(npz))
+        return TableSource(array, dname, f"ogb:{name} ({npz})")
+    raise IBPInputError(
+        f"ogb:{name}: no node features under {raw} (looked for node-feat.csv.gz, "
+        f"node-feat.csv, data.npz); nothing is downloaded: fetch the dataset with ogb where "
+        f"there is network access and pass its parent folder as --root"
+    )
+
+
+def open_source(
+    spec: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    key: str | None = None,
+) -> TableSource:
+    """Open a table given as a ``.npy`` / ``.pt`` path or ``ogb:NAME``.
+
+    Args:
+        spec: the input: ``x.npy`` (memory-mapped, so larger-than-RAM tables stream),
+            ``x.pt`` (a tensor, or a dict holding one under ``key``), or ``ogb:ogbn-arxiv``.
+        root: folder holding OGB datasets in OGB's layout (default: ``dataset``).
+        key: dict key in a ``.pt`` file (default: the first of ``x``, ``feat``, ``node_feat``,
+            ``features`` present).
+    """
+    text = os.fspath(spec)
+    if text.startswith("ogb:"):
+        return _ogb(text[4:], root)
+    path = Path(text)
+    if not path.exists():
+        raise IBPInputError(f"{path}: no such file")
+    if not path.is_file():
+        raise IBPInputError(f"{path}: not a file")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return _npy(path)
+    if suffix in (".pt", ".pth"):
+        return _pt(path, key)
+    raise IBPInputError(f"{path}: unknown input type (expected .npy, .pt or ogb:NAME)")

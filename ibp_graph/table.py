@@ -1,0 +1,292 @@
+"""A compressed feature table opened from an ``.ibp`` file, decoded on the CPU."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from .codec import ALIGNMENTS, MAX_CODE_BITS, CodecError, CodecParams, decode
+from .container import IBPHeader, load_section, read_header
+from .dtypes import SUPPORTED_DTYPES, WORD_DTYPES, storage_dtype, torch_dtype, words_to_rows
+from .errors import IBPFormatError
+from .indexing import RowIndex, normalize_ids
+
+#: Words decoded per batch: small enough for the temporaries to stay in cache.
+DECODE_BATCH_WORDS = 1 << 16
+
+
+def _fail(path: str, what: str) -> IBPFormatError:
+    return IBPFormatError(f"{path}: {what}")
+
+
+def _meta_int(header: IBPHeader, key: str, lo: int, hi: int) -> int:
+    value = header.meta.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise _fail(
+            header.path, f"header field '{key}' must be an integer in {lo}..{hi}, got {value!r}"
+        )
+    return value
+
+
+def _check_section(header: IBPHeader, name: str, dtypes: tuple[str, ...], shape: tuple) -> None:
+    info = header.sections.get(name)
+    if info is None:
+        raise _fail(header.path, f"missing section '{name}'")
+    if info.dtype.str not in dtypes:
+        raise _fail(
+            header.path,
+            f"section '{name}' has dtype {info.dtype.str}, expected {' or '.join(dtypes)}",
+        )
+    if info.shape != shape:
+        raise _fail(
+            header.path, f"section '{name}' has shape {list(info.shape)}, expected {list(shape)}"
+        )
+
+
+class IBPTable:
+    """A read-only, losslessly compressed 2-D feature table.
+
+    ``table[ids]`` decodes the selected rows on the CPU and returns a torch tensor with the
+    original dtype, bit for bit. Open one with :func:`ibp_graph.open`.
+
+    Example:
+        >>> table = ibp_graph.open("cora.ibp")                      # doctest: +SKIP
+        >>> x = table[torch.tensor([0, 5, 5, 2])]                   # doctest: +SKIP
+        >>> table.ratio, table.shape                                # doctest: +SKIP
+
+    Args:
+        path: the ``.ibp`` file.
+        mmap: map the row section instead of reading it into memory (default: True).
+        verify: check every section's checksum while opening (default: True). Without it a
+            corrupt file is still caught by its structure checks but not by its checksums.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = True):
+        header = read_header(path)
+        p = header.path
+        meta = header.meta
+        shape = meta.get("shape")
+        if (
+            not isinstance(shape, list)
+            or len(shape) != 2
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape)
+        ):
+            raise _fail(p, f"header field 'shape' must be [rows, cols] >= 1, got {shape!r}")
+        dtype_name = meta.get("dtype")
+        if dtype_name not in SUPPORTED_DTYPES:
+            raise _fail(p, f"header field 'dtype' {dtype_name!r} is not supported")
+        word_bytes = _meta_int(header, "word_bytes", 4, 8)
+        if word_bytes not in WORD_DTYPES:
+            raise _fail(p, f"header field 'word_bytes' must be 4 or 8, got {word_bytes}")
+        align = _meta_int(header, "align", min(ALIGNMENTS), max(ALIGNMENTS))
+        if align not in ALIGNMENTS:
+            raise _fail(p, f"header field 'align' must be one of {ALIGNMENTS}, got {align}")
+        k = _meta_int(header, "num_clusters", 1, 255)
+        n, d = shape
+        row_bytes = d * SUPPORTED_DTYPES[dtype_name].itemsize
+        v = -(-row_bytes // word_bytes)
+        wd = WORD_DTYPES[word_bytes].str
+        _check_section(header, "masks", (wd,), (k, v))
+        _check_section(header, "code_bits", ("|u1",), (k, v))
+        bv = header.sections.get("bitvals")
+        e = bv.shape[2] if bv is not None and len(bv.shape) == 3 else 0
+        if e not in [(1 << b) - 1 for b in range(1, MAX_CODE_BITS + 1)]:
+            raise _fail(p, f"section 'bitvals' has {e} entries per column, expected 2**b - 1")
+        _check_section(header, "bitvals", (wd,), (k, v, e))
+        _check_section(header, "offsets", ("<u4", "<u8"), (n + 1,))
+        if k > 1:
+            _check_section(header, "cluster_ids", ("|u1",), (n,))
+        rows_info = header.sections.get("rows")
+        if rows_info is None:
+            raise _fail(p, "missing section 'rows'")
+        _check_section(header, "rows", ("|u1",), (rows_info.nbytes,))
+
+        def section(name: str, use_mmap: bool = False) -> np.ndarray:
+            return load_section(header, name, mmap=use_mmap, verify=verify)
+
+        try:
+            params = CodecParams(
+                word_bytes=word_bytes,
+                masks=np.array(section("masks")),
+                code_bits=np.array(section("code_bits")),
+                bitvals=np.array(section("bitvals")),
+            )
+        except CodecError as exc:
+            raise _fail(p, f"invalid codec parameters: {exc}") from None
+        offsets = np.array(section("offsets"), dtype=np.int64)
+        lengths = np.diff(offsets) * align
+        raw_len = -(-v * word_bytes // align) * align
+        used = int(offsets[-1]) * align
+        if offsets[0] != 0 or -(-used // 8) * 8 != rows_info.nbytes:
+            raise _fail(
+                p,
+                f"section 'offsets' spans bytes {int(offsets[0]) * align}..{used}, "
+                f"section 'rows' has {rows_info.nbytes} (rows padded to 8 bytes)",
+            )
+        bad = (lengths < align) | (lengths > raw_len)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(
+                p, f"row {i} has stored length {int(lengths[i])} bytes, expected {align}..{raw_len}"
+            )
+        cluster_ids = None
+        if k > 1:
+            cluster_ids = np.array(section("cluster_ids"))
+            if cluster_ids.size and int(cluster_ids.max()) >= k:
+                i = int(np.argmax(cluster_ids >= k))
+                raise _fail(p, f"row {i} names cluster {int(cluster_ids[i])}, the file has {k}")
+        rows = section("rows", use_mmap=mmap)
+        self._header = header
+        self._params = params
+        self._offsets = offsets
+        self._cluster_ids = cluster_ids
+        self._rows = rows.view(np.uint64) if rows.size else np.zeros(1, dtype=np.uint64)
+        self._rows_nbytes = rows_info.nbytes
+        self._shape = (n, d)
+        self._dtype_name = dtype_name
+        self._align = align
+        self._closed = False
+
+    # -- description -------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """Path of the ``.ibp`` file."""
+        return self._header.path
+
+    @property
+    def header(self) -> IBPHeader:
+        """The validated file header."""
+        return self._header
+
+    @property
+    def params(self) -> CodecParams:
+        """The codec parameters (masks, code widths, dictionaries) per cluster."""
+        return self._params
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, columns)`` of the original table."""
+        return self._shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The original element type, as a torch dtype."""
+        return torch_dtype(self._dtype_name)
+
+    @property
+    def dtype_name(self) -> str:
+        """The original element type by name (``"float32"``, ``"bfloat16"``, ...)."""
+        return self._dtype_name
+
+    @property
+    def word_bytes(self) -> int:
+        """T, bytes per codec word."""
+        return self._params.word_bytes
+
+    @property
+    def align(self) -> int:
+        """Row alignment in bytes."""
+        return self._align
+
+    @property
+    def num_clusters(self) -> int:
+        """k, the number of mask clusters."""
+        return self._params.num_clusters
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Row ``i`` is stored at bytes ``offsets[i] * align`` up to ``offsets[i+1] * align``."""
+        return self._offsets
+
+    @property
+    def cluster_ids(self) -> np.ndarray | None:
+        """Cluster of each row (None when there is one cluster)."""
+        return self._cluster_ids
+
+    @property
+    def rows_section(self) -> np.ndarray:
+        """The stored rows as a read-only uint64 array (memory-mapped by default)."""
+        return self._rows
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the row section (what host memory holds and the GPU reads)."""
+        return self._rows_nbytes
+
+    @property
+    def raw_bytes(self) -> int:
+        """Bytes of the original table."""
+        n, d = self._shape
+        return n * d * storage_dtype(self._dtype_name).itemsize
+
+    @property
+    def ratio(self) -> float:
+        """Raw row bytes over stored row bytes (alignment included)."""
+        return self.raw_bytes / max(self._rows_nbytes, 1)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Compression statistics recorded when the file was written."""
+        return dict(self._header.meta.get("stats", {}))
+
+    def __len__(self) -> int:
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        n, d = self._shape
+        return (
+            f"IBPTable('{self.path}', shape=({n}, {d}), dtype={self._dtype_name}, "
+            f"ratio={self.ratio:.3f}, clusters={self.num_clusters})"
+        )
+
+    # -- decoding ----------------------------------------------------------------------
+    def decode_words(self, ids: np.ndarray) -> np.ndarray:
+        """Decode checked row ids to ``(n, V)`` codec words (the GPU kernels' reference)."""
+        if self._closed:
+            raise ValueError(f"{self.path}: the table is closed")
+        v = self._params.num_words
+        per_batch = max(1, DECODE_BATCH_WORDS // v)
+        out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)
+        for s in range(0, ids.shape[0], per_batch):
+            part = ids[s : s + per_batch]
+            starts = self._offsets[part] * self._align
+            lengths = self._offsets[part + 1] * self._align - starts
+            cl = None if self._cluster_ids is None else self._cluster_ids[part]
+            try:
+                out[s : s + per_batch] = decode(self._rows, starts, lengths, self._params, cl)
+            except CodecError as exc:
+                raise _fail(self.path, f"corrupt row data: {exc}") from None
+        return out
+
+    def read(self, index: RowIndex = None) -> np.ndarray:
+        """Decode rows to a NumPy array (``bfloat16`` comes back as its uint16 bits).
+
+        Args:
+            index: rows to decode (int, slice, list, int64/bool array or tensor); all if None.
+        """
+        ids, scalar = normalize_ids(index, self._shape[0])
+        rows = words_to_rows(self.decode_words(ids), self._shape[1], self._dtype_name)
+        return rows[0] if scalar else rows
+
+    def __getitem__(self, index: RowIndex) -> torch.Tensor:
+        """Decode rows to a CPU torch tensor of the original dtype."""
+        arr = self.read(index)
+        tensor = torch.from_numpy(np.ascontiguousarray(arr))
+        if self._dtype_name == "bfloat16":
+            tensor = tensor.view(torch.int16).view(torch.bfloat16)
+        return tensor
+
+    # -- lifetime ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Drop the mapping of the file; the table cannot be read afterwards."""
+        self._rows = np.zeros(1, dtype=np.uint64)
+        self._closed = True
+
+    def __enter__(self) -> IBPTable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
