@@ -1,0 +1,1 @@
+"""Run configs (YAML), shipped as package data."""

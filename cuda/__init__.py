@@ -1,0 +1,1 @@
+"""CUDA C sources of the GPU kernels, shipped as package data."""

@@ -130,16 +130,18 @@ class CodecParams:
 
     @cached_property
     def match_values(self) -> np.ndarray:
-        """``(k, E, V)``: ``bitvals`` by entry, unused entries set to entry 0, so that the
-        first match is canonical.
+        """``(k, E, V)`` dictionary by entry; unused entries repeat entry 0.
+
+        Repeating entry 0 keeps the first match canonical (the lowest code).
         """
         vals = np.where(self._unused, self.bitvals[:, :, :1], self.bitvals)
         return np.ascontiguousarray(vals.transpose(0, 2, 1))
 
     @cached_property
     def sorted_keys(self) -> tuple[np.ndarray, np.ndarray]:
-        """For T = 4: ``(cluster * V + column) << 32 | value`` of every entry, sorted, and its
-        code; equal keys keep the lowest code.
+        """Sorted search keys of every entry, and their codes (4-byte words only).
+
+        A key is ``(cluster * V + column) << 32 | value``; equal keys keep the lowest code.
         """
         k, v, e = self.bitvals.shape
         col = np.broadcast_to(np.arange(k * v, dtype=np.uint64).reshape(k, v, 1), (k, v, e))

@@ -15,7 +15,7 @@ from .container import IBPWriter
 from .dtypes import as_table, rows_to_words, words_per_row
 from .errors import IBPInputError
 from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit
-from .sources import open_source
+from .sources import TableSource, open_source
 from .table import IBPTable
 
 #: Words encoded per batch: small enough for the temporaries to stay in cache.
@@ -96,8 +96,9 @@ def compress(
 
     Args:
         data: a NumPy array or torch tensor of shape ``(rows, cols)`` (float32, float16,
-            bfloat16, float64, int8..int64 or uint8), or a path to a ``.npy`` / ``.pt`` file
-            or ``ogb:NAME`` (see :func:`ibp_graph.sources.open_source`). Never modified.
+            bfloat16, float64, int8..int64 or uint8), a path to a ``.npy`` / ``.pt`` file or
+            ``ogb:NAME``, or a :class:`~ibp_graph.sources.TableSource` from
+            :func:`~ibp_graph.sources.open_source`. Never modified.
         path: the ``.ibp`` file to write (replaced atomically when done).
         clusters: number of mask clusters k; each row uses the one that stores it smallest
             (default: 1).
@@ -119,22 +120,25 @@ def compress(
     """
     th = _check_options(clusters, threshold, word_bytes, align, sample)
     if isinstance(data, (str, os.PathLike)):
-        src = open_source(data)
-        array, name, what = src.array, src.dtype_name, src.description
+        data = open_source(data)
+    if isinstance(data, TableSource):
+        array, name, what = data.array, data.dtype_name, data.description
     else:
         array, name = as_table(data)
         what = f"{type(data).__module__}.{type(data).__name__}"
     out = Path(path)
     if not out.parent.is_dir():
         raise IBPInputError(f"{out}: directory {str(out.parent)!r} does not exist")
-    if isinstance(data, (str, os.PathLike)) and out.resolve() == Path(data).resolve():
+    if isinstance(data, TableSource) and data.path is not None and out.resolve() == data.path:
         raise IBPInputError(f"{out}: the output would overwrite the input")
     n, d = array.shape
     v = words_per_row(d, name, word_bytes)
     ids = sample_ids(n, v, sample, seed)
     sample_words = rows_to_words(np.asarray(array[ids]), name, word_bytes)
     fit_align = 1 if align == "auto" else align
-    fitted = fit(sample_words, name, clusters=clusters, threshold=th, align=fit_align, seed=seed)
+    fitted = fit(
+        sample_words, name, clusters=clusters, threshold=th, align=fit_align, seed=seed, num_rows=n
+    )
     params = fitted.params
     k = params.num_clusters
     if align == "auto":

@@ -594,7 +594,8 @@ class IBPWriter:
         rows.flush()
         rows.seek(0)
         partial = os.path.join(self._dir, f".{self._base}.{secrets.token_hex(6)}.partial.tmp")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        fd = os.open(partial, flags, 0o666)  # a data file: rw for whom the umask allows
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(_FIXED.pack(MAGIC, FORMAT_VERSION, 0, data_start - _FIXED_SIZE))

@@ -76,6 +76,13 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+def _named(dtype: Any, what: str) -> str:
+    try:
+        return dtype_name(dtype)
+    except IBPInputError as exc:
+        raise IBPInputError(f"{what}: {exc}") from None
+
+
 def torch_dtype(name: str) -> torch.dtype:
     """Return the torch dtype for one of our dtype names."""
     return _TORCH_DTYPES[name]
@@ -93,7 +100,7 @@ def as_table(data: Any, *, what: str = "input") -> tuple[np.ndarray, str]:
     tensor lives on a GPU or its bits need a byte-order swap (done chunk by chunk later).
     """
     if isinstance(data, torch.Tensor):
-        name = dtype_name(data.dtype)
+        name = _named(data.dtype, what)
         tensor = data.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()
@@ -104,7 +111,7 @@ def as_table(data: Any, *, what: str = "input") -> tuple[np.ndarray, str]:
             array = array.view(np.uint16)
     elif isinstance(data, np.ndarray):
         array = data
-        name = dtype_name(array.dtype)
+        name = _named(array.dtype, what)
     else:
         raise IBPInputError(
             f"{what}: expected a NumPy array or torch tensor, got {type(data).__name__}"
@@ -162,7 +169,8 @@ def field_mask_word(
 ) -> np.ndarray:
     """Return, per word column, the mask of the exponent (and sign) bits of its elements.
 
-    The sign bits are included when ``with_sign``. Zero for integer types, and for words of a float64 row that hold only mantissa bits.
+    The sign bits are included when ``with_sign``. Zero for integer types, and for words of
+    a float64 row that hold only mantissa bits.
     """
     wdtype = WORD_DTYPES[word_bytes]
     out = np.zeros(word_index.shape, dtype=wdtype)

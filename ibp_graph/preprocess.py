@@ -135,9 +135,19 @@ class ColumnChoice:
 
 
 def choose_columns(
-    census: _Census, word_bytes: int, thresholds: tuple[float, ...], presence: np.ndarray
+    census: _Census,
+    word_bytes: int,
+    thresholds: tuple[float, ...],
+    presence: np.ndarray,
+    *,
+    max_bits: int,
+    entry_cost: float,
 ) -> ColumnChoice:
-    """Pick per column the candidate (mask, code width) with the fewest expected bits."""
+    """Pick per column the candidate (mask, code width) with the fewest expected bits.
+
+    Costs are bits over the sample rows; each dictionary entry adds ``entry_cost`` bits (its
+    share of the table's metadata, scaled to the sample).
+    """
     cands = [census.by_threshold[t] for t in thresholds] + census.fixed
     s = census.rows
     tbits = word_bytes * 8
@@ -145,9 +155,10 @@ def choose_columns(
     for cand in cands:
         free = tbits - popcount(cand.mask)
         hits_cum = np.cumsum(cand.counts, axis=1)
-        for b in range(1, max_code_bits(word_bytes) + 1):
+        for b in range(1, max_bits + 1):
             hits = hits_cum[:, (1 << b) - 2]
             cost = presence * b * s + hits * free + (s - hits) * tbits
+            cost = cost + ((1 << b) - 1) * entry_cost
             if best_cost is None:
                 best_cost = cost.astype(np.float64)
                 v = cost.shape[0]
@@ -208,10 +219,20 @@ def _kmeanspp(words: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
 
 
 class _Fitter:
-    """Census, column choice and exact scoring of one sample, with scores memoised."""
+    """Census, column choice and exact scoring of one sample, with scores memoised.
+
+    A score is the table's expected stored bytes: the sample's exact stored row bytes scaled
+    to all ``num_rows`` rows, plus the bytes of the codec parameters.
+    """
 
     def __init__(
-        self, sample: np.ndarray, dtype_name: str, k: int, grid: tuple[float, ...], align: int
+        self,
+        sample: np.ndarray,
+        dtype_name: str,
+        k: int,
+        grid: tuple[float, ...],
+        align: int,
+        num_rows: int,
     ):
         self.sample = sample
         self.dtype_name = dtype_name
@@ -219,7 +240,9 @@ class _Fitter:
         self.grid = grid
         self.align = align
         self.word_bytes = sample.dtype.itemsize
-        self._scores: dict[bytes, tuple[int, np.ndarray, CodecParams]] = {}
+        self.scale = num_rows / sample.shape[0]
+        self.max_bits = max_code_bits(self.word_bytes)
+        self._scores: dict[bytes, tuple[float, int, np.ndarray, CodecParams]] = {}
 
     def census(self, assign: np.ndarray) -> list[_Census | None]:
         out: list[_Census | None] = []
@@ -241,11 +264,20 @@ class _Fitter:
                 out.append(fallback[c] if fallback else out[0])
                 continue
             q = presence[c] if presence is not None else np.ones(self.sample.shape[1])
-            out.append(choose_columns(census, self.word_bytes, thresholds, q))
+            out.append(
+                choose_columns(
+                    census,
+                    self.word_bytes,
+                    thresholds,
+                    q,
+                    max_bits=self.max_bits,
+                    entry_cost=self.word_bytes * 8 / self.scale,
+                )
+            )
         return out
 
-    def score(self, choices: list[ColumnChoice]) -> tuple[int, np.ndarray, CodecParams]:
-        """Exact stored bytes of the sample, each row in its best cluster."""
+    def score(self, choices: list[ColumnChoice]) -> tuple[float, int, np.ndarray, CodecParams]:
+        """``(expected table bytes, sample row bytes, best cluster per row, params)``."""
         params = _params(choices, self.word_bytes)
         key = params.masks.tobytes() + params.code_bits.tobytes() + params.bitvals.tobytes()
         if key not in self._scores:
@@ -255,7 +287,9 @@ class _Fitter:
             )
             best = np.argmin(bits, axis=0)
             sizes, _ = stored_sizes(bits.min(axis=0), v, self.word_bytes, self.align)
-            self._scores[key] = (int(sizes.sum()), best, params)
+            rows = int(sizes.sum())
+            meta = params.masks.nbytes + params.code_bits.nbytes + params.bitvals.nbytes
+            self._scores[key] = (rows * self.scale + meta, rows, best, params)
         return self._scores[key]
 
 
@@ -267,6 +301,7 @@ def fit(
     threshold: float | str = "auto",
     align: int = 16,
     seed: int = 0,
+    num_rows: int | None = None,
 ) -> FitResult:
     """Choose codec parameters from ``(s, V)`` sample words.
 
@@ -277,6 +312,8 @@ def fit(
         threshold: "auto" for the sweep, or one threshold in (0.5, 1].
         align: row alignment, used in the exact size score.
         seed: seed of the cluster initialisation.
+        num_rows: rows of the whole table (default: the sample's), to weigh the parameters'
+            own bytes against the rows'.
     """
     if sample.dtype not in (np.dtype("<u4"), np.dtype("<u8")) or sample.ndim != 2:
         raise ValueError(f"sample must be 2-D uint32 or uint64 words, got {sample.dtype}")
@@ -293,7 +330,7 @@ def fit(
             raise ValueError(f"threshold must be 'auto' or a number in (0.5, 1], got {threshold}")
         grid = (th,)
         options = [grid]
-    fitter = _Fitter(sample, dtype_name, k, grid, align)
+    fitter = _Fitter(sample, dtype_name, k, grid, align, max(num_rows or s, s))
     assign = np.zeros(s, dtype=np.intp)
     if k > 1:
         assign = _kmeanspp(sample, k, np.random.default_rng(seed))
@@ -303,28 +340,39 @@ def fit(
     if k > 1:
         for _ in range(LLOYD_ITERATIONS):
             choices = fitter.choose(censuses, grid, fallback=choices)
-            _, new_assign, _ = fitter.score(choices)
+            new_assign = fitter.score(choices)[2]
             if np.array_equal(new_assign, assign):
                 break
             assign = new_assign
             censuses = fitter.census(assign)
 
-    best_total, best_opt, best_choice = None, options[0], None
+    def better(ch: list[ColumnChoice]) -> None:
+        nonlocal best, best_choice
+        scored = fitter.score(ch)
+        if best is None or scored[0] < best[0]:
+            best, best_choice = scored, ch
+
+    best: tuple[float, int, np.ndarray, CodecParams] | None = None
+    best_choice: list[ColumnChoice] = []
+    best_opt = options[0]
     for opt in options:
-        ch = fitter.choose(censuses, opt, fallback=choices)
-        total, _, _ = fitter.score(ch)
-        if best_total is None or total < best_total:
-            best_total, best_opt, best_choice = total, opt, ch
-    # Second pass: weigh code bits by how often codes are actually written.
-    _, _, params = fitter.score(best_choice)
+        before = best
+        better(fitter.choose(censuses, opt, fallback=choices))
+        if best is not before:
+            best_opt = opt
+    # Weigh code bits by how often codes are actually written.
     presence = [
-        code_presence(sample[assign == c], params, c) if censuses[c] else np.ones(v)
+        code_presence(sample[assign == c], best[3], c) if censuses[c] else np.ones(v)
         for c in range(k)
     ]
-    ch = fitter.choose(censuses, best_opt, presence, fallback=best_choice)
-    total, _, params2 = fitter.score(ch)
-    if total < best_total:
-        best_total, best_choice, params = total, ch, params2
+    better(fitter.choose(censuses, best_opt, presence, fallback=best_choice))
+    # Dictionaries are stored (k, V, 2**max(b) - 1): try narrower caps on the widest code.
+    widest = int(best[3].code_bits.max())
+    for cap in range(widest - 1, 0, -1):
+        fitter.max_bits = cap
+        better(fitter.choose(censuses, best_opt, presence, fallback=best_choice))
+    fitter.max_bits = max_code_bits(sample.dtype.itemsize)
+    _, rows_bytes, _, params = best
     kinds = np.concatenate([c.kind for c in best_choice])
     bits = np.concatenate([c.code_bits for c in best_choice])
     label: float | str = best_opt[0] if len(best_opt) == 1 else "per-column"
@@ -332,7 +380,7 @@ def fit(
         params=params,
         threshold=label,
         sample_rows=s,
-        sample_stored_bytes=int(best_total),
+        sample_stored_bytes=rows_bytes,
         column_kinds={n: int(np.count_nonzero(kinds == i)) for i, n in enumerate(KIND_NAMES)},
         code_bits_hist={
             str(b): int(np.count_nonzero(bits == b)) for b in range(1, MAX_CODE_BITS + 1)

@@ -25,6 +25,7 @@ class TableSource:
     array: np.ndarray
     dtype_name: str
     description: str
+    path: Path | None = None
 
 
 def _npy(path: Path) -> TableSource:
@@ -37,7 +38,7 @@ def _npy(path: Path) -> TableSource:
     except (OSError, EOFError) as exc:
         raise IBPInputError(f"{path}: not a readable .npy file ({exc})") from None
     array, name = as_table(arr, what=str(path))
-    return TableSource(array, name, f"{path} (memory-mapped)")
+    return TableSource(array, name, f"{path} (memory-mapped)", path.resolve())
 
 
 def _pt(path: Path, key: str | None) -> TableSource:
@@ -58,7 +59,7 @@ def _pt(path: Path, key: str | None) -> TableSource:
     if not isinstance(obj, torch.Tensor):
         raise IBPInputError(f"{path}: holds a {type(obj).__name__}, not a tensor")
     array, name = as_table(obj, what=str(path))
-    return TableSource(array, name, f"{path}")
+    return TableSource(array, name, f"{path}", path.resolve())
 
 
 def ogb_folder(name: str, root: str | os.PathLike[str]) -> Path:

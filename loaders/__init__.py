@@ -1,0 +1,1 @@
+"""Framework plugins: ``ibp_graph.loaders.pyg`` and ``ibp_graph.loaders.dgl``."""

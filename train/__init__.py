@@ -1,0 +1,1 @@
+"""GraphSAGE / GAT models and the training entry point (``ibp_graph.train``)."""

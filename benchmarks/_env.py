@@ -1,0 +1,68 @@
+"""What every benchmark result records: machine, versions, commit, date and command."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            check=True,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment() -> dict:
+    """Machine, software versions, git commit, UTC date and the exact command line."""
+    return {
+        "device": f"CPU: {_cpu_model()} ({os.cpu_count()} cores visible)",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "git_commit": _git_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+
+
+def write_json(name: str, payload: dict) -> Path:
+    """Write ``results/<name>.json`` and return its path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path

@@ -1,0 +1,137 @@
+"""CPU encoder and decoder throughput on one core, for 128-wide float32 tables.
+
+Usage::
+
+    .venv/bin/python benchmarks/codec_speed.py
+
+writes benchmarks/results/codec_speed-cpu.{json,md}.
+
+Tables: 200,000 x 128 float32 drawn from N(0, 1) (dense, about 1.16x), the same shape with 5%
+non-zeros (sparse), and the derived Facebook SVD-100 float32 table when ../shared/datasets is
+there. Measured, each as the median of 5 runs after a warm-up: ``ibp_graph.compress`` end to
+end (sample, fit, encode, write the file), the encoder alone on the fitted parameters, decoding
+100,000 random row ids (with repeats, unsorted) and decoding every row. MB/s counts raw
+(decoded) bytes. BLAS/OpenMP threads are pinned to 1 before NumPy loads: per-core numbers.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+torch.set_num_threads(1)
+
+import ibp_graph  # noqa: E402
+from benchmarks import real_tables  # noqa: E402
+from benchmarks._env import RESULTS, environment, write_json  # noqa: E402
+from ibp_graph.codec import encode  # noqa: E402
+from ibp_graph.compress import ENCODE_BATCH_WORDS  # noqa: E402
+from ibp_graph.dtypes import rows_to_words  # noqa: E402
+
+REPEATS = 5
+ROWS = 200_000
+RANDOM_IDS = 100_000
+
+
+def tables() -> list[tuple[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((ROWS, 128), dtype=np.float32)
+    sparse = np.where(rng.random((ROWS, 128)) < 0.05, dense, np.float32(0))
+    out = [("normal-200000x128-float32", dense), ("sparse5pct-200000x128-float32", sparse)]
+    if real_tables.available():
+        name, array, _ = real_tables.load_facebook_svd()
+        out.append((name, array))
+    return out
+
+
+def timed(fn, repeats: int = REPEATS) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
+    path = tmp / f"{name}.ibp"
+    mb = array.nbytes / 1e6
+    t_compress = timed(lambda: ibp_graph.compress(array, path).close())
+    table = ibp_graph.open(path)
+    words = rows_to_words(array, "float32", 4)
+    per = max(1, ENCODE_BATCH_WORDS // words.shape[1])
+
+    def encode_all() -> None:
+        for s in range(0, words.shape[0], per):
+            encode(words[s : s + per], table.params, table.align)
+
+    t_encode = timed(encode_all)
+    ids = np.random.default_rng(1).integers(0, array.shape[0], RANDOM_IDS)
+    t_random = timed(lambda: table.read(ids))
+    t_all = timed(lambda: table.read())
+    assert np.array_equal(table.read(ids).view(np.uint32), array[ids].view(np.uint32))
+    result = {
+        "table": name,
+        "shape": list(array.shape),
+        "ratio": table.ratio,
+        "align": table.align,
+        "compress_mb_s": mb / t_compress,
+        "encode_mb_s": mb / t_encode,
+        "decode_random_mb_s": ids.size * array.shape[1] * 4 / 1e6 / t_random,
+        "decode_all_mb_s": mb / t_all,
+    }
+    table.close()
+    return result
+
+
+def markdown(env: dict, rows: list[dict]) -> str:
+    lines = [
+        "# CPU codec throughput (one core)",
+        "",
+        f"- device: {env['device']}",
+        f"- date: {env['date']}, commit {env['git_commit']}",
+        f"- command: `{env['command']}`",
+        "",
+        "MB/s of raw (decoded) table bytes, median of 5 runs after a warm-up, one thread. "
+        "Targets: encoder >= 50 MB/s, decoder >= 100 MB/s per core.",
+        "",
+        "| table | ratio | align | compress() end to end | encoder only | decode 100k random ids "
+        "| decode all rows |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['table']} | {r['ratio']:.3f} | {r['align']} | {r['compress_mb_s']:.1f} "
+            f"| {r['encode_mb_s']:.1f} | {r['decode_random_mb_s']:.1f} "
+            f"| {r['decode_all_mb_s']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    env = environment()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, array in tables():
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            rows.append(measure(name, array, Path(tmp)))
+    write_json("codec_speed-cpu", {**env, "results": rows})
+    (RESULTS / "codec_speed-cpu.md").write_text(markdown(env, rows))
+    print((RESULTS / "codec_speed-cpu.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

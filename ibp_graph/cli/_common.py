@@ -1,0 +1,189 @@
+"""Helpers shared by the ``ibp-graph`` commands: error reporting, option types, output files.
+
+Usage (what the helpers produce)::
+
+    $ ibp-graph decompress missing.ibp -o x.npy
+    ibp-graph: error: missing.ibp: no such file
+    $ IBP_GRAPH_DEBUG=1 ibp-graph decompress missing.ibp -o x.npy   # full traceback
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..codec import ALIGNMENTS
+from ..errors import IBPError, IBPInputError
+
+#: Environment variable that makes runtime errors raise with their traceback.
+DEBUG_ENV = "IBP_GRAPH_DEBUG"
+#: Exceptions reported as one line and exit status 1; anything else is a bug and propagates.
+RUNTIME_ERRORS: tuple[type[BaseException], ...] = (IBPError, OSError, MemoryError)
+#: Exit status of a successful run, of a data or runtime error, and of a usage error.
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+PROG = "ibp-graph"
+
+
+class UsageError(Exception):
+    """A usage problem found after parsing (e.g. conflicting options); exits with status 2.
+
+    The message names the option and says how to fix it.
+    """
+
+
+def debug_enabled() -> bool:
+    """Whether ``IBP_GRAPH_DEBUG`` asks for tracebacks (set and not ``0``/``false``/``no``)."""
+    value = os.environ.get(DEBUG_ENV, "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
+
+
+def error_message(exc: BaseException) -> str:
+    """One line describing a runtime error; the library's messages already name the file."""
+    if isinstance(exc, OSError) and exc.strerror:
+        names = [os.fspath(f) for f in (exc.filename, exc.filename2) if f is not None]
+        message = f"{' -> '.join(map(str, names))}: {exc.strerror}" if names else exc.strerror
+    elif isinstance(exc, MemoryError):
+        message = f"out of memory{f' ({exc})' if str(exc) else ''}"
+    else:
+        message = str(exc) or type(exc).__name__
+    return " ".join(message.split())
+
+
+def report_error(exc: BaseException) -> None:
+    """Print ``ibp-graph: error: <message>`` to stderr (plus the debug hint on a terminal)."""
+    print(f"{PROG}: error: {error_message(exc)}", file=sys.stderr)
+    if sys.stderr.isatty():
+        print(f"(set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+
+
+def human_bytes(n: int | float) -> str:
+    """Format a byte count with decimal units: ``999 B``, ``15.5 MB``, ``1.2 TB``."""
+    value = float(n)
+    if abs(value) < 1000:
+        return f"{int(value)} B"
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if abs(value) < 999.95 or unit == "TB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def say(message: str) -> None:
+    """Print a log line to stderr (stdout carries only data)."""
+    print(message, file=sys.stderr)
+
+
+# -- option types: a bad value is a usage error naming the option --------------------------
+def clusters_arg(text: str) -> int:
+    """``--clusters``: an integer in 1..255."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer in 1..255, got {text!r}") from None
+    if not 1 <= k <= 255:
+        raise argparse.ArgumentTypeError(f"must be an integer in 1..255, got {k}")
+    return k
+
+
+def threshold_arg(text: str) -> float | str:
+    """``--threshold``: ``auto`` or a number in (0.5, 1]."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        th = float(text)
+    except ValueError:
+        th = float("nan")
+    if not 0.5 < th <= 1.0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number in (0.5, 1], got {text!r}")
+    return th
+
+
+def align_arg(text: str) -> int | str:
+    """``--align``: ``auto`` or one of 1, 2, 4, 8, 16, 32."""
+    choices = ", ".join(map(str, ALIGNMENTS))
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        a = int(text)
+    except ValueError:
+        a = -1
+    if a not in ALIGNMENTS:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or one of {choices}, got {text!r}")
+    return a
+
+
+def count_arg(text: str) -> int:
+    """A non-negative integer (``--sample``)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return n
+
+
+def add_no_progress(parser: argparse.ArgumentParser) -> None:
+    """Add ``--no-progress`` (bars are shown on a terminal otherwise, on stderr)."""
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="never show a progress bar (bars go to stderr, and only on a terminal)",
+    )
+
+
+# -- files -----------------------------------------------------------------------------------
+def check_output_dir(path: Path) -> None:
+    """Raise `IBPInputError` unless the folder that will hold ``path`` exists."""
+    parent = path.parent
+    if not parent.is_dir():
+        raise IBPInputError(f"{path}: directory {str(parent)!r} does not exist")
+    if path.is_dir():
+        raise IBPInputError(f"{path}: is a directory")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name the same file (False when either does not exist)."""
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[Path]:
+    """Yield a hidden temporary path beside ``path``; rename it onto ``path`` on success.
+
+    On any error the temporary file is removed and ``path`` is left as it was, so a failed
+    run never leaves a partial output.
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+
+
+def preallocate(path: Path, nbytes: int) -> None:
+    """Reserve disk space so that a full disk is an ``OSError`` now, not a crash mid-write."""
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None or nbytes <= 0:
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+        # other errors (e.g. a file system without fallocate): write without reserving
+    finally:
+        os.close(fd)

@@ -1,0 +1,109 @@
+"""``ibp-graph``: the command-line entry point (``compress | decompress | inspect``).
+
+Usage::
+
+    ibp-graph compress features.npy -o features.ibp
+    ibp-graph inspect features.ibp --json
+    ibp-graph decompress features.ibp -o roundtrip.npy
+    python -m ibp_graph --version
+
+Exit status: 0 on success, 1 for a data or runtime error (one line on stderr,
+``ibp-graph: error: <file>: <what>``; set ``IBP_GRAPH_DEBUG=1`` for the traceback), 2 for a
+usage error. stdout carries only data (output paths, reports); logs and bars go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from . import compress, decompress, inspect
+from ._common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    PROG,
+    RUNTIME_ERRORS,
+    UsageError,
+    debug_enabled,
+    report_error,
+)
+
+COMMANDS = (compress, decompress, inspect)
+
+EXAMPLES = """\
+examples:
+  ibp-graph compress features.npy -o features.ibp
+  ibp-graph compress ogb:ogbn-arxiv --root dataset -o arxiv.ibp --clusters 4
+  ibp-graph inspect features.ibp --json
+  ibp-graph decompress features.ibp -o roundtrip.npy
+
+Run 'ibp-graph COMMAND --help' for a command's options. Exit status: 0 ok, 1 data or runtime
+error (set IBP_GRAPH_DEBUG=1 for the traceback), 2 usage error.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ibp-graph`` argument parser with every command registered."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Lossless Invariant-Bit-Packing compression of GNN node-feature tables.",
+        epilog=EXAMPLES,
+        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(
+            prog, max_help_position=28
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.register(subparsers)
+    return parser
+
+
+def _status(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``ibp-graph`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
+
+    Known runtime errors (:class:`~ibp_graph.errors.IBPError`, ``OSError``, ``MemoryError``)
+    print one line to stderr and return 1, or re-raise when ``IBP_GRAPH_DEBUG=1``; usage
+    errors return 2; any other exception is a bug and propagates with its traceback.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return _status(exc)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.run(args))
+    except UsageError as exc:
+        try:
+            args.parser.error(str(exc))
+        except SystemExit as usage:
+            return _status(usage)
+        return EXIT_USAGE  # pragma: no cover - error() always exits
+    except KeyboardInterrupt:
+        if debug_enabled():
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except RUNTIME_ERRORS as exc:
+        if debug_enabled():
+            raise
+        report_error(exc)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
