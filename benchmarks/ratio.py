@@ -77,7 +77,7 @@ def markdown(env: dict, rows: list[dict], notes: dict[str, str]) -> str:
         "*reference*: one-mask IBP as in the reference design (one flag bit per word, rows "
         "byte-granular, best threshold of 0.70..0.95), `benchmarks/reference_ibp.py`.",
         "*ours, align 1*: `ibp_graph.compress(x, path, align=1)`, byte-granular rows like the "
-        "reference; *default*: T=4, align auto (the largest of 16..1 within 2% of align 1; the "
+        "reference; *default*: T=4, align auto (the largest of 16..1 within 1% of align 1; the "
         "chosen alignment in brackets); *align 16*: 16-byte rows; *k=4*: four mask clusters "
         "(align auto); *T=8*: 8-byte words, align 1. All round trips checked bit for bit.",
         "",

@@ -22,7 +22,7 @@ from .table import IBPTable
 ENCODE_BATCH_WORDS = 1 << 17
 #: ``align="auto"`` takes the largest alignment (up to 16) costing at most this much space
 #: over byte alignment, on the sample.
-ALIGN_SLACK = 0.02
+ALIGN_SLACK = 0.01
 AUTO_ALIGNMENTS = (16, 8, 4, 2, 1)
 #: Tables at least this large show a progress bar by default.
 PROGRESS_MIN_BYTES = 64 << 20
@@ -109,7 +109,7 @@ def compress(
         sample: rows used to fit the parameters; None picks up to 65,536 seeded random rows,
             0 uses every row (default: None).
         align: byte alignment of each stored row: 1, 2, 4, 8, 16 or 32, or ``"auto"`` for
-            the largest of 16..1 that costs at most 2% more space than 1 on the sample
+            the largest of 16..1 that costs at most 1% more space than 1 on the sample
             (default: ``"auto"``).
         seed: seed of the sample and of the cluster initialisation (default: 0).
         progress: show a progress bar; None shows one for tables of 64 MiB or more on a

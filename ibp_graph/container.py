@@ -4,7 +4,7 @@ Layout (every integer little-endian, every array C order with no strides)::
 
     bytes 0..7     magic b"IBPGRAPH"
     bytes 8..11    u32 format version (FORMAT_VERSION)
-    bytes 12..15   u32 reserved, zero
+    bytes 12..15   u32 zlib.crc32 of the L header bytes
     bytes 16..23   u64 header length L
     bytes 24..24+L UTF-8 JSON header, padded with spaces so that 24 + L is a multiple of 4096
     sections       raw little-endian array bytes, each starting at a multiple of 4096, in header
@@ -287,7 +287,7 @@ def read_header(path: str | os.PathLike[str]) -> IBPHeader:
                 path,
                 f"file is {file_size} bytes, too short for an .ibp header ({_FIXED_SIZE} bytes)",
             )
-        magic, version, reserved, header_len = _FIXED.unpack(f.read(_FIXED_SIZE))
+        magic, version, header_crc, header_len = _FIXED.unpack(f.read(_FIXED_SIZE))
         if magic != MAGIC:
             _fail(path, f"not an .ibp file (magic {magic!r} != {MAGIC!r})")
         if version == 0:
@@ -298,8 +298,6 @@ def read_header(path: str | os.PathLike[str]) -> IBPHeader:
                 f"format version {version} is newer than this ibp-graph supports "
                 f"({FORMAT_VERSION}); upgrade ibp-graph",
             )
-        if reserved != 0:
-            _fail(path, f"reserved bytes 12..15 are 0x{reserved:08x}, expected 0")
         if header_len > MAX_HEADER_BYTES:
             _fail(path, f"header length {header_len} exceeds the limit of {MAX_HEADER_BYTES} bytes")
         data_start = _FIXED_SIZE + header_len
@@ -318,6 +316,12 @@ def read_header(path: str | os.PathLike[str]) -> IBPHeader:
         raw = f.read(header_len)
     if len(raw) != header_len:
         _fail(path, f"file shrank while reading the header ({len(raw)} of {header_len} bytes)")
+    if zlib.crc32(raw) != header_crc:
+        _fail(
+            path,
+            f"header checksum mismatch (stored 0x{header_crc:08x}, computed "
+            f"0x{zlib.crc32(raw):08x}); the file is corrupt",
+        )
 
     obj = _parse_json(path, raw)
     for key in ("format_version", "meta", "sections"):
@@ -598,7 +602,8 @@ class IBPWriter:
         fd = os.open(partial, flags, 0o666)  # a data file: rw for whom the umask allows
         try:
             with os.fdopen(fd, "wb") as out:
-                out.write(_FIXED.pack(MAGIC, FORMAT_VERSION, 0, data_start - _FIXED_SIZE))
+                fixed = (MAGIC, FORMAT_VERSION, zlib.crc32(header), data_start - _FIXED_SIZE)
+                out.write(_FIXED.pack(*fixed))
                 out.write(header)
                 for entry in entries:
                     out.write(b"\0" * (entry["offset"] - out.tell()))

@@ -160,7 +160,8 @@ def words_to_rows(words: np.ndarray, num_cols: int, name: str) -> np.ndarray:
     target = SUPPORTED_DTYPES[name]
     n = words.shape[0]
     nbytes = num_cols * target.itemsize
-    raw = np.ascontiguousarray(words).view(np.uint8).reshape(n, -1)[:, :nbytes]
+    raw = np.ascontiguousarray(words).view(np.uint8).reshape(n, words.shape[1] * words.itemsize)
+    raw = raw[:, :nbytes]
     return np.ascontiguousarray(raw).view(target).reshape(n, num_cols)
 
 

@@ -11,7 +11,7 @@ import torch
 from .codec import ALIGNMENTS, MAX_CODE_BITS, CodecError, CodecParams, decode
 from .container import IBPHeader, load_section, read_header
 from .dtypes import SUPPORTED_DTYPES, WORD_DTYPES, storage_dtype, torch_dtype, words_to_rows
-from .errors import IBPFormatError
+from .errors import IBPFormatError, IBPInputError
 from .indexing import RowIndex, normalize_ids
 
 #: Words decoded per batch: small enough for the temporaries to stay in cache.
@@ -246,7 +246,7 @@ class IBPTable:
     def decode_words(self, ids: np.ndarray) -> np.ndarray:
         """Decode checked row ids to ``(n, V)`` codec words (the GPU kernels' reference)."""
         if self._closed:
-            raise ValueError(f"{self.path}: the table is closed")
+            raise IBPInputError(f"{self.path}: the table is closed")
         v = self._params.num_words
         per_batch = max(1, DECODE_BATCH_WORDS // v)
         out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)

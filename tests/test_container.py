@@ -48,14 +48,15 @@ def _write_raw(
     *,
     magic: bytes = MAGIC,
     version: int = FORMAT_VERSION,
-    reserved: int = 0,
+    header_crc: int | None = None,
     header_len: int | None = None,
 ) -> None:
     """Writes a file by hand; data starts at byte 4096 when the header fits in one page."""
     raw = header if isinstance(header, bytes) else json.dumps(header).encode()
     raw = _pad_header(raw)
     length = len(raw) if header_len is None else header_len
-    path.write_bytes(struct.pack("<8sIIQ", magic, version, reserved, length) + raw + data)
+    crc = zlib.crc32(raw) if header_crc is None else header_crc
+    path.write_bytes(struct.pack("<8sIIQ", magic, version, crc, length) + raw + data)
 
 
 def _entry(name: str, offset: int, data: bytes, dtype: str = "|u1", shape=None) -> dict:
@@ -161,9 +162,8 @@ def test_golden_bytes(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert data[:8] == b"IBPGRAPH"
     assert data[8:12] == b"\x01\x00\x00\x00"
-    assert data[12:16] == b"\x00\x00\x00\x00"
+    assert data[12:16] == zlib.crc32(data[24:4096]).to_bytes(4, "little")
     assert data[16:24] == (4096 - 24).to_bytes(8, "little")
-    assert data[:24] == b"IBPGRAPH\x01\x00\x00\x00\x00\x00\x00\x00\xe8\x0f\x00\x00\x00\x00\x00\x00"
     crc_a = zlib.crc32(b"\x01\x00\x02\x00")
     crc_rows = zlib.crc32(b"\x07\x08\x09")
     expected_json = (
@@ -365,10 +365,11 @@ def test_version_zero(tmp_path: Path) -> None:
     _fails(path, "version 0", "invalid")
 
 
-def test_reserved_nonzero(tmp_path: Path) -> None:
+def test_header_checksum_mismatch(tmp_path: Path) -> None:
     path = tmp_path / "x.ibp"
-    _write_raw(path, _header(), reserved=5)
-    _fails(path, "reserved")
+    raw = _pad_header(json.dumps(_header()).encode())
+    _write_raw(path, _header(), header_crc=zlib.crc32(raw) ^ 1)
+    _fails(path, "header checksum")
 
 
 def test_header_length_beyond_file(tmp_path: Path) -> None:

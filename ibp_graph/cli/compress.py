@@ -95,7 +95,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default="auto",
         metavar="auto|1|2|4|8|16|32",
         help="byte alignment of each stored row (default: auto, the largest of 16..1 that "
-        "costs at most 2%% more space than 1)",
+        "costs at most 1%% more space than 1)",
     )
     p.add_argument(
         "--root",

@@ -34,8 +34,10 @@ def mixed_float32() -> np.ndarray:
 
 def small_int16() -> np.ndarray:
     """7 x 3 int16 (odd width: padded in the encoded domain)."""
-    return np.array([[0, 1, 2], [0, 1, 3], [-1, 1, 2], [0, 1, 2], [7, -32768, 32767],
-                     [0, 1, 2], [0, 0, 0]], dtype=np.int16)
+    return np.array(
+        [[0, 1, 2], [0, 1, 3], [-1, 1, 2], [0, 1, 2], [7, -32768, 32767], [0, 1, 2], [0, 0, 0]],
+        dtype=np.int16,
+    )
 
 
 def main() -> None:

@@ -1,1 +1,0 @@
-"""CUDA C sources of the GPU kernels, shipped as package data."""

@@ -1,0 +1,269 @@
+"""Shared fixtures, hypothesis profiles and helpers of the test suite.
+
+Helpers are plain functions so that test modules can import them (``from conftest import
+...``); fixtures wrap the ones that hold state (seeded generators, files).
+
+Hypothesis runs derandomized (the same examples on every run and every machine) under the
+``ibp`` profile; ``HYPOTHESIS_PROFILE=ibp-thorough`` runs ten times more examples locally.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+from ibp_graph.bitops import exclusive_cumsum
+from ibp_graph.codec import CodecParams, EncodedChunk, align_up, best_clusters, decode, encode
+from ibp_graph.dtypes import SUPPORTED_DTYPES, rows_to_words
+from ibp_graph.preprocess import fit
+
+settings.register_profile(
+    "ibp",
+    derandomize=True,
+    deadline=None,
+    max_examples=50,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "ibp-thorough",
+    parent=settings.get_profile("ibp"),
+    max_examples=500,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ibp"))
+
+# --------------------------------------------------------------------------------------------
+# Element types and bit patterns
+# --------------------------------------------------------------------------------------------
+
+#: Every element type a table may have, by our name.
+DTYPE_NAMES: tuple[str, ...] = tuple(SUPPORTED_DTYPES)
+FLOAT_NAMES = ("float32", "float16", "bfloat16", "float64")
+#: Unsigned type with the width of each element type (its raw bit patterns).
+BITS_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(f"<u{dt.itemsize}") for name, dt in SUPPORTED_DTYPES.items()
+}
+
+#: Interesting bit patterns per element width: NaNs with payloads, -0.0, +-inf, subnormals,
+#: largest finite values (floats); extremes, -1 and 1 (integers).
+SPECIAL_BITS: dict[str, list[int]] = {
+    name: [int(h, 16) for h in hexes.split()]
+    for name, hexes in {
+        "float32": "7FC12345 FFC00001 7F800001 80000000 7F800000 FF800000 00000001 807FFFFF "
+        "7F7FFFFF 3F800000",
+        "float16": "7E01 FE55 7C01 8000 7C00 FC00 0001 83FF 7BFF 3C00",
+        "bfloat16": "7FC1 FFC3 7F81 8000 7F80 FF80 0001 807F 7F7F 3F80",
+        "float64": "7FF8000012345678 FFF0000000000001 8000000000000000 7FF0000000000000 "
+        "FFF0000000000000 0000000000000001 800FFFFFFFFFFFFF 7FEFFFFFFFFFFFFF 3FF0000000000000",
+    }.items()
+}
+for _name, _dt in SUPPORTED_DTYPES.items():
+    if _name not in SPECIAL_BITS:
+        _info = np.iinfo(_dt)
+        _vals = np.array([_info.min, _info.max, -1 if _info.min else 0, 1, 0], dtype=_dt)
+        SPECIAL_BITS[_name] = [int(b) for b in _vals.view(BITS_DTYPES[_name])]
+
+#: Value distributions of `make_table`.
+TABLE_KINDS = ("bits", "sparse", "few", "normal", "specials", "mixed", "zeros")
+
+
+def one_value(name: str) -> int:
+    """Bit pattern of the value 1 in an element type."""
+    if name == "bfloat16":
+        return 0x3F80
+    return int(np.array([1], dtype=SUPPORTED_DTYPES[name]).view(BITS_DTYPES[name])[0])
+
+
+def from_bits(bits: np.ndarray, name: str) -> np.ndarray:
+    """Reinterpret raw bit patterns as the storage dtype of ``name`` (no copy)."""
+    return np.asarray(bits, dtype=BITS_DTYPES[name]).view(SUPPORTED_DTYPES[name])
+
+
+def _random_bits(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    dt = BITS_DTYPES[name]
+    return rng.integers(0, np.iinfo(dt).max, size=shape, dtype=dt, endpoint=True)
+
+
+def _normal(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Bits of normally distributed values (rounded and clipped for integer types)."""
+    if name == "bfloat16":
+        f = rng.normal(size=shape).astype(np.float32)
+        return (f.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    dt = SUPPORTED_DTYPES[name]
+    if dt.kind == "f":
+        return rng.normal(size=shape).astype(dt).view(BITS_DTYPES[name])
+    info = np.iinfo(dt)
+    v = np.clip(np.rint(rng.normal(scale=20.0, size=shape)), info.min, info.max)
+    return v.astype(dt).view(BITS_DTYPES[name])
+
+
+def make_table(rng: np.random.Generator, name: str, n: int, d: int, kind: str) -> np.ndarray:
+    """A ``(n, d)`` table in the storage dtype of ``name`` (bfloat16 as uint16 bits).
+
+    Kinds: ``bits`` (uniform random bit patterns: NaN payloads, infinities and subnormals
+    occur), ``sparse`` (zeros with about 5% ones), ``few`` (three distinct values),
+    ``normal`` (normal floats / small integers), ``specials`` (NaN payloads, -0.0, +-inf,
+    subnormals, extremes among zeros and normals), ``mixed`` (each row from one of zeros,
+    sparse, normal and random bits, so that raw, flat and grouped rows meet) and ``zeros``.
+    """
+    dt = BITS_DTYPES[name]
+    shape = (n, d)
+    if kind == "bits":
+        bits = _random_bits(rng, name, shape)
+    elif kind == "sparse":
+        bits = np.where(rng.random(shape) < 0.05, one_value(name), 0).astype(dt)
+    elif kind == "few":
+        pool = _random_bits(rng, name, (3,))
+        bits = pool[rng.integers(0, 3, size=shape)]
+    elif kind == "normal":
+        bits = _normal(rng, name, shape)
+    elif kind == "specials":
+        pool = np.array(SPECIAL_BITS[name], dtype=dt)
+        bits = np.where(rng.random(shape) < 0.5, 0, _normal(rng, name, shape)).astype(dt)
+        pick = rng.random(shape) < 0.2
+        bits[pick] = pool[rng.integers(0, pool.size, size=int(pick.sum()))]
+    elif kind == "mixed":
+        parts = [
+            np.zeros(shape, dtype=dt),
+            np.where(rng.random(shape) < 0.05, one_value(name), 0).astype(dt),
+            _normal(rng, name, shape),
+            _random_bits(rng, name, shape),
+        ]
+        which = rng.integers(0, len(parts), size=n)
+        bits = np.choose(which[:, None], parts).astype(dt)
+    elif kind == "zeros":
+        bits = np.zeros(shape, dtype=dt)
+    else:  # pragma: no cover - a typo in a test
+        raise ValueError(f"unknown table kind {kind!r}")
+    return from_bits(bits, name)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality of two arrays of the same shape and item size (NaN-safe)."""
+    a = np.ascontiguousarray(a)
+    b = np.ascontiguousarray(b)
+    return (
+        a.shape == b.shape
+        and a.dtype.itemsize == b.dtype.itemsize
+        and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
+    )
+
+
+def to_torch(x: np.ndarray, name: str) -> torch.Tensor:
+    """The torch tensor of a storage-dtype table (bfloat16 from its uint16 bits)."""
+    if name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(x.copy())
+
+
+def torch_bits(t: torch.Tensor) -> np.ndarray:
+    """Raw bits of a CPU tensor as a NumPy array (bfloat16 through int16)."""
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()
+
+
+# --------------------------------------------------------------------------------------------
+# Codec round trips
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Encoded:
+    """A table encoded at codec level, with what decoding it needs."""
+
+    words: np.ndarray
+    params: CodecParams
+    cluster: np.ndarray | None
+    chunk: EncodedChunk
+    align: int
+
+    @property
+    def starts(self) -> np.ndarray:
+        """First byte of each row."""
+        return exclusive_cumsum(self.chunk.sizes)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Stored bytes of each row."""
+        return self.chunk.sizes
+
+    @property
+    def stream(self) -> np.ndarray:
+        """The row bytes zero-padded to whole uint64 words (at least one)."""
+        return rows_stream(self.chunk.data)
+
+    @property
+    def raw_row_bytes(self) -> int:
+        """V * T, the unaligned raw row."""
+        return self.params.num_words * self.params.word_bytes
+
+    @property
+    def aligned_raw(self) -> int:
+        """The aligned raw row, ``align_up(V * T, align)``."""
+        return int(align_up(self.raw_row_bytes, self.align))
+
+    def decode(self, ids: np.ndarray | None = None, lengths: np.ndarray | None = None):
+        """Decode rows ``ids`` (all by default) back to words."""
+        ids = np.arange(self.words.shape[0]) if ids is None else np.asarray(ids, dtype=np.int64)
+        lens = self.lengths if lengths is None else lengths
+        cl = None if self.cluster is None else self.cluster[ids]
+        return decode(self.stream, self.starts[ids], lens[ids], self.params, cl)
+
+    def grouped(self) -> np.ndarray:
+        """Encoded rows whose first bit (G) says grouped."""
+        first = self.chunk.data[self.starts[~self.chunk.raw]] & 1
+        out = np.zeros(self.words.shape[0], dtype=bool)
+        out[~self.chunk.raw] = first.astype(bool)
+        return out
+
+
+def rows_stream(data: np.ndarray) -> np.ndarray:
+    """Row bytes zero-padded to a multiple of 8 (at least 8) and viewed as uint64."""
+    padded = np.zeros(max(8, -(-data.size // 8) * 8), dtype=np.uint8)
+    padded[: data.size] = data
+    return padded.view(np.uint64)
+
+
+def encode_words(
+    words: np.ndarray,
+    name: str,
+    *,
+    align: int = 16,
+    clusters: int = 1,
+    fit_rows: np.ndarray | None = None,
+    threshold: float | str = "auto",
+) -> Encoded:
+    """Fit parameters on ``words[fit_rows]`` (all rows by default) and encode every row."""
+    sample = words if fit_rows is None else words[fit_rows]
+    params = fit(sample, name, clusters=clusters, threshold=threshold, align=align).params
+    cluster = best_clusters(words, params)[0] if params.num_clusters > 1 else None
+    return Encoded(words, params, cluster, encode(words, params, align, cluster), align)
+
+
+def encode_table(x: np.ndarray, name: str, word_bytes: int = 4, **kw) -> Encoded:
+    """`encode_words` of a storage-dtype table."""
+    return encode_words(rows_to_words(x, name, word_bytes), name, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A freshly seeded generator (seed 0) for each test."""
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def sparse_table() -> np.ndarray:
+    """200 x 1433 float32 0/1 table with 1.3% ones (a Cora-like bag of words)."""
+    gen = np.random.default_rng(1433)
+    return (gen.random((200, 1433)) < 0.013).astype(np.float32)
