@@ -1,0 +1,222 @@
+// Fused fetch + decode of IBP rows (docs/FORMAT.md), one warp per requested row.
+//
+// The warp copies its row's stored bytes from the row section (pinned host memory read over
+// UVA, or device memory) into shared memory with aligned 16-byte loads, then decodes it:
+// header bits, codes, payloads, each located by warp prefix sums of the field widths. Rows
+// stored raw are copied through. Decoded words are written to a row-major output of
+// `row_bytes` bytes per row.
+//
+// Out-of-range ids are never read: their output row is left untouched and `error[0]`
+// receives 1 + the position of the offending id. A row whose fields run past its stored
+// length (a corrupt file) sets `error[1]` the same way.
+//
+// Entry points (extern "C"): ibp_fetch_decode_w{4,8}_o{4,8}, word size x offset width.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define FULL_MASK 0xffffffffu
+
+template <typename W>
+struct Word;
+
+template <>
+struct Word<u32> {
+    static constexpr int BITS = 32;
+    __device__ static int ctz(u32 x) { return __ffs(x) - 1; }
+    __device__ static int popc(u32 x) { return __popc(x); }
+};
+
+template <>
+struct Word<u64> {
+    static constexpr int BITS = 64;
+    __device__ static int ctz(u64 x) { return __ffsll((long long)x) - 1; }
+    __device__ static int popc(u64 x) { return __popcll(x); }
+};
+
+__device__ __forceinline__ u64 low_mask64(int w) {
+    return w >= 64 ? ~0ull : ((1ull << w) - 1ull);
+}
+
+// Read `w` (0..64) bits at bit `pos` of a shared-memory buffer of 32-bit words.
+__device__ __forceinline__ u64 read_field(const u32* buf, u32 pos, int w) {
+    if (w == 0) return 0ull;
+    const u32 i = pos >> 5;
+    const u32 sh = pos & 31u;
+    const u64 lo = (u64)buf[i] | ((u64)buf[i + 1] << 32);
+    u64 v = lo >> sh;
+    if (sh != 0) v |= (u64)buf[i + 2] << (64 - sh);
+    return v & low_mask64(w);
+}
+
+// Deposit the low bits of `p` into the set bits of `m`, in ascending order (inverse pext).
+template <typename W>
+__device__ __forceinline__ W pdep(W p, W m) {
+    W out = 0;
+    while (m) {
+        const int lo = Word<W>::ctz(m);
+        const W shifted = m >> lo;
+        const W inv = ~shifted;
+        const int len = inv == 0 ? Word<W>::BITS - lo : Word<W>::ctz(inv);
+        const W lm = len >= Word<W>::BITS ? ~W(0) : ((W(1) << len) - 1);
+        out |= (p & lm) << lo;
+        p = len >= Word<W>::BITS ? W(0) : (p >> len);
+        m &= ~(lm << lo);
+    }
+    return out;
+}
+
+__device__ __forceinline__ u32 warp_inclusive_scan(u32 v, int lane) {
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const u32 t = __shfl_up_sync(FULL_MASK, v, d);
+        if (lane >= d) v += t;
+    }
+    return v;
+}
+
+template <typename W>
+__device__ __forceinline__ void store_word(u8* out_row, int j, W word, int row_bytes,
+                                           bool word_aligned) {
+    const int at = j * (int)sizeof(W);
+    if (word_aligned) {
+        reinterpret_cast<W*>(out_row)[j] = word;
+        return;
+    }
+#pragma unroll
+    for (int b = 0; b < (int)sizeof(W); ++b) {
+        if (at + b < row_bytes) out_row[at + b] = (u8)(word >> (8 * b));
+    }
+}
+
+// Shared memory per warp: `buf_words` (a multiple of 4) u32 of staged row bytes, then V code
+// bytes and C subgroup bytes, rounded up to 16 bytes; the host sizes it
+// (ibp_graph/kernels/fetch_decode.py). The row section must be readable up to 16 bytes past
+// its end (the loader pads it).
+template <typename W, typename O>
+__device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ offsets,
+                             const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
+                             const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
+                             const i64* __restrict__ idx, u8* __restrict__ out,
+                             int* __restrict__ error, i64 n, i64 num_rows, int V, int E,
+                             int align, int row_bytes, int buf_words) {
+    extern __shared__ __align__(16) u32 smem[];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    const int C = (V + 31) >> 5;
+    const int stride_words = (buf_words + ((V + C + 3) >> 2) + 3) & ~3;  // 16-byte aligned
+    u32* buf = smem + (size_t)warp * stride_words;
+    u8* codes = reinterpret_cast<u8*>(buf + buf_words);
+    u8* subs = codes + V;
+    const int TB = Word<W>::BITS;
+    const int raw_bytes = V * (int)sizeof(W);
+    const bool word_aligned = (row_bytes == raw_bytes);
+
+    for (i64 r = (i64)blockIdx.x * warps + warp; r < n; r += (i64)gridDim.x * warps) {
+        const i64 row = idx[r];
+        if (row < 0 || row >= num_rows) {
+            if (lane == 0) atomicCAS(&error[0], 0, (int)min(r + 1, (i64)0x7fffffff));
+            continue;
+        }
+        const u64 start = (u64)offsets[row] * (u64)align;
+        const u64 len = (u64)offsets[row + 1] * (u64)align - start;
+        // Stage the 16-byte-aligned span holding the row.
+        const u64 first = start & ~15ull;
+        const int chunks = (int)((start + len - first + 15) >> 4);
+        const uint4* src = reinterpret_cast<const uint4*>(rows + first);
+        uint4* dst = reinterpret_cast<uint4*>(buf);
+        for (int q = lane; q < chunks; q += 32) dst[q] = src[q];
+        if (lane < 2) buf[chunks * 4 + lane] = 0u;
+        __syncwarp();
+
+        const u32 base = (u32)(start - first) * 8u;
+        u8* out_row = out + r * (i64)row_bytes;
+        if (len >= (u64)raw_bytes) {
+            for (int j = lane; j < V; j += 32) {
+                const W word = (W)read_field(buf, base + (u32)j * TB, TB);
+                store_word<W>(out_row, j, word, row_bytes, word_aligned);
+            }
+            __syncwarp();
+            continue;
+        }
+        const int c = cluster_ids ? (int)cluster_ids[row] : 0;
+        const size_t col0 = (size_t)c * V;
+        const bool grouped = read_field(buf, base, 1) != 0;
+        u32 cursor = base + 1;
+        if (grouped) {
+            cursor += (u32)C;
+            for (int q0 = 0; q0 < C; q0 += 32) {
+                const int q = q0 + lane;
+                u32 w = 0;
+                if (q < C && read_field(buf, base + 1 + q, 1)) {
+                    const int in_chunk = min(32, V - 32 * q);
+                    w = (u32)((in_chunk + 7) >> 3);
+                }
+                const u32 incl = warp_inclusive_scan(w, lane);
+                if (q < C) subs[q] = (u8)read_field(buf, cursor + incl - w, (int)w);
+                cursor += __shfl_sync(FULL_MASK, incl, 31);
+            }
+            __syncwarp();
+        }
+        for (int j0 = 0; j0 < V; j0 += 32) {
+            const int j = j0 + lane;
+            u32 w = 0;
+            if (j < V) {
+                const bool present =
+                    !grouped || ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u);
+                w = present ? (u32)code_bits[col0 + j] : 0u;
+            }
+            const u32 incl = warp_inclusive_scan(w, lane);
+            if (j < V) codes[j] = (u8)read_field(buf, cursor + incl - w, (int)w);
+            cursor += __shfl_sync(FULL_MASK, incl, 31);
+        }
+        __syncwarp();
+        for (int j0 = 0; j0 < V; j0 += 32) {
+            const int j = j0 + lane;
+            u32 w = 0;
+            u32 code = 0, esc = 0;
+            W mask = 0;
+            if (j < V) {
+                code = codes[j];
+                esc = (1u << code_bits[col0 + j]) - 1u;
+                mask = masks[col0 + j];
+                w = code == esc ? (u32)TB : (u32)(TB - Word<W>::popc(mask));
+            }
+            const u32 incl = warp_inclusive_scan(w, lane);
+            const u32 end = cursor + __shfl_sync(FULL_MASK, incl, 31);
+            if (end - base > (u32)(len * 8)) {
+                if (lane == 0) atomicCAS(&error[1], 0, (int)min(r + 1, (i64)0x7fffffff));
+                break;
+            }
+            if (j < V) {
+                const W payload = (W)read_field(buf, cursor + incl - w, (int)w);
+                const W word = code == esc
+                                   ? payload
+                                   : (W)(bitvals[(col0 + j) * (size_t)E + code] |
+                                         pdep<W>(payload, (W)~mask));
+                store_word<W>(out_row, j, word, row_bytes, word_aligned);
+            }
+            cursor = end;
+        }
+        __syncwarp();
+    }
+}
+
+#define IBP_FETCH_DECODE(NAME, W, O)                                                         \
+    extern "C" __global__ void NAME(                                                         \
+        const u8* __restrict__ rows, const O* __restrict__ offsets,                          \
+        const u8* __restrict__ cluster_ids, const W* __restrict__ masks,                     \
+        const u8* __restrict__ code_bits, const W* __restrict__ bitvals,                     \
+        const i64* __restrict__ idx, u8* __restrict__ out, int* __restrict__ error, i64 n,   \
+        i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {               \
+        fetch_decode<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, idx, out, \
+                           error, n, num_rows, V, E, align, row_bytes, buf_words);           \
+    }
+
+IBP_FETCH_DECODE(ibp_fetch_decode_w4_o4, u32, u32)
+IBP_FETCH_DECODE(ibp_fetch_decode_w4_o8, u32, u64)
+IBP_FETCH_DECODE(ibp_fetch_decode_w8_o4, u64, u32)
+IBP_FETCH_DECODE(ibp_fetch_decode_w8_o8, u64, u64)

@@ -1,0 +1,308 @@
+"""Tables the GPU reads itself: IBP rows or raw rows in pinned host memory, zero-copy."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .dtypes import as_table, row_bytes, torch_dtype
+from .errors import IBPFormatError, IBPInputError
+from .indexing import normalize_ids
+from .kernels.fetch_decode import DeviceCodec, fetch_decode
+from .kernels.raw_gather import raw_gather
+from .kernels.runtime import cupy, require_cuda
+from .pinned import PinnedBuffer
+from .table import IBPTable
+
+#: Bytes copied into pinned memory per step of the progress bar.
+COPY_CHUNK = 64 << 20
+PROGRESS_MIN_BYTES = 256 << 20
+
+
+def _device(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise IBPInputError(f"device must be a CUDA device, got {device!r}")
+    require_cuda("a CUDA table")
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.index >= torch.cuda.device_count():
+        raise IBPInputError(f"device {dev} does not exist ({torch.cuda.device_count()} GPUs)")
+    return dev
+
+
+def _bar(total: int, desc: str, progress: bool | None) -> tqdm:
+    show = progress if progress is not None else (None if total >= PROGRESS_MIN_BYTES else False)
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        desc=desc,
+        file=sys.stderr,
+        disable=show is False if show is not None else None,
+        leave=False,
+    )
+
+
+def _fill_pinned(buffer: PinnedBuffer, source: np.ndarray, desc: str, progress) -> None:
+    flat = source.reshape(-1).view(np.uint8)
+    with _bar(flat.size, desc, progress) as bar:
+        for s in range(0, flat.size, COPY_CHUNK):
+            part = flat[s : s + COPY_CHUNK]
+            buffer.array[s : s + part.size] = part
+            bar.update(part.size)
+
+
+def _as_signed(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Copy an unsigned NumPy array to the GPU as the signed type of the same width."""
+    signed = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize]
+    return torch.from_numpy(np.ascontiguousarray(array).view(signed)).to(device)
+
+
+class _ErrorFlags:
+    """The kernels' (2,) int32 error slots, checked after a synchronising read."""
+
+    def __init__(self, device: torch.device):
+        self.tensor = torch.zeros(2, dtype=torch.int32, device=device)
+
+    def raise_if_set(self, path: str, idx: torch.Tensor, num_rows: int) -> None:
+        bad_id, bad_row = (int(v) for v in self.tensor.tolist())
+        if bad_id or bad_row:
+            self.tensor.zero_()
+        if bad_id:
+            pos = bad_id - 1
+            raise IBPInputError(
+                f"row index {int(idx[pos])} (at position {pos}) is out of range for a table "
+                f"of {num_rows} rows"
+            )
+        if bad_row:
+            pos = bad_row - 1
+            raise IBPFormatError(f"{path}: corrupt row {int(idx[pos])}: its fields run past it")
+
+
+def _cuda_ids(index: Any, num_rows: int, device: torch.device) -> torch.Tensor:
+    """Row ids as a contiguous int64 tensor on ``device`` (CPU selections are checked first)."""
+    if isinstance(index, torch.Tensor) and index.device.type == "cuda":
+        if index.dtype == torch.bool:
+            if index.shape != (num_rows,):
+                raise IBPInputError(
+                    f"boolean row mask has {tuple(index.shape)} entries, the table has "
+                    f"{num_rows} rows"
+                )
+            return torch.nonzero(index).reshape(-1).to(device)
+        if index.dtype not in (torch.int64, torch.int32) or index.dim() != 1:
+            raise IBPInputError(
+                f"CUDA row indices must be a 1-D int64 tensor, got {index.dtype} "
+                f"{tuple(index.shape)}"
+            )
+        return index.to(device=device, dtype=torch.int64).contiguous()
+    ids, _ = normalize_ids(index, num_rows)
+    return torch.from_numpy(ids).to(device)
+
+
+class _CudaTableBase:
+    """Shared fetch logic: id handling, output allocation, error checks, lifetime."""
+
+    path: str
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    device: torch.device
+
+    def __init__(self, device: torch.device, max_blocks: int | None):
+        self.device = device
+        self.max_blocks = max_blocks
+        self._errors = _ErrorFlags(device)
+        self._pinned: PinnedBuffer | None = None
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _launch(self, idx: torch.Tensor, out: torch.Tensor, stream) -> None:
+        raise NotImplementedError
+
+    def fetch(
+        self,
+        idx: torch.Tensor,
+        out: torch.Tensor | None = None,
+        *,
+        stream: torch.cuda.Stream | None = None,
+        check: bool = True,
+    ) -> torch.Tensor:
+        """Rows ``idx`` (a CUDA int64 tensor) as a CUDA tensor, launched on ``stream``.
+
+        Args:
+            idx: row ids, a contiguous 1-D int64 tensor on this table's device.
+            out: where to write (allocated on ``stream`` when None).
+            stream: the stream to launch on (default: the current stream).
+            check: synchronise and raise on out-of-range ids. With False, nothing syncs and
+                out-of-range ids leave their output rows untouched: only for ids known to be
+                valid (e.g. from a sampler over this graph).
+        """
+        if self._pinned is None:
+            raise IBPInputError(f"{self.path}: the table is closed")
+        if out is None:
+            with torch.cuda.stream(stream):
+                out = torch.empty(
+                    (idx.shape[0], self.shape[1]), dtype=self.dtype, device=self.device
+                )
+        self._launch(idx, out, stream)
+        if check:
+            (stream or torch.cuda.current_stream(self.device)).synchronize()
+            self._errors.raise_if_set(self.path, idx, self.shape[0])
+        return out
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        """Rows as a CUDA tensor of the original dtype (checked, synchronising)."""
+        scalar = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+        idx = _cuda_ids(index, self.shape[0], self.device)
+        out = self.fetch(idx)
+        return out[0] if scalar else out
+
+    def close(self) -> None:
+        """Unpin the host memory; the table cannot be read afterwards."""
+        if self._pinned is not None:
+            torch.cuda.synchronize(self.device)
+            self._pinned.close()
+            self._pinned = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CudaIBPTable(_CudaTableBase):
+    """An ``.ibp`` table whose rows sit in pinned host memory and are decoded by the GPU.
+
+    ``table[ids]`` returns a CUDA tensor; ``table.fetch(idx, stream=...)`` is the asynchronous
+    form. The file is validated (and its checksums verified) exactly as by
+    :func:`ibp_graph.open` on the CPU before anything is pinned.
+
+    Args:
+        path: the ``.ibp`` file.
+        device: the CUDA device (default: the current one).
+        verify: check the section checksums first (default: True).
+        max_blocks: cap on the fetch grid, to leave SMs to training (default: 4 per SM).
+        progress: show a progress bar while pinning (None: for rows of 256 MiB or more).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        device: str | torch.device = "cuda",
+        verify: bool = True,
+        max_blocks: int | None = None,
+        progress: bool | None = None,
+    ):
+        dev = _device(device)
+        cp = cupy()
+        cpu = IBPTable(path, mmap=True, verify=verify)
+        super().__init__(dev, max_blocks)
+        self.path = cpu.path
+        self.shape = cpu.shape
+        self.dtype = cpu.dtype
+        self.cpu_table = cpu
+        with cp.cuda.Device(dev.index):
+            pinned = PinnedBuffer(cpu.stored_bytes, cpu.path, cp.cuda)
+            _fill_pinned(pinned, cpu.rows_section, f"pin {os.path.basename(cpu.path)}", progress)
+            rows_ptr = pinned.pin()
+        self._pinned = pinned
+        params = cpu.params
+        self.codec = DeviceCodec(
+            rows_ptr=rows_ptr,
+            offsets=_as_signed(cpu.offsets.astype(cpu.header.sections["offsets"].dtype), dev),
+            cluster_ids=None if cpu.cluster_ids is None else _as_signed(cpu.cluster_ids, dev),
+            masks=_as_signed(params.masks, dev),
+            code_bits=_as_signed(params.code_bits, dev),
+            bitvals=_as_signed(params.bitvals, dev),
+            num_rows=cpu.shape[0],
+            num_words=params.num_words,
+            word_bytes=params.word_bytes,
+            align=cpu.align,
+            row_bytes=row_bytes(cpu.shape[1], cpu.dtype_name),
+        )
+
+    @property
+    def ratio(self) -> float:
+        """Raw row bytes over stored row bytes."""
+        return self.cpu_table.ratio
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of pinned row data."""
+        return self.cpu_table.stored_bytes
+
+    def _launch(self, idx: torch.Tensor, out: torch.Tensor, stream) -> None:
+        fetch_decode(
+            self.codec, idx, out, self._errors.tensor, stream=stream, max_blocks=self.max_blocks
+        )
+
+    def __repr__(self) -> str:
+        n, d = self.shape
+        return (
+            f"CudaIBPTable('{self.path}', shape=({n}, {d}), dtype={self.dtype}, "
+            f"ratio={self.ratio:.3f}, device={self.device})"
+        )
+
+
+class PinnedRawTable(_CudaTableBase):
+    """An uncompressed table in pinned host memory, gathered by the GPU over UVA.
+
+    The IBP-off baseline, with the same interface as :class:`CudaIBPTable`.
+
+    Args:
+        data: a 2-D NumPy array or torch tensor (copied into pinned memory; not modified).
+        device: the CUDA device (default: the current one).
+        max_blocks: cap on the gather grid (default: 4 per SM).
+        progress: show a progress bar while pinning.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        *,
+        device: str | torch.device = "cuda",
+        max_blocks: int | None = None,
+        progress: bool | None = None,
+    ):
+        dev = _device(device)
+        cp = cupy()
+        array, name = as_table(data)
+        super().__init__(dev, max_blocks)
+        self.path = f"<raw {name} table>"
+        self.shape = (int(array.shape[0]), int(array.shape[1]))
+        self.dtype = torch_dtype(name)
+        self.row_bytes = row_bytes(self.shape[1], name)
+        with cp.cuda.Device(dev.index):
+            pinned = PinnedBuffer(self.shape[0] * self.row_bytes, self.path, cp.cuda)
+            _fill_pinned(pinned, np.ascontiguousarray(array), "pin raw table", progress)
+            self.rows_ptr = pinned.pin()
+        self._pinned = pinned
+
+    @property
+    def ratio(self) -> float:
+        """Always 1.0: rows are stored as they are."""
+        return 1.0
+
+    def _launch(self, idx: torch.Tensor, out: torch.Tensor, stream) -> None:
+        raw_gather(
+            self.rows_ptr,
+            self.shape[0],
+            self.row_bytes,
+            idx,
+            out,
+            self._errors.tensor,
+            stream=stream,
+            max_blocks=self.max_blocks,
+        )
+
+    def __repr__(self) -> str:
+        n, d = self.shape
+        return f"PinnedRawTable(shape=({n}, {d}), dtype={self.dtype}, device={self.device})"

@@ -1,0 +1,59 @@
+"""Launcher of ``cuda/raw_gather.cu``: zero-copy gather of uncompressed rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .fetch_decode import WARP, check_launch
+from .runtime import as_cupy, cupy_stream, kernel
+
+SOURCE = "raw_gather.cu"
+WARPS_PER_BLOCK = 8
+
+
+def vector_bytes(row_bytes: int, table_ptr: int) -> int:
+    """The widest vector (16, 8, 4 or 1 bytes) dividing the row width and the base address."""
+    for v in (16, 8, 4):
+        if row_bytes % v == 0 and table_ptr % v == 0:
+            return v
+    return 1
+
+
+def raw_gather(
+    table_ptr: int,
+    num_rows: int,
+    row_bytes: int,
+    idx: torch.Tensor,
+    out: torch.Tensor,
+    error: torch.Tensor,
+    *,
+    stream: torch.cuda.Stream | None = None,
+    max_blocks: int | None = None,
+) -> None:
+    """Copy rows ``idx`` of a ``(num_rows, row_bytes)`` table at ``table_ptr`` into ``out``.
+
+    ``table_ptr`` is a device-visible address (pinned host memory over UVA, or device memory).
+    ``error[0]`` receives 1 + the position of an out-of-range id. Does not synchronise.
+    """
+    device = out.device
+    check_launch(idx, out, row_bytes, device)
+    n = idx.shape[0]
+    if n == 0:
+        return
+    vec = vector_bytes(row_bytes, table_ptr)
+    fn = kernel(SOURCE, f"ibp_raw_gather_v{vec}", device.index)
+    props = torch.cuda.get_device_properties(device)
+    cap = max_blocks if max_blocks is not None else 4 * props.multi_processor_count
+    grid = max(1, min(-(-n // WARPS_PER_BLOCK), int(cap)))
+    args = (
+        np.uint64(table_ptr),
+        as_cupy(idx),
+        as_cupy(out.view(torch.uint8).reshape(-1)),
+        as_cupy(error),
+        np.int64(n),
+        np.int64(num_rows),
+        np.int64(row_bytes),
+    )
+    with cupy_stream(stream, device):
+        fn((grid,), (WARP * WARPS_PER_BLOCK,), args)
