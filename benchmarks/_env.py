@@ -66,3 +66,15 @@ def write_json(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def header_lines(title: str, env: dict) -> list[str]:
+    """The opening lines of a results page: title, device, date, commit and command."""
+    return [
+        f"# {title}",
+        "",
+        f"- device: {env['device']}",
+        f"- date: {env['date']}, commit {env['git_commit']}",
+        f"- command: `{env['command']}`",
+        "",
+    ]

@@ -35,7 +35,7 @@ torch.set_num_threads(1)
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import RESULTS, environment, write_json  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
 from ibp_graph.codec import encode  # noqa: E402
 from ibp_graph.compress import ENCODE_BATCH_WORDS  # noqa: E402
 from ibp_graph.dtypes import rows_to_words  # noqa: E402
@@ -99,12 +99,7 @@ def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
 
 def markdown(env: dict, rows: list[dict]) -> str:
     lines = [
-        "# CPU codec throughput (one core)",
-        "",
-        f"- device: {env['device']}",
-        f"- date: {env['date']}, commit {env['git_commit']}",
-        f"- command: `{env['command']}`",
-        "",
+        *header_lines("CPU codec throughput (one core)", env),
         "MB/s of raw (decoded) table bytes, median of 5 runs after a warm-up, one thread. "
         "Targets: encoder >= 50 MB/s, decoder >= 100 MB/s per core.",
         "",

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import RESULTS, environment, write_json  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
 from ibp_graph.cuda_table import PinnedRawTable  # noqa: E402
 from ibp_graph.kernels.fetch_decode import DeviceCodec, fetch_decode  # noqa: E402
 from ibp_graph.kernels.runtime import cupy  # noqa: E402
@@ -157,11 +157,7 @@ def measure(name: str, block: np.ndarray, args, tmp: Path, device) -> dict:
 
 def markdown(env: dict, rows: list[dict]) -> str:
     lines = [
-        f"# GPU fetch throughput ({env['device']})",
-        "",
-        f"- date: {env['date']}, commit {env['git_commit']}",
-        f"- command: `{env['command']}`",
-        "",
+        *header_lines("GPU fetch throughput", env),
         "Delivered (decoded) GB/s, median of the timed runs. ideal = ratio x raw; target: "
         "ibp >= 0.9 x ideal, raw >= 0.8 x memcpy at 512 B, decode-only >= 10 x memcpy.",
         "",

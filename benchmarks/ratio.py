@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables, reference_ibp  # noqa: E402
-from benchmarks._env import RESULTS, environment, write_json  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
 
 VARIANTS = {
     "align1": {"align": 1},
@@ -67,12 +67,7 @@ def measure(name: str, array: np.ndarray, workdir: Path) -> dict:
 
 def markdown(env: dict, rows: list[dict], notes: dict[str, str]) -> str:
     lines = [
-        "# Compression ratio on real tables",
-        "",
-        f"- device: {env['device']}",
-        f"- date: {env['date']}, commit {env['git_commit']}",
-        f"- command: `{env['command']}`",
-        "",
+        *header_lines("Compression ratio on real tables", env),
         "Ratio = raw row bytes / stored row bytes (row alignment included, metadata excluded).",
         "*reference*: one-mask IBP as in the reference design (one flag bit per word, rows "
         "byte-granular, best threshold of 0.70..0.95), `benchmarks/reference_ibp.py`.",

@@ -88,7 +88,8 @@ class PinnedBuffer:
         """Register the memory with CUDA in chunks; return the device-visible address."""
         runtime = self._cuda.runtime
         total = self.array.size
-        single = not runtime.deviceGetAttribute(_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0)
+        device = runtime.getDevice()
+        single = not runtime.deviceGetAttribute(_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, device)
         step = total if single else REGISTER_CHUNK
         try:
             for start in range(0, total, step):

@@ -94,7 +94,10 @@ class _FakeRuntime:
         self.registered: list[tuple[int, int]] = []
         self.unregistered: list[int] = []
 
-    def deviceGetAttribute(self, attr, device):  # noqa: N802 - CUDA's name
+    def getDevice(self):  # noqa: N802 - CUDA's name
+        return 0
+
+    def deviceGetAttribute(self, attr, device):  # noqa: N802
         return 1
 
     def hostRegister(self, ptr, size, flags):  # noqa: N802

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .runtime import as_cupy, cupy_stream, kernel
+from .runtime import as_cupy, cupy_stream, grid_size, kernel
 
 SOURCE = "fetch_decode.cu"
 WARP = 32
@@ -135,9 +135,7 @@ def fetch_decode(
     fn = kernel(SOURCE, _entry(codec), device.index)
     if plan.bytes_per_block > DEFAULT_SMEM:
         fn.max_dynamic_shared_size_bytes = plan.bytes_per_block
-    blocks = -(-n // plan.warps_per_block)
-    cap = max_blocks if max_blocks is not None else 4 * props.multi_processor_count
-    grid = max(1, min(blocks, int(cap)))
+    grid = grid_size(-(-n // plan.warps_per_block), device, max_blocks)
     args = (
         np.uint64(codec.rows_ptr),
         as_cupy(codec.offsets),

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from .fetch_decode import WARP, check_launch
-from .runtime import as_cupy, cupy_stream, kernel
+from .runtime import as_cupy, cupy_stream, grid_size, kernel
 
 SOURCE = "raw_gather.cu"
 WARPS_PER_BLOCK = 8
@@ -43,9 +43,7 @@ def raw_gather(
         return
     vec = vector_bytes(row_bytes, table_ptr)
     fn = kernel(SOURCE, f"ibp_raw_gather_v{vec}", device.index)
-    props = torch.cuda.get_device_properties(device)
-    cap = max_blocks if max_blocks is not None else 4 * props.multi_processor_count
-    grid = max(1, min(-(-n // WARPS_PER_BLOCK), int(cap)))
+    grid = grid_size(-(-n // WARPS_PER_BLOCK), device, max_blocks)
     args = (
         np.uint64(table_ptr),
         as_cupy(idx),

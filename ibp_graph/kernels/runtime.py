@@ -81,3 +81,14 @@ def cupy_stream(stream: torch.cuda.Stream | None, device: torch.device) -> Any:
 def as_cupy(tensor: torch.Tensor) -> Any:
     """A zero-copy CuPy view of a CUDA tensor (DLPack)."""
     return cupy().from_dlpack(tensor)
+
+
+#: Default cap on a fetch grid, in blocks per SM, to leave SMs to training.
+BLOCKS_PER_SM = 4
+
+
+def grid_size(blocks: int, device: torch.device, max_blocks: int | None) -> int:
+    """``blocks`` capped at ``max_blocks`` (default: `BLOCKS_PER_SM` per SM), at least 1."""
+    if max_blocks is None:
+        max_blocks = BLOCKS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(int(blocks), int(max_blocks)))
