@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .compress import compress
-from .errors import IBPError, IBPFormatError, IBPInputError
+from .errors import IBPDeviceError, IBPError, IBPFormatError, IBPInputError
 from .table import IBPTable
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def open(  # noqa: A001
 
 
 __all__ = [
+    "IBPDeviceError",
     "IBPError",
     "IBPFormatError",
     "IBPInputError",

@@ -91,12 +91,25 @@ def bit_runs(masks: np.ndarray, nbits: int) -> BitRuns:
 
 
 def pext(words: np.ndarray, runs: BitRuns) -> np.ndarray:
-    """Extract the bits selected by the runs' masks into low bits (runs' dtype)."""
+    """Extract the bits selected by the runs' masks into low bits (runs' dtype).
+
+    Works on NumPy and CuPy arrays alike.
+    """
     w = words.astype(runs.lo.dtype, copy=False)
-    out = np.zeros(np.broadcast_shapes(w.shape, runs.lo.shape[1:]), dtype=runs.lo.dtype)
+    shape = np.broadcast_shapes(w.shape, runs.lo.shape[1:])
+    out = _zeros_like_module(w, shape, runs.lo.dtype)
     for r in range(runs.count):
         out |= ((w >> runs.lo[r]) & runs.mask[r]) << runs.dst[r]
     return out
+
+
+def _zeros_like_module(x: np.ndarray, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """Zeros of ``shape`` in the array module (NumPy or CuPy) that holds ``x``."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy.zeros(shape, dtype=dtype)
+    return np.zeros(shape, dtype=dtype)
 
 
 def pdep(packed: np.ndarray, runs: BitRuns) -> np.ndarray:
@@ -109,9 +122,8 @@ def pdep(packed: np.ndarray, runs: BitRuns) -> np.ndarray:
 
 
 def exclusive_cumsum(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Exclusive prefix sum along an axis, int64."""
-    c = np.cumsum(x, axis=axis, dtype=np.int64)
-    return c - np.asarray(x, dtype=np.int64)
+    """Exclusive prefix sum along an axis, int64 (NumPy or CuPy)."""
+    return x.cumsum(axis=axis, dtype=np.int64) - x.astype(np.int64)
 
 
 def or_bits(out: np.ndarray, values: np.ndarray, widths: np.ndarray, positions: np.ndarray) -> None:
@@ -119,9 +131,13 @@ def or_bits(out: np.ndarray, values: np.ndarray, widths: np.ndarray, positions: 
 
     ``values`` (each less than ``2**width``), ``widths`` (0..64) and absolute bit
     ``positions`` are equal-shaped; fields must not overlap and, flattened in C order, must be
-    in non-decreasing position order. Zero-width fields contribute nothing.
+    in non-decreasing position order. Zero-width fields contribute nothing. On CuPy arrays
+    the fields are added with atomics (the same as OR, since no two fields share a bit).
     """
     if values.size == 0:
+        return
+    if type(out).__module__.startswith("cupy"):
+        _or_bits_cupy(out, values, widths, positions)
         return
     v = values.reshape(-1).astype(_U64, copy=False)
     w = widths.reshape(-1)
@@ -148,3 +164,18 @@ def read_bits(stream: np.ndarray, positions: np.ndarray, widths: np.ndarray) -> 
     lo = stream[word] >> sh
     hi = stream[np.minimum(word + 1, last)] << (_U64(64) - sh)  # a shift by 64 gives 0
     return (lo | hi) & low_mask(widths)
+
+
+def _or_bits_cupy(out, values, widths, positions) -> None:
+    import cupy
+    import cupyx
+
+    v = values.reshape(-1).astype(cupy.uint64, copy=False)
+    w = widths.reshape(-1)
+    pos = positions.reshape(-1)
+    word = pos >> 6
+    sh = (pos & 63).astype(cupy.uint64)
+    cupyx.scatter_add(out, word, v << sh)
+    spill = cupy.flatnonzero((pos & 63) + w > 64)
+    if spill.size:
+        cupyx.scatter_add(out, word[spill] + 1, v[spill] >> (cupy.uint64(64) - sh[spill]))

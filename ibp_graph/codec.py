@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,29 @@ ALIGNMENTS = (1, 2, 4, 8, 16, 32)
 
 class CodecError(ValueError):
     """Inconsistent codec parameters or encoded data."""
+
+
+def array_module(x: object) -> Any:
+    """NumPy, or CuPy for a CuPy array: the encoder runs unchanged on either."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+@dataclass(frozen=True)
+class _Arrays:
+    """The parameters' arrays as one array module holds them (NumPy or CuPy)."""
+
+    masks: Any
+    code_bits: Any
+    bitvals: Any
+    escape: Any
+    free_bits: Any
+    match_values: Any
+    runs: BitRuns
+    sorted_keys: tuple[Any, Any] | None
 
 
 def align_up(x: np.ndarray | int, align: int) -> np.ndarray | int:
@@ -137,6 +161,24 @@ class CodecParams:
         vals = np.where(self._unused, self.bitvals[:, :, :1], self.bitvals)
         return np.ascontiguousarray(vals.transpose(0, 2, 1))
 
+    def arrays(self, xp: Any = np) -> _Arrays:
+        """The arrays the encoder uses, on NumPy or (copied once, cached) on CuPy's device."""
+        key = f"_arrays_{xp.__name__}"
+        if key not in self.__dict__:
+            keys = self.sorted_keys if self.word_bytes == 4 else None
+            runs = self.free_runs
+            self.__dict__[key] = _Arrays(
+                masks=xp.asarray(self.masks),
+                code_bits=xp.asarray(self.code_bits),
+                bitvals=xp.asarray(self.bitvals),
+                escape=xp.asarray(self.escape),
+                free_bits=xp.asarray(self.free_bits),
+                match_values=xp.asarray(self.match_values),
+                runs=BitRuns(xp.asarray(runs.lo), xp.asarray(runs.mask), xp.asarray(runs.dst)),
+                sorted_keys=None if keys is None else (xp.asarray(keys[0]), xp.asarray(keys[1])),
+            )
+        return self.__dict__[key]
+
     @cached_property
     def sorted_keys(self) -> tuple[np.ndarray, np.ndarray]:
         """Sorted search keys of every entry, and their codes (4-byte words only).
@@ -170,40 +212,42 @@ class _Rows:
     runs: BitRuns
 
 
-def _row_params(params: CodecParams, cluster: np.ndarray | None) -> _Rows:
+def _row_params(params: CodecParams, cluster: Any | None, xp: Any = np) -> _Rows:
+    a = params.arrays(xp)
     if cluster is None or params.num_clusters == 1:
         idx: tuple = (slice(0, 1),)
         cluster = None
     else:
-        idx = (np.asarray(cluster, dtype=np.intp),)
+        idx = (xp.asarray(cluster, dtype=xp.intp),)
     return _Rows(
         cluster=cluster,
-        mask=params.masks[idx],
-        match_by_entry=params.match_values[idx],
-        bitvals=params.bitvals[idx],
-        code_bits=params.code_bits[idx],
-        escape=params.escape[idx],
-        free_bits=params.free_bits[idx],
-        runs=params.free_runs.take(idx),
+        mask=a.masks[idx],
+        match_by_entry=a.match_values[idx],
+        bitvals=a.bitvals[idx],
+        code_bits=a.code_bits[idx],
+        escape=a.escape[idx],
+        free_bits=a.free_bits[idx],
+        runs=a.runs.take(idx),
     )
 
 
-def _codes(words: np.ndarray, rp: _Rows, params: CodecParams) -> np.ndarray:
-    """Code of every word: lowest matching entry, else the escape code (int64)."""
+def _codes(words: Any, rp: _Rows, params: CodecParams) -> Any:
+    """Code of every word: lowest matching entry, else the escape code."""
+    xp = array_module(words)
     masked = words & rp.mask
     if params.max_entries <= SMALL_DICT or params.word_bytes == 8:
-        code = np.broadcast_to(rp.escape.astype(np.uint8), masked.shape)
+        code = xp.broadcast_to(rp.escape.astype(xp.uint8), masked.shape)
         for e in range(params.max_entries - 1, -1, -1):
-            code = np.where(masked == rp.match_by_entry[:, e], np.uint8(e), code)
+            code = xp.where(masked == rp.match_by_entry[:, e], xp.uint8(e), code)
         return code
-    keys, codes = params.sorted_keys
+    keys, codes = params.arrays(xp).sorted_keys
     n, v = words.shape
-    col = np.arange(v, dtype=np.uint64)[None, :]
+    col = xp.arange(v, dtype=xp.uint64)[None, :]
     if rp.cluster is not None:
-        col = col + (np.asarray(rp.cluster, dtype=np.uint64) * np.uint64(v))[:, None]
-    query = (col << np.uint64(32)) | masked.astype(np.uint64)
-    pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
-    return np.where(keys[pos] == query, codes[pos], rp.escape)
+        col = col + (xp.asarray(rp.cluster, dtype=xp.uint64) * xp.uint64(v))[:, None]
+    query = (col << xp.uint64(32)) | masked.astype(xp.uint64)
+    pos = xp.minimum(xp.searchsorted(keys, query), keys.size - 1)
+    return xp.where(keys[pos] == query, codes[pos], rp.escape)
 
 
 @dataclass
@@ -228,7 +272,7 @@ class _Layout:
     @property
     def bits(self) -> np.ndarray:
         """Encoded bits per row."""
-        return np.minimum(self.bits_flat, self.bits_grouped)
+        return array_module(self.bits_flat).minimum(self.bits_flat, self.bits_grouped)
 
 
 def subgroups_per_chunk(num_words: int) -> np.ndarray:
@@ -238,19 +282,20 @@ def subgroups_per_chunk(num_words: int) -> np.ndarray:
     return -(-in_chunk // SUB_WORDS)
 
 
-def _layout(words: np.ndarray, rp: _Rows, params: CodecParams) -> _Layout:
+def _layout(words: Any, rp: _Rows, params: CodecParams) -> _Layout:
+    xp = array_module(words)
     n, v = words.shape
     code = _codes(words, rp, params)
-    pay_w = np.where(code == rp.escape, params.word_bytes * 8, rp.free_bits)
+    pay_w = xp.where(code == rp.escape, params.word_bytes * 8, rp.free_bits)
     c = -(-v // CHUNK_WORDS)
-    nz = np.zeros((n, c * CHUNK_WORDS), dtype=bool)
+    nz = xp.zeros((n, c * CHUNK_WORDS), dtype=bool)
     nz[:, :v] = code != 0
     sub = nz.reshape(n, c, SUBS_PER_CHUNK, SUB_WORDS).any(axis=3)
     chunk = sub.any(axis=2)
-    sub_value = (sub.astype(np.int64) << np.arange(SUBS_PER_CHUNK)).sum(axis=2)
-    l1_w = chunk * subgroups_per_chunk(v)
-    present = np.repeat(sub, SUB_WORDS, axis=2).reshape(n, c * CHUNK_WORDS)[:, :v]
-    b = rp.code_bits.astype(np.int64)
+    sub_value = (sub.astype(xp.int64) << xp.arange(SUBS_PER_CHUNK)).sum(axis=2)
+    l1_w = chunk * xp.asarray(subgroups_per_chunk(v))
+    present = xp.repeat(sub, SUB_WORDS, axis=2).reshape(n, c * CHUNK_WORDS)[:, :v]
+    b = rp.code_bits.astype(xp.int64)
     code_w_grouped = present * b
     pay_total = pay_w.sum(axis=1)
     bits_flat = 1 + b.sum(axis=1) + pay_total
@@ -263,41 +308,39 @@ def _layout(words: np.ndarray, rp: _Rows, params: CodecParams) -> _Layout:
         chunk=chunk,
         sub_value=sub_value,
         l1_w=l1_w,
-        bits_flat=np.broadcast_to(bits_flat, (n,)),
+        bits_flat=xp.broadcast_to(bits_flat, (n,)),
         bits_grouped=bits_grouped,
     )
 
 
-def encoded_bits(
-    words: np.ndarray, params: CodecParams, cluster: np.ndarray | None = None
-) -> np.ndarray:
+def encoded_bits(words: Any, params: CodecParams, cluster: Any | None = None) -> Any:
     """Bits of each row's encoded form (before alignment and the raw fallback), int64."""
-    return _layout(words, _row_params(params, cluster), params).bits
+    return _layout(words, _row_params(params, cluster, array_module(words)), params).bits
 
 
-def stored_sizes(
-    bits: np.ndarray, num_words: int, word_bytes: int, align: int
-) -> tuple[np.ndarray, np.ndarray]:
+def stored_sizes(bits: Any, num_words: int, word_bytes: int, align: int) -> tuple[Any, Any]:
     """Aligned stored bytes of rows with ``bits`` encoded bits, and which are stored raw."""
+    xp = array_module(bits)
     raw_size = align_up(num_words * word_bytes, align)
     enc_size = align_up(-(-bits // 8), align)
     raw = enc_size >= raw_size
-    return np.where(raw, raw_size, enc_size).astype(np.int64), raw
+    return xp.where(raw, raw_size, enc_size).astype(xp.int64), raw
 
 
-def best_clusters(words: np.ndarray, params: CodecParams) -> tuple[np.ndarray, np.ndarray]:
+def best_clusters(words: Any, params: CodecParams) -> tuple[Any, Any]:
     """Each row's cluster with the fewest encoded bits (lowest id on ties), and those bits."""
+    xp = array_module(words)
     n = words.shape[0]
     if params.num_clusters == 1:
-        return np.zeros(n, dtype=np.uint8), encoded_bits(words, params)
-    bits = np.stack(
+        return xp.zeros(n, dtype=xp.uint8), encoded_bits(words, params)
+    bits = xp.stack(
         [
-            encoded_bits(words, params, np.full(n, c, dtype=np.intp))
+            encoded_bits(words, params, xp.full(n, c, dtype=xp.intp))
             for c in range(params.num_clusters)
         ]
     )
-    best = np.argmin(bits, axis=0)
-    return best.astype(np.uint8), np.take_along_axis(bits, best[None], axis=0)[0]
+    best = xp.argmin(bits, axis=0)
+    return best.astype(xp.uint8), xp.take_along_axis(bits, best[None], axis=0)[0]
 
 
 @dataclass
@@ -309,10 +352,12 @@ class EncodedChunk:
     raw: np.ndarray  # (n,) bool
 
 
-def encode(
-    words: np.ndarray, params: CodecParams, align: int, cluster: np.ndarray | None = None
-) -> EncodedChunk:
-    """Encode ``(n, V)`` words; ``cluster`` gives each row's cluster (None: all cluster 0)."""
+def encode(words: Any, params: CodecParams, align: int, cluster: Any | None = None) -> EncodedChunk:
+    """Encode ``(n, V)`` words; ``cluster`` gives each row's cluster (None: all cluster 0).
+
+    ``words`` may be a NumPy or a CuPy array: the result lives where the words do, and its
+    bytes are identical either way.
+    """
     if align not in ALIGNMENTS:
         raise CodecError(f"align must be one of {ALIGNMENTS}, got {align}")
     n, v = words.shape
@@ -321,25 +366,26 @@ def encode(
             f"words shape/dtype {words.shape}/{words.dtype} do not match the parameters "
             f"(V={params.num_words}, {params.word_dtype})"
         )
+    xp = array_module(words)
     if params.num_clusters == 1:
         cluster = None
-    lay = _layout(words, _row_params(params, cluster), params)
+    lay = _layout(words, _row_params(params, cluster, xp), params)
     sizes, raw = stored_sizes(lay.bits, v, params.word_bytes, align)
     starts = exclusive_cumsum(sizes)
     total = int(sizes.sum())
     # One spare word: zero-width fields at the very end address it.
-    out = np.zeros(-(-total // 8) + 1, dtype=np.uint64)
+    out = xp.zeros(-(-total // 8) + 1, dtype=xp.uint64)
     if raw.any():
         # Raw rows are their padded words, copied as bytes.
-        src = np.ascontiguousarray(words[raw]).view(np.uint8).reshape(-1, v * params.word_bytes)
-        out.view(np.uint8)[starts[raw, None] + np.arange(src.shape[1])] = src
-    enc = np.flatnonzero(~raw)
+        src = xp.ascontiguousarray(words[raw]).view(xp.uint8).reshape(-1, v * params.word_bytes)
+        out.view(xp.uint8)[starts[raw, None] + xp.arange(src.shape[1])] = src
+    enc = xp.flatnonzero(~raw)
     if enc.size == n:
         _pack_encoded(out, starts * 8, words, lay, params, cluster)
     elif enc.size:
         sub = cluster[enc] if cluster is not None else None
         _pack_encoded(out, starts[enc] * 8, words[enc], _select(lay, enc), params, sub)
-    return EncodedChunk(sizes=sizes, data=out.view(np.uint8)[:total], raw=raw)
+    return EncodedChunk(sizes=sizes, data=out.view(xp.uint8)[:total], raw=raw)
 
 
 def _select(lay: _Layout, rows: np.ndarray) -> _Layout:
@@ -366,20 +412,21 @@ def _pack_encoded(
     cluster: np.ndarray | None,
 ) -> None:
     """OR the bitstreams of encoded rows into ``out``, field block by field block."""
-    rp = _row_params(params, cluster)
+    xp = array_module(words)
+    rp = _row_params(params, cluster, xp)
     n = words.shape[0]
     c = lay.chunk.shape[1]
     grouped = lay.grouped
     g_col = grouped[:, None]
-    hdr_w = np.ones((n, 1 + c), dtype=np.int64)
+    hdr_w = xp.ones((n, 1 + c), dtype=xp.int64)
     hdr_w[:, 1:] = g_col
-    hdr_v = np.empty((n, 1 + c), dtype=np.uint64)
+    hdr_v = xp.empty((n, 1 + c), dtype=xp.uint64)
     hdr_v[:, 0] = grouped
     hdr_v[:, 1:] = lay.chunk & g_col
     l1_w = lay.l1_w * g_col
-    code_w = np.where(g_col, lay.code_w_grouped, lay.code_w_flat)
+    code_w = xp.where(g_col, lay.code_w_grouped, lay.code_w_flat)
     escaped = lay.code == rp.escape
-    pay_v = np.where(escaped, words, pext(words, rp.runs))
+    pay_v = xp.where(escaped, words, pext(words, rp.runs))
 
     at = start_bits
     blocks = (
@@ -389,7 +436,7 @@ def _pack_encoded(
         (pay_v, lay.pay_w),
     )
     for values, widths in blocks:
-        cum = np.cumsum(widths, axis=1)
+        cum = xp.cumsum(widths, axis=1)
         or_bits(out, values, widths, at[:, None] + cum - widths)
         at = at + cum[:, -1]
 

@@ -65,6 +65,31 @@ def sample_ids(num_rows: int, num_words: int, sample: int | None, seed: int) -> 
     return np.sort(rng.choice(num_rows, size=count, replace=False)).astype(np.int64)
 
 
+def _encoder_device(device: str) -> tuple[Any, Any]:
+    """Functions moving words to the encoding device and results back to NumPy."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}") from None
+    if dev.type == "cpu":
+        return (lambda a: a), (lambda a: a)
+    if dev.type != "cuda":
+        raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    from .kernels.runtime import cupy, require_cuda
+
+    require_cuda("compress(device='cuda')")
+    cp = cupy()
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+
+    def to_device(a: np.ndarray) -> Any:
+        with cp.cuda.Device(index):
+            return cp.asarray(a)
+
+    return to_device, (lambda a: a.get())
+
+
 def choose_alignment(bits: np.ndarray, num_words: int, word_bytes: int) -> int:
     """The largest of 16, 8, 4, 2, 1 whose stored size is within `ALIGN_SLACK` of 1's."""
     tight = int(stored_sizes(bits, num_words, word_bytes, 1)[0].sum())
@@ -85,6 +110,7 @@ def compress(
     align: int | str = "auto",
     seed: int = 0,
     progress: bool | None = None,
+    device: str = "cpu",
 ) -> IBPTable:
     """Compress a 2-D feature table losslessly into an ``.ibp`` file and open it.
 
@@ -114,11 +140,15 @@ def compress(
         seed: seed of the sample and of the cluster initialisation (default: 0).
         progress: show a progress bar; None shows one for tables of 64 MiB or more on a
             terminal (default: None).
+        device: ``"cpu"`` encodes with NumPy; ``"cuda"`` (or ``"cuda:N"``) encodes the rows on
+            that GPU with the same code through CuPy, giving the same bytes (the parameters
+            are always fitted on the CPU, on the sample) (default: ``"cpu"``).
 
     Returns:
         The written file, opened as an :class:`~ibp_graph.table.IBPTable`.
     """
     th = _check_options(clusters, threshold, word_bytes, align, sample)
+    to_device, from_device = _encoder_device(device)
     if isinstance(data, (str, os.PathLike)):
         data = open_source(data)
     if isinstance(data, TableSource):
@@ -165,14 +195,14 @@ def compress(
         ) as bar,
     ):
         for s in range(0, n, per_batch):
-            words = rows_to_words(np.asarray(array[s : s + per_batch]), name, word_bytes)
+            words = to_device(rows_to_words(np.asarray(array[s : s + per_batch]), name, word_bytes))
             cl = best_clusters(words, params)[0] if k > 1 else None
             chunk = encode(words, params, align, cl)
-            writer.write_rows(chunk.data)
-            sizes[s : s + per_batch] = chunk.sizes
-            raw_rows[s : s + per_batch] = chunk.raw
+            writer.write_rows(from_device(chunk.data))
+            sizes[s : s + per_batch] = from_device(chunk.sizes)
+            raw_rows[s : s + per_batch] = from_device(chunk.raw)
             if cl is not None:
-                cluster_ids[s : s + per_batch] = cl
+                cluster_ids[s : s + per_batch] = from_device(cl)
             bar.update(words.shape[0])
         stored = int(sizes.sum())
         writer.write_rows(np.zeros(-stored % 8, dtype=np.uint8))  # whole uint64 words

@@ -24,3 +24,7 @@ class IBPFormatError(IBPError, ValueError):
 
 class IBPInputError(IBPError, ValueError):
     """A caller passed an invalid argument (wrong dtype, shape, index, section name, ...)."""
+
+
+class IBPDeviceError(IBPError, RuntimeError):
+    """The GPU path cannot run here (no CUDA device, or the device cannot do what is asked)."""

@@ -142,8 +142,12 @@ def test_pinning_refuses_more_than_available_memory(monkeypatch) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_open_on_cuda_without_a_gpu_is_a_clear_error(tmp_path) -> None:
     ibp_graph.compress(np.ones((4, 3), np.float32), tmp_path / "x.ibp")
-    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+    with pytest.raises(ibp_graph.IBPDeviceError, match="needs a CUDA GPU"):
         ibp_graph.open(tmp_path / "x.ibp", device="cuda")
+    with pytest.raises(ibp_graph.IBPDeviceError, match="needs a CUDA GPU"):
+        ibp_graph.compress(np.ones((4, 3), np.float32), tmp_path / "y.ibp", device="cuda")
+    with pytest.raises(IBPInputError, match="device must be"):
+        ibp_graph.compress(np.ones((4, 3), np.float32), tmp_path / "y.ibp", device="tpu")
     with pytest.raises(TypeError, match="max_blocks"):
         ibp_graph.open(tmp_path / "x.ibp", max_blocks=4)
 
@@ -206,3 +210,15 @@ def test_raw_pinned_table_matches(tmp_path) -> None:
     with PinnedRawTable(x) as t:
         ids = torch.randint(0, len(x), (777,), device="cuda")
         assert torch.equal(t[ids].cpu().view(torch.int16), x[ids.cpu()].view(torch.int16))
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("clusters,word_bytes", [(1, 4), (3, 4), (2, 8)])
+def test_gpu_encoder_writes_the_cpu_encoders_bytes(tmp_path, clusters, word_bytes) -> None:
+    x = _table("float32", np.random.default_rng(3), n=5000, d=50)
+    cpu = tmp_path / "cpu.ibp"
+    gpu_path = tmp_path / "gpu.ibp"
+    ibp_graph.compress(x, cpu, clusters=clusters, word_bytes=word_bytes)
+    ibp_graph.compress(x, gpu_path, clusters=clusters, word_bytes=word_bytes, device="cuda")
+    assert cpu.read_bytes() == gpu_path.read_bytes()

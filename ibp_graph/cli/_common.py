@@ -24,7 +24,7 @@ from ..errors import IBPError, IBPInputError
 #: Environment variable that makes runtime errors raise with their traceback.
 DEBUG_ENV = "IBP_GRAPH_DEBUG"
 #: Exceptions reported as one line and exit status 1; anything else is a bug and propagates.
-RUNTIME_ERRORS: tuple[type[BaseException], ...] = (IBPError, OSError, MemoryError)
+RUNTIME_ERRORS: tuple[type[BaseException], ...] = (IBPError, OSError, MemoryError, ImportError)
 #: Exit status of a successful run, of a data or runtime error, and of a usage error.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 PROG = "ibp-graph"

@@ -5,6 +5,7 @@ Usage::
     ibp-graph compress features.npy -o features.ibp
     ibp-graph compress data.pt --key feat -o feat.ibp --clusters 4
     ibp-graph compress ogb:ogbn-arxiv --root dataset -o arxiv.ibp --word 8
+    ibp-graph compress big.npy -o big.ibp --device cuda
     OUT=$(ibp-graph compress x.npy -o x.ibp --quiet)
 
 The input is a 2-D table: a ``.npy`` file (memory-mapped and encoded in streamed chunks, so
@@ -112,6 +113,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--seed", type=int, default=0, help="seed of the sample and of clustering (default: 0)"
     )
     p.add_argument(
+        "--device",
+        default="cpu",
+        help="encode the rows on 'cpu' (NumPy) or 'cuda[:N]' (CuPy, same bytes) (default: cpu)",
+    )
+    p.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -144,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         sample=args.sample,
         align=args.align,
         seed=args.seed,
+        device=args.device,
         progress=False if (args.quiet or args.no_progress) else None,
     )
     if not args.quiet:

@@ -73,7 +73,8 @@ def _status(exc: SystemExit) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run ``ibp-graph`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
 
-    Known runtime errors (:class:`~ibp_graph.errors.IBPError`, ``OSError``, ``MemoryError``)
+    Known runtime errors (:class:`~ibp_graph.errors.IBPError`, ``OSError``, ``MemoryError``,
+    ``ImportError`` of an optional extra)
     print one line to stderr and return 1, or re-raise when ``IBP_GRAPH_DEBUG=1``; usage
     errors return 2; any other exception is a bug and propagates with its traceback.
     """

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from ..errors import IBPDeviceError
+
 #: NVRTC options every kernel is built with (the tests compile with the same ones).
 NVRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
 
@@ -51,7 +53,7 @@ def cupy() -> Any:
 def require_cuda(what: str) -> None:
     """Raise a clear error when no CUDA device is usable."""
     if not torch.cuda.is_available():
-        raise RuntimeError(
+        raise IBPDeviceError(
             f"{what} needs a CUDA GPU, but torch.cuda.is_available() is False "
             f"(torch {torch.__version__}, CUDA build: {torch.version.cuda})"
         )

@@ -1,0 +1,291 @@
+"""Graphs in the layout the neighbor sampler reads: in-neighbors of every node as CSR.
+
+For every node ``v``, ``indices[indptr[v]:indptr[v + 1]]`` are the sources ``u`` of the edges
+``u -> v`` (what PyG's ``NeighborLoader`` samples with ``flow="source_to_target"``), in the order
+in which those edges appear in the original ``edge_index``. ``edge_ids`` gives, for every CSR
+entry, the position of its edge in that ``edge_index`` (PyG's ``e_id``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import IBPInputError
+
+__all__ = ["CSRGraph"]
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
+_INT32_MAX = 2**31 - 1
+
+
+def _type_name(x: object) -> str:
+    return type(x).__name__
+
+
+def _as_edge_index(edge_index: object) -> torch.Tensor:
+    """A 2 x E integer tensor sharing memory with ``edge_index`` (tensor or array), never copied."""
+    if isinstance(edge_index, np.ndarray):
+        if edge_index.dtype.kind not in "iu":
+            raise IBPInputError(
+                f"edge_index must be an integer array, got dtype {edge_index.dtype}"
+            )
+        if edge_index.dtype == np.uint64:
+            edge_index = edge_index.astype(np.int64)  # torch has no uint64 indexing
+        with warnings.catch_warnings():  # read-only arrays (memmaps) are fine: never written
+            warnings.simplefilter("ignore", UserWarning)
+            edge_index = torch.from_numpy(edge_index)
+    if not isinstance(edge_index, torch.Tensor):
+        raise IBPInputError(
+            f"edge_index must be a torch.Tensor or numpy.ndarray, got '{_type_name(edge_index)}'"
+        )
+    if (
+        edge_index.dtype.is_floating_point
+        or edge_index.dtype.is_complex
+        or (edge_index.dtype == torch.bool)
+    ):
+        raise IBPInputError(f"edge_index must hold integers, got dtype {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise IBPInputError(
+            f"edge_index must have shape (2, num_edges), got {tuple(edge_index.shape)}"
+        )
+    return edge_index
+
+
+def _check_num_nodes(num_nodes: object) -> int:
+    if isinstance(num_nodes, torch.Tensor) and num_nodes.numel() == 1:
+        num_nodes = num_nodes.item()
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
+        raise IBPInputError(f"num_nodes must be an int, got '{_type_name(num_nodes)}'")
+    if num_nodes < 1:
+        raise IBPInputError(f"num_nodes must be >= 1, got {int(num_nodes)}")
+    return int(num_nodes)
+
+
+def _first_bad(edge_index: torch.Tensor, bad: torch.Tensor, what: str) -> IBPInputError:
+    """The error naming the first edge (by position) with a bad endpoint."""
+    cols = bad.any(dim=0).nonzero()
+    e = int(cols[0, 0])
+    r = 0 if bool(bad[0, e]) else 1
+    value = int(edge_index[r, e])
+    return IBPInputError(
+        f"edge_index[{r}, {e}] = {value} {what} (edge {e} is "
+        f"{int(edge_index[0, e])} -> {int(edge_index[1, e])})"
+    )
+
+
+@dataclass(frozen=True)
+class CSRGraph:
+    """In-neighbor CSR of a directed graph, built once and read by `NeighborSampler`.
+
+    Build it with `from_edge_index`, `from_data` (a PyG ``Data``) or `from_ogb` (an OGB graph
+    dict) rather than by hand.
+
+    Attributes:
+        indptr: ``(num_nodes + 1,)`` int64; the in-neighbors of ``v`` are
+            ``indices[indptr[v]:indptr[v + 1]]``.
+        indices: ``(num_edges,)`` int64 or int32 source node of every entry, grouped by target,
+            in edge order within a target.
+        edge_ids: ``(num_edges,)`` int64 position of every entry's edge in the original
+            ``edge_index``.
+        num_nodes: number of nodes.
+    """
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    edge_ids: torch.Tensor
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        n = self.num_nodes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise IBPInputError(f"num_nodes must be an int >= 1, got {n!r}")
+        for name in ("indptr", "indices", "edge_ids"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dim() != 1:
+                raise IBPInputError(f"{name} must be a 1-D torch.Tensor, got {t!r:.80}")
+        if self.indptr.dtype != torch.int64 or self.indptr.numel() != n + 1:
+            raise IBPInputError(
+                f"indptr must be int64 of length num_nodes + 1 = {n + 1}, got "
+                f"{self.indptr.dtype} of length {self.indptr.numel()}"
+            )
+        if self.indices.dtype not in _INDEX_DTYPES:
+            raise IBPInputError(f"indices must be int64 or int32, got {self.indices.dtype}")
+        if self.edge_ids.dtype != torch.int64 or self.edge_ids.numel() != self.indices.numel():
+            raise IBPInputError(
+                f"edge_ids must be int64 with one entry per index ({self.indices.numel()}), "
+                f"got {self.edge_ids.dtype} of length {self.edge_ids.numel()}"
+            )
+        devices = {self.indptr.device, self.indices.device, self.edge_ids.device}
+        if len(devices) != 1:
+            raise IBPInputError(f"indptr, indices and edge_ids are on different devices: {devices}")
+
+    # ----------------------------------------------------------------------------------------
+    # Constructors
+    # ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_edge_index(
+        cls,
+        edge_index: torch.Tensor | np.ndarray,
+        num_nodes: int | None = None,
+        *,
+        add_reverse: bool = False,
+        indices_dtype: torch.dtype = torch.int64,
+    ) -> CSRGraph:
+        """Build the in-neighbor CSR of ``edge_index`` (one stable sort, no Python loop).
+
+        Example:
+            >>> g = CSRGraph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 1]]))
+            >>> g.indices[g.indptr[1] : g.indptr[2]].tolist()  # sources of edges into 1
+            [0, 2]
+
+        Args:
+            edge_index: ``(2, E)`` integer tensor or NumPy array, row 0 the sources and row 1
+                the targets (PyG's convention). It is never modified; the CSR lives on its
+                device.
+            num_nodes: number of nodes (default: ``edge_index.max() + 1``).
+            add_reverse: also add ``v -> u`` for every edge ``u -> v`` (nothing is
+                deduplicated; a self-loop is then stored twice). Edge ``e`` reversed gets
+                edge id ``E + e``, i.e. ids index ``cat([edge_index, edge_index.flip(0)], 1)``
+                (default: False).
+            indices_dtype: ``torch.int64`` or ``torch.int32`` (half the memory; needs
+                ``num_nodes < 2**31``) (default: ``torch.int64``).
+
+        Raises:
+            IBPInputError: ``edge_index`` is not a ``2 x E`` integer tensor/array, holds a
+                negative id or one ``>= num_nodes`` (naming the first such edge), or
+                ``num_nodes < 1``.
+        """
+        ei = _as_edge_index(edge_index)
+        if not isinstance(add_reverse, bool):
+            raise IBPInputError(f"add_reverse must be a bool, got '{_type_name(add_reverse)}'")
+        if indices_dtype not in _INDEX_DTYPES:
+            raise IBPInputError(
+                f"indices_dtype must be torch.int64 or torch.int32, got {indices_dtype!r}"
+            )
+        num_edges = ei.size(1)
+        if num_edges:
+            neg = ei < 0
+            if bool(neg.any()):
+                raise _first_bad(ei, neg, "is negative")
+        if num_nodes is None:
+            if num_edges == 0:
+                raise IBPInputError(
+                    "num_nodes must be >= 1, got 0 (edge_index is empty: pass num_nodes)"
+                )
+            num_nodes = int(ei.max()) + 1
+        n = _check_num_nodes(num_nodes)
+        if num_edges:
+            too_big = ei >= n
+            if bool(too_big.any()):
+                raise _first_bad(ei, too_big, f"is out of range for num_nodes={n}")
+        if indices_dtype == torch.int32 and n > _INT32_MAX:
+            raise IBPInputError(f"indices_dtype=torch.int32 needs num_nodes < 2**31, got {n}")
+
+        src, dst = ei[0], ei[1]
+        if add_reverse:
+            src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+        dst = dst.long()
+        order = torch.sort(dst, stable=True).indices  # the edge ids, grouped by target
+        counts = torch.bincount(dst, minlength=n)
+        del dst
+        indptr = torch.zeros(n + 1, dtype=torch.int64, device=ei.device)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        indices = src[order].to(indices_dtype)
+        return cls(indptr=indptr, indices=indices, edge_ids=order, num_nodes=n)
+
+    @classmethod
+    def from_data(cls, data: Any, **kwargs: Any) -> CSRGraph:
+        """Build from a PyG ``Data`` (or any object with ``edge_index`` and ``num_nodes``).
+
+        Args:
+            data: object with an ``edge_index`` attribute and optionally ``num_nodes``
+                (``None`` or missing: inferred from ``edge_index``).
+            **kwargs: ``add_reverse`` and ``indices_dtype`` of `from_edge_index`.
+        """
+        edge_index = getattr(data, "edge_index", None)
+        if edge_index is None:
+            raise IBPInputError(f"data must have an 'edge_index', got '{_type_name(data)}'")
+        num_nodes = getattr(data, "num_nodes", None)
+        return cls.from_edge_index(edge_index, num_nodes, **kwargs)
+
+    @classmethod
+    def from_ogb(cls, graph: dict, **kwargs: Any) -> CSRGraph:
+        """Build from OGB's library-agnostic graph dict (``NodePropPredDataset()[0][0]``).
+
+        Args:
+            graph: dict with ``"edge_index"`` (NumPy ``(2, E)``) and ``"num_nodes"``.
+            **kwargs: ``add_reverse`` and ``indices_dtype`` of `from_edge_index`.
+        """
+        if not isinstance(graph, dict):
+            raise IBPInputError(f"graph must be an OGB graph dict, got '{_type_name(graph)}'")
+        missing = [k for k in ("edge_index", "num_nodes") if k not in graph]
+        if missing:
+            raise IBPInputError(f"OGB graph dict is missing {missing}, has {sorted(graph)}")
+        return cls.from_edge_index(graph["edge_index"], graph["num_nodes"], **kwargs)
+
+    # ----------------------------------------------------------------------------------------
+    # Placement and queries
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """Where the arrays live."""
+        return self.indptr.device
+
+    @property
+    def num_edges(self) -> int:
+        """Number of CSR entries (edges, reversed ones included)."""
+        return self.indices.numel()
+
+    def in_degree(self) -> torch.Tensor:
+        """``(num_nodes,)`` int64 number of in-neighbors of every node."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> CSRGraph:
+        """The same graph on ``device`` (``self`` where it is there already)."""
+        device = torch.device(device)
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        moved = replace(
+            self, indptr=move(self.indptr), indices=move(self.indices), edge_ids=move(self.edge_ids)
+        )
+        return self if moved.indptr is self.indptr else moved
+
+    def pin_memory(self) -> CSRGraph:
+        """A copy in page-locked host memory (faster, asynchronous copies to the GPU).
+
+        Without a CUDA device nothing can be pinned: like ``torch.utils.data.DataLoader``, this
+        warns and returns ``self`` unchanged.
+        """
+        if self.device.type != "cpu":
+            raise IBPInputError(f"pin_memory needs a CPU graph, this one is on {self.device}")
+        if not torch.cuda.is_available():
+            warnings.warn(
+                "CSRGraph.pin_memory: no CUDA device, the graph is left in pageable memory",
+                stacklevel=2,
+            )
+            return self
+        return replace(
+            self,
+            indptr=self.indptr.pin_memory(),
+            indices=self.indices.pin_memory(),
+            edge_ids=self.edge_ids.pin_memory(),
+        )
+
+    def is_pinned(self) -> bool:
+        """Whether all arrays are in page-locked host memory."""
+        return all(t.is_pinned() for t in (self.indptr, self.indices, self.edge_ids))
+
+    def __repr__(self) -> str:
+        return (
+            f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
+            f"indices_dtype={self.indices.dtype}, device={self.device})"
+        )
