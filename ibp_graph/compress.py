@@ -126,7 +126,8 @@ def compress(
             ``ogb:NAME``, or a :class:`~ibp_graph.sources.TableSource` from
             :func:`~ibp_graph.sources.open_source`. Never modified.
         path: the ``.ibp`` file to write (replaced atomically when done).
-        clusters: number of mask clusters k; each row uses the one that stores it smallest
+        clusters: the most mask clusters k; each row uses the one that stores it smallest,
+            and a single cluster is kept when k do not pay for their own parameters
             (default: 1).
         threshold: ``"auto"`` sweeps 0.70..0.95 (and a per-column choice) scored by the exact
             encoded size of the sample; a number fixes the invariance threshold (default:

@@ -198,6 +198,7 @@ class FitResult:
 
     params: CodecParams
     threshold: float | str
+    expected_bytes: float
     sample_rows: int
     sample_stored_bytes: int
     column_kinds: dict[str, int]
@@ -308,7 +309,8 @@ def fit(
     Args:
         sample: sample rows as words (uint32 or uint64).
         dtype_name: element type of the table (decides the exponent-field candidates).
-        clusters: k, number of clusters (1..255; at most the number of sample rows).
+        clusters: k, the most clusters to use (1..255; at most the number of sample rows); a
+            single cluster is kept instead when it stores the table in fewer bytes.
         threshold: "auto" for the sweep, or one threshold in (0.5, 1].
         align: row alignment, used in the exact size score.
         seed: seed of the cluster initialisation.
@@ -330,6 +332,26 @@ def fit(
             raise ValueError(f"threshold must be 'auto' or a number in (0.5, 1], got {threshold}")
         grid = (th,)
         options = [grid]
+    best = _fit_clusters(sample, dtype_name, k, grid, options, align, seed, num_rows)
+    if k > 1:
+        # Clusters must pay for their own parameters: keep one if that stores less.
+        single = _fit_clusters(sample, dtype_name, 1, grid, options, align, seed, num_rows)
+        if single.expected_bytes <= best.expected_bytes:
+            best = single
+    return best
+
+
+def _fit_clusters(
+    sample: np.ndarray,
+    dtype_name: str,
+    k: int,
+    grid: tuple[float, ...],
+    options: list[tuple[float, ...]],
+    align: int,
+    seed: int,
+    num_rows: int | None,
+) -> FitResult:
+    s, v = sample.shape
     fitter = _Fitter(sample, dtype_name, k, grid, align, max(num_rows or s, s))
     assign = np.zeros(s, dtype=np.intp)
     if k > 1:
@@ -377,6 +399,7 @@ def fit(
     bits = np.concatenate([c.code_bits for c in best_choice])
     label: float | str = best_opt[0] if len(best_opt) == 1 else "per-column"
     return FitResult(
+        expected_bytes=float(best[0]),
         params=params,
         threshold=label,
         sample_rows=s,

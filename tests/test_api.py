@@ -411,13 +411,27 @@ def four_populations(rng: np.random.Generator, n: int = 100) -> np.ndarray:
 
 
 def test_clusters_help_on_mixed_populations(tmp_path: Path, rng: np.random.Generator) -> None:
-    x = four_populations(rng)
+    x = four_populations(rng, n=1500)
     one = ibp_graph.compress(x, tmp_path / "k1.ibp", clusters=1)
     four = ibp_graph.compress(x, tmp_path / "k4.ibp", clusters=4)
     assert four.num_clusters == 4 and four.cluster_ids is not None
     assert four.ratio >= one.ratio
+
+    def total(t: ibp_graph.IBPTable) -> int:
+        return t.stored_bytes + t.stats["metadata_bytes"]
+
+    assert total(four) <= total(one)
     check_table(four, x, "float32")
-    assert four.cluster_ids.shape == (400,) and int(four.cluster_ids.max()) < 4
+    assert four.cluster_ids.shape == (6000,) and int(four.cluster_ids.max()) < 4
+
+
+def test_clusters_that_do_not_pay_for_themselves_are_dropped(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    x = rng.normal(size=(30, 64)).astype(np.float32)  # too few rows to amortise 4 masks
+    table = ibp_graph.compress(x, tmp_path / "k.ibp", clusters=4)
+    assert table.num_clusters == 1 and table.cluster_ids is None
+    check_table(table, x, "float32")
 
 
 @pytest.mark.parametrize("name", DTYPE_NAMES)
@@ -500,10 +514,12 @@ def test_open_missing_file(tmp_path: Path) -> None:
 
 @pytest.fixture
 def damaged(tmp_path: Path, rng: np.random.Generator) -> tuple[Path, np.ndarray, bytes]:
-    """A fresh 40 x 37 float32 file with two clusters (raw, flat and grouped rows)."""
-    x = make_table(rng, "float32", 40, 37, "mixed")
+    """A fresh float32 file with two clusters (raw, flat and grouped rows)."""
+    sparse = make_table(rng, "float32", 200, 37, "mixed")
+    dense = rng.standard_normal((200, 37)).astype(np.float32) * np.float32(1e30)
+    x = np.concatenate([sparse, dense])[rng.permutation(400)]
     path = tmp_path / "d.ibp"
-    ibp_graph.compress(x, path, clusters=2, align=4)
+    assert ibp_graph.compress(x, path, clusters=2, align=4).num_clusters == 2
     return path, x, path.read_bytes()
 
 

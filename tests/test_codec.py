@@ -317,9 +317,9 @@ def test_nan_payload_negative_zero_subnormal_among_zeros(
 
 
 def test_four_clusters(rng: np.random.Generator) -> None:
-    pops = [make_table(rng, "float32", 60, 50, k) for k in ("sparse", "few", "normal", "zeros")]
+    pops = [make_table(rng, "float32", 500, 50, k) for k in ("sparse", "few", "normal", "zeros")]
     pops[2] = pops[2] * np.float32(1e20)
-    x = np.concatenate(pops)[rng.permutation(240)]
+    x = np.concatenate(pops)[rng.permutation(2000)]
     enc = encode_table(x, "float32", align=4, clusters=4)
     assert enc.params.num_clusters == 4
     assert same_bits(words_to_rows(enc.decode(), 50, "float32"), x)

@@ -44,7 +44,7 @@ def test_golden_file_layout() -> None:
     assert all(s.offset % 4096 == 0 for s in header.sections.values())
     meta = header.meta
     assert (meta["shape"], meta["dtype"], meta["num_clusters"], meta["align"]) == (
-        [40, 37],
+        [400, 37],
         "float32",
         2,
         4,

@@ -67,7 +67,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         type=clusters_arg,
         default=1,
         metavar="K",
-        help="mask clusters, 1..255; each row uses its smallest (default: 1)",
+        help="at most K mask clusters, 1..255; each row uses its smallest; one is kept when "
+        "more do not pay for their own masks (default: 1)",
     )
     p.add_argument(
         "--threshold",

@@ -20,11 +20,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def mixed_float32() -> np.ndarray:
-    """40 x 37 float32: sparse rows, dense rows, special values, two populations."""
+    """400 x 37 float32: sparse rows, dense rows, special values, two populations."""
     rng = np.random.default_rng(2024)
-    x = np.zeros((40, 37), dtype=np.float32)
-    x[:20] = (rng.random((20, 37)) < 0.1).astype(np.float32)
-    x[20:] = rng.standard_normal((20, 37)).astype(np.float32)
+    x = np.zeros((400, 37), dtype=np.float32)
+    x[:200] = (rng.random((200, 37)) < 0.1).astype(np.float32)
+    x[200:] = rng.standard_normal((200, 37)).astype(np.float32) * np.float32(1e30)
     x[3, 5] = np.uint32(0x7FC12345).view(np.float32)  # NaN with a payload
     x[4, 6] = -0.0
     x[5, 7] = np.uint32(1).view(np.float32)  # smallest subnormal
