@@ -30,7 +30,7 @@ import torch
 from .errors import IBPInputError
 from .graph import CSRGraph
 
-__all__ = ["NeighborSampler", "SampledBatch"]
+__all__ = ["NeighborSampler", "SampledBatch", "floyd_sample", "random_keys_sample"]
 
 #: Random draws are 62-bit integers reduced modulo the range (bias < range / 2**62).
 _RANDOM_BITS = 62
@@ -195,10 +195,13 @@ class NeighborSampler:
     """Uniform neighbor sampler without replacement, one fanout per hop (PyG semantics).
 
     Example:
-        >>> g = CSRGraph.from_edge_index(edge_index, num_nodes)
-        >>> sampler = NeighborSampler(g, [15, 10, 5], seed=0)
-        >>> batch = sampler.sample(torch.tensor([3, 7, 11]))
-        >>> batch.node[: batch.batch_size]  # tensor([3, 7, 11])
+        >>> edge_index = torch.tensor([[1, 2, 3, 0], [0, 0, 1, 3]])  # 1->0, 2->0, 3->1, 0->3
+        >>> sampler = NeighborSampler(CSRGraph.from_edge_index(edge_index), [2, 1], seed=0)
+        >>> batch = sampler.sample(torch.tensor([0]))
+        >>> batch.node.tolist(), batch.edge_index.tolist(), batch.edge.tolist()
+        ([0, 1, 2, 3], [[1, 2, 3], [0, 0, 1]], [0, 1, 2])
+        >>> batch.num_sampled_nodes, batch.num_sampled_edges
+        ([1, 2, 1], [2, 1])
 
     The sampler keeps a ``(num_nodes,)`` int64 scratch map on the graph's device (allocated on
     first use, cleared after every batch, not pickled), so one instance must not run
@@ -279,32 +282,36 @@ class NeighborSampler:
             )
         return self._map
 
-    def _hop_entries(self, frontier: torch.Tensor, fanout: int) -> tuple[torch.Tensor, ...]:
+    def _hop_entries(
+        self, frontier: torch.Tensor, fanout: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """CSR positions of the edges sampled into ``frontier`` and the frontier index of each."""
         g = self.graph
         device = g.device
-        start = g.indptr[frontier]
-        deg = g.indptr[frontier + 1] - start
+        start = g.indptr.index_select(0, frontier)
+        deg = g.indptr.index_select(0, frontier + 1) - start
         count = deg if fanout < 0 else deg.clamp(max=fanout)
         total = int(count.sum())
         target = torch.repeat_interleave(
             torch.arange(frontier.numel(), device=device), count, output_size=total
         )
         first = _exclusive_cumsum(count)
-        offset = torch.arange(total, device=device) - first[target]
+        offset = torch.arange(total, device=device) - first.index_select(0, target)
         if fanout > 0:
             big = (deg > fanout).nonzero().squeeze(1)
             if big.numel():
-                big_deg = deg[big]
+                big_deg = deg.index_select(0, big)
                 floyd_cost = big.numel() * fanout * fanout // 2
                 sort_entries = int(big_deg.sum())
                 if floyd_cost <= _SORT_COST_PER_ENTRY * sort_entries:
                     chosen = floyd_sample(big_deg, fanout, self.generator)
                 else:
                     chosen = random_keys_sample(big_deg, fanout, self.generator, sort_entries)
-                slots = first[big].unsqueeze(1) + torch.arange(fanout, device=device)
-                offset[slots.view(-1)] = chosen.view(-1)
-        return start[target] + offset, target
+                slots = first.index_select(0, big).unsqueeze(1) + torch.arange(
+                    fanout, device=device
+                )
+                offset.index_copy_(0, slots.view(-1), chosen.view(-1))
+        return start.index_select(0, target) + offset, target
 
     def sample(self, seeds: torch.Tensor, input_id: torch.Tensor | None = None) -> SampledBatch:
         """Sample the multi-hop in-neighborhood of ``seeds``.
@@ -349,19 +356,21 @@ class NeighborSampler:
                     pos, target = empty, empty
                 else:
                     pos, target = self._hop_entries(frontier, fanout)
-                nbr = g.indices[pos].long()
+                nbr = g.indices.index_select(0, pos).long()
+                loc = local.index_select(0, nbr)
                 # Neighbors without a local id yet: mark each value with (its first position
                 # in this hop - a bias), all < -1, then the marked entries that carry their own
                 # position are first occurrences, already in order of discovery.
-                new = (local[nbr] < 0).nonzero().squeeze(1)
-                cand = nbr[new]
-                bias = nbr.numel() + 2
-                local.scatter_reduce_(0, cand, new - bias, "amin")
-                fresh = cand[local[cand] == new - bias]
-                local[fresh] = torch.arange(end, end + fresh.numel(), device=device)
-                rows.append(local[nbr])
+                new = (loc < 0).nonzero().squeeze(1)
+                cand = nbr.index_select(0, new)
+                marked = new - (nbr.numel() + 2)
+                local.scatter_reduce_(0, cand, marked, "amin")
+                fresh = cand[local.index_select(0, cand) == marked]
+                local.index_copy_(0, fresh, torch.arange(end, end + fresh.numel(), device=device))
+                loc.index_copy_(0, new, local.index_select(0, cand))
+                rows.append(loc)
                 cols.append(target + begin)
-                edges.append(g.edge_ids[pos])
+                edges.append(g.edge_ids.index_select(0, pos))
                 nodes.append(fresh)
                 num_nodes.append(fresh.numel())
                 num_edges.append(pos.numel())
@@ -370,7 +379,7 @@ class NeighborSampler:
             ok = True
         finally:
             if ok:
-                local[node] = -1
+                local.index_fill_(0, node, -1)
             else:
                 self._map = None  # a fresh one next time
         return SampledBatch(
