@@ -1,0 +1,364 @@
+"""Where node features come from: one interface over tensors, IBP tables and pinned tables.
+
+A loader asks a `FeatureSource` for the rows of the sampled nodes and never cares how they
+are stored. `as_feature_source` picks the implementation, and where the rows land:
+
+============================  ===============  ===========================================
+``features``                  ``device``       rows are
+============================  ===============  ===========================================
+tensor (CPU or CUDA)          None             gathered where the tensor is
+CPU tensor                    ``"cuda"``       gathered on the CPU, then copied to the GPU
+`IBPTable` (CPU)              None / ``"cpu"`` decoded on the CPU (NumPy)
+`IBPTable` (CPU)              ``"cuda"``       the file is opened as a `CudaIBPTable`
+`CudaIBPTable`                None / its GPU   fetched and decoded by the GPU over UVA
+`PinnedRawTable`              None / its GPU   gathered by the GPU over UVA (IBP off)
+============================  ===============  ===========================================
+
+Example:
+    >>> source = as_feature_source(ibp_graph.open("x.ibp"))     # doctest: +SKIP
+    >>> rows = source.gather(torch.tensor([4, 2, 4]))            # doctest: +SKIP
+    >>> source.stored_bytes(torch.tensor([4, 2, 4]))             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from .cuda_table import CudaIBPTable, PinnedRawTable
+from .errors import IBPInputError
+from .table import IBPTable
+
+__all__ = [
+    "FeatureSource",
+    "IBPFeatures",
+    "RawPinnedFeatures",
+    "TensorFeatures",
+    "as_feature_source",
+    "resolve_device",
+]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device | None:
+    """``device`` as a `torch.device` with an explicit CUDA index (None stays None).
+
+    Raises:
+        IBPInputError: ``device`` is not a device, or is a CUDA device and no GPU is usable.
+    """
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise IBPInputError(f"device must be a torch.device or a string, got {device!r}") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise IBPInputError(f"device='{dev}' but torch.cuda.is_available() is False")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _stream_context(stream: torch.cuda.Stream | None) -> Any:
+    """``torch.cuda.stream(stream)``; a no-op context for None."""
+    return torch.cuda.stream(stream)
+
+
+class FeatureSource(abc.ABC):
+    """A read-only table of node features that returns any set of rows.
+
+    Subclasses say how many rows there are, their shape and dtype, where gathered rows land
+    (`device`), and how many bytes reading some rows moves from host memory (`stored_bytes`).
+    """
+
+    @property
+    @abc.abstractmethod
+    def num_rows(self) -> int:
+        """Number of rows (nodes)."""
+
+    @property
+    @abc.abstractmethod
+    def row_shape(self) -> tuple[int, ...]:
+        """Shape of one row (``(num_features,)`` for a 2-D table)."""
+
+    @property
+    @abc.abstractmethod
+    def dtype(self) -> torch.dtype:
+        """Element type of the rows."""
+
+    @property
+    @abc.abstractmethod
+    def device(self) -> torch.device:
+        """Where `gather` puts its results."""
+
+    @property
+    def index_device(self) -> torch.device:
+        """Where `gather` wants its ids (it moves them otherwise): `device` unless overridden."""
+        return self.device
+
+    @property
+    def ratio(self) -> float:
+        """Raw bytes over stored bytes of the whole table (1.0 when stored as is)."""
+        return 1.0
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one decoded row."""
+        return math.prod(self.row_shape) * self.dtype.itemsize
+
+    @abc.abstractmethod
+    def gather(self, ids: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+        """Rows ``ids`` (1-D int64, any order, repeats allowed) as a tensor on `device`.
+
+        Args:
+            ids: row ids, best already on `index_device`.
+            stream: CUDA sources: the stream to work on (default: the current one).
+        """
+
+    @abc.abstractmethod
+    def stored_bytes(self, ids: torch.Tensor) -> int | torch.Tensor:
+        """Bytes that reading rows ``ids`` moves over PCIe.
+
+        An int, or a 0-d int64 tensor on `index_device` where counting them on the host
+        would synchronise.
+        """
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+
+class TensorFeatures(FeatureSource):
+    """A plain tensor, on the CPU or a GPU, gathered with ``index_select``.
+
+    Args:
+        tensor: the table, at least 1-D, one row per node.
+        device: where results land (default: the tensor's device). A CPU tensor with a CUDA
+            device is gathered on the CPU and copied to the GPU.
+    """
+
+    def __init__(self, tensor: torch.Tensor, device: str | torch.device | None = None) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise IBPInputError(f"tensor must be a torch.Tensor, got '{type(tensor).__name__}'")
+        if tensor.dim() < 1:
+            raise IBPInputError("a feature tensor must have at least one dimension (rows)")
+        self.tensor = tensor
+        self._device = resolve_device(device) or tensor.device
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows."""
+        return self.tensor.size(0)
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """Shape of one row."""
+        return tuple(self.tensor.shape[1:])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Element type."""
+        return self.tensor.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Where results land."""
+        return self._device
+
+    @property
+    def index_device(self) -> torch.device:
+        """The tensor's device."""
+        return self.tensor.device
+
+    def gather(self, ids: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+        """``tensor[ids]`` on `device`."""
+        with _stream_context(stream):
+            rows = self.tensor.index_select(0, ids.to(self.tensor.device, torch.int64))
+            # Asynchronous only towards a GPU: a CPU result must be complete when returned.
+            return rows.to(self._device, non_blocking=self._device.type == "cuda")
+
+    def stored_bytes(self, ids: torch.Tensor) -> int:
+        """0 when the tensor is on `device` already, else the raw bytes of the rows."""
+        return 0 if self.tensor.device == self._device else ids.numel() * self.row_bytes
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorFeatures(shape={tuple(self.tensor.shape)}, dtype={self.dtype}, "
+            f"on={self.tensor.device}, device={self._device})"
+        )
+
+
+class IBPFeatures(FeatureSource):
+    """An IBP-compressed table, decoded bit for bit.
+
+    An `IBPTable` is decoded on the CPU; a `CudaIBPTable` is fetched and decoded by the GPU
+    straight from pinned host memory.
+
+    Args:
+        table: the table.
+        check: CUDA tables: synchronise after every `gather` and raise on out-of-range ids.
+            Loaders pass False because sampled ids are in range by construction
+            (default: True).
+    """
+
+    def __init__(self, table: IBPTable | CudaIBPTable, *, check: bool = True) -> None:
+        if isinstance(table, IBPTable):
+            cpu, device = table, torch.device("cpu")
+        elif isinstance(table, CudaIBPTable):
+            cpu, device = table.cpu_table, table.device
+        else:
+            raise IBPInputError(
+                f"table must be an IBPTable or CudaIBPTable, got '{type(table).__name__}'"
+            )
+        self.table = table
+        self.check = check
+        self._device = device
+        # Stored length of every row; int32 is enough (at most one aligned raw row).
+        lengths = np.diff(cpu.offsets).astype(np.int32) * np.int32(cpu.align)
+        self._lengths = torch.from_numpy(lengths).to(device)
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows."""
+        return self.table.shape[0]
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """``(num_features,)``."""
+        return (self.table.shape[1],)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The original element type."""
+        return self.table.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """CPU for an `IBPTable`, the table's GPU for a `CudaIBPTable`."""
+        return self._device
+
+    @property
+    def ratio(self) -> float:
+        """The table's compression ratio."""
+        return float(self.table.ratio)
+
+    def gather(self, ids: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+        """Decoded rows ``ids``, bit for bit."""
+        if self._device.type == "cpu":
+            return self.table[ids.to("cpu")]
+        ids = ids.to(self._device, torch.int64).contiguous()
+        return self.table.fetch(ids, stream=stream, check=self.check)
+
+    def stored_bytes(self, ids: torch.Tensor) -> int | torch.Tensor:
+        """Sum of the rows' stored lengths (an int on the CPU, a 0-d tensor on a GPU)."""
+        total = self._lengths[ids.to(self._device)].sum()
+        return int(total) if self._device.type == "cpu" else total
+
+    def __repr__(self) -> str:
+        return f"IBPFeatures({self.table!r})"
+
+
+class RawPinnedFeatures(FeatureSource):
+    """An uncompressed `PinnedRawTable` gathered by the GPU over UVA (the IBP-off baseline).
+
+    Args:
+        table: the table.
+        check: synchronise after every `gather` and raise on out-of-range ids
+            (default: True).
+    """
+
+    def __init__(self, table: PinnedRawTable, *, check: bool = True) -> None:
+        if not isinstance(table, PinnedRawTable):
+            raise IBPInputError(f"table must be a PinnedRawTable, got '{type(table).__name__}'")
+        self.table = table
+        self.check = check
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows."""
+        return self.table.shape[0]
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """``(num_features,)``."""
+        return (self.table.shape[1],)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Element type."""
+        return self.table.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The table's GPU."""
+        return self.table.device
+
+    def gather(self, ids: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+        """Rows ``ids`` read by the GPU from pinned memory."""
+        ids = ids.to(self.table.device, torch.int64).contiguous()
+        return self.table.fetch(ids, stream=stream, check=self.check)
+
+    def stored_bytes(self, ids: torch.Tensor) -> int:
+        """``len(ids) * row_bytes``."""
+        return ids.numel() * self.row_bytes
+
+    def __repr__(self) -> str:
+        return f"RawPinnedFeatures({self.table!r})"
+
+
+def as_feature_source(
+    obj: Any,
+    device: str | torch.device | None = None,
+    *,
+    data: Any = None,
+    check: bool = True,
+) -> FeatureSource:
+    """The `FeatureSource` for ``obj``, delivering rows on ``device`` (see the module table).
+
+    Args:
+        obj: an `IBPTable`, `CudaIBPTable`, `PinnedRawTable`, tensor or `FeatureSource`;
+            None takes ``data.x``.
+        device: where rows must land (default: where ``obj`` delivers them).
+        data: the graph whose ``x`` is used when ``obj`` is None.
+        check: CUDA tables: check ids on every gather (see `IBPFeatures`).
+
+    Raises:
+        IBPInputError: ``obj`` is none of the above, ``obj`` is None and ``data`` has no
+            ``x``, ``device`` is a CUDA device and no GPU is usable, or ``obj`` is a GPU table
+            and ``device`` another device.
+    """
+    dev = resolve_device(device)
+    if obj is None:
+        obj = getattr(data, "x", None)
+        if obj is None:
+            raise IBPInputError("features is None and data has no 'x' to use instead")
+        if not isinstance(obj, torch.Tensor):
+            raise IBPInputError(f"data.x must be a torch.Tensor, got '{type(obj).__name__}'")
+    if isinstance(obj, torch.Tensor):
+        return TensorFeatures(obj, dev)
+    if isinstance(obj, FeatureSource):
+        if dev is not None and obj.device != dev:
+            raise IBPInputError(f"the feature source delivers rows on {obj.device}, not {dev}")
+        return obj
+    if isinstance(obj, IBPTable):
+        if dev is None or dev.type == "cpu":
+            return IBPFeatures(obj, check=check)
+        if dev.type != "cuda":
+            raise IBPInputError(f"an IBPTable decodes on the CPU or a CUDA GPU, not on {dev}")
+        return IBPFeatures(CudaIBPTable(obj.path, device=dev), check=check)
+    if isinstance(obj, (CudaIBPTable, PinnedRawTable)):
+        if dev is not None and dev != obj.device:
+            raise IBPInputError(
+                f"a {type(obj).__name__} delivers rows on {obj.device}, not on {dev}; open the "
+                "file with ibp_graph.open(path) for CPU decoding"
+            )
+        if isinstance(obj, CudaIBPTable):
+            return IBPFeatures(obj, check=check)
+        return RawPinnedFeatures(obj, check=check)
+    raise IBPInputError(
+        "features must be an IBPTable, CudaIBPTable, PinnedRawTable, torch.Tensor or "
+        f"FeatureSource, got '{type(obj).__name__}'"
+    )

@@ -1,0 +1,340 @@
+"""The prefetch pipeline: batches sampled and fetched ahead of training, and its statistics.
+
+`Prefetcher` keeps ``depth`` batches in flight: when the consumer receives batch ``i``,
+batches ``i + 1 .. i + depth`` have been sampled and fetched (on a GPU: queued on a side
+stream). `LoaderStats` counts per-stage seconds, rows, bytes over PCIe and decoded bytes.
+
+Stream discipline on a GPU (as DGL GraphBolt's feature reads):
+
+1. the side stream first waits for the consumer's current stream (``wait_stream``), so it
+   sees everything the consumer wrote before;
+2. sampling and fetching run on the side stream, bracketed by timing events;
+3. every output tensor is ``record_stream``-ed on the consumer stream, so the caching
+   allocator does not reuse its memory while the consumer may still read it;
+4. one event marks the end of each batch; before the batch is handed over, the consumer
+   stream waits on it (``wait_event``: no host synchronisation); the prefetcher then drops
+   its references to the batch and its event.
+
+CUDA timings are read lazily (`LoaderStats.resolve`): only events that already completed
+are read during an epoch, the rest at its end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from .errors import IBPInputError
+
+__all__ = ["STAGES", "LoaderStats", "Prefetcher"]
+
+S = TypeVar("S")
+T = TypeVar("T")
+
+#: Timed stages: sampling, fetching features (and assembling the batch), and the time the
+#: consumer spent inside ``next()``.
+STAGES = ("sample", "fetch", "wait")
+#: Pending CUDA entries above which `Prefetcher` reads the completed ones mid-epoch.
+_RESOLVE_EVERY = 64
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"  # pragma: no cover
+
+
+@dataclass
+class LoaderStats:
+    """Counters of one epoch of a loader (reset by the loader at the start of each epoch).
+
+    Attributes:
+        batches: batches handed to the consumer.
+        sample_s: seconds spent sampling.
+        fetch_s: seconds spent fetching features and assembling batches.
+        wait_s: host seconds the consumer spent inside ``next()``; on the CPU, where nothing
+            runs in the background, this includes the sampling and fetching done there.
+        rows: feature rows fetched.
+        pcie_bytes: bytes the fetches read from host memory (stored, compressed bytes for IBP
+            tables, raw bytes for raw ones, 0 for features already on the target device).
+        decoded_bytes: bytes of the rows delivered (``rows * row_bytes``).
+    """
+
+    batches: int = 0
+    sample_s: float = 0.0
+    fetch_s: float = 0.0
+    wait_s: float = 0.0
+    rows: int = 0
+    pcie_bytes: int = 0
+    decoded_bytes: int = 0
+    _pending: deque = field(default_factory=deque, repr=False, compare=False)
+
+    # -- counting ----------------------------------------------------------------------
+    def add_seconds(self, stage: str, seconds: float) -> None:
+        """Add host-measured seconds to ``stage`` (one of `STAGES`)."""
+        if stage not in STAGES:
+            raise IBPInputError(f"stage must be one of {STAGES}, got {stage!r}")
+        setattr(self, f"{stage}_s", getattr(self, f"{stage}_s") + seconds)
+
+    def add_interval(self, stage: str, start: torch.cuda.Event, end: torch.cuda.Event) -> None:
+        """Add the time between two recorded timing events to ``stage``, read lazily."""
+        if stage not in STAGES:
+            raise IBPInputError(f"stage must be one of {STAGES}, got {stage!r}")
+        self._pending.append((end, stage, start))
+
+    def add_fetch(self, rows: int, stored: int | torch.Tensor, decoded: int) -> None:
+        """Count one fetch of ``rows`` rows.
+
+        Args:
+            rows: rows fetched.
+            stored: bytes read from host memory; a 0-d CUDA tensor is copied to pinned host
+                memory on the current stream and read once that copy completed.
+            decoded: bytes delivered.
+        """
+        self.rows += int(rows)
+        self.decoded_bytes += int(decoded)
+        if isinstance(stored, torch.Tensor) and stored.device.type == "cuda":
+            host = torch.empty((), dtype=torch.int64, pin_memory=True)
+            host.copy_(stored, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            self._pending.append((done, "bytes", host))
+        else:
+            self.pcie_bytes += int(stored)
+
+    def resolve(self, block: bool = True) -> None:
+        """Fold pending CUDA timings and byte counts into the counters.
+
+        Args:
+            block: wait for all of them; with False, read only those already completed
+                (never synchronises).
+        """
+        while self._pending:
+            end, what, payload = self._pending[0]
+            if block:
+                end.synchronize()
+            elif not end.query():
+                return
+            self._pending.popleft()
+            if what == "bytes":
+                self.pcie_bytes += int(payload)
+            else:
+                self.add_seconds(what, payload.elapsed_time(end) / 1000.0)
+
+    @property
+    def pending(self) -> int:
+        """CUDA timings and byte counts not yet read."""
+        return len(self._pending)
+
+    def reset(self) -> None:
+        """Zero every counter and drop pending CUDA entries."""
+        for f in dataclasses.fields(self):
+            if f.name != "_pending":
+                setattr(self, f.name, f.default)
+        self._pending.clear()
+
+    # -- derived -----------------------------------------------------------------------
+    @property
+    def gbps(self) -> float:
+        """Decoded GB delivered per second of fetching (0.0 before any fetch time)."""
+        return self.decoded_bytes / self.fetch_s / 1e9 if self.fetch_s > 0 else 0.0
+
+    @property
+    def pcie_gbps(self) -> float:
+        """GB read from host memory per second of fetching."""
+        return self.pcie_bytes / self.fetch_s / 1e9 if self.fetch_s > 0 else 0.0
+
+    @property
+    def ratio(self) -> float:
+        """Decoded bytes over bytes read (1.0 when nothing crossed)."""
+        return self.decoded_bytes / self.pcie_bytes if self.pcie_bytes else 1.0
+
+    def as_postfix(self) -> dict[str, str]:
+        """A short dict for ``tqdm.set_postfix`` (reads completed CUDA entries only)."""
+        self.resolve(block=False)
+        per = 1000.0 / max(self.batches, 1)
+        return {
+            "sample": f"{self.sample_s * per:.1f}ms",
+            "fetch": f"{self.fetch_s * per:.1f}ms",
+            "wait": f"{self.wait_s * per:.1f}ms",
+            "GB/s": f"{self.gbps:.2f}",
+            "ratio": f"{self.ratio:.2f}x",
+        }
+
+    def summary(self) -> str:
+        """One readable line (waits for pending CUDA entries)."""
+        self.resolve(block=True)
+        return (
+            f"{self.batches} batches | sample {self.sample_s:.3f} s, fetch {self.fetch_s:.3f} s, "
+            f"wait {self.wait_s:.3f} s | {self.rows:,} rows, {_fmt_bytes(self.pcie_bytes)} read, "
+            f"{_fmt_bytes(self.decoded_bytes)} decoded (ratio {self.ratio:.2f}x), "
+            f"{self.gbps:.2f} GB/s"
+        )
+
+
+def record_stream(obj: Any, stream: torch.cuda.Stream) -> None:
+    """``record_stream(stream)`` on every CUDA tensor in ``obj``.
+
+    Walks tensors, mappings, lists, tuples, dataclasses and objects with ``to_dict()``
+    (PyG ``Data``).
+    """
+    if isinstance(obj, torch.Tensor):
+        if obj.is_cuda:
+            obj.record_stream(stream)
+    elif isinstance(obj, Mapping):
+        for value in obj.values():
+            record_stream(value, stream)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            record_stream(value, stream)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            record_stream(getattr(obj, f.name), stream)
+    elif callable(getattr(obj, "to_dict", None)):
+        record_stream(obj.to_dict(), stream)
+
+
+@dataclass
+class _Slot(Generic[T]):
+    out: T
+    ready: torch.cuda.Event | None
+
+
+class Prefetcher(Generic[S, T]):
+    """Iterate over fetched batches while the next ``depth`` are prepared ahead.
+
+    Example:
+        >>> work = (sampler.sample(seeds) for seeds in chunks)         # doctest: +SKIP
+        >>> for batch in Prefetcher(work, fetch, depth=2, device="cuda"):  # doctest: +SKIP
+        ...     train_step(batch)
+
+    Args:
+        batches: the work: each ``next()`` samples one batch (e.g. a generator of
+            ``sampler.sample(...)``); an item that is callable is called to produce it.
+            Both count as the ``sample`` stage.
+        fetch_fn: ``fetch_fn(sampled, stream)`` returns the batch handed to the consumer
+            (``stream`` is the side stream on a GPU, None on the CPU); the ``fetch`` stage.
+        depth: batches prepared ahead of the one being consumed, ``>= 0`` (default: 2).
+        device: where the work runs; a CUDA device runs it on a side stream (default: CPU).
+        stats: counters to add to (default: a fresh `LoaderStats`).
+        stream: the side stream to use on a GPU (default: a new one).
+    """
+
+    def __init__(
+        self,
+        batches: Iterable[S | Callable[[], S]],
+        fetch_fn: Callable[[S, torch.cuda.Stream | None], T],
+        *,
+        depth: int = 2,
+        device: str | torch.device = "cpu",
+        stats: LoaderStats | None = None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise IBPInputError(f"depth must be an int >= 0, got {depth!r}")
+        if not callable(fetch_fn):
+            raise IBPInputError(f"fetch_fn must be callable, got '{type(fetch_fn).__name__}'")
+        self.device = torch.device(device)
+        self.depth = depth
+        self.stats = stats if stats is not None else LoaderStats()
+        self._cuda = self.device.type == "cuda"
+        if self._cuda:
+            if not torch.cuda.is_available():
+                raise IBPInputError(f"device='{device}' but torch.cuda.is_available() is False")
+            self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
+        else:
+            self.stream = None
+        self._source: Iterator[Any] | None = iter(batches)
+        self._fetch = fetch_fn
+        self._queue: deque[_Slot[T]] = deque()
+        #: Most batches held at once (at most ``depth + 1``).
+        self.peak_in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Batches prepared and not yet handed over."""
+        return len(self._queue)
+
+    def __iter__(self) -> Prefetcher[S, T]:
+        return self
+
+    def __next__(self) -> T:
+        t0 = time.perf_counter()
+        self._fill()
+        if not self._queue:
+            self.close()
+            raise StopIteration
+        slot = self._queue.popleft()
+        if slot.ready is not None:
+            torch.cuda.current_stream(self.device).wait_event(slot.ready)
+        out = slot.out
+        del slot  # the prefetcher keeps no reference to a handed-over batch
+        self.stats.batches += 1
+        self.stats.add_seconds("wait", time.perf_counter() - t0)
+        if self.stats.pending > _RESOLVE_EVERY:
+            self.stats.resolve(block=False)
+        return out
+
+    def close(self) -> None:
+        """Drop prepared batches and stop (also closes a generator source)."""
+        self._queue.clear()
+        source, self._source = self._source, None
+        close = getattr(source, "close", None)
+        if callable(close):
+            close()
+
+    # ----------------------------------------------------------------------------------
+    def _fill(self) -> None:
+        while self._source is not None and len(self._queue) <= self.depth:
+            slot = self._produce_cuda() if self._cuda else self._produce_cpu()
+            if slot is None:
+                self._source = None
+                return
+            self._queue.append(slot)
+            self.peak_in_flight = max(self.peak_in_flight, len(self._queue))
+
+    def _next_sampled(self) -> tuple[bool, Any]:
+        try:
+            item = next(self._source)
+        except StopIteration:
+            return False, None
+        return True, item() if callable(item) else item
+
+    def _produce_cpu(self) -> _Slot[T] | None:
+        t0 = time.perf_counter()
+        ok, sampled = self._next_sampled()
+        if not ok:
+            return None
+        t1 = time.perf_counter()
+        out = self._fetch(sampled, None)
+        self.stats.add_seconds("sample", t1 - t0)
+        self.stats.add_seconds("fetch", time.perf_counter() - t1)
+        return _Slot(out, None)
+
+    def _produce_cuda(self) -> _Slot[T] | None:
+        consumer = torch.cuda.current_stream(self.device)
+        side = self.stream
+        side.wait_stream(consumer)
+        with torch.cuda.stream(side):
+            start = torch.cuda.Event(enable_timing=True)
+            start.record(side)
+            ok, sampled = self._next_sampled()
+            if not ok:
+                return None
+            sampled_at = torch.cuda.Event(enable_timing=True)
+            sampled_at.record(side)
+            out = self._fetch(sampled, side)
+            ready = torch.cuda.Event(enable_timing=True)
+            ready.record(side)
+        record_stream(out, consumer)
+        self.stats.add_interval("sample", start, sampled_at)
+        self.stats.add_interval("fetch", sampled_at, ready)
+        return _Slot(out, ready)

@@ -1,0 +1,859 @@
+"""The PyG drop-ins (NeighborLoader, IBPFeatureStore), feature sources and the prefetcher.
+
+Checked on a small random graph and, when ../shared/datasets is there, on Cora (features
+from benchmarks/real_tables.load_cora, edges and labels rebuilt from the Planetoid files as
+torch_geometric.datasets.Planetoid does). GPU variants are marked ``gpu`` and skip without
+CUDA.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import importlib.util
+import pickle
+import re
+import sys
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+torch_geometric = pytest.importorskip("torch_geometric")
+
+from torch_geometric.data import Data, HeteroData  # noqa: E402
+from torch_geometric.loader import NodeLoader  # noqa: E402
+from torch_geometric.sampler import BaseSampler, SamplerOutput  # noqa: E402
+from torch_geometric.testing.feature_store import MyFeatureStore  # noqa: E402
+
+import ibp_graph  # noqa: E402
+from ibp_graph.errors import IBPInputError  # noqa: E402
+from ibp_graph.features import (  # noqa: E402
+    FeatureSource,
+    IBPFeatures,
+    TensorFeatures,
+    as_feature_source,
+)
+from ibp_graph.loaders import pyg as pyg_loaders  # noqa: E402
+from ibp_graph.loaders.pyg import IBPFeatureStore, NeighborLoader  # noqa: E402
+from ibp_graph.prefetch import LoaderStats, Prefetcher  # noqa: E402
+from ibp_graph.sampler import NeighborSampler  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+no_gpu_here = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
+
+# --------------------------------------------------------------------------------------------
+# Graphs
+# --------------------------------------------------------------------------------------------
+
+NUM_CLASSES = 4
+
+
+def random_data(seed: int = 0, n: int = 300, e: int = 2400, d: int = 48) -> Data:
+    """A random homophilous multigraph with sparse 0/1 features and learnable labels.
+
+    Labels are a random linear function of the features; every edge's source has its
+    target's label; the last 5 nodes are isolated. Extra node-, edge- and graph-level
+    attributes check the slicing.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.rand(n, d, generator=gen) < 0.08).float()
+    y = (x @ torch.randn(d, NUM_CLASSES, generator=gen)).argmax(1)
+    linked = y[: n - 5]
+    by_class = torch.argsort(linked, stable=True)
+    counts = torch.bincount(linked, minlength=NUM_CLASSES)
+    starts = torch.cumsum(counts, 0) - counts
+    dst = torch.randint(0, n - 5, (e,), generator=gen)
+    pick = (torch.rand(e, generator=gen) * counts[y[dst]]).long()
+    src = by_class[starts[y[dst]] + pick]
+    data = Data(x=x, edge_index=torch.stack([src, dst]), y=y)
+    data.train_mask = torch.rand(n, generator=gen) < 0.4
+    data.edge_attr = torch.randn(e, 3, generator=gen)
+    data.graph_attr = torch.randn(1, 7, generator=gen)
+    data.name = "random"
+    return data
+
+
+def _planetoid_graph_edges(path: Path, num_nodes: int) -> torch.Tensor:
+    """``ind.cora.graph`` (a pickled ``defaultdict(list)``) as PyG's coalesced edge_index."""
+
+    class GraphUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            allowed = {
+                ("collections", "defaultdict"): collections.defaultdict,
+                ("__builtin__", "list"): list,
+                ("builtins", "list"): list,
+            }
+            if (module, name) not in allowed:
+                raise pickle.UnpicklingError(f"{path}: refusing global {module}.{name}")
+            return allowed[(module, name)]
+
+    with open(path, "rb") as f:
+        graph = GraphUnpickler(f, encoding="latin1").load()
+    row = [int(k) for k, vs in graph.items() for _ in vs]
+    col = [int(v) for vs in graph.values() for v in vs]
+    ei = torch.tensor([row, col], dtype=torch.int64)
+    ei = ei[:, ei[0] != ei[1]]  # remove_self_loops
+    key = torch.unique(ei[1] * num_nodes + ei[0])  # coalesce (sort_by_row=False)
+    return torch.stack([key % num_nodes, key // num_nodes])
+
+
+@pytest.fixture(scope="module")
+def cora() -> Data:
+    from benchmarks import real_tables as rt
+
+    folder = rt.SHARED_DATASETS / "planetoid"
+    needed = ["ind.cora.graph", "ind.cora.ally", "ind.cora.ty"] + [
+        f"ind.cora.{p}" for p in ("x", "tx", "allx", "test.index")
+    ]
+    missing = [f for f in needed if not (folder / f).is_file()]
+    if missing:
+        pytest.skip(f"Cora not found under {folder} (missing {missing}); set IBP_GRAPH_DATASETS")
+    _, x, _ = rt.load_cora()
+    n = x.shape[0]
+    labels = np.concatenate(
+        [
+            rt._load_planetoid_matrix(folder / "ind.cora.ally"),
+            rt._load_planetoid_matrix(folder / "ind.cora.ty"),
+        ]
+    )
+    y = torch.from_numpy(labels.argmax(1))
+    test_index = torch.from_numpy(rt._load_test_index(folder / "ind.cora.test.index"))
+    y[test_index] = y[test_index.sort().values]
+    edge_index = _planetoid_graph_edges(folder / "ind.cora.graph", n)
+    assert edge_index.size(1) == 10556  # Planetoid('Cora').edge_index
+    data = Data(x=torch.from_numpy(x), edge_index=edge_index, y=y)
+    data.train_mask = torch.zeros(n, dtype=torch.bool)
+    data.train_mask[:140] = True
+    return data
+
+
+@pytest.fixture(scope="module")
+def rand_data() -> Data:
+    return random_data()
+
+
+@pytest.fixture(scope="module")
+def rand_table(rand_data, tmp_path_factory) -> ibp_graph.IBPTable:
+    return ibp_graph.compress(
+        rand_data.x, tmp_path_factory.mktemp("rand") / "x.ibp", progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def cora_table(cora, tmp_path_factory) -> ibp_graph.IBPTable:
+    return ibp_graph.compress(cora.x, tmp_path_factory.mktemp("cora") / "x.ibp", progress=False)
+
+
+@pytest.fixture(params=["random", "cora"])
+def graph(request) -> tuple[Data, ibp_graph.IBPTable]:
+    if request.param == "random":
+        return request.getfixturevalue("rand_data"), request.getfixturevalue("rand_table")
+    return request.getfixturevalue("cora"), request.getfixturevalue("cora_table")
+
+
+# --------------------------------------------------------------------------------------------
+# Batch checks
+# --------------------------------------------------------------------------------------------
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32) if t.dtype == torch.float32 else t
+
+
+def check_batch(b: Data, data: Data, input_nodes: torch.Tensor, mask_input: bool, hops: int):
+    """Every field of one batch against the original graph."""
+    n_id, e_id = b.n_id.cpu(), b.e_id.cpu()
+    bs = b.batch_size
+    assert torch.equal(bits(b.x.cpu()), bits(data.x[n_id]))  # bit for bit
+    assert torch.equal(b.y.cpu(), data.y[n_id])
+    assert torch.equal(b.train_mask.cpu(), data.train_mask[n_id])
+    ei = b.edge_index.cpu()
+    assert ei.dtype == torch.int64 and ei.size(0) == 2
+    if ei.numel():
+        assert int(ei.min()) >= 0 and int(ei.max()) < n_id.numel()
+    # Every sampled edge is the original edge e_id, between the right global nodes.
+    assert torch.equal(data.edge_index[:, e_id], n_id[ei])
+    if "edge_attr" in data:
+        assert torch.equal(b.edge_attr.cpu(), data.edge_attr[e_id])
+    # Seeds first, input_id as PyG defines it.
+    input_id = b.input_id.cpu()
+    assert input_id.numel() == bs
+    expected_seeds = input_id if mask_input else input_nodes[input_id]
+    assert torch.equal(n_id[:bs], expected_seeds)
+    assert b.num_sampled_nodes[0] == bs and len(b.num_sampled_nodes) == hops + 1
+    assert sum(b.num_sampled_nodes) == n_id.numel() == b.x.size(0)
+    assert len(b.num_sampled_edges) == hops and sum(b.num_sampled_edges) == ei.size(1)
+    assert n_id.unique().numel() == n_id.numel()
+
+
+def same_batch(a: Data, b: Data) -> bool:
+    if sorted(a.keys()) != sorted(b.keys()):
+        return False
+    for key in a.keys():
+        va, vb = a[key], b[key]
+        if isinstance(va, torch.Tensor):
+            if not (isinstance(vb, torch.Tensor) and va.shape == vb.shape):
+                return False
+            if not torch.equal(bits(va.cpu()), bits(vb.cpu())):
+                return False
+        elif va != vb:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# NeighborLoader: batch contents
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ibp", [True, False], ids=["ibp", "data.x"])
+@pytest.mark.parametrize("input_kind", ["mask", "index", "all"])
+def test_batches_hold_the_original_rows_and_edges(graph, ibp, input_kind) -> None:
+    data, table = graph
+    n = data.num_nodes
+    if input_kind == "mask":
+        input_nodes = data.train_mask
+        nodes = input_nodes.nonzero().view(-1)
+    elif input_kind == "index":
+        nodes = torch.randperm(n, generator=torch.Generator().manual_seed(1))[: n // 3]
+        input_nodes = nodes
+    else:
+        input_nodes, nodes = None, torch.arange(n)
+    loader = NeighborLoader(
+        data,
+        [6, 3],
+        input_nodes=input_nodes,
+        batch_size=97,
+        shuffle=True,
+        features=table if ibp else None,
+        seed=3,
+    )
+    seen = []
+    for b in loader:
+        check_batch(b, data, nodes, input_kind == "mask", hops=2)
+        seen.append(b.n_id[: b.batch_size])
+        assert getattr(b, "name", None) == getattr(data, "name", None)
+    # Every input node is a seed exactly once per epoch.
+    assert torch.equal(torch.cat(seen).sort().values, nodes.sort().values)
+    assert len(seen) == len(loader)
+
+
+def test_fields_are_exactly_pygs_node_loader_fields(rand_data, rand_table) -> None:
+    """PyG's own NodeLoader around the same sampler gives the same Data, key for key."""
+
+    class OurSampler(BaseSampler):
+        def __init__(self, sampler: NeighborSampler) -> None:
+            self.sampler = sampler
+
+        def sample_from_nodes(self, inputs, **kwargs) -> SamplerOutput:
+            b = self.sampler.sample(inputs.node, inputs.input_id)
+            return SamplerOutput(
+                node=b.node,
+                row=b.row,
+                col=b.col,
+                edge=b.edge,
+                batch=None,
+                num_sampled_nodes=b.num_sampled_nodes,
+                num_sampled_edges=b.num_sampled_edges,
+                metadata=(inputs.input_id, inputs.time),
+            )
+
+        def sample_from_edges(self, inputs, neg_sampling=None):
+            raise NotImplementedError
+
+    data = rand_data
+    for input_nodes in (data.train_mask, torch.arange(10, 200, 3), None):
+        ours = NeighborLoader(
+            data, [4, 4], input_nodes=input_nodes, batch_size=50, features=rand_table, seed=5
+        )
+        ref_sampler = NeighborSampler(ours.graph, [4, 4], seed=ours._epoch_seeds(0)[1])
+        theirs = NodeLoader(data, OurSampler(ref_sampler), input_nodes=input_nodes, batch_size=50)
+        pairs = list(zip(ours, theirs, strict=True))
+        assert len(pairs) == len(theirs)
+        for a, b in pairs:
+            assert sorted(a.keys()) == sorted(b.keys()), (a, b)
+            assert same_batch(a, b), (a, b)
+
+
+def test_explicit_num_nodes_and_transform(rand_data) -> None:
+    data = rand_data.clone()
+    data.num_nodes = rand_data.num_nodes
+
+    def transform(batch: Data) -> Data:
+        batch.seen = True
+        return batch
+
+    b = next(iter(NeighborLoader(data, [3], batch_size=16, transform=transform, seed=0)))
+    assert b.num_nodes == b.n_id.numel() and b.seen is True
+    assert torch.equal(b.graph_attr, data.graph_attr)
+
+
+def test_data_without_x_gives_batches_without_x(rand_data) -> None:
+    data = Data(edge_index=rand_data.edge_index, y=rand_data.y, num_nodes=rand_data.num_nodes)
+    loader = NeighborLoader(data, [3], batch_size=64, seed=0)
+    b = next(iter(loader))
+    assert "x" not in b and torch.equal(b.y, data.y[b.n_id])
+    assert loader.stats.rows == 0
+
+
+def test_empty_input_nodes_give_no_batches(rand_data) -> None:
+    loader = NeighborLoader(rand_data, [3], input_nodes=torch.tensor([], dtype=torch.long))
+    assert len(loader) == 0 and list(loader) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Seeds, shuffle, drop_last, len
+# --------------------------------------------------------------------------------------------
+
+
+def epoch(loader: NeighborLoader) -> list[Data]:
+    return list(loader)
+
+
+def test_same_seed_same_batches_different_seed_different(rand_data, rand_table) -> None:
+    def make(seed: int, prefetch: int = 2) -> NeighborLoader:
+        return NeighborLoader(
+            rand_data,
+            [5, 5],
+            batch_size=40,
+            shuffle=True,
+            features=rand_table,
+            seed=seed,
+            prefetch=prefetch,
+        )
+
+    a, b, c = make(7), make(7, prefetch=0), make(8)
+    a1, a2 = epoch(a), epoch(a)
+    b1, b2 = epoch(b), epoch(b)
+    assert all(same_batch(x, y) for x, y in zip(a1 + a2, b1 + b2, strict=True))
+    assert not all(same_batch(x, y) for x, y in zip(a1, epoch(c), strict=True))
+    assert not all(same_batch(x, y) for x, y in zip(a1, a2, strict=True))  # reshuffled
+    # An epoch cut short does not change the next one.
+    d = make(7)
+    next(iter(d))
+    assert all(same_batch(x, y) for x, y in zip(a2, epoch(d), strict=True))
+
+
+def test_seed_none_follows_torch_manual_seed(rand_data) -> None:
+    torch.manual_seed(123)
+    a = epoch(NeighborLoader(rand_data, [4], batch_size=60, shuffle=True))
+    torch.manual_seed(123)
+    b = epoch(NeighborLoader(rand_data, [4], batch_size=60, shuffle=True))
+    assert all(same_batch(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_shuffle_drop_last_and_len_like_torch_dataloader(rand_data, shuffle, drop_last) -> None:
+    nodes = torch.tensor([5, 17, 3, 99, 42, 8, 250, 1, 77, 64])
+    loader = NeighborLoader(
+        rand_data,
+        [2],
+        input_nodes=nodes,
+        batch_size=3,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        seed=0,
+    )
+    reference = torch.utils.data.DataLoader(range(10), batch_size=3, drop_last=drop_last)
+    assert len(loader) == len(reference) == (3 if drop_last else 4)
+    batches = epoch(loader)
+    assert [b.batch_size for b in batches] == [len(r) for r in reference]
+    seeds = torch.cat([b.n_id[: b.batch_size] for b in batches])
+    positions = torch.cat([b.input_id for b in batches])
+    assert torch.equal(seeds, nodes[positions])
+    if shuffle:
+        assert not torch.equal(positions, torch.arange(positions.numel()))
+        assert positions.unique().numel() == positions.numel()
+    else:
+        assert torch.equal(positions, torch.arange(9 if drop_last else 10))
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics and progress
+# --------------------------------------------------------------------------------------------
+
+
+def test_stats_count_bytes_rows_and_ratio(rand_data, rand_table) -> None:
+    loader = NeighborLoader(rand_data, [5, 5], batch_size=50, features=rand_table, seed=0)
+    lengths = np.diff(rand_table.offsets) * rand_table.align
+    for _ in range(2):  # reset every epoch
+        stored = rows = 0
+        for b in loader:
+            stored += int(lengths[b.n_id.numpy()].sum())
+            rows += b.n_id.numel()
+        s = loader.stats
+        assert s.batches == len(loader) and s.rows == rows
+        assert s.pcie_bytes == stored > 0
+        assert s.decoded_bytes == rows * 48 * 4
+        assert s.ratio == pytest.approx(s.decoded_bytes / stored)
+        assert s.sample_s > 0 and s.fetch_s > 0 and s.wait_s >= s.sample_s
+        assert s.gbps > 0
+    assert set(s.as_postfix()) == {"sample", "fetch", "wait", "GB/s", "ratio"}
+    assert re.match(r"\d+ batches \| sample .* \(ratio \d+\.\d\dx\)", s.summary())
+
+
+def test_stats_ratio_over_the_whole_table_is_the_tables(rand_data, rand_table) -> None:
+    n = rand_data.num_nodes
+    loader = NeighborLoader(rand_data, [0], batch_size=n, features=rand_table)
+    (b,) = epoch(loader)
+    assert b.n_id.numel() == n
+    s = loader.stats
+    stored = int(rand_table.offsets[-1]) * rand_table.align
+    assert s.pcie_bytes == stored and s.ratio == rand_table.raw_bytes / stored
+    # The table's ratio also counts the row section's padding to 8 bytes (< 8 bytes here).
+    assert rand_table.stored_bytes - stored < 8
+    assert s.ratio == pytest.approx(rand_table.ratio, rel=8 / rand_table.stored_bytes)
+    assert IBPFeatures(rand_table).ratio == rand_table.ratio
+
+
+def test_stats_raw_features_move_nothing(rand_data) -> None:
+    loader = NeighborLoader(rand_data, [5], batch_size=100, seed=0)
+    epoch(loader)
+    assert loader.stats.pcie_bytes == 0 and loader.stats.ratio == 1.0
+    assert loader.stats.rows > 0
+
+
+def test_progress_bar_shows_the_stats(rand_data, rand_table, capsys) -> None:
+    loader = NeighborLoader(
+        rand_data, [3], batch_size=100, features=rand_table, seed=0, progress=True
+    )
+    epoch(loader)
+    err = capsys.readouterr().err
+    assert "NeighborLoader" in err and "ratio=" in err and f"{len(loader)}/{len(loader)}" in err
+
+
+def test_loader_holds_at_most_depth_plus_one_batches(rand_data, rand_table) -> None:
+    depth = 2
+    loader = NeighborLoader(
+        rand_data, [4], batch_size=25, features=rand_table, seed=0, prefetch=depth
+    )
+    refs: list[weakref.ref] = []
+    for _ in range(2):
+        for b in loader:
+            refs.append(weakref.ref(b))
+            del b  # batches hold no reference cycles: freed at once, no gc.collect()
+            # Only the prefetched batches are alive (the consumer dropped its own).
+            assert sum(r() is not None for r in refs) <= depth + 1
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+    assert len(refs) == 2 * len(loader)
+
+
+# --------------------------------------------------------------------------------------------
+# Training: a standard PyG loop, only the import changed
+# --------------------------------------------------------------------------------------------
+
+
+def make_model(kind: str, in_dim: int, classes: int) -> torch.nn.Module:
+    from torch_geometric.nn.models import GAT, GraphSAGE
+
+    if kind == "sage":
+        return GraphSAGE(in_dim, 32, num_layers=2, out_channels=classes)
+    return GAT(in_dim, 16, num_layers=2, out_channels=classes, heads=2)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gat"])
+def test_pyg_training_loop_runs_and_loss_decreases(graph, kind) -> None:
+    data, table = graph
+    classes = int(data.y.max()) + 1
+    torch.manual_seed(0)
+    model = make_model(kind, data.x.size(1), classes)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    train = NeighborLoader(
+        data, [10, 5], batch_size=64, shuffle=True, features=table, seed=0, input_nodes=None
+    )
+    probe = NeighborLoader(data, [10, 5], batch_size=256, features=table, seed=1)
+    probe_batch = next(iter(probe))
+
+    def probe_loss() -> float:
+        model.eval()
+        with torch.no_grad():
+            out = model(probe_batch.x, probe_batch.edge_index)[: probe_batch.batch_size]
+            return float(F.cross_entropy(out, probe_batch.y[: probe_batch.batch_size]))
+
+    before = probe_loss()
+    model.train()
+    steps = 0
+    while steps < 12:  # the unchanged PyG loop, over as many epochs as 12 steps take
+        for batch in train:
+            opt.zero_grad()
+            out = model(batch.x, batch.edge_index)[: batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[: batch.batch_size])
+            loss.backward()
+            opt.step()
+            steps += 1
+            if steps == 12:
+                break
+    assert probe_loss() < 0.9 * before
+
+
+def test_module_docstring_example_runs(tmp_path, monkeypatch, capsys) -> None:
+    doc = pyg_loaders.__doc__
+    code = doc.split(".. code-block:: python\n")[1].split("\n\n`IBPFeatureStore`")[0]
+    code = "\n".join(line[4:] for line in code.splitlines())
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "loaders/pyg.py docstring", "exec"), {})
+    assert "batches |" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input: every one raises at construction, naming what is wrong
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"replace": True}, "replace=True"),
+        ({"disjoint": True}, "disjoint=True"),
+        ({"directed": False}, "directed=False"),
+        ({"subgraph_type": "induced"}, "subgraph_type='induced'"),
+        ({"input_time": torch.zeros(3)}, "input_time="),
+        ({"time_attr": "time"}, "time_attr='time'"),
+        ({"temporal_strategy": "last"}, "temporal_strategy='last'"),
+        ({"weight_attr": "w"}, "weight_attr='w'"),
+        ({"transform_sampler_output": lambda o: o}, "transform_sampler_output="),
+        ({"neighbor_sampler": object()}, "neighbor_sampler="),
+        ({"num_workers": 2}, "num_workers=2"),
+        ({"persistent_workers": True}, "persistent_workers=True"),
+        ({"input_nodes": ("paper", None)}, "input_nodes="),
+    ],
+)
+def test_unsupported_options_raise_at_construction(rand_data, kwargs, match) -> None:
+    with pytest.raises(NotImplementedError, match=re.escape(match)):
+        NeighborLoader(rand_data, [3], **kwargs)
+
+
+def test_hetero_and_store_inputs_are_not_supported(rand_data) -> None:
+    hetero = HeteroData()
+    hetero["paper"].x = torch.zeros(3, 2)
+    with pytest.raises(NotImplementedError, match="HeteroData"):
+        NeighborLoader(hetero, [3])
+    with pytest.raises(NotImplementedError, match="FeatureStore, GraphStore"):
+        NeighborLoader((MyFeatureStore(), object()), [3])
+    with pytest.raises(IBPInputError, match="must be a torch_geometric.data.Data"):
+        NeighborLoader({"x": rand_data.x}, [3])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_neighbors": {"a": [3]}}, "num_neighbors must be a list of ints, got 'dict'"),
+        ({"num_neighbors": [3, "2"]}, "got 'str' at index 1"),
+        ({"num_neighbors": [-2]}, "num_neighbors[0] must be >= -1"),
+        ({"input_nodes": torch.tensor([1, 2, 300, 400])}, "input_nodes[2] = 300 is out of range"),
+        ({"input_nodes": torch.tensor([-1])}, "input_nodes[0] = -1 is out of range"),
+        (
+            {"input_nodes": torch.ones(299, dtype=torch.bool)},
+            "mask of 299 entries, the graph has 300",
+        ),
+        ({"input_nodes": torch.tensor([0.5])}, "integers or bools"),
+        ({"features": torch.zeros(299, 4)}, "features have 299 rows, the graph has 300 nodes"),
+        ({"features": "x.ibp"}, "features must be an IBPTable, CudaIBPTable"),
+        ({"batch_size": 0}, "batch_size must be a positive int"),
+        ({"prefetch": -1}, "prefetch must be an int >= 0"),
+        ({"seed": -3}, "seed must be an int >= 0"),
+        ({"shuffle": "yes"}, "shuffle must be a bool"),
+        ({"transform": 3}, "transform must be callable"),
+    ],
+)
+def test_bad_arguments_raise_at_construction(rand_data, kwargs, match) -> None:
+    kwargs = {"num_neighbors": [3], **kwargs}
+    with pytest.raises(IBPInputError, match=re.escape(match)):
+        NeighborLoader(rand_data, **kwargs)
+
+
+def test_feature_row_count_mismatch_on_cora(cora, tmp_path) -> None:
+    short = ibp_graph.compress(cora.x[:-1], tmp_path / "short.ibp", progress=False)
+    with pytest.raises(IBPInputError, match="features have 2707 rows, the graph has 2708 nodes"):
+        NeighborLoader(cora, [5], features=short)
+
+
+@no_gpu_here
+def test_cuda_device_without_a_gpu_is_a_clear_error(rand_data, rand_table) -> None:
+    msg = "device='cuda' but torch.cuda.is_available() is False"
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        NeighborLoader(rand_data, [3], features=rand_table, device="cuda")
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        NeighborLoader(rand_data, [3], device="cuda")
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        as_feature_source(rand_table, "cuda")
+
+
+def test_missing_torch_geometric_names_the_extra(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch_geometric.data", None)
+    spec = importlib.util.spec_from_file_location("_pyg_without_pyg", REPO / "loaders" / "pyg.py")
+    module = importlib.util.module_from_spec(spec)
+    with pytest.raises(ImportError, match=re.escape("pip install 'ibp-graph[pyg]'")):
+        spec.loader.exec_module(module)
+
+
+# --------------------------------------------------------------------------------------------
+# Feature sources
+# --------------------------------------------------------------------------------------------
+
+
+def test_feature_sources_gather_and_count(rand_data, rand_table) -> None:
+    ids = torch.tensor([4, 0, 4, 299, 17])
+    x = rand_data.x
+    ibp = as_feature_source(rand_table)
+    raw = as_feature_source(None, data=rand_data)
+    assert isinstance(ibp, IBPFeatures) and isinstance(raw, TensorFeatures)
+    assert isinstance(ibp, FeatureSource) and isinstance(raw, FeatureSource)
+    for src in (ibp, raw):
+        assert torch.equal(src.gather(ids), x[ids])
+        assert src.num_rows == len(src) == 300 and src.row_shape == (48,)
+        assert src.dtype == torch.float32 and src.device == torch.device("cpu")
+        assert src.row_bytes == 48 * 4
+    lengths = np.diff(rand_table.offsets) * rand_table.align
+    assert ibp.stored_bytes(ids) == int(lengths[ids.numpy()].sum())
+    assert raw.stored_bytes(ids) == 0 and raw.ratio == 1.0
+    assert ibp.ratio == rand_table.ratio
+    assert as_feature_source(ibp) is ibp
+    assert as_feature_source(x, "cpu").device == torch.device("cpu")
+
+
+def test_as_feature_source_rejects_what_it_does_not_know(rand_table) -> None:
+    with pytest.raises(IBPInputError, match="got 'ndarray'"):
+        as_feature_source(np.zeros((3, 2)))
+    with pytest.raises(IBPInputError, match="data has no 'x'"):
+        as_feature_source(None, data=Data(edge_index=torch.zeros(2, 0, dtype=torch.long)))
+    with pytest.raises(IBPInputError, match="device must be"):
+        as_feature_source(rand_table, "not-a-device")
+
+
+# --------------------------------------------------------------------------------------------
+# Prefetcher and LoaderStats
+# --------------------------------------------------------------------------------------------
+
+
+class Box:
+    """A weak-referenceable batch."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_prefetcher_runs_depth_ahead_in_order(depth) -> None:
+    produced: list[int] = []
+    total = 7
+
+    def work():
+        for i in range(total):
+            produced.append(i)
+            yield i
+
+    stats = LoaderStats()
+    pf = Prefetcher(work(), lambda i, stream: Box(i), depth=depth, stats=stats)
+    got = []
+    for box in pf:
+        # When batch i arrives, batches i+1..i+depth have been prepared already.
+        assert len(produced) == min(box.i + 1 + depth, total)
+        assert pf.in_flight == min(depth, total - box.i - 1)
+        got.append(box.i)
+    assert got == list(range(total))
+    assert pf.peak_in_flight == min(depth + 1, total)
+    assert stats.batches == total and stats.sample_s > 0 and stats.fetch_s > 0
+
+
+def test_prefetcher_calls_callable_work_and_does_not_leak() -> None:
+    depth = 2
+    refs: list[weakref.ref] = []
+    for _ in range(2):  # two epochs
+        pf = Prefetcher([(lambda i=i: i) for i in range(9)], lambda i, s: Box(i), depth=depth)
+        for box in pf:
+            refs.append(weakref.ref(box))
+            del box
+            assert sum(r() is not None for r in refs) <= depth + 1
+            assert pf.in_flight <= depth
+        assert pf.peak_in_flight <= depth + 1
+    gc.collect()
+    assert all(r() is None for r in refs) and len(refs) == 18
+
+
+def test_prefetcher_close_drops_everything() -> None:
+    closed = []
+
+    def work():
+        try:
+            yield from range(10)
+        finally:
+            closed.append(True)
+
+    pf = Prefetcher(work(), lambda i, s: Box(i), depth=3)
+    assert next(pf).i == 0 and pf.in_flight == 3
+    pf.close()
+    assert pf.in_flight == 0 and closed == [True]
+    with pytest.raises(StopIteration):
+        next(pf)
+
+
+def test_prefetcher_and_stats_reject_bad_arguments() -> None:
+    with pytest.raises(IBPInputError, match="depth must be an int >= 0"):
+        Prefetcher([], lambda i, s: i, depth=-1)
+    with pytest.raises(IBPInputError, match="fetch_fn must be callable"):
+        Prefetcher([], None)
+    with pytest.raises(IBPInputError, match="stage must be one of"):
+        LoaderStats().add_seconds("decode", 1.0)
+
+
+def test_loader_stats_arithmetic_and_reset() -> None:
+    s = LoaderStats()
+    assert s.gbps == 0.0 and s.ratio == 1.0
+    s.add_seconds("fetch", 0.5)
+    s.add_fetch(rows=10, stored=100, decoded=1000)
+    s.batches = 2
+    assert s.ratio == 10.0 and s.gbps == pytest.approx(2e-6) and s.pcie_gbps == pytest.approx(2e-7)
+    assert s.as_postfix()["fetch"] == "250.0ms"
+    assert "2 batches" in s.summary() and "10 rows" in s.summary()
+    s.reset()
+    assert s == LoaderStats() and s.pending == 0
+
+
+# --------------------------------------------------------------------------------------------
+# IBPFeatureStore
+# --------------------------------------------------------------------------------------------
+
+
+class CountingSource(TensorFeatures):
+    """TensorFeatures that counts its gathers."""
+
+    calls = 0
+
+    def gather(self, ids, *, stream=None):
+        CountingSource.calls += 1
+        return super().gather(ids, stream=stream)
+
+
+def test_feature_store_matches_pygs_reference_store(rand_data, rand_table) -> None:
+    x = rand_data.x
+    y = rand_data.y.view(-1, 1)
+    store = IBPFeatureStore({("paper", "x"): rand_table, ("paper", "y"): y})
+    ref = MyFeatureStore()
+    ref.put_tensor(x, group_name="paper", attr_name="x", index=None)
+    ref.put_tensor(y, group_name="paper", attr_name="y", index=None)
+    idx = torch.tensor([5, 0, 5, 123])
+    for attr_name in ("x", "y"):
+        want = ref.get_tensor(group_name="paper", attr_name=attr_name, index=idx)
+        assert torch.equal(store[("paper", attr_name, idx)], want)
+        assert torch.equal(
+            store.get_tensor(group_name="paper", attr_name=attr_name, index=idx), want
+        )
+        assert torch.equal(store["paper"][attr_name][idx], want)  # AttrView, PyG's path
+        assert torch.equal(store[("paper", attr_name, None)], ref[("paper", attr_name, None)])
+    assert torch.equal(store["paper", "x", 7], x[7])
+    assert torch.equal(store["paper", "x", slice(10, 20, 3)], x[10:20:3])
+    mask = rand_data.train_mask
+    assert torch.equal(store["paper", "x", mask], x[mask])
+    assert store.get_tensor_size(group_name="paper", attr_name="x") == (300, 48)
+    assert store.get_tensor_size(group_name="paper", attr_name="nope") is None
+    assert sorted((a.group_name, a.attr_name) for a in store.get_all_tensor_attrs()) == [
+        ("paper", "x"),
+        ("paper", "y"),
+    ]
+    with pytest.raises(KeyError, match="attr_name='nope'"):
+        store["paper", "nope", idx]
+    with pytest.raises(IndexError, match=r"index\[1\] = 300 is out of range"):
+        store["paper", "x", torch.tensor([0, 300])]
+
+
+def test_feature_store_default_key_and_read_only(rand_table, rand_data) -> None:
+    store = IBPFeatureStore(rand_table)
+    idx = torch.tensor([3, 1])
+    assert torch.equal(
+        store.get_tensor(group_name=None, attr_name="x", index=idx), rand_data.x[idx]
+    )
+    with pytest.raises(NotImplementedError, match="read-only"):
+        store.put_tensor(torch.zeros(2, 48), group_name=None, attr_name="z", index=None)
+    with pytest.raises(NotImplementedError, match="read-only"):
+        store.remove_tensor(group_name=None, attr_name="x", index=None)
+    with pytest.raises(IBPInputError, match="feature keys must be"):
+        IBPFeatureStore({3: rand_table})
+
+
+def test_feature_store_multi_get_fetches_once_per_source(rand_data) -> None:
+    x, y = rand_data.x, rand_data.y.view(-1, 1).float()
+    store = IBPFeatureStore({"x": CountingSource(x), "y": CountingSource(y)})
+    a, b = torch.tensor([1, 2, 3]), torch.tensor([9, 1])
+    CountingSource.calls = 0
+    out = store.multi_get_tensor(
+        [(None, "x", a), (None, "y", b), (None, "x", b), (None, "x", 4), (None, "y", None)]
+    )
+    assert CountingSource.calls == 2
+    for got, want in zip(out, [x[a], y[b], x[b], x[4], y], strict=True):
+        assert torch.equal(got, want)
+
+
+# --------------------------------------------------------------------------------------------
+# GPU (skipped without CUDA)
+# --------------------------------------------------------------------------------------------
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("kind", ["ibp", "ibp-from-cpu-table", "pinned-raw", "tensor"])
+def test_gpu_loader_batches_match_the_cpu_rows(rand_data, rand_table, kind) -> None:
+    pytest.importorskip("cupy")
+    from ibp_graph.cuda_table import PinnedRawTable
+
+    if kind == "ibp":
+        features = ibp_graph.open(rand_table.path, device="cuda")
+    elif kind == "ibp-from-cpu-table":
+        features = rand_table
+    elif kind == "pinned-raw":
+        features = PinnedRawTable(rand_data.x)
+    else:
+        features = rand_data.x
+    loader = NeighborLoader(
+        rand_data, [5, 3], batch_size=64, shuffle=True, features=features, device="cuda", seed=0
+    )
+    assert loader.device.type == "cuda" and loader.graph.device.type == "cuda"
+    for _ in range(2):
+        for b in loader:
+            assert b.x.is_cuda and b.n_id.is_cuda and b.edge_index.is_cuda and b.y.is_cuda
+            check_batch(b, rand_data, torch.arange(rand_data.num_nodes), False, hops=2)
+        s = loader.stats
+        assert s.batches == len(loader) and s.pending == 0 and s.fetch_s > 0
+        if kind.startswith("ibp"):
+            assert s.pcie_bytes > 0 and s.ratio > 1.0
+        elif kind == "tensor":
+            assert s.pcie_bytes == s.decoded_bytes  # CPU tensor copied to the GPU
+
+
+@gpu
+@needs_gpu
+def test_gpu_prefetcher_orders_streams_and_does_not_leak() -> None:
+    dev = torch.device("cuda")
+    src = torch.arange(1 << 20, device=dev, dtype=torch.float32)
+    depth = 2
+    refs: list[weakref.ref] = []
+    stats = LoaderStats()
+
+    def fetch(i: int, stream) -> dict:
+        assert torch.cuda.current_stream(dev) == stream
+        return {"v": src * i, "i": i}
+
+    for _ in range(2):
+        stats.reset()
+        pf = Prefetcher(range(6), fetch, depth=depth, device=dev, stats=stats)
+        for item in pf:
+            assert torch.equal(item["v"], src * item["i"])  # the consumer sees finished work
+            refs.append(weakref.ref(item["v"]))
+            del item
+            gc.collect()
+            assert pf.peak_in_flight <= depth + 1
+        stats.resolve(block=True)
+        assert stats.batches == 6 and stats.fetch_s > 0 and stats.pending == 0
+    gc.collect()
+    assert all(r() is None for r in refs)
