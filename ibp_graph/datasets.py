@@ -381,13 +381,13 @@ def _load_ogb(name: str, root: str | os.PathLike[str] | None) -> GraphDataset:
     feat = graph.get("node_feat")
     if feat is None:
         raise IBPInputError(f"{name}: the dataset under {root_path} has no node features")
-    x = torch.from_numpy(np.ascontiguousarray(feat, dtype=np.float32))
+    x = torch.from_numpy(np.array(feat, dtype=np.float32, order="C"))
     num_nodes = int(graph["num_nodes"])
     labels = np.asarray(labels).reshape(num_nodes, -1)[:, 0]
     if labels.dtype.kind == "f":  # ogbn-papers100M: NaN for unlabeled nodes
         labels = np.where(np.isnan(labels), -1, labels)
-    y = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
-    edge_index = torch.from_numpy(np.ascontiguousarray(graph["edge_index"], dtype=np.int64))
+    y = torch.from_numpy(np.array(labels, dtype=np.int64, order="C"))
+    edge_index = torch.from_numpy(np.array(graph["edge_index"], dtype=np.int64, order="C"))
 
     def mask(idx: Any) -> torch.Tensor:
         m = torch.zeros(num_nodes, dtype=torch.bool)
