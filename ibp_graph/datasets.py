@@ -391,7 +391,7 @@ def _load_ogb(name: str, root: str | os.PathLike[str] | None) -> GraphDataset:
 
     def mask(idx: Any) -> torch.Tensor:
         m = torch.zeros(num_nodes, dtype=torch.bool)
-        m[torch.as_tensor(np.asarray(idx), dtype=torch.long)] = True
+        m[torch.from_numpy(np.array(idx, dtype=np.int64).reshape(-1))] = True
         return m
 
     version = getattr(ogb, "__version__", "?")
