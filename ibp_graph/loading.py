@@ -102,7 +102,11 @@ def resolve_seed(seed: object) -> int:
 
 
 def input_nodes(
-    nodes: Any, num_nodes: int, *, name: str = "input_nodes"
+    nodes: Any,
+    num_nodes: int,
+    *,
+    name: str = "input_nodes",
+    node_types: tuple[type, ...] = (str, tuple, Mapping),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The seed nodes as (CPU int64 node ids, input ids or None for positions).
 
@@ -115,15 +119,18 @@ def input_nodes(
         num_nodes: nodes in the graph.
         name: the argument's name in messages (``"input_nodes"`` for PyG, ``"indices"`` for
             DGL).
+        node_types: the types by which the framework names node types (heterogeneous
+            graphs), refused as not supported (default: a string, tuple or mapping, DGL's
+            forms; PyG's are a string or tuple, a mapping is a plain bad argument there).
 
     Raises:
-        NotImplementedError: node types (a string, tuple or mapping: heterogeneous graphs).
+        NotImplementedError: ``nodes`` is one of ``node_types``.
         IBPInputError: anything else that is not 1-D integers or a mask of the right length,
             or an id out of range (naming the first one).
     """
     if nodes is None:
         return torch.arange(num_nodes), None
-    if isinstance(nodes, (str, tuple, Mapping)):
+    if isinstance(nodes, node_types):
         raise unsupported(
             name, nodes, "node types belong to heterogeneous graphs; pass a tensor of node ids"
         )

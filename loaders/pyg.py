@@ -51,8 +51,7 @@ Importing this module needs ``torch_geometric`` (the ``pyg`` extra).
 from __future__ import annotations
 
 import copy
-import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -65,74 +64,14 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
         "ibp_graph.loaders.pyg needs PyTorch Geometric: pip install 'ibp-graph[pyg]'"
     ) from _exc
 
+from ibp_graph import loading
 from ibp_graph.errors import IBPInputError
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
-from ibp_graph.prefetch import LoaderStats, Prefetcher
+from ibp_graph.loading import BaseNodeLoader, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler, SampledBatch
 
 __all__ = ["IBPFeatureStore", "NeighborLoader"]
-
-#: Bound (exclusive) of the base seed drawn from torch's global generator when seed=None.
-_SEED_BOUND = 2**63 - 1
-
-
-def _type_name(x: object) -> str:
-    return type(x).__name__
-
-
-def _unsupported(name: str, value: object, why: str) -> NotImplementedError:
-    return NotImplementedError(f"{name}={value!r} is not supported by ibp_graph's loader: {why}")
-
-
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise IBPInputError(f"{name} must be a bool, got '{_type_name(value)}'")
-    return value
-
-
-def _input_nodes(input_nodes: Any, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """PyG's ``input_nodes`` as (CPU int64 node ids, input ids or None for positions).
-
-    Like PyG, a boolean mask gives input ids equal to the node ids; an index gives None, and
-    each batch's ``input_id`` is then the seeds' positions in ``input_nodes``.
-    """
-    if input_nodes is None:
-        return torch.arange(num_nodes), None
-    if isinstance(input_nodes, (str, tuple)):
-        raise _unsupported(
-            "input_nodes", input_nodes, "node types belong to HeteroData; pass a tensor"
-        )
-    if isinstance(input_nodes, np.ndarray):
-        input_nodes = torch.from_numpy(input_nodes)
-    elif isinstance(input_nodes, (list, range)):
-        input_nodes = torch.as_tensor(list(input_nodes), dtype=torch.int64)
-    if not isinstance(input_nodes, torch.Tensor):
-        raise IBPInputError(
-            "input_nodes must be None, a boolean mask or an index tensor, got "
-            f"'{_type_name(input_nodes)}'"
-        )
-    nodes = input_nodes.cpu()
-    if nodes.dim() != 1:
-        raise IBPInputError(f"input_nodes must be 1-D, got shape {tuple(nodes.shape)}")
-    if nodes.dtype == torch.bool:
-        if nodes.numel() != num_nodes:
-            raise IBPInputError(
-                f"input_nodes is a boolean mask of {nodes.numel()} entries, the graph has "
-                f"{num_nodes} nodes"
-            )
-        nodes = nodes.nonzero().view(-1)
-        return nodes, nodes
-    if nodes.dtype.is_floating_point or nodes.dtype.is_complex:
-        raise IBPInputError(f"input_nodes must hold integers or bools, got dtype {nodes.dtype}")
-    nodes = nodes.to(torch.int64)
-    bad = (nodes < 0) | (nodes >= num_nodes)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise IBPInputError(
-            f"input_nodes[{i}] = {int(nodes[i])} is out of range for a graph of {num_nodes} nodes"
-        )
-    return nodes, None
 
 
 def _select(value: Any, index: torch.Tensor, dim: int) -> Any:
@@ -141,7 +80,7 @@ def _select(value: Any, index: torch.Tensor, dim: int) -> Any:
     return [value[i] for i in index.tolist()]  # a list or tuple with one entry per item
 
 
-class NeighborLoader:
+class NeighborLoader(BaseNodeLoader):
     """PyG's ``NeighborLoader`` for homogeneous graphs, with compressed features and prefetch.
 
     Uniform neighbor sampling without replacement (`ibp_graph.sampler.NeighborSampler`, PyG's
@@ -168,12 +107,11 @@ class NeighborLoader:
     node- and edge-level attributes of ``data`` are copied there once too, and sampling and
     fetching run on a side stream, ``prefetch`` batches ahead.
 
-    Reproducibility: with ``seed`` set, epoch ``e`` of any loader built with the same
-    arguments yields the same batches, whatever the prefetch depth or earlier epochs did:
-    the shuffle order and the neighbor draws of epoch ``e`` come from two independent
-    streams of ``numpy.random.SeedSequence([seed, e])``. With ``seed=None`` the base seed is
-    drawn from torch's global generator at construction (so ``torch.manual_seed`` fixes it,
-    as for torch's ``DataLoader``). CPU and CUDA draws differ for the same seed.
+    Reproducibility follows `ibp_graph.loading`: with ``seed`` set, epoch ``e`` of any loader
+    built with the same arguments yields the same batches, whatever the prefetch depth or
+    earlier epochs did; with ``seed=None`` the base seed is drawn from torch's global
+    generator at construction (so ``torch.manual_seed`` fixes it). CPU and CUDA draws differ
+    for the same seed.
 
     Args:
         data: the graph, a ``torch_geometric.data.Data`` with ``edge_index``.
@@ -263,29 +201,27 @@ class NeighborLoader:
             persistent_workers=persistent_workers,
         )
         if transform is not None and not callable(transform):
-            raise IBPInputError(f"transform must be callable, got '{_type_name(transform)}'")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise IBPInputError(f"batch_size must be a positive int, got {batch_size!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise IBPInputError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if seed is None:
-            seed = int(torch.randint(0, _SEED_BOUND, (), dtype=torch.int64))
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise IBPInputError(f"seed must be an int >= 0 or None, got {seed!r}")
+            raise IBPInputError(f"transform must be callable, got '{type_name(transform)}'")
+        self._set_loop_args(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            prefetch=prefetch,
+            seed=seed,
+            progress=progress,
+        )
 
         num_nodes = int(data.num_nodes)
         self.data = data
         self.num_neighbors = num_neighbors
-        self.batch_size = batch_size
-        self.shuffle = _check_bool("shuffle", shuffle)
-        self.drop_last = _check_bool("drop_last", drop_last)
-        self.progress = _check_bool("progress", progress)
         self.pin_memory = pin_memory
         self.filter_per_worker = filter_per_worker
         self.transform = transform
-        self.prefetch = prefetch
-        self.seed = int(seed)
-        self.input_nodes, self._input_id = _input_nodes(input_nodes, num_nodes)
+        # PyG names node types by a string or a (type, ids) tuple; a mapping is just a bad
+        # argument here (DGL's {ntype: ids} is refused as unsupported by the shared default).
+        self.input_nodes, self._input_id = loading.input_nodes(
+            input_nodes, num_nodes, node_types=(str, tuple)
+        )
 
         self.features: FeatureSource | None = None
         if features is not None or getattr(data, "x", None) is not None:
@@ -302,9 +238,7 @@ class NeighborLoader:
         self.graph = CSRGraph.from_data(data).to(dev)
         self.sampler = NeighborSampler(self.graph, num_neighbors, seed=self.seed)
         self._split_attrs()
-        self.stats = LoaderStats()
-        self._stream = torch.cuda.Stream(dev) if dev.type == "cuda" else None
-        self._epoch = 0
+        self._start_pipeline()
 
     # -- construction helpers ----------------------------------------------------------
     @staticmethod
@@ -321,7 +255,7 @@ class NeighborLoader:
             )
         if not isinstance(data, Data):
             raise IBPInputError(
-                f"data must be a torch_geometric.data.Data, got '{_type_name(data)}'"
+                f"data must be a torch_geometric.data.Data, got '{type_name(data)}'"
             )
         if data.edge_index is None:
             if "adj_t" in data:
@@ -354,10 +288,10 @@ class NeighborLoader:
             else:
                 bad = isinstance(value, torch.Tensor) or value != ok
             if bad:
-                raise _unsupported(name, value, reason)
+                raise unsupported(name, value, reason)
         sub = opts["subgraph_type"]
         if getattr(sub, "value", sub) != "directional":
-            raise _unsupported("subgraph_type", sub, "only 'directional' subgraphs are sampled")
+            raise unsupported("subgraph_type", sub, "only 'directional' subgraphs are sampled")
 
     def _split_attrs(self) -> None:
         """Sort ``data``'s attributes into node-level, edge-level and the rest, on device."""
@@ -386,63 +320,7 @@ class NeighborLoader:
                 base[key] = value.to(dev)
         self._base = base
 
-    # -- iteration ---------------------------------------------------------------------
-    def __len__(self) -> int:
-        n = self.input_nodes.numel()
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-
-    def _epoch_seeds(self, epoch: int) -> tuple[int, int]:
-        order, draws = np.random.SeedSequence([self.seed, epoch]).generate_state(2, np.uint64)
-        return int(order), int(draws)
-
-    def __iter__(self) -> Iterator[Data]:
-        epoch = self._epoch
-        self._epoch += 1
-        order_seed, sampler_seed = self._epoch_seeds(epoch)
-        self.sampler.manual_seed(sampler_seed)
-        n = self.input_nodes.numel()
-        if self.shuffle:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(order_seed))
-        else:
-            order = torch.arange(n)
-        self.stats.reset()
-        prefetcher = Prefetcher(
-            self._work(order),
-            self._fetch,
-            depth=self.prefetch,
-            device=self.device,
-            stats=self.stats,
-            stream=self._stream,
-        )
-        return self._run(prefetcher)
-
-    def _work(self, order: torch.Tensor) -> Iterator[SampledBatch]:
-        bs = self.batch_size
-        for b in range(len(self)):
-            pos = order[b * bs : (b + 1) * bs]
-            input_id = pos if self._input_id is None else self._input_id[pos]
-            yield self.sampler.sample(self.input_nodes[pos], input_id)
-
-    def _run(self, prefetcher: Prefetcher) -> Iterator[Data]:
-        bar = None
-        if self.progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(self), desc=type(self).__name__, unit="batch")
-        try:
-            for batch in prefetcher:
-                if bar is not None:
-                    bar.set_postfix(self.stats.as_postfix(), refresh=False)
-                    bar.update(1)
-                yield batch
-                del batch  # hold no reference while the next batches are prepared
-        finally:
-            prefetcher.close()
-            self.stats.resolve(block=True)
-            if bar is not None:
-                bar.set_postfix(self.stats.as_postfix(), refresh=False)
-                bar.close()
-
+    # -- batches -----------------------------------------------------------------------
     def _fetch(self, sampled: SampledBatch, stream: torch.cuda.Stream | None) -> Any:
         """Join a sampled subgraph with its features and attributes: one PyG ``Data``."""
         node, edge = sampled.node, sampled.edge
