@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from .. import __version__
-from . import compress, decompress, inspect
+from . import compress, decompress, inspect, train
 from ._common import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -29,7 +29,7 @@ from ._common import (
     report_error,
 )
 
-COMMANDS = (compress, decompress, inspect)
+COMMANDS = (compress, decompress, inspect, train)
 
 EXAMPLES = """\
 examples:

@@ -1,0 +1,537 @@
+"""The training entry point: `train` a GraphSAGE / GAT node classifier with our loader.
+
+`train` loads the dataset, compresses its node features into an ``.ibp`` file under the
+config's ``workdir`` when ``ibp`` is on (reusing a file that still matches), then trains
+with `ibp_graph.loaders.pyg.NeighborLoader`, whose features are the compressed table (IBP
+on) or the raw tensor (IBP off), and evaluates on the valid and test nodes after every
+epoch. It returns a `RunResult` with per-epoch losses, accuracies, times, per-stage times
+and bytes, and a `RunResult.summary` block:
+
+.. code-block:: python
+
+    from ibp_graph.train.config import load_config
+    from ibp_graph.train.run import train
+
+    result = train(load_config("cora-sage", ["epochs=10"]))
+    print(result.summary())
+    result.final_test_acc, result.losses
+
+Reproducibility: the seed fixes the model's initialisation, dropout, the shuffle order and
+the neighbor draws; on the CPU, ``torch.use_deterministic_algorithms(True, warn_only=True)``
+is on during the run. As IBP is lossless, IBP on and off then give bit-identical losses on
+the CPU. On a GPU, scatter reductions are not deterministic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import ibp_graph
+from ibp_graph.errors import IBPDeviceError, IBPFormatError
+
+from .config import TrainConfig, default_workdir
+from .models import build_model
+
+__all__ = ["EpochResult", "RunResult", "TableInfo", "resolve_device", "train"]
+
+#: Rows compared bit for bit before a cached ``.ibp`` file is reused.
+SPOT_CHECK_ROWS = 256
+
+Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass
+class EpochResult:
+    """One epoch: training loss and accuracy, evaluation, times and bytes.
+
+    Attributes:
+        epoch: 1-based epoch number.
+        loss: mean cross-entropy over the training seeds of the epoch.
+        train_acc: accuracy on the training batches as they were trained (dropout on,
+            weights changing), as PyG's OGB examples report it.
+        val_acc: accuracy on the valid nodes after the epoch.
+        test_acc: accuracy on the test nodes after the epoch.
+        time_s: wall time of the training pass (evaluation excluded).
+        eval_s: wall time of the evaluation.
+        sample_s: seconds the training loader spent sampling.
+        fetch_s: seconds it spent fetching features and assembling batches.
+        wait_s: seconds the training loop waited inside the loader's ``next()``.
+        train_s: ``time_s - wait_s``: forward, backward and optimiser steps.
+        batches: training batches.
+        rows: feature rows fetched for training.
+        pcie_bytes: bytes those fetches read from host memory (the stored, compressed bytes
+            with IBP; raw bytes for a CPU tensor copied to a GPU; 0 for a tensor already
+            where the batch lands).
+        raw_bytes: bytes of the decoded rows: what crosses PCIe without IBP.
+    """
+
+    epoch: int
+    loss: float
+    train_acc: float
+    val_acc: float
+    test_acc: float
+    time_s: float
+    eval_s: float
+    sample_s: float
+    fetch_s: float
+    wait_s: float
+    train_s: float
+    batches: int
+    rows: int
+    pcie_bytes: int
+    raw_bytes: int
+
+
+@dataclass
+class TableInfo:
+    """The compressed feature table of a run.
+
+    Attributes:
+        path: the ``.ibp`` file.
+        ratio: raw bytes over stored bytes of the whole table.
+        reused: an existing file was reused (no compression this run).
+        compress_s: seconds spent compressing (0.0 when reused).
+    """
+
+    path: str
+    ratio: float
+    reused: bool
+    compress_s: float
+
+
+@dataclass
+class RunResult:
+    """What a training run measured; `summary` formats it.
+
+    Attributes:
+        config: the config of the run.
+        device: where the model trained.
+        dataset: the dataset's name.
+        num_nodes: nodes of the graph.
+        num_edges: edges the loaders sample from (after ``undirected``).
+        eval_fanouts: neighbors per hop used to evaluate (``-1``: all).
+        epochs: one `EpochResult` per epoch.
+        table: the compressed table (None with IBP off).
+        setup_s: seconds spent loading the dataset and preparing the table.
+    """
+
+    config: TrainConfig
+    device: str
+    dataset: str
+    num_nodes: int
+    num_edges: int
+    eval_fanouts: list[int]
+    epochs: list[EpochResult] = field(default_factory=list)
+    table: TableInfo | None = None
+    setup_s: float = 0.0
+
+    # -- derived ------------------------------------------------------------------------
+    @property
+    def losses(self) -> list[float]:
+        """Training loss per epoch."""
+        return [e.loss for e in self.epochs]
+
+    @property
+    def final_test_acc(self) -> float:
+        """Test accuracy after the last epoch."""
+        return self.epochs[-1].test_acc
+
+    @property
+    def best_epoch(self) -> EpochResult:
+        """The epoch with the best valid accuracy (the first of ties)."""
+        return max(self.epochs, key=lambda e: (e.val_acc, -e.epoch))
+
+    @property
+    def epoch_time_s(self) -> float:
+        """Median training time of an epoch (evaluation excluded)."""
+        return statistics.median(e.time_s for e in self.epochs)
+
+    @property
+    def eval_mode(self) -> str:
+        """How evaluation sampled: full neighborhood, or which fanouts."""
+        if all(k == -1 for k in self.eval_fanouts):
+            return "full neighborhood"
+        return f"fanouts {self.eval_fanouts}"
+
+    @property
+    def pcie_bytes(self) -> int:
+        """Bytes read from host memory by the training fetches, all epochs."""
+        return sum(e.pcie_bytes for e in self.epochs)
+
+    @property
+    def raw_bytes(self) -> int:
+        """Bytes of the rows the training fetches delivered, all epochs (= without IBP)."""
+        return sum(e.raw_bytes for e in self.epochs)
+
+    @property
+    def ratio(self) -> float | None:
+        """``raw_bytes / pcie_bytes`` over the fetched rows (None with IBP off)."""
+        if not self.config.ibp or not self.pcie_bytes:
+            return None
+        return self.raw_bytes / self.pcie_bytes
+
+    def _mean(self, key: str) -> float:
+        return statistics.fmean(getattr(e, key) for e in self.epochs)
+
+    # -- output -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as JSON-ready data, derived values included."""
+        out = dataclasses.asdict(self)
+        out.update(
+            losses=self.losses,
+            final_test_acc=self.final_test_acc,
+            best_epoch=self.best_epoch.epoch,
+            best_val_acc=self.best_epoch.val_acc,
+            test_acc_at_best_val=self.best_epoch.test_acc,
+            epoch_time_s=self.epoch_time_s,
+            eval_mode=self.eval_mode,
+            pcie_bytes=self.pcie_bytes,
+            raw_bytes=self.raw_bytes,
+            ratio=self.ratio,
+        )
+        return out
+
+    def summary(self) -> str:
+        """The end-of-run block: accuracy, epoch time, per-stage time, bytes, ratio."""
+        cfg, n = self.config, len(self.epochs)
+        best, last = self.best_epoch, self.epochs[-1]
+        ibp = "IBP on" if cfg.ibp else "IBP off"
+        head = f"== ibp-graph train: {self.dataset}, {cfg.model}, {ibp}, {self.device} =="
+        per = f"per epoch (mean of {n})"
+        lines = [
+            head,
+            f"accuracy     test {last.test_acc:.4f} after epoch {last.epoch}; best valid "
+            f"{best.val_acc:.4f} (epoch {best.epoch}) -> test {best.test_acc:.4f}; "
+            f"train {last.train_acc:.4f} (on its batches)",
+            f"evaluation   {self.eval_mode} on the valid and test nodes after every epoch, "
+            f"{self._mean('eval_s'):.3f} s each",
+            f"epoch time   {self.epoch_time_s:.3f} s median over {n} epochs "
+            f"(first {self.epochs[0].time_s:.3f} s; evaluation excluded)",
+            f"stages       {per}: sample {self._mean('sample_s'):.3f} s, fetch "
+            f"{self._mean('fetch_s'):.3f} s, train {self._mean('train_s'):.3f} s "
+            f"(waiting on the loader {self._mean('wait_s'):.3f} s)",
+        ]
+        raw = self.raw_bytes / n
+        if cfg.ibp:
+            ratio = self.ratio
+            ratio_text = f"ratio {ratio:.2f}x" if ratio else "ratio n/a"
+            lines.append(
+                f"PCIe bytes   {per}: {_fmt_bytes(self.pcie_bytes / n)} with IBP, "
+                f"{_fmt_bytes(raw)} without (the raw rows); {ratio_text}"
+            )
+        else:
+            lines.append(
+                f"PCIe bytes   {per}: {_fmt_bytes(raw)} without IBP (the raw rows; IBP off)"
+            )
+        if self.table is not None:
+            how = "reused" if self.table.reused else f"compressed in {self.table.compress_s:.1f} s"
+            lines.append(f"table        {self.table.path}: ratio {self.table.ratio:.2f}x ({how})")
+        if torch.device(self.device).type == "cpu":
+            lines.append(
+                "note         a CPU run: the bytes are what the fetches read from host memory;"
+                " nothing crossed PCIe"
+            )
+        return "\n".join(lines)
+
+
+# -- set-up -------------------------------------------------------------------------------------
+def resolve_device(spec: str) -> torch.device:
+    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``; others as given.
+
+    Raises:
+        IBPDeviceError: a CUDA device is asked for and none is usable.
+    """
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise IBPDeviceError(
+                f"device: {spec} but torch.cuda.is_available() is False; use device: auto or cpu"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise IBPDeviceError(
+                f"device: {spec} but only {torch.cuda.device_count()} GPU(s) are visible"
+            )
+    return dev
+
+
+def _same_rows(table: ibp_graph.IBPTable, x: torch.Tensor, seed: int = 0) -> bool:
+    """Whether a seeded sample of rows (and the first and last) decode to ``x``'s bits."""
+    n = x.shape[0]
+    if n == 0:
+        return True
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randperm(n, generator=gen)[:SPOT_CHECK_ROWS]
+    ids = torch.cat([torch.tensor([0, n - 1]), ids])
+    got = table[ids].contiguous().view(torch.uint8)
+    want = x[ids].contiguous().view(torch.uint8)
+    return torch.equal(got, want)
+
+
+def _open_cached(path: Path, x: torch.Tensor) -> tuple[ibp_graph.IBPTable | None, str]:
+    """The table at ``path`` when it opens cleanly and holds ``x``; else None and why."""
+    if not path.is_file():
+        return None, "no cached table"
+    try:
+        table = ibp_graph.open(path)
+    except (IBPFormatError, OSError) as exc:
+        return None, f"the cached table does not open ({exc})"
+    if table.shape != tuple(x.shape) or table.dtype != x.dtype:
+        what = f"{table.shape} {table.dtype}, need {tuple(x.shape)} {x.dtype}"
+        table.close()
+        return None, f"the cached table holds {what}"
+    if not _same_rows(table, x):
+        table.close()
+        return None, "the cached table holds other rows"
+    return table, "reused"
+
+
+def prepare_table(
+    x: torch.Tensor, name: str, cfg: TrainConfig, workdir: Path, log: Log
+) -> tuple[ibp_graph.IBPTable, TableInfo]:
+    """Compress ``x`` into ``workdir``, or reuse the file there when it matches.
+
+    The file is ``{name}-x-k{clusters}-align{align}.ibp``. It is reused when it opens
+    cleanly (checksums verified), has ``x``'s shape and dtype, and a seeded sample of rows
+    decodes to ``x`` bit for bit; otherwise it is rewritten (atomically).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / f"{name}-x-k{cfg.clusters}-align{cfg.align}.ibp"
+    table, why = _open_cached(path, x)
+    if table is not None:
+        log(f"features: reusing {path} (ratio {table.ratio:.2f}x)")
+        return table, TableInfo(str(path), float(table.ratio), True, 0.0)
+    log(f"features: compressing {tuple(x.shape)} {x.dtype} into {path} ({why})")
+    start = time.perf_counter()
+    table = ibp_graph.compress(
+        x, path, clusters=cfg.clusters, align=cfg.align, seed=0, progress=cfg.progress
+    )
+    elapsed = time.perf_counter() - start
+    log(f"features: ratio {table.ratio:.2f}x in {elapsed:.1f} s")
+    return table, TableInfo(str(path), float(table.ratio), False, elapsed)
+
+
+@contextlib.contextmanager
+def _deterministic(device: torch.device) -> Iterator[None]:
+    """Deterministic algorithms (warn only) on the CPU for the run; restored after."""
+    if device.type != "cpu":
+        yield
+        return
+    was_on = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was_on, warn_only=warn_only)
+
+
+# -- the loop -----------------------------------------------------------------------------------
+def _train_epoch(
+    model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, device: torch.device
+) -> tuple[float, float, int]:
+    """One pass over the training seeds: (mean loss, accuracy on the batches, seeds)."""
+    model.train()
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    seen = 0
+    for batch in loader:
+        bs = int(batch.batch_size)
+        optimizer.zero_grad(set_to_none=True)
+        out = model(batch.x, batch.edge_index)[:bs]
+        y = batch.y[:bs]
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        optimizer.step()
+        total += loss.detach().double() * bs
+        correct += (out.detach().argmax(dim=-1) == y).sum()
+        seen += bs
+    if seen == 0:
+        return float("nan"), float("nan"), 0
+    return float(total) / seen, int(correct) / seen, seen
+
+
+@torch.no_grad()
+def _evaluate(model: torch.nn.Module, loader: Any, device: torch.device) -> tuple[float, float]:
+    """Accuracy on the valid and on the test seeds of ``loader``."""
+    model.eval()
+    hits = torch.zeros(2, dtype=torch.int64, device=device)
+    counts = torch.zeros(2, dtype=torch.int64, device=device)
+    for batch in loader:
+        bs = int(batch.batch_size)
+        ok = model(batch.x, batch.edge_index)[:bs].argmax(dim=-1) == batch.y[:bs]
+        masks = torch.stack([batch.val_mask[:bs], batch.test_mask[:bs]])
+        hits += (masks & ok).sum(dim=1)
+        counts += masks.sum(dim=1)
+    (val_hits, test_hits), (val_n, test_n) = hits.tolist(), counts.tolist()
+    nan = float("nan")
+    return (val_hits / val_n if val_n else nan, test_hits / test_n if test_n else nan)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
+    """Train ``cfg.model`` on ``cfg.dataset`` and evaluate it after every epoch.
+
+    Evaluation runs on the valid and test nodes with ``cfg.eval_fanouts`` (None: the full
+    neighborhood, ``-1`` per hop), in eval mode, through the same kind of features as
+    training. Per-stage times and bytes come from the training loader's ``stats``.
+
+    Args:
+        cfg: the run's config (checked when it was built).
+        log: receives the config echo, set-up and one line per epoch (default: stderr;
+            None: silent).
+
+    Returns:
+        The per-epoch results, the table and the derived summary.
+
+    Raises:
+        IBPInputError: the dataset cannot be loaded (unknown name, missing OGB files).
+        IBPDeviceError: a CUDA device is asked for and none is usable.
+        ImportError: torch_geometric (or ogb, for OGB datasets) is not installed.
+    """
+    from ibp_graph.datasets import load_dataset
+
+    say: Log = log if log is not None else (lambda _m: None)
+    device = resolve_device(cfg.device)
+    workdir = Path(cfg.workdir) if cfg.workdir is not None else default_workdir()
+    eval_fanouts = list(cfg.eval_fanouts) if cfg.eval_fanouts is not None else [-1] * cfg.layers
+    say("config:\n" + "".join(f"  {line}\n" for line in cfg.to_yaml().splitlines()).rstrip())
+    say(f"device: {device}; workdir: {workdir}")
+
+    start = time.perf_counter()
+    ds = load_dataset(cfg.dataset, root=cfg.root)
+    data = ds.to_pyg()
+    if cfg.undirected:
+        from torch_geometric.utils import to_undirected
+
+        data.edge_index = to_undirected(data.edge_index, num_nodes=ds.num_nodes)
+    say(f"dataset: {ds!r}")
+    features: Any = None  # the loader's default: data.x
+    info = None
+    opened: list[Any] = []
+    if cfg.ibp:
+        table, info = prepare_table(ds.x, ds.name, cfg, workdir, say)
+        opened.append(table)
+        if device.type == "cuda":  # pinned once, shared by both loaders
+            features = ibp_graph.open(table.path, device=device, progress=cfg.progress)
+            opened.append(features)
+        else:
+            features = table
+    setup_s = time.perf_counter() - start
+    try:
+        return _run(cfg, data, ds, features, device, eval_fanouts, info, setup_s, say)
+    finally:
+        for t in reversed(opened):
+            t.close()
+
+
+def _run(
+    cfg: TrainConfig,
+    data: Any,
+    ds: Any,
+    features: Any,
+    device: torch.device,
+    eval_fanouts: list[int],
+    info: TableInfo | None,
+    setup_s: float,
+    say: Log,
+) -> RunResult:
+    """Build the model and the loaders, then train and evaluate every epoch."""
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    result = RunResult(
+        config=cfg,
+        device=str(device),
+        dataset=ds.name,
+        num_nodes=ds.num_nodes,
+        num_edges=int(data.edge_index.shape[1]),
+        eval_fanouts=eval_fanouts,
+        table=info,
+        setup_s=setup_s,
+    )
+    with _deterministic(device):
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg, ds.num_features, ds.num_classes).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        common = dict(features=features, device=device, prefetch=cfg.prefetch)
+        train_loader = NeighborLoader(
+            data,
+            list(cfg.fanouts),
+            input_nodes=data.train_mask,
+            batch_size=cfg.batch_size,
+            shuffle=True,
+            seed=cfg.seed,
+            progress=cfg.progress,
+            **common,
+        )
+        eval_loader = NeighborLoader(
+            data,
+            eval_fanouts,
+            input_nodes=data.val_mask | data.test_mask,
+            batch_size=cfg.eval_batch_size,
+            shuffle=False,
+            seed=cfg.seed + 1,
+            **common,
+        )
+        for epoch in range(1, cfg.epochs + 1):
+            _sync(device)
+            t0 = time.perf_counter()
+            loss, train_acc, _ = _train_epoch(model, train_loader, optimizer, device)
+            _sync(device)
+            t1 = time.perf_counter()
+            stats = train_loader.stats
+            val_acc, test_acc = _evaluate(model, eval_loader, device)
+            _sync(device)
+            t2 = time.perf_counter()
+            row = EpochResult(
+                epoch=epoch,
+                loss=loss,
+                train_acc=train_acc,
+                val_acc=val_acc,
+                test_acc=test_acc,
+                time_s=t1 - t0,
+                eval_s=t2 - t1,
+                sample_s=stats.sample_s,
+                fetch_s=stats.fetch_s,
+                wait_s=stats.wait_s,
+                train_s=max(0.0, t1 - t0 - stats.wait_s),
+                batches=stats.batches,
+                rows=stats.rows,
+                pcie_bytes=stats.pcie_bytes,
+                raw_bytes=stats.decoded_bytes,
+            )
+            result.epochs.append(row)
+            say(
+                f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  train {train_acc:.4f}  "
+                f"valid {val_acc:.4f}  test {test_acc:.4f}  {row.time_s:.3f} s "
+                f"(eval {row.eval_s:.3f} s)"
+            )
+    return result
