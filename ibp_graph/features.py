@@ -191,7 +191,28 @@ class TensorFeatures(FeatureSource):
         )
 
 
-class IBPFeatures(FeatureSource):
+class _TableFeatures(FeatureSource):
+    """A source backed by a 2-D table object with ``.shape`` and ``.dtype``."""
+
+    table: Any
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows."""
+        return self.table.shape[0]
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """``(num_features,)``."""
+        return (self.table.shape[1],)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The original element type."""
+        return self.table.dtype
+
+
+class IBPFeatures(_TableFeatures):
     """An IBP-compressed table, decoded bit for bit.
 
     An `IBPTable` is decoded on the CPU; a `CudaIBPTable` is fetched and decoded by the GPU
@@ -221,21 +242,6 @@ class IBPFeatures(FeatureSource):
         self._lengths = torch.from_numpy(lengths).to(device)
 
     @property
-    def num_rows(self) -> int:
-        """Number of rows."""
-        return self.table.shape[0]
-
-    @property
-    def row_shape(self) -> tuple[int, ...]:
-        """``(num_features,)``."""
-        return (self.table.shape[1],)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The original element type."""
-        return self.table.dtype
-
-    @property
     def device(self) -> torch.device:
         """CPU for an `IBPTable`, the table's GPU for a `CudaIBPTable`."""
         return self._device
@@ -261,7 +267,7 @@ class IBPFeatures(FeatureSource):
         return f"IBPFeatures({self.table!r})"
 
 
-class RawPinnedFeatures(FeatureSource):
+class RawPinnedFeatures(_TableFeatures):
     """An uncompressed `PinnedRawTable` gathered by the GPU over UVA (the IBP-off baseline).
 
     Args:
@@ -275,21 +281,6 @@ class RawPinnedFeatures(FeatureSource):
             raise IBPInputError(f"table must be a PinnedRawTable, got '{type(table).__name__}'")
         self.table = table
         self.check = check
-
-    @property
-    def num_rows(self) -> int:
-        """Number of rows."""
-        return self.table.shape[0]
-
-    @property
-    def row_shape(self) -> tuple[int, ...]:
-        """``(num_features,)``."""
-        return (self.table.shape[1],)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """Element type."""
-        return self.table.dtype
 
     @property
     def device(self) -> torch.device:
