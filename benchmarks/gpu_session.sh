@@ -23,4 +23,6 @@ python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu-tests.log"
 # 2. Benchmarks (fetch: about 5 minutes with the defaults).
 python3 benchmarks/fetch.py --table-gb 2 --batch 200000 --repeats 10 2>&1 | tee "$OUT/fetch.log"
 python3 benchmarks/sampling.py 2>&1 | tee "$OUT/sampling.log"
-cp benchmarks/results/fetch-* benchmarks/results/sampling-cuda* "$OUT/" 2>/dev/null || true
+python3 benchmarks/e2e.py --device cuda --epochs 5 --graphs cora,citeseer 2>&1 | tee "$OUT/e2e.log"
+cp benchmarks/results/fetch-* benchmarks/results/sampling-cuda* benchmarks/results/e2e-* "$OUT/" \
+    2>/dev/null || true

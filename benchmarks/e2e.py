@@ -1,0 +1,904 @@
+r"""End to end: GraphSAGE training epochs with node features IBP on, IBP off, and on the GPU.
+
+Usage::
+
+    .venv/bin/python benchmarks/e2e.py                             # Cora, CiteSeer; GPU if any
+    .venv/bin/python benchmarks/e2e.py --device cpu --epochs 6 --threads 1   # CPU: no PCIe
+    python benchmarks/e2e.py --device cuda --epochs 4 --synthetic-nodes 20000000  # GPU machine
+    python benchmarks/e2e.py --graphs "" --synthetic-nodes 2000000 --synthetic-features cora
+
+writes ``benchmarks/results/e2e-<device>.json`` and ``.md`` (device, date, commit, command) and,
+when matplotlib imports, ``e2e-<device>.png``, a stacked bar chart of the stages per graph and
+mode (``--out DIR`` writes them elsewhere; they are rewritten after every graph, so a run cut
+short keeps the graphs it finished). ``.ibp`` tables are cached in ``--workdir`` (default:
+``ibp-graph train``'s cache, ``~/.cache/ibp-graph``). On a machine without SciPy or the
+datasets folder (the GPU machine), make the facebook table here and pass the file::
+
+    .venv/bin/python -c "import numpy as np; from benchmarks import real_tables as r; \
+        np.save('facebook-svd100-float32.npy', r.load_facebook_svd()[1])"
+    python benchmarks/e2e.py --synthetic-nodes 20000000 \
+        --synthetic-features facebook-svd100-float32.npy
+
+For every graph, the same seeded training run (model initialisation, dropout, shuffle order
+and neighbor draws all from ``--seed``, so every mode trains on the same batches) is repeated
+with three feature sources, each through `ibp_graph.loaders.pyg.NeighborLoader`:
+
+- ``ibp`` (IBP on): the ``.ibp`` table: a `CudaIBPTable` on a GPU (rows pinned in host memory,
+  fetched and decoded by the GPU over UVA), an `IBPTable` on the CPU (NumPy decoder);
+- ``raw`` (IBP off): the raw rows: a `PinnedRawTable` on a GPU (zero-copy gather over UVA),
+  the plain CPU tensor on the CPU;
+- ``gpu``: the whole table in GPU memory (a CUDA tensor; nothing crosses PCIe); skipped on
+  the CPU.
+
+Per mode: the epoch time (median of the epochs after one warm-up epoch, evaluation
+excluded), the stage breakdown (``sample``, ``fetch``, ``wait`` = time the training loop
+spent inside the loader's ``next()``, ``train`` = epoch time - wait; medians over the same
+epochs), bytes read from host memory per epoch (what crosses PCIe on a GPU) and the ratio,
+the per-epoch losses, and for labelled graphs the valid / test accuracy after the last epoch
+(full neighborhood). On a GPU, sampling and fetching run on a side stream while the previous
+batch trains, so ``sample + fetch`` overlaps ``train``; on the CPU nothing overlaps and
+``wait`` contains them.
+
+IBP is lossless, so IBP on and off must give identical losses: the training steps run with
+``torch.use_deterministic_algorithms(True, warn_only=True)`` (and, on a GPU,
+``CUBLAS_WORKSPACE_CONFIG=:4096:8``; ``--no-deterministic`` turns both off; the loader's
+sampling, seeded, is deterministic anyway and keeps torch's default kernels) and the benchmark
+compares the losses and a fingerprint of the sampled node ids of every epoch; it records the
+comparison, writes the results, and then exits with an error if the losses differ.
+
+The end-to-end target (DESIGN.md): with ``T_off`` the IBP-off epoch time, ``s`` the
+measured transfer share (IBP-off fetch time / ``T_off``) and ``r`` the ratio on the fetched
+rows, the ideal IBP epoch time is ``T_ideal = T_off * ((1 - s) + s / r)`` and the target is
+``T_ibp <= T_off / (0.9 * T_off / T_ideal)`` (speed-up at least 0.9 x the ideal speed-up).
+It is computed everywhere but applies to a GPU only: on the CPU nothing crosses PCIe and the
+decoder is NumPy.
+
+Graphs: the bundled Cora and CiteSeer (`ibp_graph.datasets.load_dataset`; hyper-parameters
+of the packaged ``cora-sage`` / ``citeseer-sage`` configs), and, with ``--synthetic-nodes N``,
+a directed Chung-Lu power-law graph from ``benchmarks/sampling.py`` (``--synthetic-edges``,
+default 15 per node) whose feature rows are drawn uniformly with replacement from a real
+table (``--synthetic-features``: ``auto`` takes the DERIVED facebook-svd100-float32 table of
+``benchmarks/real_tables.py`` when the datasets folder and SciPy are there, else the bundled
+Cora rows), with random labels (47 classes; accuracy is not meaningful there and is not
+measured) and ``--synthetic-train`` random training seeds; hyper-parameters of the packaged
+``ogbn-products-sage`` config. ``--batch-size``, ``--fanouts`` and ``--hidden`` override the
+configs for every graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import real_tables  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines  # noqa: E402
+from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
+from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
+from ibp_graph.train.models import graphsage  # noqa: E402
+from ibp_graph.train.run import _evaluate, prepare_table  # noqa: E402
+
+MODES = ("ibp", "raw", "gpu")
+MODE_TITLES = {"ibp": "IBP on", "raw": "IBP off (raw)", "gpu": "features on the GPU"}
+CONFIGS = {"cora": "cora-sage", "citeseer": "citeseer-sage", "synthetic": "ogbn-products-sage"}
+SYNTH_CLASSES = 47
+SYNTH_EDGES_PER_NODE = 15
+WARMUP_EPOCHS = 1
+#: The target: IBP speed-up >= TARGET_FRACTION x the ideal speed-up.
+TARGET_FRACTION = 0.9
+#: The synthetic table, its pinned raw copy and its pinned compressed rows coexist in host
+#: memory: a table larger than physical memory / HOST_COPIES is refused up front.
+HOST_COPIES = 2.5
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------------------------
+# Graphs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Graph:
+    """One benchmark graph: PyG data (no ``x``), the feature table and the training set."""
+
+    name: str
+    data: Any
+    x: torch.Tensor
+    train_ids: torch.Tensor
+    eval_ids: torch.Tensor | None
+    num_classes: int
+    labelled: bool
+    info: dict = field(default_factory=dict)
+
+
+def bundled_graph(name: str) -> Graph:
+    from ibp_graph.datasets import load_dataset
+
+    ds = load_dataset(name)
+    data = ds.to_pyg()
+    x = data.x
+    del data.x  # features come only through the loader's features=
+    data.num_nodes = ds.num_nodes
+    info = {
+        "kind": "bundled (Planetoid public split)",
+        "source": ds.source,
+        "features": f"{name}'s own bag-of-words rows (real, not derived)",
+        "labels": "real",
+    }
+    return Graph(
+        name=ds.name,
+        data=data,
+        x=x,
+        train_ids=ds.train_mask.nonzero().view(-1),
+        eval_ids=(ds.val_mask | ds.test_mask).nonzero().view(-1),
+        num_classes=ds.num_classes,
+        labelled=True,
+        info=info,
+    )
+
+
+def feature_rows(spec: str) -> tuple[str, torch.Tensor, str]:
+    """(name, rows, note) of the table the synthetic graph's features are drawn from."""
+    fb = real_tables.SHARED_DATASETS / "musae" / "facebook" / "features.json"
+    if spec == "auto":
+        try:
+            import scipy  # noqa: F401 - the SVD table needs it
+
+            spec = "facebook-svd100-float32" if fb.is_file() else "cora"
+        except ImportError:
+            spec = "cora"
+    if spec == "facebook-svd100-float32":
+        name, array, note = real_tables.load_facebook_svd(np.float32)
+        return name, torch.from_numpy(np.array(array)), note
+    if spec in ("cora", "citeseer"):
+        from ibp_graph.datasets import load_dataset
+
+        ds = load_dataset(spec)
+        return f"{spec}-bow", ds.x, f"the bundled {spec} x ({ds.source}); real, not derived"
+    path = Path(spec)
+    if path.suffix == ".npy" and path.is_file():
+        array = np.load(path, allow_pickle=False)
+        if array.ndim != 2:
+            raise SystemExit(f"e2e: {path}: expected a 2-D table, got shape {array.shape}")
+        note = f"the rows of {path}"
+        if path.stem.startswith("facebook-svd"):
+            note += " (presumably saved from benchmarks/real_tables.load_facebook_svd: DERIVED)"
+        return path.stem, torch.from_numpy(np.ascontiguousarray(array)), note
+    raise SystemExit(
+        f"e2e: --synthetic-features {spec!r}: expected auto, facebook-svd100-float32, cora, "
+        "citeseer or an existing .npy file"
+    )
+
+
+def synthetic_graph(args: argparse.Namespace) -> Graph:
+    from torch_geometric.data import Data
+
+    n = args.synthetic_nodes
+    e = args.synthetic_edges or SYNTH_EDGES_PER_NODE * n
+    src_name, rows, note = feature_rows(args.synthetic_features)
+    table_bytes = n * rows.shape[1] * rows.element_size()
+    phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if table_bytes * HOST_COPIES > phys:
+        raise SystemExit(
+            f"e2e: a {n:,}-row table of {src_name} rows takes {table_bytes / 2**30:.1f} GiB; "
+            f"with its pinned copies that is more than the {phys / 2**30:.0f} GiB of memory "
+            "here: use fewer --synthetic-nodes or narrower --synthetic-features"
+        )
+    t0 = time.perf_counter()
+    edge_index = power_law_edges(n, e, args.seed)
+    gen_s = time.perf_counter() - t0
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    pick = torch.randint(0, rows.shape[0], (n,), generator=gen)
+    x = rows.index_select(0, pick)
+    del pick
+    y = torch.randint(0, SYNTH_CLASSES, (n,), generator=gen)
+    train = torch.randperm(n, generator=gen)[: min(args.synthetic_train, n)]
+    data = Data(edge_index=edge_index, y=y, num_nodes=n)
+    log(
+        f"synthetic: {n:,} nodes, {e:,} edges in {gen_s:.1f} s; features: {n:,} rows drawn "
+        f"from {src_name} {tuple(rows.shape)} ({table_bytes / 1e9:.2f} GB)"
+    )
+    info = {
+        "kind": f"synthetic: directed Chung-Lu power law (gamma={GAMMA}) from "
+        f"benchmarks/sampling.py, seed {args.seed}",
+        "generate_s": gen_s,
+        "features": f"{n:,} rows drawn uniformly with replacement (seed {args.seed + 1}) from "
+        f"{src_name} {tuple(rows.shape)} {rows.dtype}: {note}",
+        "feature_table": src_name,
+        "labels": f"random, {SYNTH_CLASSES} classes (accuracy not meaningful, not measured)",
+    }
+    return Graph(
+        name=f"synthetic-{n}",
+        data=data,
+        x=x,
+        train_ids=train,
+        eval_ids=None,
+        num_classes=SYNTH_CLASSES,
+        labelled=False,
+        info=info,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def deterministic(on: bool) -> Iterator[None]:
+    was_on = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was_on, warn_only=warn_only)
+
+
+def hyper_parameters(graph: Graph, args: argparse.Namespace) -> dict:
+    """The packaged config's model and sampling settings, with the command-line overrides."""
+    kind = "synthetic" if not graph.labelled else graph.name
+    cfg = load_config(CONFIGS[kind])
+    fanouts = args.fanouts if args.fanouts is not None else list(cfg.fanouts)
+    return {
+        "config": CONFIGS[kind],
+        "model": "GraphSAGE (PyG, mean aggregation)",
+        "hidden": args.hidden if args.hidden is not None else cfg.hidden,
+        "layers": len(fanouts),
+        "fanouts": fanouts,
+        "batch_size": args.batch_size if args.batch_size is not None else cfg.batch_size,
+        "dropout": cfg.dropout,
+        "lr": cfg.lr,
+        "weight_decay": cfg.weight_decay,
+        "eval_batch_size": cfg.eval_batch_size,
+    }
+
+
+def train_epoch(
+    model: torch.nn.Module,
+    loader: Any,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    det: bool,
+) -> tuple[float, float, int]:
+    """One pass: (mean loss, accuracy on the batches, fingerprint of the sampled node ids).
+
+    The training step is `ibp_graph.train.run`'s, run with deterministic algorithms when
+    ``det`` (only the step: the loader's sampling and fetching, which are deterministic by
+    construction, keep torch's fast kernels). The fingerprint (``sum_b (b + 1) *
+    sum(n_id_b)``, int64 on the device: no synchronisation) shows the batches are the same.
+    """
+    model.train()
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    fingerprint = torch.zeros((), dtype=torch.int64, device=device)
+    seen = 0
+    for b, batch in enumerate(loader):
+        bs = int(batch.batch_size)
+        with deterministic(det):
+            optimizer.zero_grad(set_to_none=True)
+            out = model(batch.x, batch.edge_index)[:bs]
+            y = batch.y[:bs]
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            optimizer.step()
+        total += loss.detach().double() * bs
+        correct += (out.detach().argmax(dim=-1) == y).sum()
+        fingerprint += batch.n_id.sum() * (b + 1)
+        seen += bs
+    return float(total) / seen, int(correct) / seen, int(fingerprint)
+
+
+def open_features(mode: str, graph: Graph, table: Any, device: torch.device) -> Any:
+    """The ``features=`` of a mode (None: the mode does not run on this device)."""
+    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+
+    if device.type == "cpu":
+        return {"ibp": table, "raw": graph.x, "gpu": None}[mode]
+    if mode == "ibp":
+        return CudaIBPTable(table.path, device=device, progress=False)
+    if mode == "raw":
+        return PinnedRawTable(graph.x, device=device, progress=False)
+    return graph.x.to(device)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+STAGE_KEYS = ("sample", "fetch", "wait", "train")
+
+
+def train_and_evaluate(
+    mode: str,
+    graph: Graph,
+    features: Any,
+    hp: dict,
+    device: torch.device,
+    args: argparse.Namespace,
+) -> tuple[list[dict], str, tuple[float | None, float | None, float | None]]:
+    """The seeded run: per-epoch rows, the loader's features, (valid, test, eval seconds)."""
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    det = args.deterministic
+    torch.manual_seed(args.seed)
+    with deterministic(det):
+        model = graphsage(
+            graph.x.shape[1],
+            hp["hidden"],
+            graph.num_classes,
+            layers=hp["layers"],
+            dropout=hp["dropout"],
+        ).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+    common = {"features": features, "device": device, "prefetch": args.prefetch}
+    loader = NeighborLoader(
+        graph.data,
+        hp["fanouts"],
+        input_nodes=graph.train_ids,
+        batch_size=hp["batch_size"],
+        shuffle=True,
+        seed=args.seed,
+        **common,
+    )
+    rows: list[dict] = []
+    for epoch in range(1, args.epochs + 1):
+        sync(device)
+        start = time.perf_counter()
+        loss, train_acc, fingerprint = train_epoch(model, loader, optimizer, device, det)
+        sync(device)
+        elapsed = time.perf_counter() - start
+        st = loader.stats
+        rows.append(
+            {
+                "epoch": epoch,
+                "time_s": elapsed,
+                "sample_s": st.sample_s,
+                "fetch_s": st.fetch_s,
+                "wait_s": st.wait_s,
+                "train_s": max(0.0, elapsed - st.wait_s),
+                "batches": st.batches,
+                "rows": st.rows,
+                "pcie_bytes": st.pcie_bytes,
+                "raw_bytes": st.decoded_bytes,
+                "loss": loss,
+                "train_acc": train_acc,
+                "fingerprint": fingerprint,
+            }
+        )
+        log(
+            f"  {graph.name} {mode:>3} epoch {epoch}/{args.epochs}: loss {loss:.6f}, "
+            f"{elapsed:.3f} s (sample {st.sample_s:.3f}, fetch {st.fetch_s:.3f}, wait "
+            f"{st.wait_s:.3f}), {st.pcie_bytes / 1e6:.1f} MB read"
+        )
+    label = repr(loader.features)
+    del loader
+    if not graph.labelled or graph.eval_ids is None:
+        return rows, label, (None, None, None)
+    start = time.perf_counter()
+    eval_loader = NeighborLoader(
+        graph.data,
+        [-1] * hp["layers"],
+        input_nodes=graph.eval_ids,
+        batch_size=hp["eval_batch_size"],
+        shuffle=False,
+        seed=args.seed + 1,
+        **common,
+    )
+    with deterministic(det):
+        val_acc, test_acc = _evaluate(model, eval_loader, device)
+    sync(device)
+    return rows, label, (val_acc, test_acc, time.perf_counter() - start)
+
+
+def run_mode(
+    mode: str, graph: Graph, table: Any, hp: dict, device: torch.device, args: argparse.Namespace
+) -> dict:
+    """Train ``args.epochs`` epochs with the features of ``mode``; the measurements."""
+    t0 = time.perf_counter()
+    features = open_features(mode, graph, table, device)
+    if features is None:
+        return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
+    open_s = time.perf_counter() - t0
+    try:
+        rows, label, (val_acc, test_acc, eval_s) = train_and_evaluate(
+            mode, graph, features, hp, device, args
+        )
+    finally:
+        if mode != "ibp" or device.type != "cpu":  # the CPU table belongs to the caller
+            close = getattr(features, "close", None)
+            if callable(close):
+                close()
+        del features
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    timed = rows[WARMUP_EPOCHS:]
+    pcie = sum(r["pcie_bytes"] for r in timed)
+    raw = sum(r["raw_bytes"] for r in timed)
+    return {
+        "mode": mode,
+        "title": MODE_TITLES[mode],
+        "features": label,
+        "open_s": open_s,
+        "epoch_time_s": median([r["time_s"] for r in timed]),
+        "stages_s": {k: median([r[f"{k}_s"] for r in timed]) for k in STAGE_KEYS},
+        "batches_per_epoch": median([r["batches"] for r in timed]),
+        "rows_per_epoch": median([r["rows"] for r in timed]),
+        "pcie_bytes_per_epoch": median([r["pcie_bytes"] for r in timed]),
+        "raw_bytes_per_epoch": median([r["raw_bytes"] for r in timed]),
+        "ratio": raw / pcie if pcie else None,
+        "losses": [r["loss"] for r in rows],
+        "fingerprints": [r["fingerprint"] for r in rows],
+        "final_loss": rows[-1]["loss"],
+        "final_train_acc": rows[-1]["train_acc"],
+        "val_acc": val_acc,
+        "test_acc": test_acc,
+        "eval_s": eval_s,
+        "epochs": rows,
+    }
+
+
+def analyse(modes: dict[str, dict], device: torch.device) -> dict:
+    """Transfer share, ideal IBP epoch time, the gap to it, and the target check."""
+    ibp, raw = modes["ibp"], modes["raw"]
+    t_off, t_ibp = raw["epoch_time_s"], ibp["epoch_time_s"]
+    share = raw["stages_s"]["fetch"] / t_off
+    s = min(max(share, 0.0), 1.0)
+    r = ibp["ratio"] or 1.0
+    t_ideal = t_off * ((1.0 - s) + s / r)
+    ideal_speedup = t_off / t_ideal
+    target_t = t_off / (TARGET_FRACTION * ideal_speedup)
+    out = {
+        "t_off_s": t_off,
+        "t_ibp_s": t_ibp,
+        "transfer_share_measured": share,
+        "transfer_share": s,
+        "ratio": r,
+        "t_ideal_s": t_ideal,
+        "ideal_speedup": ideal_speedup,
+        "measured_speedup": t_off / t_ibp,
+        "gap_to_ideal": t_ibp / t_ideal - 1.0,
+        "target_t_ibp_s": target_t,
+        "target_met": t_ibp <= target_t,
+        "target_applies": device.type == "cuda",
+    }
+    gpu = modes.get("gpu", {})
+    if "epoch_time_s" in gpu:
+        out["t_gpu_s"] = gpu["epoch_time_s"]
+        out["gpu_speedup_over_off"] = t_off / gpu["epoch_time_s"]
+    return out
+
+
+def compare(modes: dict[str, dict]) -> dict:
+    ibp, raw = modes["ibp"], modes["raw"]
+    diff = max(abs(a - b) for a, b in zip(ibp["losses"], raw["losses"], strict=True))
+    out = {
+        "losses_identical": ibp["losses"] == raw["losses"],
+        "max_abs_loss_diff": diff,
+        "batches_identical": ibp["fingerprints"] == raw["fingerprints"],
+        "test_acc_identical": ibp["test_acc"] == raw["test_acc"],
+    }
+    gpu = modes.get("gpu", {})
+    if "losses" in gpu:
+        out["gpu_losses_identical"] = gpu["losses"] == raw["losses"]
+        out["gpu_batches_identical"] = gpu["fingerprints"] == raw["fingerprints"]
+    return out
+
+
+def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> dict:
+    hp = hyper_parameters(graph, args)
+    x = graph.x
+    log(
+        f"{graph.name}: {graph.data.num_nodes:,} nodes, {graph.data.edge_index.shape[1]:,} "
+        f"edges, x {tuple(x.shape)} {x.dtype}, {graph.train_ids.numel():,} training seeds; "
+        f"{hp}"
+    )
+    if device.type == "cuda":  # the loaders then build their CSR on the GPU (not timed)
+        graph.data.edge_index = graph.data.edge_index.to(device)
+    opts = SimpleNamespace(clusters=1, align="auto", progress=False)
+    table, info = prepare_table(x, graph.name, opts, Path(args.workdir), log)
+    try:
+        modes = {m: run_mode(m, graph, table, hp, device, args) for m in MODES}
+    finally:
+        table.close()
+    ran = {k: v for k, v in modes.items() if "skipped" not in v}
+    result = {
+        "name": graph.name,
+        **graph.info,
+        "num_nodes": int(graph.data.num_nodes),
+        "num_edges": int(graph.data.edge_index.shape[1]),
+        "num_features": int(x.shape[1]),
+        "dtype": str(x.dtype).removeprefix("torch."),
+        "row_bytes": int(x.shape[1] * x.element_size()),
+        "train_seeds": int(graph.train_ids.numel()),
+        "num_classes": graph.num_classes,
+        "accuracy_meaningful": graph.labelled,
+        "hyper_parameters": hp,
+        "table": {
+            "file": Path(info.path).name,
+            "ratio": info.ratio,
+            "reused": info.reused,
+            "compress_s": info.compress_s,
+        },
+        "modes": list(modes.values()),
+        "checks": compare(ran),
+        "analysis": analyse(ran, device),
+    }
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-ready: NaN and infinities become None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.2f} MB"
+
+
+def _acc(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def markdown(payload: dict) -> str:
+    on_gpu = payload["device_type"] == "cuda"
+    title = "End to end: GraphSAGE epochs, IBP on vs off" + ("" if on_gpu else " (CPU)")
+    lines = [*header_lines(title, payload), *payload_notes(payload), ""]
+    for g in payload["graphs"]:
+        hp, a, c = g["hyper_parameters"], g["analysis"], g["checks"]
+        lines += [
+            f"## {g['name']}",
+            "",
+            f"{g['kind']}; {g['num_nodes']:,} nodes, {g['num_edges']:,} edges, "
+            f"{g['num_features']} x {g['dtype']} features ({g['row_bytes']:,} B a row): "
+            f"{g['features']}. Labels: {g['labels']}. {g['train_seeds']:,} training seeds, "
+            f"batch size {hp['batch_size']}, fanouts {hp['fanouts']}, hidden {hp['hidden']}, "
+            f"lr {hp['lr']}, weight decay {hp['weight_decay']}, dropout {hp['dropout']} "
+            f"(config `{hp['config']}`"
+            + (" with command-line overrides)" if payload["overrides"] else ")")
+            + f". Table: ratio {g['table']['ratio']:.3f}x over the whole table, "
+            + (
+                "reused from the cache."
+                if g["table"]["reused"]
+                else f"compressed in {g['table']['compress_s']:.1f} s."
+            ),
+            "",
+            "| mode | epoch (s) | sample | fetch | wait | train | batches | read from host "
+            "/ epoch | decoded / epoch | ratio | final loss | valid acc | test acc |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for m in g["modes"]:
+            if "skipped" in m:
+                lines.append(f"| {m['title']} | skipped: {m['skipped']} |" + " |" * 11)
+                continue
+            st = m["stages_s"]
+            ratio = f"{m['ratio']:.3f}x" if m["ratio"] else "-"
+            lines.append(
+                f"| {m['title']} | {m['epoch_time_s']:.4f} | {st['sample']:.4f} | "
+                f"{st['fetch']:.4f} | {st['wait']:.4f} | {st['train']:.4f} | "
+                f"{m['batches_per_epoch']:g} | {_mb(m['pcie_bytes_per_epoch'])} | "
+                f"{_mb(m['raw_bytes_per_epoch'])} | {ratio} | {m['final_loss']:.6f} | "
+                f"{_acc(m['val_acc'])} | {_acc(m['test_acc'])} |"
+            )
+        verdict = "met" if a["target_met"] else "NOT met"
+        applies = "" if a["target_applies"] else " (does not apply on the CPU: no PCIe)"
+        lines += [
+            "",
+            f"- IBP on vs off: losses {'identical' if c['losses_identical'] else 'DIFFER'} "
+            f"over {len(g['modes'][0]['losses'])} epochs (largest difference "
+            f"{c['max_abs_loss_diff']:.3g}), batches "
+            f"{'identical' if c['batches_identical'] else 'DIFFER'} (sampled-id fingerprints)"
+            + (
+                f"; features on the GPU: losses "
+                f"{'identical' if c['gpu_losses_identical'] else 'differ'}"
+                if "gpu_losses_identical" in c
+                else ""
+            )
+            + ".",
+            f"- Transfer share s = fetch / epoch with IBP off = {a['transfer_share']:.3f}; "
+            f"ratio on the fetched rows r = {a['ratio']:.3f}x; ideal IBP epoch "
+            f"T_off * ((1 - s) + s / r) = {a['t_ideal_s']:.4f} s (ideal speed-up "
+            f"{a['ideal_speedup']:.3f}x); measured {a['t_ibp_s']:.4f} s (speed-up "
+            f"{a['measured_speedup']:.3f}x), {100 * a['gap_to_ideal']:+.1f}% from the ideal.",
+            f"- Target T_ibp <= T_off / (0.9 x ideal speed-up) = {a['target_t_ibp_s']:.4f} s: "
+            f"{verdict}{applies}."
+            + (
+                f" Features in GPU memory: {a['t_gpu_s']:.4f} s an epoch "
+                f"({a['gpu_speedup_over_off']:.3f}x over IBP off)."
+                if "t_gpu_s" in a
+                else ""
+            ),
+            "",
+        ]
+    if payload.get("plot"):
+        lines += [f"![stage breakdown]({payload['plot']})", ""]
+    return "\n".join(lines)
+
+
+def payload_notes(payload: dict) -> list[str]:
+    s = payload["settings"]
+    notes = [
+        f"Epoch time: median of {s['epochs'] - WARMUP_EPOCHS} epochs after {WARMUP_EPOCHS} "
+        "warm-up epoch (training pass only; evaluation after the last epoch, full "
+        "neighborhood, not timed). Stages: medians over the same epochs; `wait` = time the "
+        "training loop spent inside the loader's `next()`, `train` = epoch - wait; "
+        f"prefetch depth {s['prefetch']}; seed {s['seed']} for every mode (same batches); "
+        f"deterministic algorithms {'on' if s['deterministic'] else 'off'}; torch threads "
+        f"{s['torch_threads']}.",
+    ]
+    if payload["device_type"] == "cuda":
+        notes.append(
+            f"\nGPU: {payload.get('gpu')} (CUDA {payload.get('cuda')}, CuPy "
+            f"{payload.get('cupy')}). IBP on = `CudaIBPTable` (compressed rows pinned, fetched "
+            "and decoded by the GPU over UVA), IBP off = `PinnedRawTable` (raw rows pinned, "
+            "zero-copy gather), features on the GPU = a CUDA tensor. Sampling and fetching run "
+            "on a side stream, overlapping training; `read from host` is what crossed PCIe."
+        )
+    else:
+        notes.append(
+            "\n**CPU run: these numbers show the pipeline, not PCIe.** IBP on = `IBPTable` "
+            "decoded by NumPy, IBP off = the plain CPU tensor (`index_select`); nothing "
+            "overlaps (`wait` contains sampling and fetching) and nothing crosses PCIe: "
+            "`read from host` is the compressed bytes the decoder read (0 for the tensor). "
+            "The end-to-end target applies on a GPU only."
+        )
+    return notes
+
+
+def plot(payload: dict, path: Path) -> Path | None:
+    """A stacked bar chart of the stage breakdown per graph and mode (None: no matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    graphs = payload["graphs"]
+    fig, axes = plt.subplots(1, len(graphs), figsize=(4.6 * len(graphs) + 0.6, 4.6), squeeze=False)
+    width = 0.36
+    colors = {"train": "#4c72b0", "wait": "#dd8452", "sample": "#55a868", "fetch": "#c44e52"}
+    for ax, g in zip(axes[0], graphs, strict=True):
+        modes = [m for m in g["modes"] if "skipped" not in m]
+        pos = np.arange(len(modes))
+        st = {k: np.array([m["stages_s"][k] for m in modes]) for k in STAGE_KEYS}
+        left, right = pos - width / 2, pos + width / 2
+        ax.bar(left, st["train"], width, color=colors["train"], label="train (loop)")
+        ax.bar(left, st["wait"], width, bottom=st["train"], color=colors["wait"], label="wait")
+        ax.bar(right, st["sample"], width, color=colors["sample"], label="sample (loader)")
+        ax.bar(
+            right,
+            st["fetch"],
+            width,
+            bottom=st["sample"],
+            color=colors["fetch"],
+            label="fetch (loader)",
+        )
+        epoch = [m["epoch_time_s"] for m in modes]
+        ax.scatter(left, epoch, marker="_", s=500, color="black", zorder=3, label="epoch time")
+        a = g["analysis"]
+        ibp_at = [i for i, m in enumerate(modes) if m["mode"] == "ibp"]
+        if ibp_at:
+            ax.scatter(
+                [left[ibp_at[0]]],
+                [a["t_ideal_s"]],
+                marker="v",
+                s=60,
+                color="#8172b2",
+                zorder=4,
+                label="ideal IBP epoch",
+            )
+        ax.set_xticks(pos, [m["title"].replace(" (", "\n(") for m in modes], fontsize=8)
+        ax.set_ylabel("seconds per epoch")
+        ax.set_title(f"{g['name']} ({g['row_bytes']:,} B rows, r={a['ratio']:.2f}x)", fontsize=9)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8, frameon=False)
+    where = "GPU" if payload["device_type"] == "cuda" else "CPU (pipeline only, no PCIe)"
+    fig.suptitle(
+        f"GraphSAGE epoch, stage breakdown: {where}\nleft bar: the training loop "
+        "(train + wait = epoch); right bar: the loader (overlaps training on a GPU)",
+        fontsize=9,
+    )
+    fig.tight_layout(rect=(0, 0.07, 1, 0.92))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 15,10,5, got {text!r}") from None
+    if not values or any(v == 0 or v < -1 for v in values):
+        raise argparse.ArgumentTypeError(f"fanouts must be positive or -1, got {text!r}")
+    return values
+
+
+def write_results(payload: dict, out: Path, name: str) -> dict:
+    """Write ``out/<name>.{png,json,md}``; returns the payload as written (JSON-ready)."""
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        png = plot(payload, out / f"{name}.png")
+    except Exception as exc:  # noqa: BLE001 - a failed chart must not lose the measurements
+        log(f"e2e: the chart failed ({type(exc).__name__}: {exc}); writing the results")
+        png = None
+    payload["plot"] = png.name if png is not None else None
+    payload = _clean(payload)
+    (out / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    (out / f"{name}.md").write_text(markdown(payload))
+    return payload
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--epochs", type=int, default=10, help="epochs per mode, the first a warm-up")
+    p.add_argument("--graphs", default="cora,citeseer", help="bundled graphs, comma-separated")
+    p.add_argument("--synthetic-nodes", type=int, default=0, help="0: no synthetic graph")
+    p.add_argument(
+        "--synthetic-edges", type=int, default=0, help=f"0: {SYNTH_EDGES_PER_NODE} per node"
+    )
+    p.add_argument("--synthetic-train", type=int, default=100_000, help="training seeds")
+    p.add_argument(
+        "--synthetic-features",
+        default="auto",
+        help="auto, facebook-svd100-float32, cora, citeseer or a .npy table",
+    )
+    p.add_argument("--batch-size", type=int, default=None, help="default: the graph's config")
+    p.add_argument("--fanouts", type=_ints, default=None, help="e.g. 15,10,5 (default: config)")
+    p.add_argument("--hidden", type=int, default=None, help="default: the graph's config")
+    p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's; 1 is steadier on a busy machine)",
+    )
+    p.add_argument(
+        "--no-deterministic",
+        dest="deterministic",
+        action="store_false",
+        help="leave torch's deterministic algorithms off (losses are then compared only)",
+    )
+    p.add_argument("--workdir", default=None, help="where .ibp tables are cached")
+    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    args = p.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        p.error("--threads must be >= 1")
+    if args.epochs < WARMUP_EPOCHS + 1:
+        p.error(f"--epochs must be at least {WARMUP_EPOCHS + 1} (one warm-up, one timed)")
+    for name in ("batch_size", "hidden"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    args.graph_list = [g.strip().lower() for g in args.graphs.split(",") if g.strip()]
+    for g in args.graph_list:
+        if g not in ("cora", "citeseer"):
+            p.error(f"--graphs: unknown graph {g!r} (cora, citeseer)")
+    if not args.graph_list and args.synthetic_nodes <= 0:
+        p.error("nothing to run: give --graphs or --synthetic-nodes")
+    if args.workdir is None:
+        args.workdir = str(default_workdir())
+    return args
+
+
+def resolve(spec: str) -> torch.device:
+    if spec == "auto":
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("e2e: --device cuda but torch.cuda.is_available() is False")
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark; returns the payload written to ``e2e-<device>.json``."""
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        return _main(args, argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
+    if args.deterministic and args.device != "cpu":  # before cuBLAS starts
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    device = resolve(args.device)
+    env = environment()
+    if argv is not None:
+        env["command"] = " ".join(["python", "benchmarks/e2e.py", *argv])
+    payload: dict[str, Any] = {**env, "device_type": device.type}
+    if device.type == "cuda":
+        payload["gpu"] = torch.cuda.get_device_name(device)
+        payload["cuda"] = torch.version.cuda
+        try:
+            import cupy
+
+            payload["cupy"] = cupy.__version__
+        except ImportError:
+            payload["cupy"] = None
+        payload["device"] = f"GPU: {payload['gpu']}; host {env['device']}"
+    payload["settings"] = {
+        "epochs": args.epochs,
+        "warmup_epochs": WARMUP_EPOCHS,
+        "prefetch": args.prefetch,
+        "seed": args.seed,
+        "deterministic": args.deterministic,
+        "torch_threads": torch.get_num_threads(),
+    }
+    payload["overrides"] = {
+        k: getattr(args, k)
+        for k in ("batch_size", "fanouts", "hidden")
+        if getattr(args, k) is not None
+    }
+    payload["graphs"] = []
+    graphs: list[Any] = [lambda g=g: bundled_graph(g) for g in args.graph_list]
+    if args.synthetic_nodes > 0:
+        graphs.append(lambda: synthetic_graph(args))
+    for build in graphs:
+        graph = build()
+        payload["graphs"].append(run_graph(graph, args, device))
+        del graph
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        payload = write_results(payload, args.out, f"e2e-{device.type}")  # after every graph
+    print((args.out / f"e2e-{device.type}.md").read_text())
+    bad = [g["name"] for g in payload["graphs"] if not g["checks"]["losses_identical"]]
+    if bad and args.deterministic:
+        raise SystemExit(
+            f"e2e: IBP on and off gave different losses on {', '.join(bad)} (results written "
+            f"to {args.out / f'e2e-{device.type}'}.json)"
+        )
+    return payload
+
+
+if __name__ == "__main__":
+    main()

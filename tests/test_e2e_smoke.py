@@ -1,0 +1,111 @@
+"""Smoke test of the end-to-end benchmark (benchmarks/e2e.py): Cora, 2 epochs, on the CPU.
+
+It runs the benchmark's ``main`` into a temporary folder and checks the result files: the
+fields every graph and mode must have, and that IBP on and off gave identical losses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("torch_geometric")
+
+from benchmarks import e2e  # noqa: E402
+
+MODE_FIELDS = (
+    "epoch_time_s",
+    "stages_s",
+    "pcie_bytes_per_epoch",
+    "raw_bytes_per_epoch",
+    "ratio",
+    "losses",
+    "fingerprints",
+    "final_loss",
+    "val_acc",
+    "test_acc",
+    "epochs",
+)
+ANALYSIS_FIELDS = (
+    "t_off_s",
+    "t_ibp_s",
+    "transfer_share",
+    "ratio",
+    "t_ideal_s",
+    "ideal_speedup",
+    "measured_speedup",
+    "gap_to_ideal",
+    "target_t_ibp_s",
+    "target_met",
+    "target_applies",
+)
+
+
+def test_e2e_cora_cpu_two_epochs(tmp_path: Path) -> None:
+    argv = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
+    argv += ["--out", str(tmp_path), "--workdir", str(tmp_path / "work")]
+    threads = torch.get_num_threads()
+    payload = e2e.main(argv)
+    assert torch.get_num_threads() == threads  # restored
+
+    files = json.loads((tmp_path / "e2e-cpu.json").read_text())
+    assert files == payload
+    md = (tmp_path / "e2e-cpu.md").read_text()
+    assert "(CPU)" in md and "not PCIe" in md and "## cora" in md
+    for key in ("device", "date", "git_commit", "command", "settings", "graphs"):
+        assert key in files, key
+    assert files["device_type"] == "cpu"
+    assert files["command"].startswith("python benchmarks/e2e.py --device cpu")
+    assert files["settings"]["epochs"] == 2 and files["settings"]["deterministic"]
+
+    (g,) = files["graphs"]
+    assert g["name"] == "cora" and g["num_nodes"] == 2708 and g["accuracy_meaningful"]
+    modes = {m["mode"]: m for m in g["modes"]}
+    assert set(modes) == {"ibp", "raw", "gpu"}
+    assert "skipped" in modes["gpu"]  # no GPU mode on the CPU
+    for name in ("ibp", "raw"):
+        m = modes[name]
+        for key in MODE_FIELDS:
+            assert key in m, (name, key)
+        assert len(m["losses"]) == 2 and all(math.isfinite(v) for v in m["losses"])
+        assert set(m["stages_s"]) == {"sample", "fetch", "wait", "train"}
+        assert m["epoch_time_s"] > 0 and 0.0 <= m["test_acc"] <= 1.0
+        assert m["raw_bytes_per_epoch"] > 0
+    # Lossless: the same batches and bit-identical losses and accuracy, IBP on and off.
+    assert modes["ibp"]["losses"] == modes["raw"]["losses"]
+    assert modes["ibp"]["fingerprints"] == modes["raw"]["fingerprints"]
+    assert modes["ibp"]["test_acc"] == modes["raw"]["test_acc"]
+    assert g["checks"]["losses_identical"] and g["checks"]["batches_identical"]
+    assert g["checks"]["max_abs_loss_diff"] == 0.0
+    # IBP reads the compressed bytes; the plain CPU tensor reads nothing over PCIe.
+    assert modes["ibp"]["ratio"] > 10 and modes["raw"]["pcie_bytes_per_epoch"] == 0
+    a = g["analysis"]
+    for key in ANALYSIS_FIELDS:
+        assert key in a, key
+    assert a["target_applies"] is False
+    assert a["t_ideal_s"] <= a["t_off_s"]
+
+
+def test_ideal_epoch_time_and_target() -> None:
+    def mode(epoch: float, fetch: float, ratio: float | None) -> dict:
+        stages = {"sample": 0.0, "fetch": fetch, "wait": 0.0, "train": epoch}
+        return {"epoch_time_s": epoch, "stages_s": stages, "ratio": ratio}
+
+    # s = 5 / 10, r = 2: T_ideal = 10 * (0.5 + 0.25) = 7.5, ideal speed-up 4/3, target
+    # T_ibp <= 10 / (0.9 * 4/3) = 8.33.
+    got = e2e.analyse(
+        {"raw": mode(10.0, 5.0, None), "ibp": mode(8.0, 3.0, 2.0)}, torch.device("cuda")
+    )
+    assert got["transfer_share"] == 0.5 and got["t_ideal_s"] == 7.5
+    assert got["ideal_speedup"] == pytest.approx(4 / 3)
+    assert got["target_t_ibp_s"] == pytest.approx(10 / 1.2)
+    assert got["target_met"] and got["target_applies"]
+    assert got["gap_to_ideal"] == pytest.approx(8 / 7.5 - 1)
+    slow = e2e.analyse(
+        {"raw": mode(10.0, 5.0, None), "ibp": mode(8.5, 3.0, 2.0)}, torch.device("cuda")
+    )
+    assert not slow["target_met"]
