@@ -35,6 +35,8 @@ from .bitops import BitRuns, bit_runs, exclusive_cumsum, or_bits, pdep, pext, po
 from .dtypes import WORD_DTYPES
 
 MAX_CODE_BITS = 8
+#: Masks that are one run of at most this many bits get a direct code lookup table.
+LUT_BITS = 12
 #: Dictionaries this large or smaller are matched by a broadcast compare, larger by search.
 SMALL_DICT = 15
 CHUNK_WORDS = 32
@@ -68,6 +70,7 @@ class _Arrays:
     match_values: Any
     runs: BitRuns
     sorted_keys: tuple[Any, Any] | None
+    field_lut: tuple[Any, Any, Any] | None
 
 
 def align_up(x: np.ndarray | int, align: int) -> np.ndarray | int:
@@ -166,6 +169,7 @@ class CodecParams:
         key = f"_arrays_{xp.__name__}"
         if key not in self.__dict__:
             keys = self.sorted_keys if self.word_bytes == 4 else None
+            lut = self.field_lut
             runs = self.free_runs
             self.__dict__[key] = _Arrays(
                 masks=xp.asarray(self.masks),
@@ -176,8 +180,41 @@ class CodecParams:
                 match_values=xp.asarray(self.match_values),
                 runs=BitRuns(xp.asarray(runs.lo), xp.asarray(runs.mask), xp.asarray(runs.dst)),
                 sorted_keys=None if keys is None else (xp.asarray(keys[0]), xp.asarray(keys[1])),
+                field_lut=None if lut is None else tuple(xp.asarray(a) for a in lut),
             )
         return self.__dict__[key]
+
+    @cached_property
+    def field_lut(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Code lookup for tables whose masks are each one run of at most `LUT_BITS` bits.
+
+        Returns ``(shift, width_mask, table)``: a word's code is
+        ``table[(cluster * V + column) << L | (w >> shift) & width_mask]`` with
+        ``L = LUT_BITS``; None when some mask is wider or not contiguous.
+        """
+        m = self.masks.astype(np.uint64)
+        if not m.all():
+            return None
+        lo = np.zeros(m.shape, dtype=np.uint64)
+        rest = m.copy()
+        while True:  # shift every mask down to bit 0 (at most T*8 steps, over all columns)
+            even = (rest & np.uint64(1)) == 0
+            if not even.any():
+                break
+            lo += even
+            rest = np.where(even, rest >> np.uint64(1), rest)
+        if np.any(rest & (rest + np.uint64(1))) or np.any(rest >= np.uint64(1 << LUT_BITS)):
+            return None  # not one run, or too wide
+        k, v = m.shape
+        table = np.broadcast_to(self.escape.astype(np.uint8)[:, :, None], (k, v, 1 << LUT_BITS))
+        table = np.array(table)
+        col = np.arange(k * v).reshape(k, v)
+        for e in range(self.max_entries - 1, -1, -1):  # lowest entry wins
+            used = self.escape > e
+            key = (self.bitvals[:, :, e].astype(np.uint64) >> lo).astype(np.int64)
+            table.reshape(k * v, -1)[col[used], key[used]] = e
+        dt = self.word_dtype
+        return lo.astype(dt), rest.astype(dt), table.reshape(-1)
 
     @cached_property
     def sorted_keys(self) -> tuple[np.ndarray, np.ndarray]:
@@ -234,6 +271,16 @@ def _row_params(params: CodecParams, cluster: Any | None, xp: Any = np) -> _Rows
 def _codes(words: Any, rp: _Rows, params: CodecParams) -> Any:
     """Code of every word: lowest matching entry, else the escape code."""
     xp = array_module(words)
+    lut = params.arrays(xp).field_lut
+    if lut is not None and params.max_entries > 3:
+        shift, width, table = lut
+        idx = (slice(0, 1),) if rp.cluster is None else (xp.asarray(rp.cluster, dtype=xp.intp),)
+        key = ((words >> shift[idx]) & width[idx]).astype(xp.intp)
+        n, v = words.shape
+        col = xp.arange(v, dtype=xp.intp)[None, :]
+        if rp.cluster is not None:
+            col = col + (xp.asarray(rp.cluster, dtype=xp.intp) * v)[:, None]
+        return table[(col << LUT_BITS) | key]
     masked = words & rp.mask
     if params.max_entries <= SMALL_DICT or params.word_bytes == 8:
         code = xp.broadcast_to(rp.escape.astype(xp.uint8), masked.shape)

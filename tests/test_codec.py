@@ -591,3 +591,38 @@ def test_encode_matches_the_documented_format(enc: Encoded) -> None:
     sizes, data = reference_encode(enc)
     assert enc.chunk.sizes.tolist() == sizes
     assert enc.chunk.data.tobytes() == data
+
+
+def test_code_lookup_table_agrees_with_matching(rng: np.random.Generator) -> None:
+    """Masks that are one short run take the lookup-table path; it must give the same codes."""
+    from ibp_graph import codec
+
+    k, v = 2, 40
+    lo = rng.integers(0, 20, (k, v))
+    width = rng.integers(1, 13, (k, v))
+    masks = (((1 << width) - 1) << lo).astype(np.uint32)
+    code_bits = rng.integers(1, 6, (k, v)).astype(np.uint8)
+    e = (1 << int(code_bits.max())) - 1
+    bitvals = np.zeros((k, v, e), dtype=np.uint32)
+    for c in range(k):
+        for j in range(v):
+            n = (1 << int(code_bits[c, j])) - 1
+            bitvals[c, j, :n] = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    bitvals &= masks[:, :, None]
+    params = codec.CodecParams(word_bytes=4, masks=masks, code_bits=code_bits, bitvals=bitvals)
+    assert params.field_lut is not None
+    words = rng.integers(0, 2**32, (300, v), dtype=np.uint64).astype(np.uint32)
+    pick = rng.integers(0, e, (300, v))
+    hit = rng.random((300, v)) < 0.7  # most words match an entry
+    cl = rng.integers(0, k, 300)
+    chosen = bitvals[cl[:, None], np.arange(v)[None, :], pick]
+    words = np.where(hit, (words & ~masks[cl]) | chosen, words)
+    rp = codec._row_params(params, cl)
+    got = codec._codes(words, rp, params)
+    masked = words & masks[cl]
+    want = np.broadcast_to(params.escape[cl], words.shape).copy()
+    for ent in range(e - 1, -1, -1):
+        entry = bitvals[cl[:, None], np.arange(v)[None, :], ent]
+        ok = (masked == entry) & (params.escape[cl] > ent)
+        want = np.where(ok, ent, want)
+    assert np.array_equal(got.astype(np.int64), want)
