@@ -83,7 +83,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -92,7 +91,7 @@ from benchmarks._env import RESULTS, environment, header_lines  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
-from ibp_graph.train.run import _evaluate, prepare_table  # noqa: E402
+from ibp_graph.train.run import _evaluate, prepare_table, train_epoch  # noqa: E402
 
 MODES = ("ibp", "raw", "gpu")
 MODE_TITLES = {"ibp": "IBP on", "raw": "IBP off (raw)", "gpu": "features on the GPU"}
@@ -278,41 +277,6 @@ def hyper_parameters(graph: Graph, args: argparse.Namespace) -> dict:
     }
 
 
-def train_epoch(
-    model: torch.nn.Module,
-    loader: Any,
-    optimizer: torch.optim.Optimizer,
-    device: torch.device,
-    det: bool,
-) -> tuple[float, float, int]:
-    """One pass: (mean loss, accuracy on the batches, fingerprint of the sampled node ids).
-
-    The training step is `ibp_graph.train.run`'s, run with deterministic algorithms when
-    ``det`` (only the step: the loader's sampling and fetching, which are deterministic by
-    construction, keep torch's fast kernels). The fingerprint (``sum_b (b + 1) *
-    sum(n_id_b)``, int64 on the device: no synchronisation) shows the batches are the same.
-    """
-    model.train()
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    fingerprint = torch.zeros((), dtype=torch.int64, device=device)
-    seen = 0
-    for b, batch in enumerate(loader):
-        bs = int(batch.batch_size)
-        with deterministic(det):
-            optimizer.zero_grad(set_to_none=True)
-            out = model(batch.x, batch.edge_index)[:bs]
-            y = batch.y[:bs]
-            loss = F.cross_entropy(out, y)
-            loss.backward()
-            optimizer.step()
-        total += loss.detach().double() * bs
-        correct += (out.detach().argmax(dim=-1) == y).sum()
-        fingerprint += batch.n_id.sum() * (b + 1)
-        seen += bs
-    return float(total) / seen, int(correct) / seen, int(fingerprint)
-
-
 def open_features(mode: str, graph: Graph, table: Any, device: torch.device) -> Any:
     """The ``features=`` of a mode (None: the mode does not run on this device)."""
     from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
@@ -369,7 +333,9 @@ def train_and_evaluate(
     for epoch in range(1, args.epochs + 1):
         sync(device)
         start = time.perf_counter()
-        loss, train_acc, fingerprint = train_epoch(model, loader, optimizer, device, det)
+        loss, train_acc, _, fingerprint = train_epoch(
+            model, loader, optimizer, device, step_context=lambda: deterministic(det)
+        )
         sync(device)
         elapsed = time.perf_counter() - start
         st = loader.stats

@@ -351,28 +351,42 @@ def _deterministic(device: torch.device) -> Iterator[None]:
 
 
 # -- the loop -----------------------------------------------------------------------------------
-def _train_epoch(
-    model: torch.nn.Module, loader: Any, optimizer: torch.optim.Optimizer, device: torch.device
-) -> tuple[float, float, int]:
-    """One pass over the training seeds: (mean loss, accuracy on the batches, seeds)."""
+def train_epoch(
+    model: torch.nn.Module,
+    loader: Any,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    *,
+    step_context: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> tuple[float, float, int, int]:
+    """One pass over the training seeds.
+
+    Returns ``(mean loss, accuracy on the batches, seeds seen, fingerprint)``; the
+    fingerprint ``sum_b (b + 1) * sum(n_id_b)`` (kept on the device until the end) shows
+    whether two runs saw the same batches. ``step_context`` wraps each training step (e.g.
+    deterministic algorithms for the step only).
+    """
     model.train()
     total = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
+    fingerprint = torch.zeros((), dtype=torch.int64, device=device)
     seen = 0
-    for batch in loader:
+    for b, batch in enumerate(loader):
         bs = int(batch.batch_size)
-        optimizer.zero_grad(set_to_none=True)
-        out = model(batch.x, batch.edge_index)[:bs]
-        y = batch.y[:bs]
-        loss = F.cross_entropy(out, y)
-        loss.backward()
-        optimizer.step()
+        with step_context() if step_context is not None else contextlib.nullcontext():
+            optimizer.zero_grad(set_to_none=True)
+            out = model(batch.x, batch.edge_index)[:bs]
+            y = batch.y[:bs]
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            optimizer.step()
         total += loss.detach().double() * bs
         correct += (out.detach().argmax(dim=-1) == y).sum()
+        fingerprint += batch.n_id.sum() * (b + 1)
         seen += bs
     if seen == 0:
-        return float("nan"), float("nan"), 0
-    return float(total) / seen, int(correct) / seen, seen
+        return float("nan"), float("nan"), 0, 0
+    return float(total) / seen, int(correct) / seen, seen, int(fingerprint)
 
 
 @torch.no_grad()
@@ -504,7 +518,7 @@ def _run(
         for epoch in range(1, cfg.epochs + 1):
             _sync(device)
             t0 = time.perf_counter()
-            loss, train_acc, _ = _train_epoch(model, train_loader, optimizer, device)
+            loss, train_acc, _, _ = train_epoch(model, train_loader, optimizer, device)
             _sync(device)
             t1 = time.perf_counter()
             stats = train_loader.stats
