@@ -105,6 +105,18 @@ def _cuda_ids(index: Any, num_rows: int, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(ids).to(device)
 
 
+def raw_bypass(table: IBPTable) -> bool:
+    """Whether a table can be fetched by the raw gather instead of the decoder.
+
+    True when every row is stored raw and rows sit back to back at exactly their own width
+    (no padding), so the row section is the original table: a table that does not compress
+    then costs what a raw table costs.
+    """
+    width = row_bytes(table.shape[1], table.dtype_name)
+    stored = np.diff(table.offsets) * table.align
+    return bool(np.all(stored == width))
+
+
 class _CudaTableBase:
     """Shared fetch logic: id handling, output allocation, error checks, lifetime."""
 
@@ -228,6 +240,7 @@ class CudaIBPTable(_CudaTableBase):
             align=cpu.align,
             row_bytes=row_bytes(cpu.shape[1], cpu.dtype_name),
         )
+        self._bypass = raw_bypass(cpu)
 
     @property
     def ratio(self) -> float:
@@ -235,11 +248,28 @@ class CudaIBPTable(_CudaTableBase):
         return self.cpu_table.ratio
 
     @property
+    def bypass(self) -> bool:
+        """Whether fetches skip decoding: see `raw_bypass`."""
+        return self._bypass
+
+    @property
     def stored_bytes(self) -> int:
         """Bytes of pinned row data."""
         return self.cpu_table.stored_bytes
 
     def _launch(self, idx: torch.Tensor, out: torch.Tensor, stream) -> None:
+        if self.bypass:
+            raw_gather(
+                self.codec.rows_ptr,
+                self.shape[0],
+                self.codec.row_bytes,
+                idx,
+                out,
+                self._errors.tensor,
+                stream=stream,
+                max_blocks=self.max_blocks,
+            )
+            return
         fetch_decode(
             self.codec, idx, out, self._errors.tensor, stream=stream, max_blocks=self.max_blocks
         )

@@ -222,3 +222,30 @@ def test_gpu_encoder_writes_the_cpu_encoders_bytes(tmp_path, clusters, word_byte
     ibp_graph.compress(x, cpu, clusters=clusters, word_bytes=word_bytes)
     ibp_graph.compress(x, gpu_path, clusters=clusters, word_bytes=word_bytes, device="cuda")
     assert cpu.read_bytes() == gpu_path.read_bytes()
+
+
+def test_raw_bypass_is_detected_only_for_unpadded_all_raw_tables(tmp_path) -> None:
+    from ibp_graph.cuda_table import raw_bypass
+
+    rng = np.random.default_rng(5)
+    noise = rng.integers(0, 2**32, (500, 64), dtype=np.uint64).astype(np.uint32)
+    table = ibp_graph.compress(noise.view(np.float32), tmp_path / "noise.ibp", align=16)
+    assert table.stats["rows_raw"] == 500 and raw_bypass(table)
+    odd = noise[:, :63].copy()  # 252-byte rows padded to 256: stored rows are not the table
+    padded = ibp_graph.compress(odd.view(np.float32), tmp_path / "odd.ibp", align=16)
+    assert padded.stats["rows_raw"] == 500 and not raw_bypass(padded)
+    sparse = ibp_graph.compress(np.zeros((500, 64), np.float32), tmp_path / "zeros.ibp")
+    assert not raw_bypass(sparse)
+
+
+@gpu
+@needs_gpu
+def test_incompressible_table_is_fetched_raw_and_exact(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    noise = rng.integers(0, 2**32, (2000, 64), dtype=np.uint64).astype(np.uint32)
+    ibp_graph.compress(noise.view(np.float32), tmp_path / "noise.ibp", align=16)
+    with ibp_graph.open(tmp_path / "noise.ibp", device="cuda") as t:
+        assert t.bypass
+        ids = torch.randint(0, 2000, (999,), device="cuda")
+        got = t[ids].cpu().view(torch.int32)
+        assert torch.equal(got, torch.from_numpy(noise.view(np.int32))[ids.cpu()])
