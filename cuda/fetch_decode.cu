@@ -19,6 +19,11 @@ typedef long long i64;
 
 #define FULL_MASK 0xffffffffu
 
+// The dynamic shared memory array (redefined by the host-side test harness, tests/simt/).
+#ifndef IBP_DYNAMIC_SMEM
+#define IBP_DYNAMIC_SMEM(T, name) extern __shared__ __align__(16) T name[]
+#endif
+
 template <typename W>
 struct Word;
 
@@ -102,7 +107,7 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
                              const i64* __restrict__ idx, u8* __restrict__ out,
                              int* __restrict__ error, i64 n, i64 num_rows, int V, int E,
                              int align, int row_bytes, int buf_words) {
-    extern __shared__ __align__(16) u32 smem[];
+    IBP_DYNAMIC_SMEM(u32, smem);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;

@@ -1,0 +1,109 @@
+// Runs CUDA kernels of cuda/*.cu on the host, for tests on machines without a GPU.
+//
+// Each lane of a warp is an OS thread; warp-level shuffles and __syncwarp are barriers
+// among the 32 threads of the warp (the kernels only call them in warp-uniform code).
+// Blocks run one after another, each with its own dynamic shared memory. This checks the
+// kernels' logic (indexing, bit reads, scans, decoding), not GPU timing or memory ordering.
+#pragma once
+
+#include <atomic>
+#include <barrier>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+struct __attribute__((aligned(16))) uint4 {
+    unsigned x, y, z, w;
+};
+struct __attribute__((aligned(8))) uint2 {
+    unsigned x, y;
+};
+
+inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+struct WarpSync {
+    std::barrier<> bar{32};
+    unsigned long long slot[32];
+};
+inline thread_local WarpSync* this_warp = nullptr;
+
+// The dynamic shared memory of the block being run (blocks run one at a time).
+inline unsigned char* simt_smem_base = nullptr;
+#define IBP_DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(simt_smem_base)
+
+inline void __syncwarp(unsigned = 0xffffffffu) { this_warp->bar.arrive_and_wait(); }
+
+template <typename T>
+inline T __shfl_up_sync(unsigned, T v, int d) {
+    const int lane = threadIdx.x & 31;
+    this_warp->slot[lane] = (unsigned long long)v;
+    this_warp->bar.arrive_and_wait();
+    T out = lane >= d ? (T)this_warp->slot[lane - d] : v;
+    this_warp->bar.arrive_and_wait();
+    return out;
+}
+
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int src) {
+    const int lane = threadIdx.x & 31;
+    this_warp->slot[lane] = (unsigned long long)v;
+    this_warp->bar.arrive_and_wait();
+    T out = (T)this_warp->slot[src & 31];
+    this_warp->bar.arrive_and_wait();
+    return out;
+}
+
+inline int atomicCAS(int* address, int compare, int val) {
+    std::atomic_ref<int> ref(*address);
+    ref.compare_exchange_strong(compare, val);
+    return compare;
+}
+
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+
+template <typename A, typename B>
+inline std::common_type_t<A, B> min(A a, B b) {
+    return a < b ? a : b;
+}
+
+// Launch `kernel` (a callable taking no arguments, run by every thread) on `grid` blocks of
+// `block` threads (a multiple of 32) with `shared` bytes of dynamic shared memory.
+inline void simt_launch(unsigned grid, unsigned block, size_t shared,
+                        const std::function<void()>& kernel) {
+    std::vector<unsigned char> memory(shared + 16);
+    for (unsigned b = 0; b < grid; ++b) {
+        std::memset(memory.data(), 0xAB, memory.size());  // garbage, as on a GPU
+        simt_smem_base = memory.data();
+        std::vector<std::unique_ptr<WarpSync>> warps;
+        for (unsigned w = 0; w < block / 32; ++w) warps.push_back(std::make_unique<WarpSync>());
+        std::vector<std::thread> threads;
+        for (unsigned t = 0; t < block; ++t) {
+            threads.emplace_back([&, b, t] {
+                threadIdx.x = t;
+                blockIdx.x = b;
+                blockDim.x = block;
+                gridDim.x = grid;
+                this_warp = warps[t / 32].get();
+                kernel();
+            });
+        }
+        for (auto& th : threads) th.join();
+    }
+}

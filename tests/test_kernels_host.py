@@ -1,0 +1,191 @@
+"""The CUDA kernels' own source, run on the host (tests/simt), against the NumPy decoder.
+
+`cuda/fetch_decode.cu` and `cuda/raw_gather.cu` are compiled with g++ together with a small
+harness that runs every lane of a warp as a thread (warp shuffles become barriers), and
+launched with the shared-memory plan the real launcher uses. This checks the kernels' logic
+(row staging, header, codes, payloads, raw rows, errors) on machines without a GPU; GPU
+timing and memory ordering are only checked by the `gpu` tests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ibp_graph
+from ibp_graph.cuda_table import raw_bypass
+from ibp_graph.dtypes import row_bytes
+from ibp_graph.kernels.fetch_decode import WARP, smem_plan
+from ibp_graph.kernels.raw_gather import vector_bytes
+from ibp_graph.pinned import TAIL_PAD
+
+SIMT = Path(__file__).resolve().parent / "simt"
+SMEM = 48 * 1024
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory) -> ctypes.CDLL:
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++ to build the host harness of the CUDA kernels")
+    out = tmp_path_factory.mktemp("simt") / "libsimt.so"
+    cmd = [
+        cxx,
+        "-O1",
+        "-std=c++20",
+        "-shared",
+        "-fPIC",
+        "-pthread",
+        "-Wall",
+        "-Werror",
+        "-Wno-unknown-pragmas",
+        "-o",
+        str(out),
+        str(SIMT / "simt_kernels.cpp"),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        if "c++20" in done.stderr or "barrier" in done.stderr:
+            pytest.skip(f"g++ cannot build C++20 here: {done.stderr[:200]}")
+        pytest.fail(f"the kernels do not build on the host:\n{done.stderr}")
+    return ctypes.CDLL(str(out))
+
+
+def _ptr(a: np.ndarray | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(0 if a is None else a.ctypes.data)
+
+
+def fetch_on_host(
+    lib: ctypes.CDLL, table: ibp_graph.IBPTable, ids: np.ndarray, grid: int = 3
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run the fused kernel over ``ids``: ``(out bytes (n, row_bytes), error slots)``."""
+    params = table.params
+    rows = np.zeros(table.stored_bytes + TAIL_PAD, dtype=np.uint8)
+    rows[: table.stored_bytes] = np.asarray(table.rows_section).view(np.uint8)
+    offsets = np.ascontiguousarray(table.offsets.astype(table.header.sections["offsets"].dtype))
+    width = row_bytes(table.shape[1], table.dtype_name)
+    plan = smem_plan(params.num_words, params.word_bytes, table.align, SMEM)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    out = np.full((ids.size, width), 0xEE, dtype=np.uint8)
+    error = np.zeros(2, dtype=np.int32)
+    lib.simt_fetch_decode(
+        ctypes.c_int(params.word_bytes),
+        ctypes.c_int(offsets.itemsize),
+        _ptr(rows),
+        _ptr(offsets),
+        _ptr(table.cluster_ids),
+        _ptr(params.masks),
+        _ptr(params.code_bits),
+        _ptr(params.bitvals),
+        _ptr(ids),
+        _ptr(out),
+        error.ctypes.data_as(ctypes.POINTER(ctypes.c_int)),
+        ctypes.c_longlong(ids.size),
+        ctypes.c_longlong(table.shape[0]),
+        ctypes.c_int(params.num_words),
+        ctypes.c_int(params.max_entries),
+        ctypes.c_int(table.align),
+        ctypes.c_int(width),
+        ctypes.c_int(plan.buf_words),
+        ctypes.c_uint(grid),
+        ctypes.c_uint(WARP * min(plan.warps_per_block, 2)),
+        ctypes.c_ulonglong(plan.bytes_per_warp * min(plan.warps_per_block, 2)),
+    )
+    return out, error
+
+
+def _tables(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
+    bits = rng.integers(0, 256, (300, 200), dtype=np.uint8)
+    sparse = np.where(rng.random((300, 50)) < 0.05, rng.standard_normal((300, 50)), 0)
+    return [
+        ("sparse float32", sparse.astype(np.float32)),
+        ("dense float32", rng.standard_normal((300, 37)).astype(np.float32)),
+        ("bow 0/1 wide", (rng.random((120, 700)) < 0.02).astype(np.float32)),
+        ("random bits int32", bits[:, :160].copy().view(np.int32)),
+        ("float16 odd width", rng.standard_normal((300, 7)).astype(np.float16)),
+        ("float64", np.where(rng.random((300, 9)) < 0.5, 0.0, rng.standard_normal((300, 9)))),
+        ("int8", (rng.random((300, 13)) < 0.2).astype(np.int8) * 3),
+        ("uint8 bits", bits[:, :31].copy()),
+    ]
+
+
+@pytest.mark.parametrize(
+    "word_bytes,align,clusters",
+    [(4, "auto", 1), (4, 16, 2), (8, 4, 1), (8, 16, 3), (4, 1, 1), (4, 32, 1)],
+)
+def test_fused_kernel_matches_the_numpy_decoder(lib, tmp_path, word_bytes, align, clusters):
+    rng = np.random.default_rng(11)
+    for name, x in _tables(rng):
+        table = ibp_graph.compress(
+            x, tmp_path / "t.ibp", word_bytes=word_bytes, align=align, clusters=clusters
+        )
+        ids = rng.integers(0, x.shape[0], 257)
+        ids[:3] = [0, x.shape[0] - 1, 0]  # ends and a repeat
+        out, error = fetch_on_host(lib, table, ids)
+        assert error.tolist() == [0, 0], name
+        want = np.ascontiguousarray(x[ids]).view(np.uint8).reshape(ids.size, -1)
+        assert np.array_equal(out, want), f"{name}: rows differ from the table"
+        table.close()
+
+
+def test_out_of_range_ids_set_the_error_slot_and_are_not_read(lib, tmp_path) -> None:
+    x = (np.random.default_rng(3).random((50, 40)) < 0.1).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp")
+    ids = np.array([1, 50, 2, -7, 3])
+    out, error = fetch_on_host(lib, table, ids, grid=1)
+    assert error[0] in (2, 4) and error[1] == 0  # 1 + the position of a bad id
+    ok = [0, 2, 4]
+    want = x[ids[ok]].view(np.uint8).reshape(len(ok), -1)
+    assert np.array_equal(out[ok], want)
+    assert (out[[1, 3]] == 0xEE).all()  # untouched
+
+
+def test_corrupt_row_sets_the_error_slot(lib, tmp_path) -> None:
+    x = (np.random.default_rng(4).random((40, 64)) < 0.1).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    lengths = np.diff(table.offsets) * table.align
+    row = int(np.argmax((lengths > 4) & (lengths < 64 * 4)))
+    # shorten the row's stored length: its fields now run past it
+    table._offsets = table.offsets.copy()
+    table._offsets[row + 1 :] -= 2
+    out, error = fetch_on_host(lib, table, np.array([row]), grid=1)
+    assert error[1] == 1
+
+
+@pytest.mark.parametrize("width", [512, 24, 12, 7])
+def test_raw_gather_matches(lib, width: int) -> None:
+    rng = np.random.default_rng(width)
+    table = rng.integers(0, 256, (100, width), dtype=np.uint8)
+    ids = rng.integers(0, 100, 77).astype(np.int64)
+    out = np.zeros((77, width), dtype=np.uint8)
+    error = np.zeros(2, dtype=np.int32)
+    vec = vector_bytes(width, table.ctypes.data)
+    lib.simt_raw_gather(
+        ctypes.c_int(vec),
+        _ptr(table),
+        _ptr(ids),
+        _ptr(out),
+        error.ctypes.data_as(ctypes.POINTER(ctypes.c_int)),
+        ctypes.c_longlong(77),
+        ctypes.c_longlong(100),
+        ctypes.c_longlong(width),
+        ctypes.c_uint(2),
+        ctypes.c_uint(64),
+    )
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, table[ids])
+
+
+def test_incompressible_file_rows_are_the_table(lib, tmp_path) -> None:
+    """The raw bypass reads the row section as the table: check that premise on real bytes."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 2**32, (64, 32), dtype=np.uint64).astype(np.uint32)
+    table = ibp_graph.compress(x.view(np.float32), tmp_path / "n.ibp", align=16)
+    assert raw_bypass(table)
+    rows = np.asarray(table.rows_section).view(np.uint8)[: x.nbytes].reshape(64, -1)
+    assert np.array_equal(rows, x.view(np.uint8).reshape(64, -1))
