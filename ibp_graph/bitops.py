@@ -137,7 +137,10 @@ def or_bits(out: np.ndarray, values: np.ndarray, widths: np.ndarray, positions: 
     if values.size == 0:
         return
     if type(out).__module__.startswith("cupy"):
-        _or_bits_cupy(out, values, widths, positions)
+        import cupy
+        import cupyx
+
+        add_bits(out, values, widths, positions, cupyx.scatter_add, cupy)
         return
     v = values.reshape(-1).astype(_U64, copy=False)
     w = widths.reshape(-1)
@@ -166,16 +169,18 @@ def read_bits(stream: np.ndarray, positions: np.ndarray, widths: np.ndarray) -> 
     return (lo | hi) & low_mask(widths)
 
 
-def _or_bits_cupy(out, values, widths, positions) -> None:
-    import cupy
-    import cupyx
+def add_bits(out, values, widths, positions, scatter_add, xp) -> None:
+    """`or_bits` by scatter-adding each field's two word parts (for GPUs: atomic adds).
 
-    v = values.reshape(-1).astype(cupy.uint64, copy=False)
+    Adding equals OR-ing because no two fields share a bit. ``scatter_add(out, index, v)``
+    must accumulate repeated indices (``cupyx.scatter_add``, ``np.add.at``).
+    """
+    v = values.reshape(-1).astype(xp.uint64, copy=False)
     w = widths.reshape(-1)
     pos = positions.reshape(-1)
     word = pos >> 6
-    sh = (pos & 63).astype(cupy.uint64)
-    cupyx.scatter_add(out, word, v << sh)
-    spill = cupy.flatnonzero((pos & 63) + w > 64)
+    sh = (pos & 63).astype(xp.uint64)
+    scatter_add(out, word, v << sh)
+    spill = xp.flatnonzero((pos & 63) + w > 64)
     if spill.size:
-        cupyx.scatter_add(out, word[spill] + 1, v[spill] >> (cupy.uint64(64) - sh[spill]))
+        scatter_add(out, word[spill] + 1, v[spill] >> (xp.uint64(64) - sh[spill]))

@@ -343,3 +343,21 @@ def test_read_bits_of_a_one_word_stream() -> None:
     stream = np.array([0x8000_0000_0000_0001], dtype=np.uint64)
     got = read_bits(stream, np.array([0, 63, 0, 1000]), np.array([1, 1, 64, 0]))
     assert [int(x) for x in got] == [1, 1, 0x8000_0000_0000_0001, 0]
+
+
+def test_add_bits_equals_or_bits() -> None:
+    """The GPU encoder's packing (scatter-add) gives the CPU encoder's bitstream."""
+    from ibp_graph.bitops import add_bits
+
+    rng = np.random.default_rng(9)
+    widths = rng.integers(0, 65, (40, 25))
+    widths[:, ::7] = 0
+    values = rng.integers(0, 2**63, widths.shape, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    values = values & low_mask(widths)
+    positions = (np.cumsum(widths.reshape(-1)) - widths.reshape(-1) + 5).reshape(widths.shape)
+    size = int(positions.max() + 64) // 64 + 2
+    a = np.zeros(size, dtype=np.uint64)
+    b = np.zeros(size, dtype=np.uint64)
+    or_bits(a, values, widths, positions)
+    add_bits(b, values, widths, positions, np.add.at, np)
+    assert np.array_equal(a, b)
