@@ -280,6 +280,46 @@ class CSRGraph:
             edge_ids=self.edge_ids.pin_memory(),
         )
 
+    def to_uva(self, device: str | torch.device = "cuda") -> CSRGraph:
+        """The graph in pinned host memory, as CUDA tensors the GPU reads over UVA.
+
+        For graphs larger than the GPU: the arrays stay in host memory (page-locked and
+        mapped), yet they are CUDA tensors, so the sampler runs on the GPU and reads them
+        over PCIe (zero-copy). The memory is released with the last tensor that uses it.
+
+        Raises:
+            IBPDeviceError: without a CUDA GPU.
+        """
+        from .kernels.runtime import cupy, require_cuda
+        from .pinned import PinnedBuffer
+
+        require_cuda("CSRGraph.to_uva")
+        dev = torch.device(device)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        cp = cupy()
+
+        def mapped(t: torch.Tensor) -> torch.Tensor:
+            host = t.detach().cpu().contiguous()
+            nbytes = host.numel() * host.element_size()
+            with cp.cuda.Device(index):
+                buf = PinnedBuffer(max(nbytes, 1), "CSRGraph.to_uva", cp.cuda)
+                buf.array[:nbytes] = host.view(torch.uint8).reshape(-1).numpy()
+                ptr = buf.pin()
+                mem = cp.cuda.UnownedMemory(ptr, nbytes, buf, index)
+                arr = cp.ndarray(
+                    tuple(host.shape),
+                    dtype=np.dtype(str(host.dtype).removeprefix("torch.")),
+                    memptr=cp.cuda.MemoryPointer(mem, 0),
+                )
+            return torch.from_dlpack(arr)
+
+        return replace(
+            self,
+            indptr=mapped(self.indptr),
+            indices=mapped(self.indices),
+            edge_ids=mapped(self.edge_ids),
+        )
+
     def is_pinned(self) -> bool:
         """Whether all arrays are in page-locked host memory."""
         return all(t.is_pinned() for t in (self.indptr, self.indices, self.edge_ids))

@@ -566,3 +566,26 @@ def test_sampler_on_cuda():
         chosen = fn(torch.full((6000,), 10, device="cuda"), 3, gen)
         freq = torch.bincount(chosen.view(-1), minlength=10).double().cpu() / 6000
         assert torch.allclose(freq, torch.full((10,), 0.3, dtype=torch.double), atol=0.04)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_uva_graph_needs_a_gpu() -> None:
+    from ibp_graph.errors import IBPDeviceError
+
+    graph = CSRGraph.from_edge_index(torch.tensor([[0, 1], [1, 2]]))
+    with pytest.raises(IBPDeviceError, match="CSRGraph.to_uva needs a CUDA GPU"):
+        graph.to_uva()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_uva_graph_samples_like_a_device_graph() -> None:
+    edge_index = torch.randint(0, 500, (2, 5000))
+    graph = CSRGraph.from_edge_index(edge_index, num_nodes=500)
+    on_gpu = graph.to("cuda")
+    uva = graph.to_uva("cuda")
+    assert uva.indices.is_cuda and torch.equal(uva.indices.cpu(), graph.indices)
+    seeds = torch.arange(0, 500, 7, device="cuda")
+    a = NeighborSampler(on_gpu, [5, 3], seed=1).sample(seeds)
+    b = NeighborSampler(uva, [5, 3], seed=1).sample(seeds)
+    assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
