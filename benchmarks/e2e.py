@@ -68,14 +68,12 @@ configs for every graph.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -91,7 +89,12 @@ from benchmarks._env import RESULTS, environment, header_lines  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
-from ibp_graph.train.run import _evaluate, prepare_table, train_epoch  # noqa: E402
+from ibp_graph.train.run import (  # noqa: E402
+    _evaluate,
+    deterministic,
+    prepare_table,
+    train_epoch,
+)
 
 MODES = ("ibp", "raw", "gpu")
 MODE_TITLES = {"ibp": "IBP on", "raw": "IBP off (raw)", "gpu": "features on the GPU"}
@@ -245,17 +248,6 @@ def synthetic_graph(args: argparse.Namespace) -> Graph:
 # --------------------------------------------------------------------------------------------
 # Runs
 # --------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def deterministic(on: bool) -> Iterator[None]:
-    was_on = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(on, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(was_on, warn_only=warn_only)
 
 
 def hyper_parameters(graph: Graph, args: argparse.Namespace) -> dict:

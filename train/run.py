@@ -336,14 +336,17 @@ def prepare_table(
 
 
 @contextlib.contextmanager
-def _deterministic(device: torch.device) -> Iterator[None]:
-    """Deterministic algorithms (warn only) on the CPU for the run; restored after."""
-    if device.type != "cpu":
+def deterministic(on: bool | None) -> Iterator[None]:
+    """Deterministic algorithms (warn only) on or off for the block, restored after.
+
+    ``None`` leaves the setting as it is.
+    """
+    if on is None:
         yield
         return
     was_on = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(on, warn_only=True)
     try:
         yield
     finally:
@@ -491,7 +494,7 @@ def _run(
         table=info,
         setup_s=setup_s,
     )
-    with _deterministic(device):
+    with deterministic(True if device.type == "cpu" else None):
         torch.manual_seed(cfg.seed)
         model = build_model(cfg, ds.num_features, ds.num_classes).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
