@@ -267,3 +267,10 @@ def sparse_table() -> np.ndarray:
     """200 x 1433 float32 0/1 table with 1.3% ones (a Cora-like bag of words)."""
     gen = np.random.default_rng(1433)
     return (gen.random((200, 1433)) < 0.013).astype(np.float32)
+
+
+def run_docstring_example(doc: str, stop: str, name: str) -> None:
+    """Execute the first ``.. code-block:: python`` of a module docstring, up to ``stop``."""
+    code = doc.split(".. code-block:: python\n")[1].split(stop)[0]
+    code = "\n".join(line[4:] for line in code.splitlines())
+    exec(compile(code, name, "exec"), {})

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_docstring_example
 
 try:
     from ibp_graph.loaders import dgl as dgl_loaders
@@ -485,11 +486,8 @@ def test_dgl_graphsage_trains_an_epoch_on_cora(cora, cora_table) -> None:
 
 
 def test_module_docstring_example_runs(tmp_path, monkeypatch, capsys) -> None:
-    doc = dgl_loaders.__doc__
-    code = doc.split(".. code-block:: python\n")[1].split("\n\nThe blocks:")[0]
-    code = "\n".join(line[4:] for line in code.splitlines())
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "loaders/dgl.py docstring", "exec"), {})
+    run_docstring_example(dgl_loaders.__doc__, "\n\nThe blocks:", "loaders/dgl.py docstring")
     assert "batches |" in capsys.readouterr().out
 
 

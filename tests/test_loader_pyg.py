@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_docstring_example
 
 torch_geometric = pytest.importorskip("torch_geometric")
 
@@ -498,11 +499,8 @@ def test_pyg_training_loop_runs_and_loss_decreases(graph, kind) -> None:
 
 
 def test_module_docstring_example_runs(tmp_path, monkeypatch, capsys) -> None:
-    doc = pyg_loaders.__doc__
-    code = doc.split(".. code-block:: python\n")[1].split("\n\n`IBPFeatureStore`")[0]
-    code = "\n".join(line[4:] for line in code.splitlines())
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "loaders/pyg.py docstring", "exec"), {})
+    run_docstring_example(pyg_loaders.__doc__, "\n\n`IBPFeatureStore`", "loaders/pyg.py docstring")
     assert "batches |" in capsys.readouterr().out
 
 
