@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python benchmarks/sampling.py                  # CPU, and CUDA when available
     .venv/bin/python benchmarks/sampling.py --device cuda    # one device only
+    .venv/bin/python benchmarks/sampling.py --device cuda --backend kernel
 
 writes benchmarks/results/sampling-<device>.{json,md}.
 
@@ -18,9 +19,13 @@ that hubs are spread over the id range. Everything is seeded (``torch.Generator(
 for the graph, seed 1 for the seed nodes, seed 0 for the sampler).
 
 Measured: the time to build the in-neighbor `CSRGraph` (int64 and int32 indices), then, per
-index width, 50 batches of 1,024 distinct random seeds with fanouts [15, 10, 5] after 3 warm-up
-batches. Reported: the median batch time, the median of per-batch sampled edges per second and
-the total edges / total time. Threads: torch's default (all visible cores).
+index width and per sampler backend (``NeighborSampler(backend=...)``: ``torch`` draws with torch
+ops, ``kernel`` with the CUDA kernel of ``cuda/sample_neighbors.cu``), 50 batches of 1,024
+distinct random seeds with fanouts [15, 10, 5] after 3 warm-up batches. Every backend samples the
+same seed batches. ``--backend`` lists the backends (default: ``torch`` on CPU, both on CUDA;
+``kernel`` needs CUDA). Reported, one row per index width and backend: the median batch time, the
+median of per-batch sampled edges per second and the total edges / total time. Threads: torch's
+default (all visible cores).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
-from ibp_graph.sampler import NeighborSampler  # noqa: E402
+from ibp_graph.sampler import BACKENDS, NeighborSampler  # noqa: E402
 
 GAMMA = 2.5
 CHUNK = 5_000_000
@@ -66,9 +71,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(graph: CSRGraph, args: argparse.Namespace, label: str) -> dict:
+def measure(graph: CSRGraph, args: argparse.Namespace, label: str, backend: str) -> dict:
     device = graph.device
-    sampler = NeighborSampler(graph, args.fanouts, seed=args.seed)
+    sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, backend=backend)
     total = args.warmup + args.batches
     perm = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(args.seed + 1))
     seeds = perm[: total * args.batch_size].view(total, args.batch_size).to(device)
@@ -86,6 +91,7 @@ def measure(graph: CSRGraph, args: argparse.Namespace, label: str) -> dict:
     rates = [e / t for e, t in zip(edges, times, strict=True)]
     return {
         "indices": label,
+        "backend": backend,
         "batches": args.batches,
         "median_batch_s": statistics.median(times),
         "median_edges_per_s": statistics.median(rates),
@@ -113,20 +119,28 @@ def markdown(env: dict, payload: dict) -> str:
         f"(1-min load average {load[0]:.2f} before, {load[1]:.2f} after); "
         f"peak RSS {payload['peak_rss_gib']:.2f} GiB.",
         "",
-        "| CSR indices | CSR build (s) | median batch (ms) | median edges/s | total edges/s "
-        "| edges/batch | nodes/batch |",
-        "|---|---|---|---|---|---|---|",
+        "| CSR indices | backend | CSR build (s) | median batch (ms) | median edges/s "
+        "| total edges/s | edges/batch | nodes/batch |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["results"]:
         lines.append(
-            f"| {r['indices']} | {r['csr_build_s']:.2f} | {1e3 * r['median_batch_s']:.1f} "
+            f"| {r['indices']} | {r['backend']} | {r['csr_build_s']:.2f} "
+            f"| {1e3 * r['median_batch_s']:.1f} "
             f"| {r['median_edges_per_s'] / 1e6:.2f} M | {r['total_edges_per_s'] / 1e6:.2f} M "
             f"| {r['mean_sampled_edges']:,.0f} | {r['mean_sampled_nodes']:,.0f} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def run(edge_index: torch.Tensor, device: torch.device, args, env: dict, graph_info: dict):
+def run(
+    edge_index: torch.Tensor,
+    device: torch.device,
+    backends: list[str],
+    args,
+    env: dict,
+    graph_info: dict,
+):
     load_before = os.getloadavg()[0]
     results = []
     for dtype, label in ((torch.int64, "int64"), (torch.int32, "int32")):
@@ -142,9 +156,10 @@ def run(edge_index: torch.Tensor, device: torch.device, args, env: dict, graph_i
             graph_info["max_in_degree"] = int(deg.max())
             graph_info["isolated_in"] = int((deg == 0).sum())
         print(f"{device.type} {label}: CSR built in {build:.2f} s", file=sys.stderr, flush=True)
-        row = {"csr_build_s": build, **measure(graph, args, label)}
-        print(f"  {row}", file=sys.stderr, flush=True)
-        results.append(row)
+        for backend in backends:
+            row = {"csr_build_s": build, **measure(graph, args, label, backend)}
+            print(f"  {row}", file=sys.stderr, flush=True)
+            results.append(row)
         del graph
     payload = {
         **env,
@@ -154,6 +169,7 @@ def run(edge_index: torch.Tensor, device: torch.device, args, env: dict, graph_i
         "fanouts": args.fanouts,
         "batches": args.batches,
         "warmup": args.warmup,
+        "backends": backends,
         "torch_threads": torch.get_num_threads(),
         "load_average_before_after": [load_before, os.getloadavg()[0]],
         "results": results,
@@ -168,6 +184,27 @@ def run(edge_index: torch.Tensor, device: torch.device, args, env: dict, graph_i
     print((RESULTS / f"{name}.md").read_text())
 
 
+def parse_backends(text: str) -> list[str]:
+    """``"torch,kernel"`` -> ``["torch", "kernel"]`` (argparse type of ``--backend``)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if name not in BACKENDS]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of {', '.join(BACKENDS)}, got {text!r}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def backends_for(device: str, asked: list[str] | None) -> list[str]:
+    """The backends run on ``device``: those asked for that it supports, or its default."""
+    if asked is None:
+        return ["torch"] if device == "cpu" else list(BACKENDS)
+    if device == "cpu" and "kernel" in asked:
+        print("cpu: backend 'kernel' needs CUDA, skipped", file=sys.stderr, flush=True)
+        return [b for b in asked if b != "kernel"]
+    return asked
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=2_000_000)
@@ -178,9 +215,18 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument(
+        "--backend",
+        type=parse_backends,
+        default=None,
+        metavar="torch,kernel",
+        help="sampler backends to compare (default: torch on CPU, torch,kernel on CUDA)",
+    )
     args = p.parse_args()
     devices = {"auto": ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), "cpu": ["cpu"]}
     devices["cuda"] = ["cuda"]
+    if args.device == "cpu" and args.backend == ["kernel"]:
+        p.error("--backend kernel needs --device cuda (or auto on a machine with a GPU)")
     env = environment()
     t0 = time.perf_counter()
     edge_index = power_law_edges(args.nodes, args.edges, args.seed)
@@ -192,7 +238,9 @@ def main() -> None:
     }
     print(f"graph generated in {graph_info['generate_s']:.1f} s", file=sys.stderr, flush=True)
     for name in devices[args.device]:
-        run(edge_index, torch.device(name), args, env, graph_info)
+        backends = backends_for(name, args.backend)
+        if backends:
+            run(edge_index, torch.device(name), backends, args, env, graph_info)
 
 
 if __name__ == "__main__":

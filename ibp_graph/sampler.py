@@ -17,6 +17,14 @@ Semantics follow PyG's ``NeighborLoader`` (pyg-lib's ``neighbor_sample`` with ``
   a node that occurs several times among the seeds is referred to by its first position.
 - A node with at most ``fanout`` in-neighbors (or any node with ``fanout = -1``) contributes
   all of them; otherwise ``fanout`` distinct ones, every such subset equally likely.
+
+Two backends draw those subsets. ``"torch"`` (the default, any device) uses `floyd_sample` or
+`random_keys_sample`, whichever a per-hop cost model finds cheaper. ``"kernel"`` (graphs on a
+CUDA device; needs CuPy) launches the CUDA kernel of ``cuda/sample_neighbors.cu``
+(`ibp_graph.kernels.sample_neighbors.kernel_sample`) for fanouts up to its ``MAX_K``, and the
+torch path above that. Both are uniform and reproducible for a seed, but they draw different
+neighbors for the same seed. Which one is faster depends on the graph and the GPU;
+``benchmarks/sampling.py`` compares them.
 """
 
 from __future__ import annotations
@@ -27,13 +35,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .errors import IBPInputError
+from .errors import IBPDeviceError, IBPInputError
 from .graph import CSRGraph
+from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
+from .kernels.sample_neighbors import kernel_sample
 
 __all__ = ["NeighborSampler", "SampledBatch", "floyd_sample", "random_keys_sample"]
 
 #: Random draws are 62-bit integers reduced modulo the range (bias < range / 2**62).
 _RANDOM_BITS = 62
+#: The values of ``NeighborSampler(backend=...)``.
+BACKENDS = ("torch", "kernel")
 #: Per-hop cost model choosing between Floyd's algorithm (about ``rows * k * k / 2``
 #: comparisons) and random keys over whole neighborhoods (a sort of ``sum(degree)`` entries).
 _SORT_COST_PER_ENTRY = 16
@@ -118,6 +130,23 @@ def _check_num_neighbors(num_neighbors: object) -> tuple[int, ...]:
             )
         out.append(int(k))
     return tuple(out)
+
+
+def _check_backend(backend: object, graph: CSRGraph) -> str:
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        got = repr(backend) if isinstance(backend, str) else f"'{type(backend).__name__}'"
+        raise IBPInputError(f"backend must be 'torch' or 'kernel', got {got}")
+    if backend == "kernel":
+        if graph.device.type != "cuda":
+            raise IBPDeviceError(
+                "backend='kernel' launches a CUDA kernel, so it needs a graph on a CUDA "
+                f"device, and this graph is on {graph.device}: move it with graph.to('cuda') "
+                "or graph.to_uva(), or use backend='torch'"
+            )
+        from .kernels.runtime import cupy
+
+        cupy()  # fail now, not at the first batch, when CuPy is missing
+    return backend
 
 
 def _exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
@@ -209,20 +238,39 @@ class NeighborSampler:
     own. Workers of one process tree start from the same generator state: reseed each with
     `manual_seed`.
 
+    ``backend`` picks how the neighbors of a node with more than ``fanout`` of them are drawn:
+    ``"torch"`` with torch ops (CPU or CUDA), ``"kernel"`` with a CUDA kernel (CUDA graphs,
+    fanouts up to `ibp_graph.kernels.sample_neighbors.MAX_K`; larger fanouts use torch ops).
+    Everything else is the same code. Both draw every subset with equal probability and are
+    reproducible for a seed, but the two draw different neighbors for the same seed. Which is
+    faster depends on the graph and the GPU: ``benchmarks/sampling.py`` measures both.
+
     Args:
         graph: the graph; sampling runs on its device.
         num_neighbors: in-neighbors to sample per node, one entry per hop; ``-1`` takes all of
             them, ``0`` none.
         seed: seed of the generator (default: None, a non-deterministic seed).
+        backend: ``"torch"`` or ``"kernel"`` (default: ``"torch"``).
+
+    Raises:
+        IBPInputError: an argument is invalid (an unknown ``backend`` is named).
+        IBPDeviceError: ``backend="kernel"`` with a graph that is not on a CUDA device.
+        ImportError: ``backend="kernel"`` without CuPy.
     """
 
     def __init__(
-        self, graph: CSRGraph, num_neighbors: Sequence[int], *, seed: int | None = None
+        self,
+        graph: CSRGraph,
+        num_neighbors: Sequence[int],
+        *,
+        seed: int | None = None,
+        backend: str = "torch",
     ) -> None:
         if not isinstance(graph, CSRGraph):
             raise IBPInputError(f"graph must be a CSRGraph, got '{type(graph).__name__}'")
         self.graph = graph
         self.num_neighbors = _check_num_neighbors(num_neighbors)
+        self.backend = _check_backend(backend, graph)
         self.generator = torch.Generator(device=graph.device)
         self.manual_seed(seed)
         self._map: torch.Tensor | None = None
@@ -246,12 +294,16 @@ class NeighborSampler:
 
     def __setstate__(self, state: dict) -> None:
         gen_state = state.pop("_generator_state")
+        state.setdefault("backend", "torch")
         self.__dict__.update(state)
         self.generator = torch.Generator(device=self.graph.device)
         self.generator.set_state(gen_state)
 
     def __repr__(self) -> str:
-        return f"NeighborSampler({self.graph!r}, num_neighbors={list(self.num_neighbors)})"
+        return (
+            f"NeighborSampler({self.graph!r}, num_neighbors={list(self.num_neighbors)}, "
+            f"backend={self.backend!r})"
+        )
 
     # ----------------------------------------------------------------------------------------
 
@@ -301,12 +353,16 @@ class NeighborSampler:
             big = (deg > fanout).nonzero().squeeze(1)
             if big.numel():
                 big_deg = deg.index_select(0, big)
-                floyd_cost = big.numel() * fanout * fanout // 2
-                sort_entries = int(big_deg.sum())
-                if floyd_cost <= _SORT_COST_PER_ENTRY * sort_entries:
-                    chosen = floyd_sample(big_deg, fanout, self.generator)
+                if self.backend == "kernel" and fanout <= KERNEL_MAX_K:
+                    key = _randint(1, 1, self.generator, device).view(1)
+                    chosen = kernel_sample(big_deg, fanout, key)
                 else:
-                    chosen = random_keys_sample(big_deg, fanout, self.generator, sort_entries)
+                    floyd_cost = big.numel() * fanout * fanout // 2
+                    sort_entries = int(big_deg.sum())
+                    if floyd_cost <= _SORT_COST_PER_ENTRY * sort_entries:
+                        chosen = floyd_sample(big_deg, fanout, self.generator)
+                    else:
+                        chosen = random_keys_sample(big_deg, fanout, self.generator, sort_entries)
                 slots = first.index_select(0, big).unsqueeze(1) + torch.arange(
                     fanout, device=device
                 )

@@ -9,8 +9,12 @@ Hypothesis runs derandomized (the same examples on every run and every machine) 
 
 from __future__ import annotations
 
+import ctypes
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -267,6 +271,39 @@ def sparse_table() -> np.ndarray:
     """200 x 1433 float32 0/1 table with 1.3% ones (a Cora-like bag of words)."""
     gen = np.random.default_rng(1433)
     return (gen.random((200, 1433)) < 0.013).astype(np.float32)
+
+
+#: The host harness of the CUDA kernels (see simt/simt_host.h).
+SIMT = Path(__file__).resolve().parent / "simt"
+
+
+@pytest.fixture(scope="session")
+def lib(tmp_path_factory) -> ctypes.CDLL:
+    """The kernels of ``cuda/*.cu`` built for the host by g++ with the SIMT harness."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no g++ to build the host harness of the CUDA kernels")
+    out = tmp_path_factory.mktemp("simt") / "libsimt.so"
+    cmd = [
+        cxx,
+        "-O1",
+        "-std=c++20",
+        "-shared",
+        "-fPIC",
+        "-pthread",
+        "-Wall",
+        "-Werror",
+        "-Wno-unknown-pragmas",
+        "-o",
+        str(out),
+        str(SIMT / "simt_kernels.cpp"),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        if "c++20" in done.stderr or "barrier" in done.stderr:
+            pytest.skip(f"g++ cannot build C++20 here: {done.stderr[:200]}")
+        pytest.fail(f"the kernels do not build on the host:\n{done.stderr}")
+    return ctypes.CDLL(str(out))
 
 
 def run_docstring_example(doc: str, stop: str, name: str) -> None:

@@ -10,9 +10,6 @@ timing and memory ordering are only checked by the `gpu` tests.
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,36 +21,7 @@ from ibp_graph.kernels.fetch_decode import WARP, smem_plan
 from ibp_graph.kernels.raw_gather import vector_bytes
 from ibp_graph.pinned import TAIL_PAD
 
-SIMT = Path(__file__).resolve().parent / "simt"
 SMEM = 48 * 1024
-
-
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory) -> ctypes.CDLL:
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no g++ to build the host harness of the CUDA kernels")
-    out = tmp_path_factory.mktemp("simt") / "libsimt.so"
-    cmd = [
-        cxx,
-        "-O1",
-        "-std=c++20",
-        "-shared",
-        "-fPIC",
-        "-pthread",
-        "-Wall",
-        "-Werror",
-        "-Wno-unknown-pragmas",
-        "-o",
-        str(out),
-        str(SIMT / "simt_kernels.cpp"),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        if "c++20" in done.stderr or "barrier" in done.stderr:
-            pytest.skip(f"g++ cannot build C++20 here: {done.stderr[:200]}")
-        pytest.fail(f"the kernels do not build on the host:\n{done.stderr}")
-    return ctypes.CDLL(str(out))
 
 
 def _ptr(a: np.ndarray | None) -> ctypes.c_void_p:

@@ -589,3 +589,103 @@ def test_uva_graph_samples_like_a_device_graph() -> None:
     a = NeighborSampler(on_gpu, [5, 3], seed=1).sample(seeds)
     b = NeighborSampler(uva, [5, 3], seed=1).sample(seeds)
     assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
+
+
+# --------------------------------------------------------------------------------------------
+# Backends
+# --------------------------------------------------------------------------------------------
+
+
+def test_kernel_backend_needs_a_cuda_graph():
+    from ibp_graph.errors import IBPDeviceError
+
+    g = CSRGraph.from_edge_index(HAND, 7)
+    want = r"backend='kernel' .* needs a graph on a CUDA device, and this graph is on cpu"
+    with pytest.raises(IBPDeviceError, match=want):
+        NeighborSampler(g, [2], backend="kernel")
+
+
+@pytest.mark.parametrize(
+    ("backend", "match"),
+    [
+        ("cuda", "backend must be 'torch' or 'kernel', got 'cuda'"),
+        ("Kernel", "got 'Kernel'"),
+        (None, "got 'NoneType'"),
+    ],
+)
+def test_bad_backend(backend, match):
+    g = CSRGraph.from_edge_index(HAND, 7)
+    with pytest.raises(IBPInputError, match=match):
+        NeighborSampler(g, [2], backend=backend)
+
+
+def test_backend_in_repr_and_pickle():
+    g = CSRGraph.from_edge_index(HAND, 7)
+    s = NeighborSampler(g, [2, 1], seed=0)
+    assert s.backend == "torch" and "backend='torch'" in repr(s)
+    assert pickle.loads(pickle.dumps(s)).backend == "torch"
+
+
+def _to_cpu(b: SampledBatch) -> SampledBatch:
+    return SampledBatch(
+        b.node.cpu(), b.row.cpu(), b.col.cpu(), b.edge.cpu(), b.batch_size,
+        b.num_sampled_nodes, b.num_sampled_edges,
+    )  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernel_backend_on_cuda():
+    from ibp_graph.kernels.sample_neighbors import MAX_K
+
+    ei = random_graph(5, n=300, e=4000, isolated=20)
+    g = CSRGraph.from_edge_index(ei.cuda(), 300)
+    for fanouts in ([5, 3], [-1, 2], [2, 0, 4], [1, 1, 1], [MAX_K + 1, 3]):
+        seeds = torch.randperm(300, device="cuda")[:40]
+        a = NeighborSampler(g, fanouts, seed=3, backend="kernel").sample(seeds)
+        b = NeighborSampler(g, fanouts, seed=3, backend="kernel").sample(seeds)
+        c = NeighborSampler(g, fanouts, seed=4, backend="kernel").sample(seeds)
+        assert a.node.is_cuda and a.row.is_cuda and a.edge.is_cuda
+        assert same_batch(a, b) and not same_batch(a, c)
+        check_batch(_to_cpu(a), ei, 300, seeds.cpu(), fanouts)
+    # Fanouts above the kernel's MAX_K fall back to the torch path.
+    hub = torch.stack([torch.arange(1, 401), torch.zeros(400, dtype=torch.long)])
+    fanout = [MAX_K + 44]
+    s = NeighborSampler(CSRGraph.from_edge_index(hub.cuda()), fanout, seed=0, backend="kernel")
+    batch = _to_cpu(s.sample(torch.tensor([0], device="cuda")))
+    check_batch(batch, hub, 401, torch.tensor([0]), fanout)
+    # A fanout of -1, or one above every degree, is the exact full neighborhood.
+    seeds = torch.tensor([1, 2, 1], device="cuda")
+    full_cpu = NeighborSampler(g.to("cpu"), [-1, -1], seed=0).sample(seeds.cpu())
+    for fanouts in ([-1, -1], [1000, 1000]):
+        full = NeighborSampler(g, fanouts, seed=0, backend="kernel").sample(seeds)
+        assert same_batch(_to_cpu(full), full_cpu)
+    # Reseeding restarts the stream; pickling keeps the backend and the generator state.
+    s = NeighborSampler(g, [5, 3], seed=11, backend="kernel")
+    seeds = torch.arange(0, 280, 7, device="cuda")
+    first = s.sample(seeds)
+    assert not same_batch(first, s.sample(seeds))
+    s.manual_seed(11)
+    assert same_batch(first, s.sample(seeds))
+    clone = pickle.loads(pickle.dumps(s))
+    assert clone.backend == "kernel" and "backend='kernel'" in repr(clone)
+    assert same_batch(clone.sample(seeds), s.sample(seeds))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernel_backend_neighbor_frequencies_uniform():
+    """As `test_neighbor_frequencies_uniform`, with the kernel drawing, on a UVA graph too."""
+    ei = torch.tensor([list(range(1, 11)), [0] * 10])
+    draws = 3000
+    seeds = torch.zeros(draws, dtype=torch.long, device="cuda")
+    for g in (CSRGraph.from_edge_index(ei, 11).to("cuda"), CSRGraph.from_edge_index(ei).to_uva()):
+        batch = NeighborSampler(g, [3], seed=0, backend="kernel").sample(seeds)
+        assert batch.num_sampled_edges == [3 * draws]
+        picked = batch.global_row.view(draws, 3).cpu()
+        assert (picked.sort(dim=1).values.diff(dim=1) > 0).all()
+        observed = torch.bincount(picked.view(-1), minlength=11)[1:].tolist()
+        assert stats.chisquare(observed).pvalue > 1e-4
+        counts = _subset_counts(picked.sort(dim=1).values)
+        observed = [counts.get(s, 0) for s in itertools.combinations(range(1, 11), 3)]
+        assert stats.chisquare(observed).pvalue > 1e-4

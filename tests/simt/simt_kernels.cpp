@@ -1,8 +1,10 @@
-// Host build of the CUDA kernels for tests/test_kernels_host.py (see simt_host.h).
+// Host build of the CUDA kernels for tests/test_kernels_host.py and
+// tests/test_sampler_kernel_host.py (see simt_host.h).
 #include "simt_host.h"
 
 #include "../../cuda/fetch_decode.cu"
 #include "../../cuda/raw_gather.cu"
+#include "../../cuda/sample_neighbors.cu"
 
 extern "C" void simt_fetch_decode(int word_bytes, int offset_bytes, const void* rows,
                                   const void* offsets, const void* cluster_ids,
@@ -47,5 +49,16 @@ extern "C" void simt_raw_gather(int vec, const void* table, const void* idx, voi
         else if (vec == 8) ibp_raw_gather_v8(t, ix, o, error, n, num_rows, row_bytes);
         else if (vec == 4) ibp_raw_gather_v4(t, ix, o, error, n, num_rows, row_bytes);
         else ibp_raw_gather_v1(t, ix, o, error, n, num_rows, row_bytes);
+    });
+}
+
+extern "C" void simt_sample_neighbors(int cap, const void* deg, const void* key, void* out,
+                                      long long rows, int k, unsigned grid, unsigned block) {
+    auto d = static_cast<const i64*>(deg);
+    auto ky = static_cast<const i64*>(key);
+    auto o = static_cast<i64*>(out);
+    simt_launch(grid, block, 0, [&] {
+        if (cap == 32) ibp_sample_neighbors_k32(d, ky, o, rows, k);
+        else ibp_sample_neighbors_k256(d, ky, o, rows, k);
     });
 }

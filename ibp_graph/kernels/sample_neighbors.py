@@ -1,0 +1,95 @@
+"""Launcher of ``cuda/sample_neighbors.cu``: ``k`` distinct uniform offsets per row."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .runtime import as_cupy, cupy_stream, grid_size, kernel
+
+SOURCE = "sample_neighbors.cu"
+#: Sizes of the per-thread array of picks of the kernel's entry points, smallest first.
+CAPACITIES = (32, 256)
+#: The largest sample size the kernel draws (callers fall back to torch ops above it).
+MAX_K = CAPACITIES[-1]
+THREADS_PER_BLOCK = 256
+
+
+def capacity(k: int) -> int:
+    """The smallest array of picks that holds ``k``, i.e. which entry point draws it.
+
+    Raises:
+        ValueError: ``k`` is not in ``[1, MAX_K]``.
+    """
+    for cap in CAPACITIES:
+        if 1 <= k <= cap:
+            return cap
+    raise ValueError(f"k must be in [1, {MAX_K}], got {k}")
+
+
+def entry_point(k: int) -> str:
+    """The name of the kernel that draws samples of size ``k`` (see `capacity`)."""
+    return f"ibp_sample_neighbors_k{capacity(k)}"
+
+
+def _where(x: object) -> str:
+    return f"a tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _check_int64(name: str, t: object, device: torch.device | None) -> torch.device:
+    if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        raise ValueError(f"{name} must be a CUDA tensor, got {_where(t)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {_where(t)}")
+    if t.dtype != torch.int64 or t.dim() != 1 or not t.is_contiguous():
+        raise ValueError(
+            f"{name} must be a contiguous 1-D int64 tensor, got {t.dtype} {tuple(t.shape)}"
+        )
+    return t.device
+
+
+def kernel_sample(
+    deg: torch.Tensor,
+    k: int,
+    key: torch.Tensor,
+    *,
+    stream: torch.cuda.Stream | None = None,
+    max_blocks: int | None = None,
+) -> torch.Tensor:
+    """``k`` distinct offsets in ``[0, deg[i])`` per row, uniformly, drawn by the CUDA kernel.
+
+    Same contract as `ibp_graph.sampler.floyd_sample`; the random stream is the kernel's own
+    (a function of ``key[0]`` and the row), so the offsets differ from the torch path's. Runs on
+    ``stream`` (the current one if None) and does not synchronise.
+
+    Args:
+        deg: ``(rows,)`` contiguous int64 CUDA tensor of population sizes, each ``> k`` (a row
+            with ``deg[i] <= k`` gets ``0 .. deg[i]-1`` padded with ``-1``).
+        k: sample size, in ``[1, MAX_K]``.
+        key: ``(1,)`` int64 tensor on ``deg``'s device, the launch's random key.
+        stream: torch stream to launch on (default: None, the current one).
+        max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM).
+
+    Returns:
+        ``(rows, k)`` int64 offsets on ``deg``'s device, ascending within each row.
+
+    Raises:
+        ValueError: an argument has the wrong type, device, dtype, shape or value (named).
+    """
+    device = _check_int64("deg", deg, None)
+    _check_int64("key", key, device)
+    if key.numel() != 1:
+        raise ValueError(f"key must hold one value, got shape {tuple(key.shape)}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise ValueError(f"k must be an int, got '{type(k).__name__}'")
+    fn_name = entry_point(int(k))
+    rows = deg.shape[0]
+    out = torch.empty((rows, int(k)), dtype=torch.int64, device=device)
+    if rows == 0:
+        return out
+    fn = kernel(SOURCE, fn_name, device.index)
+    grid = grid_size(-(-rows // THREADS_PER_BLOCK), device, max_blocks)
+    args = (as_cupy(deg), as_cupy(key), as_cupy(out), np.int64(rows), np.int32(k))
+    with cupy_stream(stream, device):
+        fn((grid,), (THREADS_PER_BLOCK,), args)
+    return out
