@@ -88,6 +88,15 @@ def test_e2e_cora_cpu_two_epochs(tmp_path: Path) -> None:
         assert key in a, key
     assert a["target_applies"] is False
     assert a["t_ideal_s"] <= a["t_off_s"]
+    # The stage chart, where matplotlib (the bench extra, part of dev) is installed.
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert files["plot"] is None
+    else:
+        assert files["plot"] == "e2e-cpu.png"
+        png = (tmp_path / "e2e-cpu.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
 def test_ideal_epoch_time_and_target() -> None:
@@ -109,3 +118,19 @@ def test_ideal_epoch_time_and_target() -> None:
         {"raw": mode(10.0, 5.0, None), "ibp": mode(8.5, 3.0, 2.0)}, torch.device("cuda")
     )
     assert not slow["target_met"]
+
+
+def test_e2e_synthetic_graph_cpu(tmp_path: Path) -> None:
+    argv = ["--device", "cpu", "--graphs", "", "--epochs", "2", "--threads", "1"]
+    argv += ["--synthetic-nodes", "3000", "--synthetic-train", "256"]
+    argv += ["--synthetic-features", "cora", "--batch-size", "128", "--fanouts", "5,5"]
+    payload = e2e.main(argv + ["--out", str(tmp_path), "--workdir", str(tmp_path / "work")])
+    (g,) = payload["graphs"]
+    assert g["name"] == "synthetic-3000" and g["num_nodes"] == 3000
+    assert g["num_edges"] == 3000 * e2e.SYNTH_EDGES_PER_NODE
+    assert not g["accuracy_meaningful"] and g["feature_table"] == "cora-bow"
+    modes = {m["mode"]: m for m in g["modes"]}
+    # Rows resampled from Cora's bag of words compress like Cora's.
+    assert modes["ibp"]["ratio"] > 10
+    assert modes["ibp"]["losses"] == modes["raw"]["losses"]
+    assert g["checks"]["batches_identical"]
