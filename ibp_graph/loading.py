@@ -3,9 +3,10 @@
 `ibp_graph.loaders.pyg.NeighborLoader` and `ibp_graph.loaders.dgl.DataLoader` differ only in
 how they turn a `SampledBatch` and its feature rows into a framework batch (a PyG ``Data``,
 DGL blocks). Everything else lives here and needs no framework: the checks of the common
-arguments, the seed nodes cut into batches, the shuffle order and sampler seed of every
-epoch, the `Prefetcher` and the progress bar. A loader subclasses `BaseNodeLoader`, sets its
-attributes with `_set_loop_args` and `_start_pipeline`, and implements `_fetch`.
+arguments, where the graph is kept (`place_graph`), the seed nodes cut into batches, the
+shuffle order and sampler seed of every epoch, the `Prefetcher` and the progress bar. A
+loader subclasses `BaseNodeLoader`, sets its attributes with `_set_loop_args` and
+`_start_pipeline`, places its graph with `place_graph`, and implements `_fetch`.
 
 Reproducibility (the same for every loader): with ``seed`` set, epoch ``e`` of any loader
 built with the same arguments yields the same batches, whatever the prefetch depth or
@@ -26,16 +27,20 @@ import numpy as np
 import torch
 
 from .errors import IBPInputError
+from .graph import CSRGraph
 from .prefetch import LoaderStats, Prefetcher
 from .sampler import NeighborSampler, SampledBatch
 
 __all__ = [
+    "GRAPH_MEMORY",
     "SEED_BOUND",
     "BaseNodeLoader",
     "check_batch_size",
     "check_bool",
+    "check_graph_memory",
     "check_prefetch",
     "input_nodes",
+    "place_graph",
     "resolve_seed",
     "type_name",
     "unsupported",
@@ -43,6 +48,9 @@ __all__ = [
 
 #: Bound (exclusive) of the base seed drawn from torch's global generator when seed=None.
 SEED_BOUND = 2**63 - 1
+
+#: Where a loader may keep its graph (the ``graph_memory`` argument, see `place_graph`).
+GRAPH_MEMORY: tuple[str, ...] = ("device", "uva")
 
 
 def type_name(x: object) -> str:
@@ -86,6 +94,46 @@ def check_prefetch(prefetch: object) -> int:
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
         raise IBPInputError(f"prefetch must be an int >= 0, got {prefetch!r}")
     return prefetch
+
+
+def check_graph_memory(graph_memory: object) -> str:
+    """``graph_memory`` if it is one of `GRAPH_MEMORY`.
+
+    Raises:
+        IBPInputError: it is not.
+    """
+    if not isinstance(graph_memory, str) or graph_memory not in GRAPH_MEMORY:
+        allowed = ", ".join(repr(m) for m in GRAPH_MEMORY)
+        raise IBPInputError(f"graph_memory must be one of {allowed}, got {graph_memory!r}")
+    return graph_memory
+
+
+def place_graph(graph: CSRGraph, device: torch.device, graph_memory: str = "device") -> CSRGraph:
+    """The loader's graph, placed for sampling on ``device`` as ``graph_memory`` says.
+
+    Args:
+        graph: the CSR graph, on any device.
+        device: where sampling runs (the loader's resolved device).
+        graph_memory: ``"device"``: the graph is copied to ``device`` (returned as it is when
+            it is there already). ``"uva"``: the graph stays in pinned host memory as CUDA
+            tensors that the GPU reads over UVA (`CSRGraph.to_uva`), for graphs larger than
+            the GPU; needs a CUDA ``device`` (default: ``"device"``).
+
+    Raises:
+        IBPInputError: ``graph_memory`` is not one of `GRAPH_MEMORY`, or is ``"uva"`` with a
+            ``device`` that is not a GPU.
+        IBPDeviceError: ``"uva"`` and no CUDA GPU is usable.
+    """
+    graph_memory = check_graph_memory(graph_memory)
+    device = torch.device(device)
+    if graph_memory == "device":
+        return graph.to(device)
+    if device.type != "cuda":
+        raise IBPInputError(
+            "graph_memory='uva' keeps the graph in pinned host memory for the GPU to read, "
+            f"so it needs device='cuda', got device='{device}'"
+        )
+    return graph.to_uva(device)
 
 
 def resolve_seed(seed: object) -> int:

@@ -73,8 +73,9 @@ PyPI ``dgl==2.1.0``          CUDA        refused (`IBPInputError`): this build c
                                          ``srcdata`` of a CPU block, so neither the blocks
                                          nor the fetched rows can go to the GPU. Open tables
                                          with ``ibp_graph.open(path)`` (CPU decoding).
-CUDA build (conda, or the    CUDA        the graph is copied to the GPU once and sampled
-wheels of data.dgl.ai)                   there; blocks are created on the GPU; rows are
+CUDA build (conda, or the    CUDA        the graph is copied to the GPU once (or read
+wheels of data.dgl.ai)                   there over UVA: ``graph_memory="uva"``) and sampled
+                                         there; blocks are created on the GPU; rows are
                                          fetched and decoded by the GPU over UVA from a
                                          `CudaIBPTable` (an `IBPTable` is opened as one) or
                                          gathered from a `PinnedRawTable`, on a side stream,
@@ -82,8 +83,10 @@ wheels of data.dgl.ai)                   there; blocks are created on the GPU; r
 ===========================  ==========  ======================================================
 
 ``device`` defaults to the graph's device when the DGL graph is on a GPU, else to where the
-features deliver rows, else the CPU. The CUDA path is written but has not run yet: no CUDA
-build of DGL was available.
+features deliver rows, else the CPU. With ``graph_memory="uva"`` (CUDA builds only) the graph
+is not copied to the GPU: it stays in pinned host memory, as CUDA tensors the sampler reads
+over PCIe (UVA), for graphs larger than the GPU; the batches are the same. The CUDA path is
+written but has not run yet: no CUDA build of DGL was available.
 
 Importing this module needs DGL (the ``dgl`` extra). With a torch DGL 2.1.0 has no GraphBolt
 build for (any but 2.0.0 to 2.2.1; torch 2.13 here), ``import dgl`` fails inside
@@ -117,7 +120,14 @@ import torch
 from ibp_graph.errors import IBPInputError
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import BaseNodeLoader, input_nodes, type_name, unsupported
+from ibp_graph.loading import (
+    BaseNodeLoader,
+    check_graph_memory,
+    input_nodes,
+    place_graph,
+    type_name,
+    unsupported,
+)
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
 from ibp_graph.sampler import SampledBatch
 
@@ -456,7 +466,7 @@ class DataLoader(BaseNodeLoader):
             a side stream.
         pin_prefetcher: accepted, no effect.
         use_uva: must be False: a `CudaIBPTable` or `PinnedRawTable` already reads the rows
-            over UVA, and on a GPU the graph is copied there once.
+            over UVA, and ``graph_memory="uva"`` samples a graph kept in pinned memory.
         gpu_cache: must be None.
         num_workers: must be 0 (prefetching replaces worker processes).
         persistent_workers: must be False.
@@ -468,13 +478,18 @@ class DataLoader(BaseNodeLoader):
         prefetch: batches prepared ahead of the one being consumed (default: 2).
         seed: base seed of the shuffle and the sampler (default: None).
         progress: iterate through a tqdm bar showing `stats` (default: False).
+        graph_memory: where the sampled graph lives: ``"device"`` (copied to ``device``) or
+            ``"uva"`` (pinned host memory read by the GPU over UVA, for graphs larger than
+            the GPU; needs a CUDA ``device``) (default: ``"device"``).
 
     Raises:
         NotImplementedError: an option or graph we do not support (naming it).
         IBPInputError: a bad argument, found at construction: ``fanouts`` not a list of
             ints, ``indices`` out of range, features or labels with another row count than
             the graph has nodes, prefetch names missing from ``g.ndata``/``g.edata``, a CUDA
-            ``device`` without a usable GPU, or with a DGL build that has no CUDA.
+            ``device`` without a usable GPU, or with a DGL build that has no CUDA, or a
+            ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with a CPU
+            ``device``.
     """
 
     def __init__(
@@ -502,11 +517,17 @@ class DataLoader(BaseNodeLoader):
         prefetch: int = 2,
         seed: int | None = None,
         progress: bool = False,
+        graph_memory: str = "device",
     ) -> None:
         settings = NeighborSampler.from_dgl(graph_sampler)
         for name, value, ok, why in (
             ("use_ddp", use_ddp, False, "there is no distributed sampler"),
-            ("use_uva", use_uva, False, "rows are read over UVA by CUDA tables already"),
+            (
+                "use_uva",
+                use_uva,
+                False,
+                "CUDA tables read rows over UVA already; for the graph pass graph_memory='uva'",
+            ),
             ("gpu_cache", gpu_cache, None, "there is no GPU feature cache"),
             ("num_workers", num_workers, 0, "batches are prefetched in this process"),
             ("persistent_workers", persistent_workers, False, "there are no worker processes"),
@@ -521,6 +542,7 @@ class DataLoader(BaseNodeLoader):
             seed=seed,
             progress=progress,
         )
+        self.graph_memory = check_graph_memory(graph_memory)
         is_dgl = isinstance(graph, dgl.DGLGraph)
         csr = to_csr(graph)  # checks the graph's type first
         num_nodes = csr.num_nodes
@@ -581,7 +603,7 @@ class DataLoader(BaseNodeLoader):
             settings.prefetch_edge_feats, edata, "edge", is_dgl, csr.num_edges
         )
 
-        self.csr = csr.to(dev)
+        self.csr = place_graph(csr, dev, self.graph_memory)
         # Our sampler's hop 1 expands the seeds: DGL's last layer.
         self.sampler = CSRNeighborSampler(self.csr, settings.fanouts[::-1], seed=self.seed)
         self._start_pipeline()

@@ -92,20 +92,25 @@ class NeighborLoader(BaseNodeLoader):
 
     Where things run (``device`` defaults to where ``features`` delivers rows):
 
-    =========================  ==========  ===============================================
-    ``features``               ``device``  sampling, and rows
-    =========================  ==========  ===============================================
-    ``data.x`` / CPU tensor    CPU         CPU; ``index_select``
-    `IBPTable`                 CPU         CPU; decoded by NumPy
-    `IBPTable`                 CUDA        GPU; the file is opened as a `CudaIBPTable`
-    `CudaIBPTable`             its GPU     GPU; fetched and decoded by the GPU over UVA
-    `PinnedRawTable`           its GPU     GPU; gathered by the GPU over UVA (IBP off)
-    CPU tensor                 CUDA        GPU; gathered on the CPU, copied to the GPU
-    =========================  ==========  ===============================================
+    ================================  ==========  ============================================
+    ``features``                      ``device``  sampling, and rows
+    ================================  ==========  ============================================
+    ``data.x`` / CPU tensor           CPU         CPU; ``index_select``
+    `IBPTable`                        CPU         CPU; decoded by NumPy
+    `IBPTable`                        CUDA        GPU; the file is opened as a `CudaIBPTable`
+    `CudaIBPTable`                    its GPU     GPU; fetched and decoded by the GPU over UVA
+    `PinnedRawTable`                  its GPU     GPU; gathered by the GPU over UVA (IBP off)
+    CPU tensor                        CUDA        GPU; gathered on the CPU, copied to the GPU
+    any, with ``graph_memory="uva"``  CUDA        GPU, the graph read over UVA from pinned
+                                                  host memory; rows as above
+    ================================  ==========  ============================================
 
-    On a GPU the graph is copied there once and the same sampler code runs on CUDA tensors;
-    node- and edge-level attributes of ``data`` are copied there once too, and sampling and
-    fetching run on a side stream, ``prefetch`` batches ahead.
+    On a GPU the graph is copied there once (``graph_memory="device"``, the default) and the
+    same sampler code runs on CUDA tensors. With ``graph_memory="uva"`` it stays in pinned
+    host memory instead, as CUDA tensors the sampler reads over PCIe: for graphs larger than
+    the GPU, at the cost of slower sampling; the batches are the same. Node- and edge-level
+    attributes of ``data`` are copied to the GPU once, and sampling and fetching run on a side
+    stream, ``prefetch`` batches ahead.
 
     Reproducibility follows `ibp_graph.loading`: with ``seed`` set, epoch ``e`` of any loader
     built with the same arguments yields the same batches, whatever the prefetch depth or
@@ -146,12 +151,17 @@ class NeighborLoader(BaseNodeLoader):
         prefetch: batches prepared ahead of the one being consumed (default: 2).
         seed: base seed of the shuffle and the sampler (default: None).
         progress: iterate through a tqdm bar showing `stats` (default: False).
+        graph_memory: where the graph lives: ``"device"`` (copied to ``device``) or
+            ``"uva"`` (pinned host memory read by the GPU over UVA, for graphs larger than
+            the GPU; needs a CUDA ``device``) (default: ``"device"``).
 
     Raises:
         NotImplementedError: an option we do not support is set (naming it).
         IBPInputError: a bad argument, found at construction: ``num_neighbors`` not a list
             of ints, ``input_nodes`` out of range, features with another row count than
-            ``data.num_nodes``, or a CUDA ``device`` without a usable GPU.
+            ``data.num_nodes``, a CUDA ``device`` without a usable GPU, or a
+            ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with a CPU
+            ``device``.
     """
 
     def __init__(
@@ -184,6 +194,7 @@ class NeighborLoader(BaseNodeLoader):
         prefetch: int = 2,
         seed: int | None = None,
         progress: bool = False,
+        graph_memory: str = "device",
     ) -> None:
         self._check_data(data)
         self._check_options(
@@ -210,6 +221,7 @@ class NeighborLoader(BaseNodeLoader):
             seed=seed,
             progress=progress,
         )
+        self.graph_memory = loading.check_graph_memory(graph_memory)
 
         num_nodes = int(data.num_nodes)
         self.data = data
@@ -235,7 +247,7 @@ class NeighborLoader(BaseNodeLoader):
             dev = self.features.device if self.features is not None else torch.device("cpu")
         self.device = dev
 
-        self.graph = CSRGraph.from_data(data).to(dev)
+        self.graph = loading.place_graph(CSRGraph.from_data(data), dev, self.graph_memory)
         self.sampler = NeighborSampler(self.graph, num_neighbors, seed=self.seed)
         self._split_attrs()
         self._start_pipeline()

@@ -637,3 +637,83 @@ def test_gpu_loader_matches_cpu_rows_or_refuses_a_cpu_only_dgl(rand_graph, rand_
         check_blocks(
             g, [3, 2], input_nodes.cpu(), output_nodes.cpu(), [b.to("cpu") for b in blocks]
         )
+
+
+# --------------------------------------------------------------------------------------------
+# graph_memory: the graph on the device, or in pinned host memory read over UVA
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("graph_memory", ["gpu", "UVA", "", None, 1])
+def test_unknown_graph_memory_names_the_argument_and_the_choices(rand_graph, graph_memory) -> None:
+    msg = f"graph_memory must be one of 'device', 'uva', got {graph_memory!r}"
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        DataLoader(rand_graph, [0], NeighborSampler([3]), graph_memory=graph_memory)
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+@pytest.mark.parametrize("as_csr", [False, True], ids=["dgl-graph", "csr-graph"])
+def test_uva_graph_needs_a_cuda_device(rand_graph, device, as_csr) -> None:
+    graph = to_csr(rand_graph) if as_csr else rand_graph
+    msg = "so it needs device='cuda', got device='cpu'"
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        DataLoader(
+            graph,
+            [0],
+            NeighborSampler([3]),
+            device,
+            features=rand_graph.ndata["feat"],
+            graph_memory="uva",
+        )
+
+
+def test_device_graph_memory_is_the_default(rand_graph) -> None:
+    def make(**kwargs) -> DataLoader:
+        return DataLoader(
+            rand_graph, torch.arange(200), NeighborSampler([3, 2]), batch_size=64, shuffle=True,
+            seed=0, **kwargs,
+        )  # fmt: skip
+
+    a, b = make(), make(graph_memory="device")
+    assert a.graph_memory == b.graph_memory == "device" and b.csr.device.type == "cpu"
+    assert same_batches(batches(a), batches(b))
+
+
+def test_use_uva_points_to_graph_memory(rand_graph) -> None:
+    with pytest.raises(NotImplementedError, match="graph_memory='uva'"):
+        DataLoader(rand_graph, [0], NeighborSampler([3]), use_uva=True)
+
+
+@no_gpu_here
+def test_uva_graph_without_a_gpu_is_a_clear_error(rand_graph) -> None:
+    msg = "device='cuda' but torch.cuda.is_available() is False"
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        DataLoader(rand_graph, [0], NeighborSampler([3]), "cuda", graph_memory="uva")
+
+
+@gpu
+@needs_gpu
+def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_graph, rand_table) -> None:
+    cupy = pytest.importorskip("cupy")
+    if not dgl_loaders._dgl_supports(torch.device("cuda", torch.cuda.current_device())):
+        with pytest.raises(IBPInputError, match="this DGL build .* cannot put graphs there"):
+            DataLoader(rand_graph, [0], NeighborSampler([3]), "cuda", graph_memory="uva")
+        pytest.skip("this DGL build cannot hold graphs on a GPU (PyPI's dgl is CPU-only)")
+    features = ibp_graph.open(rand_table.path, device="cuda")
+
+    def make(graph_memory: str) -> DataLoader:
+        return DataLoader(
+            rand_graph, torch.arange(200), NeighborSampler([3, 2]), "cuda", batch_size=64,
+            shuffle=True, features=features, seed=0, graph_memory=graph_memory,
+        )  # fmt: skip
+
+    on_device, uva = make("device"), make("uva")
+    runtime = cupy.cuda.runtime
+    for name in ("indptr", "indices", "edge_ids"):
+        t, d = getattr(uva.csr, name), getattr(on_device.csr, name)
+        assert t.is_cuda and t.device == d.device and torch.equal(t, d)
+        assert runtime.pointerGetAttributes(t.data_ptr()).type == runtime.memoryTypeHost
+        assert runtime.pointerGetAttributes(d.data_ptr()).type == runtime.memoryTypeDevice
+    for _ in range(2):  # two epochs: the same draws, epoch by epoch
+        a, b = batches(on_device), batches(uva)
+        assert len(a) == len(b) == len(uva) and same_batches(a, b)

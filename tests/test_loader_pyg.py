@@ -855,3 +855,91 @@ def test_gpu_prefetcher_orders_streams_and_does_not_leak() -> None:
         assert stats.batches == 6 and stats.fetch_s > 0 and stats.pending == 0
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+# --------------------------------------------------------------------------------------------
+# graph_memory: the graph on the device, or in pinned host memory read over UVA
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("graph_memory", ["gpu", "UVA", "", None, 1])
+def test_unknown_graph_memory_names_the_argument_and_the_choices(rand_data, graph_memory) -> None:
+    msg = f"graph_memory must be one of 'device', 'uva', got {graph_memory!r}"
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        NeighborLoader(rand_data, [3], graph_memory=graph_memory)
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_uva_graph_needs_a_cuda_device(rand_data, device) -> None:
+    msg = "so it needs device='cuda', got device='cpu'"
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        NeighborLoader(rand_data, [3], device=device, graph_memory="uva")
+
+
+def test_device_graph_memory_is_the_default(rand_data) -> None:
+    a = NeighborLoader(rand_data, [3], batch_size=64, shuffle=True, seed=0)
+    b = NeighborLoader(rand_data, [3], batch_size=64, shuffle=True, seed=0, graph_memory="device")
+    assert a.graph_memory == b.graph_memory == "device" and b.graph.device.type == "cpu"
+    assert all(same_batch(x, y) for x, y in zip(epoch(a), epoch(b), strict=True))
+
+
+@no_gpu_here
+def test_uva_graph_without_a_gpu_is_a_clear_error(rand_data) -> None:
+    from ibp_graph.errors import IBPDeviceError
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.loading import place_graph
+
+    msg = "device='cuda' but torch.cuda.is_available() is False"
+    with pytest.raises(IBPInputError, match=re.escape(msg)):
+        NeighborLoader(rand_data, [3], device="cuda", graph_memory="uva")
+    graph = CSRGraph.from_data(rand_data)
+    with pytest.raises(IBPDeviceError, match="CSRGraph.to_uva needs a CUDA GPU"):
+        place_graph(graph, torch.device("cuda", 0), "uva")
+
+
+def _memory_type(t: torch.Tensor) -> int:
+    """CUDA's memory type of a tensor's storage (cupy.cuda.runtime.memoryType*)."""
+    import cupy
+
+    return cupy.cuda.runtime.pointerGetAttributes(t.data_ptr()).type
+
+
+@gpu
+@needs_gpu
+def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_data, rand_table) -> None:
+    cupy = pytest.importorskip("cupy")
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.loading import place_graph
+
+    host, device = cupy.cuda.runtime.memoryTypeHost, cupy.cuda.runtime.memoryTypeDevice
+    features = ibp_graph.open(rand_table.path, device="cuda")
+    kwargs = {"batch_size": 64, "shuffle": True, "features": features, "seed": 0}
+    on_device = NeighborLoader(rand_data, [5, 3], device="cuda", **kwargs)
+    uva = NeighborLoader(rand_data, [5, 3], device="cuda", graph_memory="uva", **kwargs)
+    assert uva.graph_memory == "uva"
+    for name in ("indptr", "indices", "edge_ids"):
+        t, d = getattr(uva.graph, name), getattr(on_device.graph, name)
+        assert t.is_cuda and t.device == d.device
+        assert _memory_type(t) == host and _memory_type(d) == device
+        assert torch.equal(t, d)
+    for _ in range(2):  # two epochs: the same draws, epoch by epoch
+        a, b = epoch(on_device), epoch(uva)
+        assert len(a) == len(b) == len(uva)
+        for x, y in zip(a, b, strict=True):
+            assert y.n_id.is_cuda and y.edge_index.is_cuda and y.x.is_cuda
+            assert torch.equal(x.n_id, y.n_id) and torch.equal(x.edge_index, y.edge_index)
+            assert torch.equal(bits(x.x), bits(y.x)) and same_batch(x, y)
+
+    # Placing the graph over UVA takes no GPU memory; copying it takes at least its size.
+    graph = CSRGraph.from_data(rand_data)
+    nbytes = sum(
+        t.numel() * t.element_size() for t in (graph.indptr, graph.indices, graph.edge_ids)
+    )
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated(dev)
+    mapped = place_graph(graph, dev, "uva")
+    assert torch.cuda.memory_allocated(dev) == before
+    copied = place_graph(graph, dev, "device")
+    assert torch.cuda.memory_allocated(dev) - before >= nbytes
+    assert mapped.indptr.is_cuda and copied.indptr.is_cuda
