@@ -481,6 +481,9 @@ class DataLoader(BaseNodeLoader):
         graph_memory: where the sampled graph lives: ``"device"`` (copied to ``device``) or
             ``"uva"`` (pinned host memory read by the GPU over UVA, for graphs larger than
             the GPU; needs a CUDA ``device``) (default: ``"device"``).
+        sampler_backend: how the sampler draws neighbors: ``"torch"`` (torch ops, any
+            device) or ``"kernel"`` (a CUDA kernel; needs a CUDA ``device``), see
+            `ibp_graph.sampler.NeighborSampler` (default: ``"torch"``).
 
     Raises:
         NotImplementedError: an option or graph we do not support (naming it).
@@ -489,7 +492,8 @@ class DataLoader(BaseNodeLoader):
             the graph has nodes, prefetch names missing from ``g.ndata``/``g.edata``, a CUDA
             ``device`` without a usable GPU, or with a DGL build that has no CUDA, or a
             ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with a CPU
-            ``device``.
+            ``device``, or an unknown ``sampler_backend``.
+        IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
 
     def __init__(
@@ -518,6 +522,7 @@ class DataLoader(BaseNodeLoader):
         seed: int | None = None,
         progress: bool = False,
         graph_memory: str = "device",
+        sampler_backend: str = "torch",
     ) -> None:
         settings = NeighborSampler.from_dgl(graph_sampler)
         for name, value, ok, why in (
@@ -605,7 +610,9 @@ class DataLoader(BaseNodeLoader):
 
         self.csr = place_graph(csr, dev, self.graph_memory)
         # Our sampler's hop 1 expands the seeds: DGL's last layer.
-        self.sampler = CSRNeighborSampler(self.csr, settings.fanouts[::-1], seed=self.seed)
+        self.sampler = CSRNeighborSampler(
+            self.csr, settings.fanouts[::-1], seed=self.seed, backend=sampler_backend
+        )
         self._start_pipeline()
 
     # -- construction helpers ------------------------------------------------------------

@@ -154,6 +154,9 @@ class NeighborLoader(BaseNodeLoader):
         graph_memory: where the graph lives: ``"device"`` (copied to ``device``) or
             ``"uva"`` (pinned host memory read by the GPU over UVA, for graphs larger than
             the GPU; needs a CUDA ``device``) (default: ``"device"``).
+        sampler_backend: how the sampler draws neighbors: ``"torch"`` (torch ops, any
+            device) or ``"kernel"`` (a CUDA kernel; needs a CUDA ``device``), see
+            `ibp_graph.sampler.NeighborSampler` (default: ``"torch"``).
 
     Raises:
         NotImplementedError: an option we do not support is set (naming it).
@@ -161,7 +164,8 @@ class NeighborLoader(BaseNodeLoader):
             of ints, ``input_nodes`` out of range, features with another row count than
             ``data.num_nodes``, a CUDA ``device`` without a usable GPU, or a
             ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with a CPU
-            ``device``.
+            ``device``, or an unknown ``sampler_backend``.
+        IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
 
     def __init__(
@@ -195,6 +199,7 @@ class NeighborLoader(BaseNodeLoader):
         seed: int | None = None,
         progress: bool = False,
         graph_memory: str = "device",
+        sampler_backend: str = "torch",
     ) -> None:
         self._check_data(data)
         self._check_options(
@@ -248,7 +253,9 @@ class NeighborLoader(BaseNodeLoader):
         self.device = dev
 
         self.graph = loading.place_graph(CSRGraph.from_data(data), dev, self.graph_memory)
-        self.sampler = NeighborSampler(self.graph, num_neighbors, seed=self.seed)
+        self.sampler = NeighborSampler(
+            self.graph, num_neighbors, seed=self.seed, backend=sampler_backend
+        )
         self._split_attrs()
         self._start_pipeline()
 

@@ -717,3 +717,14 @@ def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_graph, r
     for _ in range(2):  # two epochs: the same draws, epoch by epoch
         a, b = batches(on_device), batches(uva)
         assert len(a) == len(b) == len(uva) and same_batches(a, b)
+
+
+def test_sampler_backend_is_checked_at_construction(rand_graph) -> None:
+    from ibp_graph.errors import IBPDeviceError
+
+    loader = DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="torch")
+    assert loader.sampler.backend == "torch"
+    with pytest.raises(IBPInputError, match="backend must be 'torch' or 'kernel', got 'gpu'"):
+        DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="gpu")
+    with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
+        DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="kernel")

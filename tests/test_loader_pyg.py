@@ -943,3 +943,32 @@ def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_data, ra
     copied = place_graph(graph, dev, "device")
     assert torch.cuda.memory_allocated(dev) - before >= nbytes
     assert mapped.indptr.is_cuda and copied.indptr.is_cuda
+
+
+def test_sampler_backend_is_checked_at_construction(rand_data) -> None:
+    from ibp_graph.errors import IBPDeviceError
+
+    loader = NeighborLoader(rand_data, [3], batch_size=8, sampler_backend="torch")
+    assert loader.sampler.backend == "torch"
+    with pytest.raises(IBPInputError, match="backend must be 'torch' or 'kernel', got 'cuda'"):
+        NeighborLoader(rand_data, [3], sampler_backend="cuda")
+    with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
+        NeighborLoader(rand_data, [3], sampler_backend="kernel")
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("graph_memory", ["device", "uva"])
+def test_kernel_sampler_backend_batches_are_valid(rand_data, rand_table, graph_memory) -> None:
+    features = ibp_graph.open(rand_table.path, device="cuda")
+    kwargs = {"batch_size": 64, "shuffle": True, "features": features, "seed": 3}
+    kwargs |= {"device": "cuda", "graph_memory": graph_memory, "sampler_backend": "kernel"}
+    loader = NeighborLoader(rand_data, [5, 3], **kwargs)
+    assert loader.sampler.backend == "kernel"
+    first = epoch(loader)
+    train = torch.arange(rand_data.num_nodes)
+    for b in first:
+        check_batch(b, rand_data, train, mask_input=False, hops=2)
+    again = NeighborLoader(rand_data, [5, 3], **kwargs)
+    for x, y in zip(first, epoch(again), strict=True):
+        assert same_batch(x, y)  # reproducible for a seed
