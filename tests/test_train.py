@@ -7,8 +7,10 @@ one-line error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ pytest.importorskip("torch_geometric")
 import ibp_graph  # noqa: E402
 from ibp_graph.cli.main import main  # noqa: E402
 from ibp_graph.errors import IBPInputError  # noqa: E402
+from ibp_graph.train.backends import _undirected, get_backend  # noqa: E402
 from ibp_graph.train.config import (  # noqa: E402
     ConfigError,
     TrainConfig,
@@ -36,6 +39,7 @@ PACKAGED = (
     "citeseer-sage",
     "cora-gat",
     "cora-sage",
+    "cora-sage-dgl",
     "ogbn-arxiv-sage",
     "ogbn-papers100M-sage",
     "ogbn-products-sage",
@@ -116,6 +120,10 @@ def test_unknown_key_is_named_with_the_valid_ones(tmp_path: Path) -> None:
         ("align=3", "align must be 'auto' or one of 1, 2, 4, 8, 16, 32, got 3"),
         ("device=gpu", "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
         ("model=gcn", "model must be one of sage, gat, got 'gcn'"),
+        ("backend=jax", "backend must be one of pyg, dgl, got 'jax'"),
+        ("backend=PyG", "backend must be one of pyg, dgl, got 'PyG'"),
+        ("graph_memory=gpu", "graph_memory must be one of device, uva, got 'gpu'"),
+        ("sampler_backend=cuda", "sampler_backend must be one of torch, kernel, got 'cuda'"),
         ("dropout=1", "dropout must be in [0, 1), got 1.0"),
         ("epochs=0", "epochs must be an integer >= 1, got 0"),
         ("dataset=imagenet", "unknown dataset 'imagenet'; known: cora, citeseer"),
@@ -159,6 +167,23 @@ def test_cross_field_checks() -> None:
         load_config("cora-gat", ["hidden=60"])
     with pytest.raises(ConfigError, match="positive integers or -1"):
         load_config("cora-sage", ["fanouts=[10,0]"])
+
+
+def test_backend_key_defaults_to_pyg_and_is_checked_in_files(tmp_path: Path) -> None:
+    assert load_config("cora-sage").backend == "pyg"
+    assert TrainConfig(dataset="cora").backend == "pyg"
+    dgl_cfg = load_config("cora-sage-dgl")
+    assert dgl_cfg.backend == "dgl"
+    # cora-sage-dgl is cora-sage with backend dgl, nothing else
+    assert dataclasses.replace(dgl_cfg, backend="pyg") == load_config("cora-sage")
+    path = write(tmp_path / "b.yaml", "dataset: cora\nbackend: tensorflow\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: backend must be one of pyg, dgl, got 'tensorflow'"
+    with pytest.raises(ConfigError, match="backend must be a string, got 3"):
+        load_config(write(tmp_path / "c.yaml", "dataset: cora\nbackend: 3\n"))
+    with pytest.raises(IBPInputError, match="backend must be one of pyg, dgl, got 'mxnet'"):
+        get_backend("mxnet")
 
 
 def test_malformed_files(tmp_path: Path) -> None:
@@ -300,6 +325,43 @@ def test_graphsage_reaches_078_on_cora_within_the_configured_epochs(tmp_path: Pa
     json.dumps(result.to_dict())  # JSON-ready
 
 
+def test_undirected_matches_pyg() -> None:
+    from torch_geometric.utils import to_undirected
+
+    gen = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, 50, (2, 400), generator=gen)  # duplicates, self-loops
+    assert torch.equal(_undirected(edge_index, 50), to_undirected(edge_index, num_nodes=50))
+
+
+def hide_dgl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``import dgl`` fail as it does when DGL is not installed."""
+    monkeypatch.setitem(sys.modules, "dgl", None)
+    monkeypatch.delitem(sys.modules, "ibp_graph.loaders.dgl", raising=False)
+
+
+def test_backend_dgl_without_dgl_names_the_extra(monkeypatch, tmp_path: Path) -> None:
+    hide_dgl(monkeypatch)
+    cfg = load_config("cora-sage-dgl", [f"workdir={tmp_path}", "device=cpu"])
+    with pytest.raises(
+        ImportError, match=r"backend: dgl needs DGL.*pip install 'ibp-graph\[dgl\]'"
+    ):
+        train(cfg, log=None)
+    assert not list(tmp_path.iterdir())  # failed before compressing anything
+    with pytest.raises(ImportError, match=r"pip install 'ibp-graph\[dgl\]'"):
+        build_model(cfg, 8, 2)
+
+
+def test_cli_backend_dgl_without_dgl_is_a_runtime_error(capsys, monkeypatch, tmp_path) -> None:
+    hide_dgl(monkeypatch)
+    code, out, err = run_cli(
+        capsys, "train", "--config", "cora-sage-dgl", "--set", f"workdir={tmp_path}"
+    )
+    assert code == 1 and out == ""
+    line = last_error_line(err)
+    assert line.startswith("ibp-graph: error: backend: dgl needs DGL")
+    assert "pip install 'ibp-graph[dgl]'" in line
+
+
 def test_result_properties() -> None:
     cfg = TrainConfig(dataset="cora")
     result = RunResult(cfg, "cpu", "cora", 10, 20, [-1, -1])
@@ -423,3 +485,21 @@ def test_gpu_training_ibp_on_and_off(tmp_path: Path) -> None:
     assert on.losses[0] == pytest.approx(off.losses[0], rel=1e-4)
     assert on.final_test_acc > 0.5 and off.final_test_acc > 0.5
     assert "cuda" in on.summary() and ibp_graph.open(on.table.path).shape == (2708, 1433)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only errors")
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("graph_memory=uva", "graph_memory='uva' keeps the graph in pinned host memory"),
+        ("sampler_backend=kernel", "backend='kernel' launches a CUDA kernel"),
+    ],
+)
+def test_cli_gpu_only_loader_options_on_the_cpu_are_one_line_errors(
+    capsys, tmp_path: Path, item: str, needle: str
+) -> None:
+    argv = ["train", "--config", "cora-sage", "--set", "epochs=1", item, f"workdir={tmp_path}"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 1 and out == ""
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("ibp-graph: error:")]
+    assert needle in line and "Traceback" not in err

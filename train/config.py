@@ -10,6 +10,7 @@ field's type, and checks every value:
     from ibp_graph.train.config import load_config
 
     cfg = load_config("cora-sage", ["epochs=5", "fanouts=[15,10]", "ibp=false"])
+    cfg = load_config("cora-sage", ["backend=dgl"])  # DGL models and loader
     cfg = load_config("configs/ogbn-products-sage.yaml", ["root=/data/ogb"])
 
 A bare name (``cora-sage``) or ``configs/NAME.yaml`` that is not a file here resolves to the
@@ -32,6 +33,8 @@ from typing import Any, Union
 import yaml
 
 from ibp_graph.errors import IBPInputError
+from ibp_graph.loading import GRAPH_MEMORY
+from ibp_graph.sampler import BACKENDS as SAMPLER_BACKENDS
 
 __all__ = [
     "ConfigError",
@@ -45,6 +48,7 @@ __all__ = [
 
 _ALIGNS = (1, 2, 4, 8, 16, 32)
 _MODELS = ("sage", "gat")
+_BACKENDS = ("pyg", "dgl")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -67,6 +71,9 @@ class TrainConfig:
         root: folder of the dataset (OGB: the folder holding ``ogbn_products/``; default:
             None, the loader's default).
         model: ``sage`` (GraphSAGE, mean aggregation) or ``gat``.
+        backend: ``pyg`` (PyG models and `ibp_graph.loaders.pyg.NeighborLoader`) or ``dgl``
+            (DGL models and `ibp_graph.loaders.dgl.DataLoader`; needs the ``dgl`` extra and,
+            with the PyPI DGL build, the CPU).
         hidden: hidden width (GAT: a multiple of ``heads``).
         layers: message-passing layers; as many as ``fanouts`` has hops.
         dropout: dropout probability, in [0, 1).
@@ -85,6 +92,10 @@ class TrainConfig:
         undirected: add every reverse edge before training (as PyG's OGB examples do for
             the directed citation graphs).
         device: ``auto`` (cuda if available, else cpu), ``cpu``, ``cuda`` or ``cuda:N``.
+        graph_memory: where the loaders keep the graph on a GPU: ``device`` (copied to the
+            GPU) or ``uva`` (pinned host memory read over UVA, for graphs larger than the GPU).
+        sampler_backend: how neighbors are drawn: ``torch`` (torch ops) or ``kernel`` (a CUDA
+            kernel; GPU runs only).
         seed: seed of the model initialisation, dropout, shuffling and sampling.
         prefetch: batches the loader prepares ahead.
         eval_batch_size: seed nodes per evaluation batch.
@@ -96,6 +107,7 @@ class TrainConfig:
     dataset: str
     root: str | None = None
     model: str = "sage"
+    backend: str = "pyg"
     hidden: int = 64
     layers: int = 2
     dropout: float = 0.5
@@ -111,6 +123,8 @@ class TrainConfig:
     align: int | str = "auto"
     undirected: bool = False
     device: str = "auto"
+    graph_memory: str = "device"
+    sampler_backend: str = "torch"
     seed: int = 0
     prefetch: int = 2
     eval_batch_size: int = 1024
@@ -267,6 +281,12 @@ def _check(cfg: TrainConfig) -> None:
         raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(names)}")
     if cfg.model not in _MODELS:
         raise bad("model", f"one of {', '.join(_MODELS)}")
+    if cfg.backend not in _BACKENDS:
+        raise bad("backend", f"one of {', '.join(_BACKENDS)}")
+    if cfg.graph_memory not in GRAPH_MEMORY:
+        raise bad("graph_memory", f"one of {', '.join(GRAPH_MEMORY)}")
+    if cfg.sampler_backend not in SAMPLER_BACKENDS:
+        raise bad("sampler_backend", f"one of {', '.join(SAMPLER_BACKENDS)}")
     for key in ("hidden", "layers", "heads", "batch_size", "epochs", "eval_batch_size"):
         if getattr(cfg, key) < 1:
             raise bad(key, "an integer >= 1")

@@ -2,10 +2,13 @@
 
 `train` loads the dataset, compresses its node features into an ``.ibp`` file under the
 config's ``workdir`` when ``ibp`` is on (reusing a file that still matches), then trains
-with `ibp_graph.loaders.pyg.NeighborLoader`, whose features are the compressed table (IBP
-on) or the raw tensor (IBP off), and evaluates on the valid and test nodes after every
-epoch. It returns a `RunResult` with per-epoch losses, accuracies, times, per-stage times
-and bytes, and a `RunResult.summary` block:
+with the loader of the config's ``backend`` (`ibp_graph.train.backends`):
+`ibp_graph.loaders.pyg.NeighborLoader` and PyG's models (``pyg``), or
+`ibp_graph.loaders.dgl.DataLoader` and DGL's ``SAGEConv`` / ``GATConv`` (``dgl``). The
+loader's features are the compressed table (IBP on) or the raw tensor (IBP off). One loop,
+shared by the backends, trains and evaluates on the valid and test nodes after every epoch.
+It returns a `RunResult` with per-epoch losses, accuracies, times, per-stage times and
+bytes, and a `RunResult.summary` block:
 
 .. code-block:: python
 
@@ -15,11 +18,13 @@ and bytes, and a `RunResult.summary` block:
     result = train(load_config("cora-sage", ["epochs=10"]))
     print(result.summary())
     result.final_test_acc, result.losses
+    dgl_result = train(load_config("cora-sage-dgl"))  # the same run with DGL
 
 Reproducibility: the seed fixes the model's initialisation, dropout, the shuffle order and
 the neighbor draws; on the CPU, ``torch.use_deterministic_algorithms(True, warn_only=True)``
 is on during the run. As IBP is lossless, IBP on and off then give bit-identical losses on
-the CPU. On a GPU, scatter reductions are not deterministic.
+the CPU, with either backend. On a GPU, scatter reductions are not deterministic. DGL's
+PyPI build runs on the CPU only: ``device: auto`` then means the CPU for ``backend: dgl``.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ import torch.nn.functional as F
 import ibp_graph
 from ibp_graph.errors import IBPDeviceError, IBPFormatError
 
+from .backends import Backend, PyGBackend, get_backend
 from .config import TrainConfig, default_workdir
-from .models import build_model
 
 __all__ = ["EpochResult", "RunResult", "TableInfo", "resolve_device", "train"]
 
@@ -219,7 +224,8 @@ class RunResult:
         cfg, n = self.config, len(self.epochs)
         best, last = self.best_epoch, self.epochs[-1]
         ibp = "IBP on" if cfg.ibp else "IBP off"
-        head = f"== ibp-graph train: {self.dataset}, {cfg.model}, {ibp}, {self.device} =="
+        model = cfg.model if cfg.backend == "pyg" else f"{cfg.model} ({cfg.backend})"
+        head = f"== ibp-graph train: {self.dataset}, {model}, {ibp}, {self.device} =="
         per = f"per epoch (mean of {n})"
         lines = [
             head,
@@ -354,6 +360,9 @@ def deterministic(on: bool | None) -> Iterator[None]:
 
 
 # -- the loop -----------------------------------------------------------------------------------
+_PYG = PyGBackend()
+
+
 def train_epoch(
     model: torch.nn.Module,
     loader: Any,
@@ -361,31 +370,41 @@ def train_epoch(
     device: torch.device,
     *,
     step_context: Callable[[], contextlib.AbstractContextManager] | None = None,
+    backend: Backend | None = None,
 ) -> tuple[float, float, int, int]:
     """One pass over the training seeds.
 
-    Returns ``(mean loss, accuracy on the batches, seeds seen, fingerprint)``; the
-    fingerprint ``sum_b (b + 1) * sum(n_id_b)`` (kept on the device until the end) shows
-    whether two runs saw the same batches. ``step_context`` wraps each training step (e.g.
-    deterministic algorithms for the step only).
+    Args:
+        model: the model, for ``backend``.
+        loader: the training loader, for ``backend``.
+        optimizer: steps ``model``'s parameters.
+        device: where the batches land.
+        step_context: wraps each training step (e.g. deterministic algorithms for the step
+            only) (default: None).
+        backend: runs the model on a batch (default: None, PyG).
+
+    Returns:
+        ``(mean loss, accuracy on the batches, seeds seen, fingerprint)``; the fingerprint
+        ``sum_b (b + 1) * sum(node ids of batch b)`` (kept on the device until the end)
+        shows whether two runs saw the same batches.
     """
+    backend = backend if backend is not None else _PYG
     model.train()
     total = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
     fingerprint = torch.zeros((), dtype=torch.int64, device=device)
     seen = 0
     for b, batch in enumerate(loader):
-        bs = int(batch.batch_size)
         with step_context() if step_context is not None else contextlib.nullcontext():
             optimizer.zero_grad(set_to_none=True)
-            out = model(batch.x, batch.edge_index)[:bs]
-            y = batch.y[:bs]
-            loss = F.cross_entropy(out, y)
+            step = backend.forward(model, batch)
+            loss = F.cross_entropy(step.out, step.y)
             loss.backward()
             optimizer.step()
+        bs = step.batch_size
         total += loss.detach().double() * bs
-        correct += (out.detach().argmax(dim=-1) == y).sum()
-        fingerprint += batch.n_id.sum() * (b + 1)
+        correct += (step.out.detach().argmax(dim=-1) == step.y).sum()
+        fingerprint += step.nodes.sum() * (b + 1)
         seen += bs
     if seen == 0:
         return float("nan"), float("nan"), 0, 0
@@ -393,15 +412,18 @@ def train_epoch(
 
 
 @torch.no_grad()
-def _evaluate(model: torch.nn.Module, loader: Any, device: torch.device) -> tuple[float, float]:
-    """Accuracy on the valid and on the test seeds of ``loader``."""
+def _evaluate(
+    model: torch.nn.Module, loader: Any, device: torch.device, backend: Backend | None = None
+) -> tuple[float, float]:
+    """Accuracy on the valid and on the test seeds of ``loader`` (``backend``: PyG)."""
+    backend = backend if backend is not None else _PYG
     model.eval()
     hits = torch.zeros(2, dtype=torch.int64, device=device)
     counts = torch.zeros(2, dtype=torch.int64, device=device)
     for batch in loader:
-        bs = int(batch.batch_size)
-        ok = model(batch.x, batch.edge_index)[:bs].argmax(dim=-1) == batch.y[:bs]
-        masks = torch.stack([batch.val_mask[:bs], batch.test_mask[:bs]])
+        step = backend.forward(model, batch)
+        ok = step.out.argmax(dim=-1) == step.y
+        masks = torch.stack(backend.split_masks(batch))
         hits += (masks & ok).sum(dim=1)
         counts += masks.sum(dim=1)
     (val_hits, test_hits), (val_n, test_n) = hits.tolist(), counts.tolist()
@@ -417,9 +439,11 @@ def _sync(device: torch.device) -> None:
 def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
     """Train ``cfg.model`` on ``cfg.dataset`` and evaluate it after every epoch.
 
-    Evaluation runs on the valid and test nodes with ``cfg.eval_fanouts`` (None: the full
-    neighborhood, ``-1`` per hop), in eval mode, through the same kind of features as
-    training. Per-stage times and bytes come from the training loader's ``stats``.
+    The framework is ``cfg.backend`` (`ibp_graph.train.backends`); it is imported first, so
+    a missing one fails before the dataset is loaded. Evaluation runs on the valid and test
+    nodes with ``cfg.eval_fanouts`` (None: the full neighborhood, ``-1`` per hop), in eval
+    mode, through the same kind of features as training. Per-stage times and bytes come
+    from the training loader's ``stats``.
 
     Args:
         cfg: the run's config (checked when it was built).
@@ -431,13 +455,16 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
 
     Raises:
         IBPInputError: the dataset cannot be loaded (unknown name, missing OGB files).
-        IBPDeviceError: a CUDA device is asked for and none is usable.
-        ImportError: torch_geometric (or ogb, for OGB datasets) is not installed.
+        IBPDeviceError: a CUDA device is asked for and none is usable (or the backend's
+            build cannot use it: DGL's PyPI build).
+        ImportError: the backend's framework (torch_geometric or DGL), or ogb for OGB
+            datasets, is not installed.
     """
     from ibp_graph.datasets import load_dataset
 
     say: Log = log if log is not None else (lambda _m: None)
-    device = resolve_device(cfg.device)
+    backend = get_backend(cfg.backend)
+    device = _backend_device(backend, cfg.device, say)
     workdir = Path(cfg.workdir) if cfg.workdir is not None else default_workdir()
     eval_fanouts = list(cfg.eval_fanouts) if cfg.eval_fanouts is not None else [-1] * cfg.layers
     say("config:\n" + "".join(f"  {line}\n" for line in cfg.to_yaml().splitlines()).rstrip())
@@ -445,13 +472,9 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
 
     start = time.perf_counter()
     ds = load_dataset(cfg.dataset, root=cfg.root)
-    data = ds.to_pyg()
-    if cfg.undirected:
-        from torch_geometric.utils import to_undirected
-
-        data.edge_index = to_undirected(data.edge_index, num_nodes=ds.num_nodes)
+    graph = backend.graph(ds, undirected=cfg.undirected)
     say(f"dataset: {ds!r}")
-    features: Any = None  # the loader's default: data.x
+    features: Any = None  # the loader's default: the graph's raw features
     info = None
     opened: list[Any] = []
     if cfg.ibp:
@@ -464,15 +487,32 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
             features = table
     setup_s = time.perf_counter() - start
     try:
-        return _run(cfg, data, ds, features, device, eval_fanouts, info, setup_s, say)
+        return _run(cfg, backend, graph, ds, features, device, eval_fanouts, info, setup_s, say)
     finally:
         for t in reversed(opened):
             t.close()
 
 
+def _backend_device(backend: Backend, spec: str, say: Log) -> torch.device:
+    """`resolve_device`, then the CPU for ``auto`` where the backend cannot use the GPU.
+
+    Raises:
+        IBPDeviceError: the device asked for is not usable, by torch or by the backend.
+    """
+    device = resolve_device(spec)
+    if backend.supports(device):
+        return device
+    why = f"this {backend.name} build cannot train on {device} (DGL's PyPI build is CPU-only)"
+    if spec == "auto":
+        say(f"device: auto -> cpu: {why}")
+        return torch.device("cpu")
+    raise IBPDeviceError(f"device: {spec} but {why}; use device: cpu (or backend: pyg)")
+
+
 def _run(
     cfg: TrainConfig,
-    data: Any,
+    backend: Backend,
+    graph: Any,
     ds: Any,
     features: Any,
     device: torch.device,
@@ -482,50 +522,57 @@ def _run(
     say: Log,
 ) -> RunResult:
     """Build the model and the loaders, then train and evaluate every epoch."""
-    from ibp_graph.loaders.pyg import NeighborLoader
-
     result = RunResult(
         config=cfg,
         device=str(device),
         dataset=ds.name,
         num_nodes=ds.num_nodes,
-        num_edges=int(data.edge_index.shape[1]),
+        num_edges=backend.num_edges(graph),
         eval_fanouts=eval_fanouts,
         table=info,
         setup_s=setup_s,
     )
     with deterministic(True if device.type == "cpu" else None):
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg, ds.num_features, ds.num_classes).to(device)
+        model = backend.build_model(cfg, ds.num_features, ds.num_classes).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        common = dict(features=features, device=device, prefetch=cfg.prefetch)
-        train_loader = NeighborLoader(
-            data,
+        common = dict(
+            features=features,
+            device=device,
+            prefetch=cfg.prefetch,
+            graph_memory=cfg.graph_memory,
+            sampler_backend=cfg.sampler_backend,
+        )
+        train_loader = backend.loader(
+            graph,
             list(cfg.fanouts),
-            input_nodes=data.train_mask,
+            ds.train_mask,
             batch_size=cfg.batch_size,
             shuffle=True,
             seed=cfg.seed,
             progress=cfg.progress,
             **common,
         )
-        eval_loader = NeighborLoader(
-            data,
+        eval_loader = backend.loader(
+            graph,
             eval_fanouts,
-            input_nodes=data.val_mask | data.test_mask,
+            ds.val_mask | ds.test_mask,
             batch_size=cfg.eval_batch_size,
             shuffle=False,
             seed=cfg.seed + 1,
+            evaluation=True,
             **common,
         )
         for epoch in range(1, cfg.epochs + 1):
             _sync(device)
             t0 = time.perf_counter()
-            loss, train_acc, _, _ = train_epoch(model, train_loader, optimizer, device)
+            loss, train_acc, _, _ = train_epoch(
+                model, train_loader, optimizer, device, backend=backend
+            )
             _sync(device)
             t1 = time.perf_counter()
             stats = train_loader.stats
-            val_acc, test_acc = _evaluate(model, eval_loader, device)
+            val_acc, test_acc = _evaluate(model, eval_loader, device, backend)
             _sync(device)
             t2 = time.perf_counter()
             row = EpochResult(

@@ -1,21 +1,27 @@
-"""``ibp-graph train``: train GraphSAGE / GAT from a YAML config, IBP on or off.
+"""``ibp-graph train``: train GraphSAGE / GAT from a YAML config, IBP on or off, PyG or DGL.
 
 Usage::
 
     ibp-graph train --config cora-sage
     ibp-graph train --config configs/cora-sage.yaml --set epochs=5 --set ibp=false
+    ibp-graph train --config cora-sage-dgl
+    ibp-graph train --config cora-gat --set backend=dgl
     ibp-graph train --config ogbn-products-sage --set root=/data/ogb fanouts=[10,10,5]
     ibp-graph train --config my-run.yaml --json result.json
 
 ``--config`` takes a YAML file, or the name of a packaged config (``cora-sage``,
-``cora-gat``, ``citeseer-sage``, ``ogbn-arxiv-sage``, ``ogbn-products-sage``,
-``ogbn-papers100M-sage``). ``--set key=value`` overrides a key, parsed by its type
-(``epochs=5``, ``lr=1e-3``, ``ibp=false``, ``fanouts=[10,5]``, ``root=null``). The config is
-echoed, then one line per epoch, on stderr; the summary block (accuracy, epoch time,
-per-stage time, bytes over PCIe with and without IBP, ratio) goes to stdout.
+``cora-sage-dgl``, ``cora-gat``, ``citeseer-sage``, ``ogbn-arxiv-sage``,
+``ogbn-products-sage``, ``ogbn-papers100M-sage``). ``--set key=value`` overrides a key,
+parsed by its type (``epochs=5``, ``lr=1e-3``, ``ibp=false``, ``fanouts=[10,5]``,
+``root=null``, ``backend=dgl``). ``backend`` picks the framework: ``pyg`` (PyG's models and
+ibp-graph's ``NeighborLoader``, the default) or ``dgl`` (DGL's ``SAGEConv`` / ``GATConv`` and
+ibp-graph's DGL ``DataLoader``; the ``dgl`` extra, on the CPU with DGL's PyPI build). The
+config is echoed, then one line per epoch, on stderr; the summary block (accuracy, epoch
+time, per-stage time, bytes over PCIe with and without IBP, ratio) goes to stdout.
 
-Exit status: 0 ok; 1 a data or runtime error (missing dataset files, an unusable GPU);
-2 a bad config (unknown key, wrong type or value, no such config) or bad usage.
+Exit status: 0 ok; 1 a data or runtime error (missing dataset files, an unusable GPU, the
+backend's framework not installed); 2 a bad config (unknown key, wrong type or value, no
+such config) or bad usage.
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ EXAMPLES = """\
 examples:
   ibp-graph train --config cora-sage
   ibp-graph train --config configs/cora-gat.yaml --set epochs=5 ibp=false
+  ibp-graph train --config cora-sage-dgl        # DGL models and loader (the dgl extra)
   ibp-graph train --config ogbn-products-sage --set root=/data/ogb device=cuda
   ibp-graph train --config cora-sage --json cora.json   # the full result as JSON
 
---config: a YAML file, or a packaged config by name (cora-sage, cora-gat, citeseer-sage,
-ogbn-arxiv-sage, ogbn-products-sage, ogbn-papers100M-sage). Exit status: 0 ok, 1 data or
-runtime error (e.g. missing dataset files), 2 bad config or usage.
+--config: a YAML file, or a packaged config by name (cora-sage, cora-sage-dgl, cora-gat,
+citeseer-sage, ogbn-arxiv-sage, ogbn-products-sage, ogbn-papers100M-sage). --set backend=dgl
+trains with DGL instead of PyG. Exit status: 0 ok, 1 data or runtime error (e.g. missing
+dataset files, DGL not installed), 2 bad config or usage.
 """
 
 
@@ -45,7 +53,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``train`` command to the ``ibp-graph`` parser."""
     p = subparsers.add_parser(
         "train",
-        help="train GraphSAGE / GAT from a YAML config (IBP on or off) and report",
+        help="train GraphSAGE / GAT from a YAML config (IBP on or off, PyG or DGL) and report",
         description="Train a GNN node classifier with ibp-graph's loader from a YAML config.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
