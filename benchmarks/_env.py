@@ -60,10 +60,10 @@ def environment() -> dict:
     }
 
 
-def write_json(name: str, payload: dict) -> Path:
-    """Write ``results/<name>.json`` and return its path."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_json(name: str, payload: dict, out: Path = RESULTS) -> Path:
+    """Write ``<out>/<name>.json`` (default: benchmarks/results) and return its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
 

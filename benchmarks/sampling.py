@@ -23,9 +23,11 @@ index width and per sampler backend (``NeighborSampler(backend=...)``: ``torch``
 ops, ``kernel`` with the CUDA kernel of ``cuda/sample_neighbors.cu``), 50 batches of 1,024
 distinct random seeds with fanouts [15, 10, 5] after 3 warm-up batches. Every backend samples the
 same seed batches. ``--backend`` lists the backends (default: ``torch`` on CPU, both on CUDA;
-``kernel`` needs CUDA). Reported, one row per index width and backend: the median batch time, the
-median of per-batch sampled edges per second and the total edges / total time. Threads: torch's
-default (all visible cores).
+``kernel`` needs CUDA). On CUDA each case also runs with the graph in pinned host memory read
+over UVA (``CSRGraph.to_uva``, the loaders' ``graph_memory="uva"``) beside the graph in GPU
+memory (``--graph-memory``, default both). Reported, one row per index width, graph memory and
+backend: the median batch time, the median of per-batch sampled edges per second and the total
+edges / total time. Threads: torch's default (all visible cores).
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(graph: CSRGraph, args: argparse.Namespace, label: str, backend: str) -> dict:
+def measure(
+    graph: CSRGraph, args: argparse.Namespace, label: str, backend: str, memory: str
+) -> dict:
     device = graph.device
     sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, backend=backend)
     total = args.warmup + args.batches
@@ -91,6 +95,7 @@ def measure(graph: CSRGraph, args: argparse.Namespace, label: str, backend: str)
     rates = [e / t for e, t in zip(edges, times, strict=True)]
     return {
         "indices": label,
+        "graph_memory": memory,
         "backend": backend,
         "batches": args.batches,
         "median_batch_s": statistics.median(times),
@@ -119,13 +124,13 @@ def markdown(env: dict, payload: dict) -> str:
         f"(1-min load average {load[0]:.2f} before, {load[1]:.2f} after); "
         f"peak RSS {payload['peak_rss_gib']:.2f} GiB.",
         "",
-        "| CSR indices | backend | CSR build (s) | median batch (ms) | median edges/s "
-        "| total edges/s | edges/batch | nodes/batch |",
-        "|---|---|---|---|---|---|---|---|",
+        "| CSR indices | graph in | backend | CSR build (s) | median batch (ms) "
+        "| median edges/s | total edges/s | edges/batch | nodes/batch |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["results"]:
         lines.append(
-            f"| {r['indices']} | {r['backend']} | {r['csr_build_s']:.2f} "
+            f"| {r['indices']} | {r['graph_memory']} | {r['backend']} | {r['csr_build_s']:.2f} "
             f"| {1e3 * r['median_batch_s']:.1f} "
             f"| {r['median_edges_per_s'] / 1e6:.2f} M | {r['total_edges_per_s'] / 1e6:.2f} M "
             f"| {r['mean_sampled_edges']:,.0f} | {r['mean_sampled_nodes']:,.0f} |"
@@ -156,11 +161,17 @@ def run(
             graph_info["max_in_degree"] = int(deg.max())
             graph_info["isolated_in"] = int((deg == 0).sum())
         print(f"{device.type} {label}: CSR built in {build:.2f} s", file=sys.stderr, flush=True)
-        for backend in backends:
-            row = {"csr_build_s": build, **measure(graph, args, label, backend)}
-            print(f"  {row}", file=sys.stderr, flush=True)
-            results.append(row)
-        del graph
+        placed = {"host" if device.type == "cpu" else "device": graph}
+        if device.type == "cuda" and "uva" in args.graph_memory:
+            placed["uva"] = graph.to_uva(device)
+        if device.type == "cuda" and "device" not in args.graph_memory:
+            del placed["device"]
+        for memory, g in placed.items():
+            for backend in backends:
+                row = {"csr_build_s": build, **measure(g, args, label, backend, memory)}
+                print(f"  {row}", file=sys.stderr, flush=True)
+                results.append(row)
+        del graph, placed
     payload = {
         **env,
         "sample_device": device.type,
@@ -170,6 +181,7 @@ def run(
         "batches": args.batches,
         "warmup": args.warmup,
         "backends": backends,
+        "graph_memory": ["host"] if device.type == "cpu" else args.graph_memory,
         "torch_threads": torch.get_num_threads(),
         "load_average_before_after": [load_before, os.getloadavg()[0]],
         "results": results,
@@ -179,9 +191,9 @@ def run(
         payload["cuda"] = torch.version.cuda
     payload["peak_rss_gib"] = peak_rss_gib()
     name = f"sampling-{device.type}"
-    write_json(name, payload)
-    (RESULTS / f"{name}.md").write_text(markdown(env, payload))
-    print((RESULTS / f"{name}.md").read_text())
+    write_json(name, payload, args.out)
+    (args.out / f"{name}.md").write_text(markdown(env, payload))
+    print((args.out / f"{name}.md").read_text())
 
 
 def parse_backends(text: str) -> list[str]:
@@ -222,7 +234,17 @@ def main() -> None:
         metavar="torch,kernel",
         help="sampler backends to compare (default: torch on CPU, torch,kernel on CUDA)",
     )
+    p.add_argument(
+        "--graph-memory",
+        type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
+        default=["device", "uva"],
+        metavar="device,uva",
+        help="on CUDA: the graph in GPU memory, in pinned host memory over UVA, or both",
+    )
+    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
     args = p.parse_args()
+    if not args.graph_memory or set(args.graph_memory) - {"device", "uva"}:
+        p.error(f"--graph-memory: expected device, uva or device,uva, got {args.graph_memory}")
     devices = {"auto": ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), "cpu": ["cpu"]}
     devices["cuda"] = ["cuda"]
     if args.device == "cpu" and args.backend == ["kernel"]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -89,13 +88,10 @@ def test_dgl_gat_attends_to_each_node_once_itself() -> None:
 def test_cora_sage_dgl_reaches_075_within_the_configured_epochs(tmp_path: Path) -> None:
     cfg = load_config("cora-sage-dgl", [f"workdir={tmp_path}", "device=cpu"])
     assert cfg.backend == "dgl"
-    start = time.perf_counter()
     result = train(cfg, log=None)
-    elapsed = time.perf_counter() - start
     assert len(result.epochs) == cfg.epochs
     assert result.final_test_acc >= 0.75, result.summary()
     assert result.best_epoch.test_acc >= 0.75, result.summary()
-    assert elapsed < 60, f"cora-sage-dgl took {elapsed:.1f} s"
     assert result.num_edges == 10556 and result.eval_mode == "full neighborhood"
     summary = result.summary()
     assert summary.startswith("== ibp-graph train: cora, sage (dgl), IBP on, cpu ==")
