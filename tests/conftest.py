@@ -311,3 +311,26 @@ def run_docstring_example(doc: str, stop: str, name: str) -> None:
     code = doc.split(".. code-block:: python\n")[1].split(stop)[0]
     code = "\n".join(line[4:] for line in code.splitlines())
     exec(compile(code, name, "exec"), {})
+
+
+#: Rows of each real table that the kernel tests compress (a random subset keeps them quick).
+REAL_TABLE_ROWS = 800
+
+
+@pytest.fixture(scope="session")
+def real_table_rows() -> list[tuple[str, np.ndarray]]:
+    """(name, up to `REAL_TABLE_ROWS` random rows) of every real table of ../shared/datasets."""
+    from benchmarks import real_tables
+
+    if not real_tables.available():
+        pytest.skip(
+            f"real datasets not found under {real_tables.SHARED_DATASETS} "
+            "(set IBP_GRAPH_DATASETS to the shared/datasets folder)"
+        )
+    pytest.importorskip("scipy", reason="the derived SVD tables need SciPy")
+    rng = np.random.default_rng(0)
+    out = []
+    for name, x, _note in real_tables.load_all():
+        pick = np.sort(rng.choice(x.shape[0], min(REAL_TABLE_ROWS, x.shape[0]), replace=False))
+        out.append((name, np.ascontiguousarray(x[pick])))
+    return out

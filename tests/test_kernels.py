@@ -249,3 +249,18 @@ def test_incompressible_table_is_fetched_raw_and_exact(tmp_path) -> None:
         ids = torch.randint(0, 2000, (999,), device="cuda")
         got = t[ids].cpu().view(torch.int32)
         assert torch.equal(got, torch.from_numpy(noise.view(np.int32))[ids.cpu()])
+
+
+@gpu
+@needs_gpu
+def test_fetch_matches_cpu_decoder_on_the_real_tables(tmp_path, real_table_rows) -> None:
+    rng = np.random.default_rng(2)
+    for name, x in real_table_rows:
+        for clusters in (1, 3):
+            path = tmp_path / f"{name}-{clusters}.ibp"
+            cpu = ibp_graph.compress(x, path, clusters=clusters, progress=False)
+            with ibp_graph.open(path, device="cuda") as gpu_table:
+                ids = torch.from_numpy(rng.integers(0, x.shape[0], 4000)).cuda()
+                got = gpu_table[ids].cpu()
+                want = cpu[ids.cpu()]
+                assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), name

@@ -157,3 +157,17 @@ def test_incompressible_file_rows_are_the_table(lib, tmp_path) -> None:
     assert raw_bypass(table)
     rows = np.asarray(table.rows_section).view(np.uint8)[: x.nbytes].reshape(64, -1)
     assert np.array_equal(rows, x.view(np.uint8).reshape(64, -1))
+
+
+def test_fused_kernel_decodes_the_real_tables(lib, tmp_path, real_table_rows) -> None:
+    rng = np.random.default_rng(5)
+    for name, x in real_table_rows:
+        for clusters in (1, 2) if x.shape[1] <= 1000 else (1,):  # fitting k=2 on wide rows is slow
+            path = tmp_path / f"{name}-{clusters}.ibp"
+            table = ibp_graph.compress(x, path, clusters=clusters, progress=False)
+            ids = rng.integers(0, x.shape[0], 24)  # each lane is a thread here: keep it short
+            out, error = fetch_on_host(lib, table, ids)
+            assert error.tolist() == [0, 0], name
+            want = x[ids].view(np.uint8).reshape(ids.size, -1)
+            assert np.array_equal(out, want), f"{name} (k={clusters}): rows differ"
+            table.close()
