@@ -68,6 +68,11 @@ def _stream_context(stream: torch.cuda.Stream | None) -> Any:
     return torch.cuda.stream(stream)
 
 
+def _pinned_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor in pinned memory from torch's caching host allocator."""
+    return torch.empty(shape, dtype=dtype, pin_memory=True)
+
+
 class FeatureSource(abc.ABC):
     """A read-only table of node features that returns any set of rows.
 
@@ -174,9 +179,22 @@ class TensorFeatures(FeatureSource):
         return self.tensor.device
 
     def gather(self, ids: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> torch.Tensor:
-        """``tensor[ids]`` on `device`."""
+        """``tensor[ids]`` on `device`.
+
+        A CPU tensor bound for a GPU is gathered into pinned memory and copied on ``stream``
+        without blocking the host. The pinned buffer comes from torch's caching host
+        allocator, which records the copy on ``stream`` and does not reuse the buffer before
+        the copy has finished. (From pageable memory the copy would make the host wait for
+        everything queued on ``stream`` first.)
+        """
         with _stream_context(stream):
-            rows = self.tensor.index_select(0, ids.to(self.tensor.device, torch.int64))
+            idx = ids.to(self.tensor.device, torch.int64)
+            pinned = self.tensor.device.type == "cpu" and self._device.type == "cuda"
+            if pinned and not self.tensor.requires_grad:  # out= does not record gradients
+                staging = _pinned_empty((idx.numel(), *self.row_shape), self.dtype)
+                torch.index_select(self.tensor, 0, idx, out=staging)
+                return staging.to(self._device, non_blocking=True)
+            rows = self.tensor.index_select(0, idx)
             # Asynchronous only towards a GPU: a CPU result must be complete when returned.
             return rows.to(self._device, non_blocking=self._device.type == "cuda")
 

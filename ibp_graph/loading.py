@@ -269,9 +269,17 @@ class BaseNodeLoader(abc.ABC):
         self.progress = check_bool("progress", progress)
 
     def _start_pipeline(self) -> None:
-        """Create the counters and, on a GPU, the side stream (after ``device`` is set)."""
+        """Create the counters and, on a GPU, the side stream (after ``device`` is set).
+
+        On a GPU it also waits for the device: what the constructor put there (the graph,
+        attributes, tables) may have been queued on any stream, and the side stream is
+        ordered only after the stream current when iteration starts.
+        """
         self.stats = LoaderStats()
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._stream = None
+        if self.device.type == "cuda":
+            self._stream = torch.cuda.Stream(self.device)
+            torch.cuda.synchronize(self.device)
         self._epoch = 0
 
     # -- iteration -----------------------------------------------------------------------

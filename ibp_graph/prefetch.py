@@ -6,14 +6,27 @@ stream). `LoaderStats` counts per-stage seconds, rows, bytes over PCIe and decod
 
 Stream discipline on a GPU (as DGL GraphBolt's feature reads):
 
-1. the side stream first waits for the consumer's current stream (``wait_stream``), so it
-   sees everything the consumer wrote before;
+1. the side stream waits for the consumer's stream once, before the first batch of the
+   iteration (``wait_stream``), so it sees everything written before (the graph, the features
+   and the attributes copied to the GPU); after that, before preparing more batches, it
+   waits only for the consumer's work up to the previous handover (an event recorded then),
+   never for the training step just queued: the sampler reads sizes back to the host, so
+   waiting for the latest step would stall the host until that step finished and leave the
+   GPU idle while it samples. The inputs a batch is prepared from must not be changed in
+   place during an iteration;
 2. sampling and fetching run on the side stream, bracketed by timing events;
-3. every output tensor is ``record_stream``-ed on the consumer stream, so the caching
-   allocator does not reuse its memory while the consumer may still read it;
-4. one event marks the end of each batch; before the batch is handed over, the consumer
-   stream waits on it (``wait_event``: no host synchronisation); the prefetcher then drops
-   its references to the batch and its event.
+3. one event marks the end of each batch; when the batch is handed over, the stream current
+   at that ``next()`` waits on it (``wait_event``: no host synchronisation), and every CUDA
+   tensor of the batch is ``record_stream``-ed on that stream, so the caching allocator does
+   not reuse its memory while the consumer may still read it; the prefetcher then drops its
+   references to the batch and its event. Batches dropped before their handover (``close``,
+   ``break``) are never read by the consumer and need no record.
+
+An exception raised while preparing a batch is raised by the ``next()`` that would have
+returned that batch: the batches prepared before it are handed over first, no later batch is
+prepared, and the work source is closed. A CUDA error of the device itself
+(``torch.AcceleratorError``) is raised at once: it is sticky, so the batches before it could
+not be used anyway.
 
 CUDA timings are read lazily (`LoaderStats.resolve`): only events that already completed
 are read during an epoch, the rest at its end.
@@ -40,6 +53,10 @@ T = TypeVar("T")
 #: Timed stages: sampling, fetching features (and assembling the batch), and the time the
 #: consumer spent inside ``next()``.
 STAGES = ("sample", "fetch", "wait")
+#: Errors of the device itself (torch >= 2.8), raised at once instead of in order.
+_DEVICE_ERRORS: tuple[type[BaseException], ...] = tuple(
+    e for e in (getattr(torch, "AcceleratorError", None),) if e is not None
+)
 #: Pending CUDA entries above which `Prefetcher` reads the completed ones mid-epoch.
 _RESOLVE_EVERY = 64
 
@@ -211,6 +228,10 @@ class _Slot(Generic[T]):
 class Prefetcher(Generic[S, T]):
     """Iterate over fetched batches while the next ``depth`` are prepared ahead.
 
+    On a GPU a batch is ready on the stream that is current at the ``next()`` returning it
+    (that stream waits for it, and the allocator keeps its memory until that stream's work on
+    it is done): read the batch on that stream, or make another stream wait for it first.
+
     Example:
         >>> work = (sampler.sample(seeds) for seeds in chunks)         # doctest: +SKIP
         >>> for batch in Prefetcher(work, fetch, depth=2, device="cuda"):  # doctest: +SKIP
@@ -249,12 +270,27 @@ class Prefetcher(Generic[S, T]):
         if self._cuda:
             if not torch.cuda.is_available():
                 raise IBPInputError(f"device='{device}' but torch.cuda.is_available() is False")
-            self.stream = stream if stream is not None else torch.cuda.Stream(self.device)
+            if self.device.index is None:  # pin the GPU: the current device may change later
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            if stream is None:
+                stream = torch.cuda.Stream(self.device)
+            elif torch.device(stream.device) != self.device:
+                raise IBPInputError(
+                    f"stream is on {stream.device}, the prefetcher works on {self.device}"
+                )
+            self.stream = stream
         else:
             self.stream = None
         self._source: Iterator[Any] | None = iter(batches)
         self._fetch = fetch_fn
         self._queue: deque[_Slot[T]] = deque()
+        #: An exception raised while preparing a batch, raised once the batches before it
+        #: have been handed over.
+        self._error: Exception | None = None
+        #: Whether the side stream has waited for the consumer's stream (the first batch).
+        self._joined = False
+        #: The consumer's stream at the last handover, for the side stream to wait on.
+        self._handover: torch.cuda.Event | None = None
         #: Most batches held at once (at most ``depth + 1``).
         self.peak_in_flight = 0
 
@@ -270,12 +306,20 @@ class Prefetcher(Generic[S, T]):
         t0 = time.perf_counter()
         self._fill()
         if not self._queue:
+            error, self._error = self._error, None
             self.close()
+            if error is not None:
+                raise error
             raise StopIteration
         slot = self._queue.popleft()
-        if slot.ready is not None:
-            torch.cuda.current_stream(self.device).wait_event(slot.ready)
         out = slot.out
+        if slot.ready is not None:
+            consumer = torch.cuda.current_stream(self.device)
+            consumer.wait_event(slot.ready)
+            # The stream that waited is the one that reads the batch: the allocator must not
+            # hand its memory to the side stream before that stream's work on it is done.
+            record_stream(out, consumer)
+            self._handover = consumer.record_event()
         del slot  # the prefetcher keeps no reference to a handed-over batch
         self.stats.batches += 1
         self.stats.add_seconds("wait", time.perf_counter() - t0)
@@ -286,15 +330,28 @@ class Prefetcher(Generic[S, T]):
     def close(self) -> None:
         """Drop prepared batches and stop (also closes a generator source)."""
         self._queue.clear()
+        self._error = None
+        self._close_source()
+
+    # ----------------------------------------------------------------------------------
+    def _close_source(self) -> None:
         source, self._source = self._source, None
         close = getattr(source, "close", None)
         if callable(close):
             close()
 
-    # ----------------------------------------------------------------------------------
     def _fill(self) -> None:
         while self._source is not None and len(self._queue) <= self.depth:
-            slot = self._produce_cuda() if self._cuda else self._produce_cpu()
+            try:
+                slot = self._produce_cuda() if self._cuda else self._produce_cpu()
+            except _DEVICE_ERRORS:
+                # A CUDA error is sticky: every later CUDA call fails too, so say it now.
+                self.close()
+                raise
+            except Exception as exc:  # raised in order, after the batches prepared before
+                self._error = exc
+                self._close_source()
+                return
             if slot is None:
                 self._source = None
                 return
@@ -320,9 +377,13 @@ class Prefetcher(Generic[S, T]):
         return _Slot(out, None)
 
     def _produce_cuda(self) -> _Slot[T] | None:
-        consumer = torch.cuda.current_stream(self.device)
         side = self.stream
-        side.wait_stream(consumer)
+        if not self._joined:
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            self._joined = True
+        elif self._handover is not None:
+            side.wait_event(self._handover)
+            self._handover = None
         with torch.cuda.stream(side):
             start = torch.cuda.Event(enable_timing=True)
             start.record(side)
@@ -334,7 +395,6 @@ class Prefetcher(Generic[S, T]):
             out = self._fetch(sampled, side)
             ready = torch.cuda.Event(enable_timing=True)
             ready.record(side)
-        record_stream(out, consumer)
         self.stats.add_interval("sample", start, sampled_at)
         self.stats.add_interval("fetch", sampled_at, ready)
         return _Slot(out, ready)
