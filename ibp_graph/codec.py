@@ -165,8 +165,10 @@ class CodecParams:
         return np.ascontiguousarray(vals.transpose(0, 2, 1))
 
     def arrays(self, xp: Any = np) -> _Arrays:
-        """The arrays the encoder uses, on NumPy or (copied once, cached) on CuPy's device."""
+        """The encoder's arrays, on NumPy or (copied once, cached) on CuPy's current device."""
         key = f"_arrays_{xp.__name__}"
+        if xp is not np:  # CuPy: a copy per device, since kernels read only the current one
+            key += f"_{xp.cuda.Device().id}"
         if key not in self.__dict__:
             keys = self.sorted_keys if self.word_bytes == 4 else None
             lut = self.field_lut
@@ -416,6 +418,8 @@ def encode(words: Any, params: CodecParams, align: int, cluster: Any | None = No
     xp = array_module(words)
     if params.num_clusters == 1:
         cluster = None
+    elif cluster is not None:
+        cluster = xp.asarray(cluster)  # where the words are: it indexes device arrays below
     lay = _layout(words, _row_params(params, cluster, xp), params)
     sizes, raw = stored_sizes(lay.bits, v, params.word_bytes, align)
     starts = exclusive_cumsum(sizes)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,11 @@ from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit
 from .sources import TableSource, open_source
 from .table import IBPTable
 
-#: Words encoded per batch: small enough for the temporaries to stay in cache.
+#: Words encoded per batch on the CPU: small enough for the temporaries to stay in cache.
 ENCODE_BATCH_WORDS = 1 << 17
+#: Words encoded per batch on a GPU: large enough that launches and the few host syncs of a
+#: batch are amortised (about 0.5 GiB of temporaries at 8-byte words).
+GPU_ENCODE_BATCH_WORDS = 1 << 24
 #: ``align="auto"`` takes the largest alignment (up to 16) costing at most this much space
 #: over byte alignment, on the sample.
 ALIGN_SLACK = 0.01
@@ -65,8 +70,16 @@ def sample_ids(num_rows: int, num_words: int, sample: int | None, seed: int) -> 
     return np.sort(rng.choice(num_rows, size=count, replace=False)).astype(np.int64)
 
 
-def _encoder_device(device: str) -> tuple[Any, Any]:
-    """Functions moving words to the encoding device and results back to NumPy."""
+def _identity(a: Any) -> Any:
+    return a
+
+
+def _encoder_device(device: str) -> tuple[Any, Any, AbstractContextManager[Any]]:
+    """To-device and to-NumPy functions, and the scope every encoding step must run in.
+
+    CuPy allocates and launches on its current device, so the parameters, the temporaries and
+    the kernels of ``cuda:N`` follow the words onto device N only inside that scope.
+    """
     import torch
 
     try:
@@ -74,7 +87,7 @@ def _encoder_device(device: str) -> tuple[Any, Any]:
     except (RuntimeError, TypeError):
         raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}") from None
     if dev.type == "cpu":
-        return (lambda a: a), (lambda a: a)
+        return _identity, _identity, contextlib.nullcontext()
     if dev.type != "cuda":
         raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
     from .kernels.runtime import cupy, require_cuda
@@ -82,12 +95,10 @@ def _encoder_device(device: str) -> tuple[Any, Any]:
     require_cuda("compress(device='cuda')")
     cp = cupy()
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-
-    def to_device(a: np.ndarray) -> Any:
-        with cp.cuda.Device(index):
-            return cp.asarray(a)
-
-    return to_device, (lambda a: a.get())
+    count = cp.cuda.runtime.getDeviceCount()
+    if not 0 <= index < count:
+        raise IBPInputError(f"device {device!r}: there are {count} CUDA device(s)")
+    return cp.asarray, (lambda a: a.get()), cp.cuda.Device(index)
 
 
 def choose_alignment(bits: np.ndarray, num_words: int, word_bytes: int) -> int:
@@ -149,7 +160,7 @@ def compress(
         The written file, opened as an :class:`~ibp_graph.table.IBPTable`.
     """
     th = _check_options(clusters, threshold, word_bytes, align, sample)
-    to_device, from_device = _encoder_device(device)
+    to_device, from_device, on_device = _encoder_device(device)
     if isinstance(data, (str, os.PathLike)):
         data = open_source(data)
     if isinstance(data, TableSource):
@@ -179,7 +190,8 @@ def compress(
     show = (
         progress if progress is not None else (None if raw_bytes >= PROGRESS_MIN_BYTES else False)
     )
-    per_batch = max(1, ENCODE_BATCH_WORDS // v)
+    batch_words = ENCODE_BATCH_WORDS if from_device is _identity else GPU_ENCODE_BATCH_WORDS
+    per_batch = max(1, batch_words // v)
     sizes = np.empty(n, dtype=np.int64)
     cluster_ids = np.zeros(n, dtype=np.uint8)
     raw_rows = np.zeros(n, dtype=bool)
@@ -194,6 +206,7 @@ def compress(
             file=sys.stderr,
             leave=False,
         ) as bar,
+        on_device,
     ):
         for s in range(0, n, per_batch):
             words = to_device(rows_to_words(np.asarray(array[s : s + per_batch]), name, word_bytes))
