@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .dtypes import as_table, row_bytes, torch_dtype
+from .dtypes import as_table, row_bytes, storage_dtype, torch_dtype
 from .errors import IBPFormatError, IBPInputError
 from .indexing import normalize_ids
-from .kernels.fetch_decode import DeviceCodec, fetch_decode
+from .kernels.fetch_decode import DeviceCodec, check_idx, check_launch, fetch_decode
 from .kernels.raw_gather import raw_gather
 from .kernels.runtime import cupy, require_cuda
 from .pinned import PinnedBuffer
@@ -50,6 +51,7 @@ def _bar(total: int, desc: str, progress: bool | None) -> tqdm:
 
 
 def _fill_pinned(buffer: PinnedBuffer, source: np.ndarray, desc: str, progress) -> None:
+    """Copy ``source``'s bytes as they are into ``buffer`` (chunk by chunk, with a bar)."""
     flat = source.reshape(-1).view(np.uint8)
     with _bar(flat.size, desc, progress) as bar:
         for s in range(0, flat.size, COPY_CHUNK):
@@ -58,31 +60,44 @@ def _fill_pinned(buffer: PinnedBuffer, source: np.ndarray, desc: str, progress) 
             bar.update(part.size)
 
 
+def _fill_pinned_rows(
+    buffer: PinnedBuffer, rows: np.ndarray, storage: np.dtype, desc: str, progress
+) -> None:
+    """Copy a 2-D table into ``buffer`` as little-endian ``storage`` elements, row-major.
+
+    Works chunk by chunk of rows, so a strided or byte-swapped (big-endian) input, or a memmap
+    larger than memory, is converted without a full copy.
+    """
+    n, d = rows.shape
+    width = d * storage.itemsize
+    step = max(1, COPY_CHUNK // max(width, 1))
+    with _bar(n * width, desc, progress) as bar:
+        for r in range(0, n, step):
+            part = np.ascontiguousarray(rows[r : r + step], dtype=storage)
+            flat = part.reshape(-1).view(np.uint8)
+            buffer.array[r * width : r * width + flat.size] = flat
+            bar.update(flat.size)
+
+
 def _as_signed(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """Copy an unsigned NumPy array to the GPU as the signed type of the same width."""
     signed = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize]
     return torch.from_numpy(np.ascontiguousarray(array).view(signed)).to(device)
 
 
-class _ErrorFlags:
-    """The kernels' (2,) int32 error slots, checked after a synchronising read."""
-
-    def __init__(self, device: torch.device):
-        self.tensor = torch.zeros(2, dtype=torch.int32, device=device)
-
-    def raise_if_set(self, path: str, idx: torch.Tensor, num_rows: int) -> None:
-        bad_id, bad_row = (int(v) for v in self.tensor.tolist())
-        if bad_id or bad_row:
-            self.tensor.zero_()
-        if bad_id:
-            pos = bad_id - 1
-            raise IBPInputError(
-                f"row index {int(idx[pos])} (at position {pos}) is out of range for a table "
-                f"of {num_rows} rows"
-            )
-        if bad_row:
-            pos = bad_row - 1
-            raise IBPFormatError(f"{path}: corrupt row {int(idx[pos])}: its fields run past it")
+def _raise_errors(error: torch.Tensor, stream, path: str, idx: torch.Tensor, num_rows: int):
+    """Read a launch's (2,) error slots on its stream (synchronising) and raise if set."""
+    with torch.cuda.stream(stream):
+        bad_id, bad_row = (int(v) for v in error.tolist())
+    if bad_id:
+        pos = bad_id - 1
+        raise IBPInputError(
+            f"row index {int(idx[pos])} (at position {pos}) is out of range for a table "
+            f"of {num_rows} rows"
+        )
+    if bad_row:
+        pos = bad_row - 1
+        raise IBPFormatError(f"{path}: corrupt row {int(idx[pos])}: its fields run past it")
 
 
 def _cuda_ids(index: Any, num_rows: int, device: torch.device) -> torch.Tensor:
@@ -128,13 +143,19 @@ class _CudaTableBase:
     def __init__(self, device: torch.device, max_blocks: int | None):
         self.device = device
         self.max_blocks = max_blocks
-        self._errors = _ErrorFlags(device)
         self._pinned: PinnedBuffer | None = None
+        # Held while a launch reads the pinned memory, so that `close` cannot free it between
+        # the check that the table is open and the launch.
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self.shape[0]
 
-    def _launch(self, idx: torch.Tensor, out: torch.Tensor, stream) -> None:
+    @property
+    def _row_bytes(self) -> int:
+        raise NotImplementedError
+
+    def _launch(self, idx: torch.Tensor, out: torch.Tensor, error: torch.Tensor, stream) -> None:
         raise NotImplementedError
 
     def fetch(
@@ -147,25 +168,44 @@ class _CudaTableBase:
     ) -> torch.Tensor:
         """Rows ``idx`` (a CUDA int64 tensor) as a CUDA tensor, launched on ``stream``.
 
+        ``stream`` first waits for the work queued on torch's current stream (where ``idx``
+        was presumably made); ``out`` is allocated for ``stream``.
+
         Args:
             idx: row ids, a contiguous 1-D int64 tensor on this table's device.
             out: where to write (allocated on ``stream`` when None).
             stream: the stream to launch on (default: the current stream).
-            check: synchronise and raise on out-of-range ids. With False, nothing syncs and
-                out-of-range ids leave their output rows untouched: only for ids known to be
-                valid (e.g. from a sampler over this graph).
+            check: synchronise ``stream`` and raise on out-of-range ids (and corrupt rows).
+                With False, nothing syncs and out-of-range ids leave their output rows
+                untouched: only for ids known to be valid (e.g. from a sampler over this
+                graph).
+
+        Raises:
+            IBPInputError: the table is closed, or (``check``) an id is out of range.
+            IBPFormatError: (``check``) a stored row is corrupt.
+            ValueError: ``idx`` or ``out`` has the wrong device, type, shape or size.
         """
         if self._pinned is None:
             raise IBPInputError(f"{self.path}: the table is closed")
         if out is None:
+            check_idx(idx, self.device)
             with torch.cuda.stream(stream):
                 out = torch.empty(
                     (idx.shape[0], self.shape[1]), dtype=self.dtype, device=self.device
                 )
-        self._launch(idx, out, stream)
+        check_launch(idx, out, self._row_bytes, self.device)
+        if idx.shape[0] == 0:
+            return out
+        # Slots of this launch only, zeroed on its stream: no stale error from an earlier
+        # (unchecked) fetch, no race with a fetch on another stream.
+        with torch.cuda.stream(stream):
+            error = torch.zeros(2, dtype=torch.int32, device=self.device)
+        with self._lock:
+            if self._pinned is None:
+                raise IBPInputError(f"{self.path}: the table is closed")
+            self._launch(idx, out, error, stream)
         if check:
-            (stream or torch.cuda.current_stream(self.device)).synchronize()
-            self._errors.raise_if_set(self.path, idx, self.shape[0])
+            _raise_errors(error, stream, self.path, idx, self.shape[0])
         return out
 
     def __getitem__(self, index: Any) -> torch.Tensor:
@@ -176,11 +216,15 @@ class _CudaTableBase:
         return out[0] if scalar else out
 
     def close(self) -> None:
-        """Unpin the host memory; the table cannot be read afterwards."""
-        if self._pinned is not None:
+        """Unpin the host memory; the table cannot be read afterwards.
+
+        Waits for the device first: a fetch may still be reading the memory.
+        """
+        with self._lock:
+            pinned, self._pinned = self._pinned, None
+        if pinned is not None:
             torch.cuda.synchronize(self.device)
-            self._pinned.close()
-            self._pinned = None
+            pinned.close()
 
     def __enter__(self):
         return self
@@ -257,7 +301,11 @@ class CudaIBPTable(_CudaTableBase):
         """Bytes of pinned row data."""
         return self.cpu_table.stored_bytes
 
-    def _launch(self, idx: torch.Tensor, out: torch.Tensor, stream) -> None:
+    @property
+    def _row_bytes(self) -> int:
+        return self.codec.row_bytes
+
+    def _launch(self, idx: torch.Tensor, out: torch.Tensor, error: torch.Tensor, stream) -> None:
         if self.bypass:
             raw_gather(
                 self.codec.rows_ptr,
@@ -265,14 +313,12 @@ class CudaIBPTable(_CudaTableBase):
                 self.codec.row_bytes,
                 idx,
                 out,
-                self._errors.tensor,
+                error,
                 stream=stream,
                 max_blocks=self.max_blocks,
             )
             return
-        fetch_decode(
-            self.codec, idx, out, self._errors.tensor, stream=stream, max_blocks=self.max_blocks
-        )
+        fetch_decode(self.codec, idx, out, error, stream=stream, max_blocks=self.max_blocks)
 
     def __repr__(self) -> str:
         n, d = self.shape
@@ -312,7 +358,7 @@ class PinnedRawTable(_CudaTableBase):
         self.row_bytes = row_bytes(self.shape[1], name)
         with cp.cuda.Device(dev.index):
             pinned = PinnedBuffer(self.shape[0] * self.row_bytes, self.path, cp.cuda)
-            _fill_pinned(pinned, np.ascontiguousarray(array), "pin raw table", progress)
+            _fill_pinned_rows(pinned, array, storage_dtype(name), "pin raw table", progress)
             self.rows_ptr = pinned.pin()
         self._pinned = pinned
 
@@ -321,14 +367,18 @@ class PinnedRawTable(_CudaTableBase):
         """Always 1.0: rows are stored as they are."""
         return 1.0
 
-    def _launch(self, idx: torch.Tensor, out: torch.Tensor, stream) -> None:
+    @property
+    def _row_bytes(self) -> int:
+        return self.row_bytes
+
+    def _launch(self, idx: torch.Tensor, out: torch.Tensor, error: torch.Tensor, stream) -> None:
         raw_gather(
             self.rows_ptr,
             self.shape[0],
             self.row_bytes,
             idx,
             out,
-            self._errors.tensor,
+            error,
             stream=stream,
             max_blocks=self.max_blocks,
         )

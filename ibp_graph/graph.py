@@ -301,17 +301,21 @@ class CSRGraph:
         def mapped(t: torch.Tensor) -> torch.Tensor:
             host = t.detach().cpu().contiguous()
             nbytes = host.numel() * host.element_size()
-            with cp.cuda.Device(index):
+            # Pinned, mapped and wrapped with `index` current: the registration, the device
+            # address and the DLPack exchange all belong to that device.
+            with torch.cuda.device(index), cp.cuda.Device(index):
                 buf = PinnedBuffer(max(nbytes, 1), "CSRGraph.to_uva", cp.cuda)
                 buf.array[:nbytes] = host.view(torch.uint8).reshape(-1).numpy()
                 ptr = buf.pin()
+                # The CuPy array owns `buf` (UnownedMemory's owner), the tensor owns the array
+                # (DLPack deleter): the memory is unpinned when the last tensor over it dies.
                 mem = cp.cuda.UnownedMemory(ptr, nbytes, buf, index)
                 arr = cp.ndarray(
                     tuple(host.shape),
                     dtype=np.dtype(str(host.dtype).removeprefix("torch.")),
                     memptr=cp.cuda.MemoryPointer(mem, 0),
                 )
-            return torch.from_dlpack(arr)
+                return torch.from_dlpack(arr)
 
         return replace(
             self,

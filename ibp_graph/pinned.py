@@ -15,7 +15,8 @@ from .errors import IBPError
 REGISTER_CHUNK = 1 << 30
 #: Extra zero bytes after the data: kernels load whole 16-byte chunks.
 TAIL_PAD = 64
-_HOST_REGISTER_MAPPED = 0x02
+#: cudaHostRegisterMapped: mapped into the device address space (read over UVA).
+_HOST_REGISTER_FLAGS = 0x02
 _CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
 
 
@@ -70,6 +71,7 @@ class PinnedBuffer:
         self.what = what
         self._cuda = cuda
         self._registered: list[int] = []
+        self._device = 0
         avail = available_memory()
         total = self.nbytes + TAIL_PAD
         if avail is not None and total > avail:
@@ -85,35 +87,79 @@ class PinnedBuffer:
         self.device_ptr = 0
 
     def pin(self, progress: Callable[[int], None] | None = None) -> int:
-        """Register the memory with CUDA in chunks; return the device-visible address."""
+        """Register the memory with CUDA in chunks; return the device-visible address.
+
+        Registers with the current CUDA device, which must be the one that reads it.
+
+        Raises:
+            PinningError: CUDA refused to pin the memory, or mapped it at addresses that are
+                not contiguous for the device.
+        """
+        if self.device_ptr:
+            return self.device_ptr
         runtime = self._cuda.runtime
-        total = self.array.size
+        # Whole pages (the mapping has them): the same pages, and no partial-page request.
+        total = -(-self.array.size // mmap.PAGESIZE) * mmap.PAGESIZE
         device = runtime.getDevice()
+        self._device = device
         single = not runtime.deviceGetAttribute(_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, device)
         step = total if single else REGISTER_CHUNK
         try:
             for start in range(0, total, step):
                 size = min(step, total - start)
-                runtime.hostRegister(self.host_ptr + start, size, _HOST_REGISTER_MAPPED)
+                runtime.hostRegister(self.host_ptr + start, size, _HOST_REGISTER_FLAGS)
                 self._registered.append(self.host_ptr + start)
                 if progress is not None:
                     progress(size)
-        except self._cuda.runtime.CUDARuntimeError as exc:
+            # CuPy's runtime module has no cudaHostGetDevicePointer: the pointer attributes
+            # hold the address under which the current device sees the memory.
+            addresses = [
+                int(runtime.pointerGetAttributes(ptr).devicePointer) for ptr in self._registered
+            ]
+        except runtime.CUDARuntimeError as exc:
             self.close()
             raise PinningError(
                 pinning_advice(total, self.what, f"cudaHostRegister: {exc}")
             ) from None
-        self.device_ptr = int(runtime.hostGetDevicePointer(self.host_ptr, 0))
-        return self.device_ptr
+        base = addresses[0]
+        if base == 0 or any(
+            a != base + (p - self.host_ptr)
+            for a, p in zip(addresses, self._registered, strict=True)
+        ):
+            self.close()
+            raise PinningError(
+                f"{self.what}: CUDA mapped the pinned memory at device addresses "
+                f"{[hex(a) for a in addresses]}, not one contiguous range"
+            )
+        self.device_ptr = base
+        return base
 
     def close(self) -> None:
-        """Unregister and free the memory (idempotent)."""
+        """Unregister and free the memory (idempotent).
+
+        Waits for the registering device first (a kernel may still be reading the memory, e.g.
+        when the last tensor over it is dropped right after a launch), and unregisters with
+        that device current, as it was registered.
+        """
         runtime = getattr(self._cuda, "runtime", None)
-        for ptr in self._registered:
+        if self._registered and runtime is not None:
+            previous = None
             try:
-                runtime.hostUnregister(ptr)
-            except Exception:  # noqa: BLE001 - best effort while releasing
+                previous = runtime.getDevice()
+                runtime.setDevice(self._device)
+                runtime.deviceSynchronize()
+            except Exception:  # noqa: BLE001 - best effort while releasing (e.g. at exit)
                 pass
+            for ptr in self._registered:
+                try:
+                    runtime.hostUnregister(ptr)
+                except Exception:  # noqa: BLE001 - best effort while releasing
+                    pass
+            if previous is not None and previous != self._device:
+                try:
+                    runtime.setDevice(previous)
+                except Exception:  # noqa: BLE001 - best effort while releasing
+                    pass
         self._registered = []
         self.device_ptr = 0
         if getattr(self, "_map", None) is not None:

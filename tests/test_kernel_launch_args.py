@@ -766,3 +766,212 @@ def test_parsed_signatures_match_nvrtcs_ptx(source) -> None:
     }
     parsed = {name: [_c_param_bytes(p) for p in ps] for name, ps in signatures(source).items()}
     assert parsed == compiled
+
+
+# --------------------------------------------------------------------------------------------
+# Where the launchers do their CuPy work: inside the device and stream context
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.source for c in CASES])
+def test_launchers_work_inside_the_device_and_stream_context(case, monkeypatch) -> None:
+    """Kernel lookup, DLPack views and the launch all happen inside `cupy_stream`.
+
+    A CuPy kernel is loaded and launched for the device current at the call, and CuPy's
+    ``from_dlpack`` hands its current stream to torch, which makes that stream wait: outside
+    the context that is CuPy's default stream (the training stream), not the launch stream.
+    """
+    module = importlib.import_module(case.module)
+    record(module, monkeypatch)
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def context(stream: Any, device: Any):
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    def tracing(name: str, fn: Callable) -> Callable:
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            events.append(name)
+            return fn(*args, **kwargs)
+
+        return traced
+
+    monkeypatch.setattr(module, "cupy_stream", context)
+    monkeypatch.setattr(module, "kernel", tracing("kernel", module.kernel))
+    monkeypatch.setattr(module, "as_cupy", tracing("as_cupy", module.as_cupy))
+    monkeypatch.setattr(FakeKernel, "__call__", tracing("launch", FakeKernel.__call__))
+    case.launch_all(module, monkeypatch)
+    assert events.count("launch") >= 1
+    inside = False
+    for event in events:
+        if event in ("enter", "exit"):
+            assert inside == (event == "exit"), events
+            inside = event == "enter"
+        else:
+            assert inside, f"{case.module}: {event} outside cupy_stream: {events}"
+
+
+def test_raw_gather_vectors_fit_the_output_address(monkeypatch) -> None:
+    module = importlib.import_module("ibp_graph.kernels.raw_gather")
+    launches = record(module, monkeypatch)
+    n = 3
+    buf = empty((n * 64 + 16,), torch.uint8)
+    for offset, entry in ((0, "v16"), (4, "v4"), (8, "v8"), (3, "v1")):
+        out = buf[offset : offset + n * 64].view(n, 64)
+        idx, error = empty((n,), torch.int64), torch.zeros(2, dtype=torch.int32)
+        module.raw_gather(0x1000, 10, 64, idx, out, error)
+        assert buf.data_ptr() % 16 == 0
+        assert launches[-1].entry == f"ibp_raw_gather_{entry}", offset
+
+
+def test_fetch_decode_refuses_what_the_kernel_cannot_use(monkeypatch) -> None:
+    module = importlib.import_module("ibp_graph.kernels.fetch_decode")
+    launches = record(module, monkeypatch)
+    v, n = 12, 3
+
+    def codec(rows_ptr: int = 0x10000) -> DeviceCodec:
+        return DeviceCodec(
+            rows_ptr=rows_ptr,
+            offsets=section((11,), "u4"),
+            cluster_ids=None,
+            masks=section((1, v), "u4"),
+            code_bits=section((1, v), "u1"),
+            bitvals=section((1, v, 2), "u4"),
+            num_rows=10,
+            num_words=v,
+            word_bytes=4,
+            align=16,
+            row_bytes=4 * v,
+        )
+
+    idx = empty((n,), torch.int64)
+    error = torch.zeros(2, dtype=torch.int32)
+    buf = empty((n * v + 1,), torch.float32)
+    module.fetch_decode(codec(), idx, buf[1:].view(n, v), error)  # 4-byte aligned: fine
+    half = empty((2 * n * v + 1,), torch.float16)
+    with pytest.raises(ValueError, match="out must start at a multiple of 4 bytes"):
+        module.fetch_decode(codec(), idx, half[1:].view(n, 2 * v), error)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        module.fetch_decode(codec(0x10008), idx, buf[1:].view(n, v), error)
+    for bad in (torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int32)):
+        with pytest.raises(ValueError, match="error must be a contiguous"):
+            module.fetch_decode(codec(), idx, buf[1:].view(n, v), bad)
+    assert len(launches) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# runtime.cupy_stream and runtime.kernel against a stand-in of CuPy's device and stream rules
+# --------------------------------------------------------------------------------------------
+
+
+class _FakeCupy:
+    """CuPy's rules that matter here: a kernel, and a stream from ``Stream.from_external``,
+    belong to the device current when they are made; entering a stream of another device
+    fails (as ``cupy.cuda.Stream.__enter__`` does)."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.log: list[tuple] = []
+        outer = self
+
+        class Device:
+            def __init__(self, index: int) -> None:
+                self.index = index
+
+            def __enter__(self) -> None:
+                self.prev, outer.current = outer.current, self.index
+
+            def __exit__(self, *exc: object) -> None:
+                outer.current = self.prev
+
+        class Stream:
+            def __init__(self, ptr: int, device_id: int) -> None:
+                self.ptr, self.device_id = ptr, device_id
+
+            @classmethod
+            def from_external(cls, obj: Any) -> Stream:
+                version, ptr = obj.__cuda_stream__()
+                return cls(ptr, outer.current)
+
+            def __enter__(self) -> None:
+                if self.device_id != outer.current:
+                    raise RuntimeError("stream of another device")
+                outer.log.append(("stream", self.ptr, outer.current))
+
+            def __exit__(self, *exc: object) -> None:
+                pass
+
+        class RawModule:
+            def __init__(self, *, code: str, options: tuple, backend: str) -> None:
+                assert backend == "nvrtc" and isinstance(options, tuple) and code
+
+            def get_function(self, name: str) -> tuple:
+                outer.log.append(("get_function", name, outer.current))
+                return ("kernel", name, outer.current)
+
+        self.cuda = types.SimpleNamespace(Device=Device, Stream=Stream)
+        self.RawModule = RawModule
+
+
+def _torch_stream(ptr: int, index: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        device=torch.device("cuda", index), cuda_stream=ptr, __cuda_stream__=lambda: (0, ptr)
+    )
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch) -> _FakeCupy:
+    from ibp_graph.kernels import runtime
+
+    cp = _FakeCupy()
+    monkeypatch.setattr(runtime, "cupy", lambda: cp)
+
+    @contextlib.contextmanager
+    def torch_device(index: int):
+        prev, cp.current = cp.current, index  # torch and CuPy share the CUDA current device
+        try:
+            yield
+        finally:
+            cp.current = prev
+
+    monkeypatch.setattr(torch.cuda, "device", torch_device)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: cp.current)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: _torch_stream(0x50, index))
+    runtime._kernel.cache_clear()
+    runtime._module.cache_clear()
+    yield cp
+    runtime._kernel.cache_clear()
+    runtime._module.cache_clear()
+
+
+def test_launch_context_switches_to_the_tensors_device(fake_cupy) -> None:
+    from ibp_graph.kernels.runtime import cupy_stream, kernel
+
+    with cupy_stream(None, torch.device("cuda", 1)):
+        assert fake_cupy.current == 1
+        fn = kernel("raw_gather.cu", "ibp_raw_gather_v4", 1)
+    assert fake_cupy.current == 0
+    assert fake_cupy.log == [
+        ("stream", 0x50, 1),  # torch's current stream of cuda:1, entered on cuda:1
+        ("get_function", "ibp_raw_gather_v4", 1),
+    ]
+    assert fn == ("kernel", "ibp_raw_gather_v4", 1)
+    # A kernel for a device is loaded with that device current, whatever the current one is.
+    assert kernel("raw_gather.cu", "ibp_raw_gather_v1", 2) == ("kernel", "ibp_raw_gather_v1", 2)
+    assert kernel("raw_gather.cu", "ibp_raw_gather_v1", 2) is kernel(
+        "raw_gather.cu", "ibp_raw_gather_v1", 2
+    )  # cached
+    with cupy_stream(_torch_stream(0x77, 1), torch.device("cuda", 1)):
+        pass
+    assert fake_cupy.log[-1] == ("stream", 0x77, 1)
+
+
+def test_launch_context_refuses_a_stream_of_another_device(fake_cupy) -> None:
+    from ibp_graph.kernels.runtime import cupy_stream
+
+    with pytest.raises(ValueError, match="stream must be a CUDA stream on cuda:1"):
+        with cupy_stream(_torch_stream(0x77, 0), torch.device("cuda", 1)):
+            pass
+    assert fake_cupy.current == 0

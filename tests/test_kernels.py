@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import inspect
 import re
 import types
 
@@ -86,35 +88,83 @@ def test_launch_checks_name_the_argument() -> None:
 
 
 class _FakeRuntime:
+    """Stands for ``cupy.cuda.runtime`` in the pinning tests (see the test that checks that
+    every method here exists in CuPy's runtime with the same parameters)."""
+
     class CUDARuntimeError(RuntimeError):
         pass
 
-    def __init__(self, fail: bool):
+    def __init__(self, fail: bool, can_use_host_pointer: int = 1, device_offset: int = 0):
         self.fail = fail
-        self.registered: list[tuple[int, int]] = []
-        self.unregistered: list[int] = []
+        self.can_use_host_pointer = can_use_host_pointer
+        self.device_offset = device_offset  # device address - host address, per chunk start
+        self.current = 0
+        self.registered: list[tuple[int, int, int]] = []  # (ptr, size, flags)
+        self.log: list[tuple] = []  # (call, argument, current device)
 
     def getDevice(self):  # noqa: N802 - CUDA's name
-        return 0
+        return self.current
 
-    def deviceGetAttribute(self, attr, device):  # noqa: N802
-        return 1
+    def setDevice(self, device):  # noqa: N802
+        self.current = device
+
+    def deviceSynchronize(self):  # noqa: N802
+        self.log.append(("sync", None, self.current))
+
+    def deviceGetAttribute(self, attrib, device):  # noqa: N802
+        assert attrib == 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
+        return self.can_use_host_pointer
 
     def hostRegister(self, ptr, size, flags):  # noqa: N802
         if self.fail:
             raise self.CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")
-        self.registered.append((ptr, size))
+        self.registered.append((ptr, size, flags))
+        self.log.append(("register", ptr, self.current))
 
     def hostUnregister(self, ptr):  # noqa: N802
-        self.unregistered.append(ptr)
+        self.log.append(("unregister", ptr, self.current))
 
-    def hostGetDevicePointer(self, ptr, flags):  # noqa: N802
-        return ptr
+    def pointerGetAttributes(self, ptr):  # noqa: N802
+        offset = self.device_offset * len([r for r in self.registered if r[0] < ptr])
+        return types.SimpleNamespace(
+            device=self.current, devicePointer=ptr + offset, hostPointer=ptr, type=1
+        )
+
+    def unregistered(self) -> list[int]:
+        return [arg for call, arg, _ in self.log if call == "unregister"]
+
+
+def _cuda(runtime: _FakeRuntime) -> types.SimpleNamespace:
+    return types.SimpleNamespace(runtime=runtime)
+
+
+def _c_params(doc: str) -> list[str]:
+    """Parameter names of a Cython signature line such as ``f(intptr_t ptr, size_t size)``."""
+    inside = doc.splitlines()[0].split("(", 1)[1].rsplit(")", 1)[0]
+    return [p.split()[-1].split("=")[0] for p in inside.split(",") if p.strip()]
+
+
+def test_fake_runtime_has_the_api_of_cupys_runtime() -> None:
+    """What the pinning code calls exists in CuPy's runtime, with the same parameters."""
+    cupy = pytest.importorskip("cupy")
+    real = cupy.cuda.runtime
+    fake = _FakeRuntime(fail=False)
+    assert issubclass(real.CUDARuntimeError, Exception)
+    for name in dir(_FakeRuntime):
+        if name.startswith("_") or name in ("CUDARuntimeError", "unregistered"):
+            continue
+        assert hasattr(real, name), f"cupy.cuda.runtime has no {name}"
+        want = _c_params(getattr(real, name).__doc__)
+        got = list(inspect.signature(getattr(fake, name)).parameters)
+        assert got == want, f"{name}: CuPy takes {want}, the fake {got}"
+    assert real.cudaDevAttrCanUseHostPointerForRegisteredMem == 91
+    assert real.hostAllocMapped == 2  # the value of cudaHostRegisterMapped too
+    assert {"devicePointer", "hostPointer"} <= set(dir(real.PointerAttributes))
 
 
 def test_pinning_failure_says_what_to_change() -> None:
-    fake = types.SimpleNamespace(runtime=_FakeRuntime(fail=True))
-    buf = PinnedBuffer(1 << 20, "x.ibp", fake)
+    runtime = _FakeRuntime(fail=True)
+    buf = PinnedBuffer(1 << 20, "x.ibp", _cuda(runtime))
     with pytest.raises(PinningError) as err:
         buf.pin()
     msg = str(err.value)
@@ -123,20 +173,126 @@ def test_pinning_failure_says_what_to_change() -> None:
 
 
 def test_pinning_registers_and_releases() -> None:
-    runtime = _FakeRuntime(fail=False)
-    buf = PinnedBuffer(3000, "x.ibp", types.SimpleNamespace(runtime=runtime))
+    runtime = _FakeRuntime(fail=False, device_offset=0)
+    runtime.current = 1
+    buf = PinnedBuffer(3000, "x.ibp", _cuda(runtime))
     buf.array[:3000] = 7
     ptr = buf.pin()
     assert ptr == buf.host_ptr and runtime.registered[0][1] >= 3000 + 16
+    assert runtime.registered[0][2] & 0x02  # cudaHostRegisterMapped
+    assert buf.pin() == ptr and len(runtime.registered) == 1  # pinned once
+    runtime.current = 0  # released from another device's thread
     buf.close()
-    assert runtime.unregistered == [ptr]
+    # The registering device is waited for, then the memory unregistered with it current.
+    assert runtime.log[1:] == [("sync", None, 1), ("unregister", ptr, 1)]
+    assert runtime.current == 0
     buf.close()  # idempotent
+    assert runtime.unregistered() == [ptr]
+
+
+def test_dropping_a_pinned_buffer_waits_for_the_device_before_unpinning() -> None:
+    runtime = _FakeRuntime(fail=False)
+    buf = PinnedBuffer(100, "x.ibp", _cuda(runtime))
+    ptr = buf.pin()
+    del buf
+    gc.collect()
+    assert [call for call, _, _ in runtime.log] == ["register", "sync", "unregister"]
+    assert runtime.unregistered() == [ptr]
+
+
+def test_pinning_in_chunks_needs_one_device_range(monkeypatch) -> None:
+    monkeypatch.setattr("ibp_graph.pinned.REGISTER_CHUNK", 4096)
+    runtime = _FakeRuntime(fail=False)
+    buf = PinnedBuffer(10_000, "x.ibp", _cuda(runtime))
+    assert buf.pin() == buf.host_ptr
+    assert [r[0] - buf.host_ptr for r in runtime.registered] == [0, 4096, 8192]
+    buf.close()
+    # Chunks that the device sees at scattered addresses cannot be read as one table.
+    runtime = _FakeRuntime(fail=False, device_offset=1 << 20)
+    buf = PinnedBuffer(10_000, "x.ibp", _cuda(runtime))
+    with pytest.raises(PinningError, match="not one contiguous range"):
+        buf.pin()
+    assert sorted(runtime.unregistered()) == sorted(r[0] for r in runtime.registered)
+    # A device that cannot use host pointers gets one registration (one mapped range).
+    runtime = _FakeRuntime(fail=False, can_use_host_pointer=0, device_offset=1 << 20)
+    buf = PinnedBuffer(10_000, "x.ibp", _cuda(runtime))
+    assert buf.pin() == buf.host_ptr and len(runtime.registered) == 1
+    buf.close()
 
 
 def test_pinning_refuses_more_than_available_memory(monkeypatch) -> None:
     monkeypatch.setattr("ibp_graph.pinned.available_memory", lambda: 1 << 20)
     with pytest.raises(PinningError, match="only 0.00 GiB of memory is available"):
-        PinnedBuffer(1 << 30, "big.ibp", types.SimpleNamespace(runtime=_FakeRuntime(False)))
+        PinnedBuffer(1 << 30, "big.ibp", _cuda(_FakeRuntime(False)))
+
+
+def test_raw_rows_are_pinned_little_endian_and_row_major() -> None:
+    from ibp_graph.cuda_table import _fill_pinned_rows
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((300, 7)).astype(np.float32)
+    for source in (x.astype(">f4"), np.asfortranarray(x), x[:, ::-1].copy()[:, ::-1]):
+        buf = PinnedBuffer(x.nbytes, "raw", _cuda(_FakeRuntime(False)))
+        _fill_pinned_rows(buf, source, np.dtype("<f4"), "pin", progress=False)
+        assert buf.array[: x.nbytes].tobytes() == x.tobytes()
+        assert not buf.array[x.nbytes :].any()  # the zero tail
+        buf.close()
+
+
+class _RecordingTable:
+    """A `_CudaTableBase` on the CPU whose "kernel" flags the ids >= its row count."""
+
+    @staticmethod
+    def make(num_rows: int = 10):
+        from ibp_graph.cuda_table import _CudaTableBase
+
+        class Table(_CudaTableBase):
+            path = "t.ibp"
+
+            def __init__(self):
+                super().__init__(torch.device("cpu"), None)
+                self.shape = (num_rows, 2)
+                self.dtype = torch.float32
+                self._pinned = object()
+                self.errors_seen: list[list[int]] = []
+
+            @property
+            def _row_bytes(self) -> int:
+                return 8
+
+            def _launch(self, idx, out, error, stream) -> None:
+                self.errors_seen.append(error.tolist())
+                bad = torch.nonzero((idx < 0) | (idx >= num_rows)).reshape(-1)
+                if bad.numel():
+                    error[0] = int(bad[0]) + 1
+                out.zero_()
+
+        return Table()
+
+
+def test_every_fetch_has_its_own_zeroed_error_slots() -> None:
+    table = _RecordingTable.make()
+    ids = torch.tensor([1, 2, 3])
+    bad = torch.tensor([1, 99, 3])
+    table.fetch(bad, check=False)  # an unchecked fetch with a bad id ...
+    assert table.fetch(ids).shape == (3, 2)  # ... leaves nothing for the next one to report
+    with pytest.raises(IBPInputError, match=r"row index 99 \(at position 1\)"):
+        table.fetch(bad)
+    assert table.fetch(torch.tensor([4, 5])).shape == (2, 2)
+    assert table.errors_seen == [[0, 0]] * 4
+    assert table.fetch(torch.empty(0, dtype=torch.int64)).shape == (0, 2)
+    assert len(table.errors_seen) == 4  # nothing launched for no ids
+
+
+def test_fetch_checks_its_arguments_and_that_the_table_is_open() -> None:
+    table = _RecordingTable.make()
+    with pytest.raises(ValueError, match="idx must be a contiguous 1-D int64"):
+        table.fetch(torch.tensor([1, 2], dtype=torch.int32))
+    with pytest.raises(ValueError, match="out holds"):
+        table.fetch(torch.tensor([1, 2]), out=torch.empty(2, 3))
+    table._pinned = None
+    with pytest.raises(IBPInputError, match="closed"):
+        table.fetch(torch.tensor([1]))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
@@ -264,3 +420,98 @@ def test_fetch_matches_cpu_decoder_on_the_real_tables(tmp_path, real_table_rows)
                 got = gpu_table[ids].cpu()
                 want = cpu[ids.cpu()]
                 assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), name
+
+
+# -- on a GPU: streams, devices, lifetimes ---------------------------------------------------
+
+
+@gpu
+@needs_gpu
+def test_a_fetch_on_a_side_stream_does_not_hold_up_the_default_stream(tmp_path) -> None:
+    x = _table("float32", np.random.default_rng(8))
+    ibp_graph.compress(x, tmp_path / "x.ibp")
+    with ibp_graph.open(tmp_path / "x.ibp", device="cuda") as t:
+        ids = torch.randint(0, len(x), (4000,), device="cuda")
+        t.fetch(ids)  # compiled and warm
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000_000)  # the side stream is busy for about a second
+            out = t.fetch(ids, stream=side, check=False)
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream())
+        # The default stream was given nothing to wait for: its event completes at once.
+        done.synchronize()
+        assert not side.query(), "the default stream waited for the side stream's work"
+        side.synchronize()
+        assert torch.equal(out.cpu().view(torch.int32), x[ids.cpu()].view(torch.int32))
+
+
+@gpu
+@needs_gpu
+def test_an_unchecked_bad_id_is_not_reported_by_a_later_fetch(tmp_path) -> None:
+    x = _table("float32", np.random.default_rng(9))
+    ibp_graph.compress(x, tmp_path / "x.ibp")
+    with ibp_graph.open(tmp_path / "x.ibp", device="cuda") as t:
+        t.fetch(torch.tensor([0, len(x) + 5], device="cuda"), check=False)
+        got = t.fetch(torch.tensor([3, 4], device="cuda"))
+        assert torch.equal(got.cpu().view(torch.int32), x[[3, 4]].view(torch.int32))
+
+
+@gpu
+@needs_gpu
+def test_dropping_a_table_right_after_an_unchecked_fetch_is_safe(tmp_path) -> None:
+    x = _table("float16", np.random.default_rng(10), n=20_000, d=64)
+    ibp_graph.compress(x, tmp_path / "x.ibp")
+    ids = torch.randint(0, len(x), (200_000,), device="cuda")
+    t = ibp_graph.open(tmp_path / "x.ibp", device="cuda")
+    out = t.fetch(ids, check=False)
+    del t  # unpinned while the kernel may still run: must wait for it
+    gc.collect()
+    torch.cuda.synchronize()
+    assert torch.equal(out.cpu().view(torch.int16), x[ids.cpu()].view(torch.int16))
+
+
+@gpu
+@needs_gpu
+def test_raw_gather_into_an_output_view_of_any_alignment() -> None:
+    from ibp_graph.cuda_table import PinnedRawTable
+
+    x = _table("int8", np.random.default_rng(11), d=64)
+    ids = torch.randint(0, len(x), (100,), device="cuda")
+    with PinnedRawTable(x) as t:
+        buf = torch.zeros(100 * 64 + 16, dtype=torch.int8, device="cuda")
+        for offset in (0, 1, 4, 8):
+            out = buf[offset : offset + 100 * 64].view(100, 64)
+            t.fetch(ids, out=out)
+            assert torch.equal(out.cpu(), x[ids.cpu()])
+
+
+@gpu
+@needs_gpu
+def test_pinned_raw_table_of_a_big_endian_array_holds_its_values() -> None:
+    from ibp_graph.cuda_table import PinnedRawTable
+
+    x = np.random.default_rng(12).standard_normal((500, 9)).astype(">f4")
+    with PinnedRawTable(x) as t:
+        assert np.array_equal(t[[0, 7, 499]].cpu().numpy(), x[[0, 7, 499]].astype("<f4"))
+
+
+@gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs"
+)
+def test_a_table_on_the_second_gpu_works_while_the_first_is_current(tmp_path) -> None:
+    x = _table("float32", np.random.default_rng(13))
+    ibp_graph.compress(x, tmp_path / "x.ibp")
+    torch.cuda.set_device(0)
+    with ibp_graph.open(tmp_path / "x.ibp", device="cuda:1") as t:
+        ids = torch.randint(0, len(x), (3000,), device="cuda:1")
+        assert torch.cuda.current_device() == 0
+        got = t.fetch(ids)
+        assert got.device == torch.device("cuda", 1)
+        assert torch.equal(got.cpu().view(torch.int32), x[ids.cpu()].view(torch.int32))
+        assert torch.cuda.current_device() == 0
+        side = torch.cuda.Stream(device=0)
+        with pytest.raises(ValueError, match="stream must be a CUDA stream on cuda:1"):
+            t.fetch(ids, stream=side)

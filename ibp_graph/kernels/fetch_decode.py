@@ -86,14 +86,19 @@ def _entry(codec: DeviceCodec) -> str:
     return f"ibp_fetch_decode_w{codec.word_bytes}_o{o}"
 
 
-def check_launch(idx: torch.Tensor, out: torch.Tensor, row_bytes: int, device: torch.device):
-    """Validate the index and output tensors of a fetch, naming the bad argument."""
+def check_idx(idx: torch.Tensor, device: torch.device) -> None:
+    """Validate the row ids of a fetch: a contiguous 1-D int64 tensor on ``device``."""
     if not isinstance(idx, torch.Tensor) or idx.device != device:
         raise ValueError(f"idx must be a CUDA tensor on {device}, got {_where(idx)}")
     if idx.dtype != torch.int64 or idx.dim() != 1 or not idx.is_contiguous():
         raise ValueError(
             f"idx must be a contiguous 1-D int64 tensor, got {idx.dtype} {tuple(idx.shape)}"
         )
+
+
+def check_launch(idx: torch.Tensor, out: torch.Tensor, row_bytes: int, device: torch.device):
+    """Validate the index and output tensors of a fetch, naming the bad argument."""
+    check_idx(idx, device)
     if not isinstance(out, torch.Tensor) or out.device != device:
         raise ValueError(f"out must be a CUDA tensor on {device}, got {_where(out)}")
     if not out.is_contiguous() or out.shape[0] != idx.shape[0]:
@@ -102,6 +107,16 @@ def check_launch(idx: torch.Tensor, out: torch.Tensor, row_bytes: int, device: t
         raise ValueError(
             f"out holds {out.numel() * out.element_size()} bytes, expected "
             f"{idx.shape[0]} rows of {row_bytes} bytes"
+        )
+
+
+def check_error(error: torch.Tensor, device: torch.device) -> None:
+    """Validate the ``(2,)`` int32 error slots of a launch."""
+    if not isinstance(error, torch.Tensor) or error.device != device:
+        raise ValueError(f"error must be a CUDA tensor on {device}, got {_where(error)}")
+    if error.dtype != torch.int32 or error.shape != (2,) or not error.is_contiguous():
+        raise ValueError(
+            f"error must be a contiguous (2,) int32 tensor, got {error.dtype} {tuple(error.shape)}"
         )
 
 
@@ -120,39 +135,54 @@ def fetch_decode(
 ) -> None:
     """Decode rows ``idx`` of a table into ``out`` on ``stream`` (the current one if None).
 
-    ``error`` is a zeroed ``(2,)`` int32 CUDA tensor: afterwards ``error[0]`` holds 1 + the
-    position of an out-of-range id and ``error[1]`` 1 + the position of a corrupt row (0 when
-    none). The launch does not synchronise.
+    ``idx``, ``out`` and ``error`` live on the device of the codec's tensors. ``error`` is a
+    zeroed ``(2,)`` int32 CUDA tensor: afterwards ``error[0]`` holds 1 + the position of an
+    out-of-range id and ``error[1]`` 1 + the position of a corrupt row (0 when none); give
+    every launch its own, zeroed on ``stream``. The launch does not synchronise; ``stream``
+    waits for the work queued on torch's current stream before it starts.
+
+    Raises:
+        ValueError: a tensor has the wrong device, type, shape or alignment (named).
     """
-    device = out.device
+    device = codec.offsets.device
     check_launch(idx, out, codec.row_bytes, device)
+    check_error(error, device)
+    if codec.rows_ptr % 16:
+        raise ValueError(f"rows_ptr {codec.rows_ptr:#x} is not 16-byte aligned")
+    if codec.row_bytes == codec.num_words * codec.word_bytes and out.data_ptr() % codec.word_bytes:
+        # Rows of whole words are stored word by word: out must be word-aligned.
+        raise ValueError(
+            f"out must start at a multiple of {codec.word_bytes} bytes, got {out.data_ptr():#x}"
+        )
     n = idx.shape[0]
     if n == 0:
         return
     props = torch.cuda.get_device_properties(device)
     max_smem = int(getattr(props, "shared_memory_per_block_optin", DEFAULT_SMEM))
     plan = smem_plan(codec.num_words, codec.word_bytes, codec.align, max_smem)
-    fn = kernel(SOURCE, _entry(codec), device.index)
-    if plan.bytes_per_block > DEFAULT_SMEM:
-        fn.max_dynamic_shared_size_bytes = plan.bytes_per_block
     grid = grid_size(-(-n // plan.warps_per_block), device, max_blocks)
-    args = (
-        np.uint64(codec.rows_ptr),
-        as_cupy(codec.offsets),
-        as_cupy(codec.cluster_ids) if codec.cluster_ids is not None else np.uint64(0),
-        as_cupy(codec.masks),
-        as_cupy(codec.code_bits),
-        as_cupy(codec.bitvals),
-        as_cupy(idx),
-        as_cupy(out.view(torch.uint8).reshape(-1)),
-        as_cupy(error),
-        np.int64(n),
-        np.int64(codec.num_rows),
-        np.int32(codec.num_words),
-        np.int32(codec.bitvals.shape[2]),
-        np.int32(codec.align),
-        np.int32(codec.row_bytes),
-        np.int32(plan.buf_words),
-    )
+    # The kernel, its attribute, the DLPack views and the launch all in device's context, on
+    # the launch stream (see runtime.cupy_stream).
     with cupy_stream(stream, device):
+        fn = kernel(SOURCE, _entry(codec), device.index)
+        if plan.bytes_per_block > DEFAULT_SMEM:
+            fn.max_dynamic_shared_size_bytes = plan.bytes_per_block
+        args = (
+            np.uint64(codec.rows_ptr),
+            as_cupy(codec.offsets),
+            as_cupy(codec.cluster_ids) if codec.cluster_ids is not None else np.uint64(0),
+            as_cupy(codec.masks),
+            as_cupy(codec.code_bits),
+            as_cupy(codec.bitvals),
+            as_cupy(idx),
+            as_cupy(out.view(torch.uint8).reshape(-1)),
+            as_cupy(error),
+            np.int64(n),
+            np.int64(codec.num_rows),
+            np.int32(codec.num_words),
+            np.int32(codec.bitvals.shape[2]),
+            np.int32(codec.align),
+            np.int32(codec.row_bytes),
+            np.int32(plan.buf_words),
+        )
         fn((grid,), (WARP * plan.warps_per_block,), args, shared_mem=plan.bytes_per_block)

@@ -5,17 +5,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .fetch_decode import WARP, check_launch
+from .fetch_decode import WARP, check_error, check_launch
 from .runtime import as_cupy, cupy_stream, grid_size, kernel
 
 SOURCE = "raw_gather.cu"
 WARPS_PER_BLOCK = 8
 
 
-def vector_bytes(row_bytes: int, table_ptr: int) -> int:
-    """The widest vector (16, 8, 4 or 1 bytes) dividing the row width and the base address."""
+def vector_bytes(row_bytes: int, *addresses: int) -> int:
+    """The widest vector (16, 8, 4 or 1 bytes) dividing the row width and every address.
+
+    The kernel moves rows as vectors of that width from the table to the output, so both
+    base addresses (and the row width) must be multiples of it.
+    """
     for v in (16, 8, 4):
-        if row_bytes % v == 0 and table_ptr % v == 0:
+        if row_bytes % v == 0 and all(a % v == 0 for a in addresses):
             return v
     return 1
 
@@ -33,25 +37,28 @@ def raw_gather(
 ) -> None:
     """Copy rows ``idx`` of a ``(num_rows, row_bytes)`` table at ``table_ptr`` into ``out``.
 
-    ``table_ptr`` is a device-visible address (pinned host memory over UVA, or device memory).
-    ``error[0]`` receives 1 + the position of an out-of-range id. Does not synchronise.
+    ``table_ptr`` is an address the device of ``error`` can read (pinned host memory over
+    UVA, or its own memory); ``idx`` and ``out`` live on that device too. ``error[0]``
+    receives 1 + the position of an out-of-range id (``error`` zeroed on ``stream``, one per
+    launch). Does not synchronise; ``stream`` waits for torch's current stream first.
     """
-    device = out.device
+    device = error.device
     check_launch(idx, out, row_bytes, device)
+    check_error(error, device)
     n = idx.shape[0]
     if n == 0:
         return
-    vec = vector_bytes(row_bytes, table_ptr)
-    fn = kernel(SOURCE, f"ibp_raw_gather_v{vec}", device.index)
+    vec = vector_bytes(row_bytes, table_ptr, out.data_ptr())
     grid = grid_size(-(-n // WARPS_PER_BLOCK), device, max_blocks)
-    args = (
-        np.uint64(table_ptr),
-        as_cupy(idx),
-        as_cupy(out.view(torch.uint8).reshape(-1)),
-        as_cupy(error),
-        np.int64(n),
-        np.int64(num_rows),
-        np.int64(row_bytes),
-    )
     with cupy_stream(stream, device):
+        fn = kernel(SOURCE, f"ibp_raw_gather_v{vec}", device.index)
+        args = (
+            np.uint64(table_ptr),
+            as_cupy(idx),
+            as_cupy(out.view(torch.uint8).reshape(-1)),
+            as_cupy(error),
+            np.int64(n),
+            np.int64(num_rows),
+            np.int64(row_bytes),
+        )
         fn((grid,), (WARP * WARPS_PER_BLOCK,), args)

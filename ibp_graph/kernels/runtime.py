@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,29 +63,69 @@ def require_cuda(what: str) -> None:
 
 
 @functools.cache
-def _module(name: str, device: int) -> Any:
+def _module(name: str) -> Any:
+    # Compiled and loaded lazily, once per device, when a kernel is first taken from it.
+    return cupy().RawModule(code=read_source(name), options=NVRTC_OPTIONS, backend="nvrtc")
+
+
+@functools.cache
+def _kernel(source: str, entry: str, device: int) -> Any:
     cp = cupy()
     with cp.cuda.Device(device):
-        return cp.RawModule(code=read_source(name), options=NVRTC_OPTIONS, backend="nvrtc")
+        return _module(source).get_function(entry)
 
 
 def kernel(source: str, entry: str, device: int) -> Any:
-    """The ``entry`` kernel of ``cuda/<source>`` built for ``device`` (cached)."""
-    return _module(source, device).get_function(entry)
+    """The ``entry`` kernel of ``cuda/<source>`` built for ``device`` (cached).
+
+    A CuPy kernel runs in the context of the device that is current when it is called (or
+    when an attribute is set), so call it inside `cupy_stream` for the same device.
+    """
+    return _kernel(source, entry, int(device))
 
 
-def cupy_stream(stream: torch.cuda.Stream | None, device: torch.device) -> Any:
-    """CuPy's view of a torch stream (the current one when None), for launches on it."""
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@contextlib.contextmanager
+def cupy_stream(stream: torch.cuda.Stream | None, device: torch.device) -> Iterator[Any]:
+    """Make ``device`` current (for torch and CuPy) and ``stream`` CuPy's current stream.
+
+    ``stream`` is a torch stream on ``device`` (None: torch's current stream there). Inside,
+    kernels launch on that stream in ``device``'s context, and `as_cupy` hands the stream to
+    torch, which makes it wait for the work queued on torch's current stream.
+
+    Raises:
+        ValueError: ``stream`` belongs to another device.
+    """
     cp = cupy()
-    torch_stream = stream if stream is not None else torch.cuda.current_stream(device)
-    if hasattr(cp.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
-        return cp.cuda.Stream.from_external(torch_stream)
-    return cp.cuda.ExternalStream(torch_stream.cuda_stream, device_id=device.index)
+    index = _device_index(device)
+    with torch.cuda.device(index), cp.cuda.Device(index):
+        torch_stream = stream if stream is not None else torch.cuda.current_stream(index)
+        where = torch.device(torch_stream.device)
+        if where.type != "cuda" or _device_index(where) != index:
+            raise ValueError(f"stream must be a CUDA stream on cuda:{index}, got one on {where}")
+        # Stream.from_external takes the device from the current one: create it in here.
+        if hasattr(cp.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
+            cupy_view = cp.cuda.Stream.from_external(torch_stream)
+        else:  # CuPy < 14 or a stream object without the CUDA stream protocol
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                cupy_view = cp.cuda.ExternalStream(torch_stream.cuda_stream, device_id=index)
+        with cupy_view:
+            yield cupy_view
 
 
 def as_cupy(tensor: torch.Tensor) -> Any:
-    """A zero-copy CuPy view of a CUDA tensor (DLPack)."""
-    return cupy().from_dlpack(tensor)
+    """A zero-copy CuPy view of a CUDA tensor (DLPack).
+
+    Call it inside `cupy_stream`: CuPy hands its current stream to torch's exporter, which
+    makes that stream wait for torch's current one (outside, CuPy's default stream would be
+    made to wait, serialising whatever runs there with the caller's stream). The view keeps
+    the tensor alive.
+    """
+    return cupy().from_dlpack(tensor.detach())
 
 
 #: Default cap on a fetch grid, in blocks per SM, to leave SMs to training.

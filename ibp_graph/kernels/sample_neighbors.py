@@ -84,12 +84,13 @@ def kernel_sample(
         raise ValueError(f"k must be an int, got '{type(k).__name__}'")
     fn_name = entry_point(int(k))
     rows = deg.shape[0]
-    out = torch.empty((rows, int(k)), dtype=torch.int64, device=device)
+    with torch.cuda.stream(stream):  # allocated for the stream that writes it
+        out = torch.empty((rows, int(k)), dtype=torch.int64, device=device)
     if rows == 0:
         return out
-    fn = kernel(SOURCE, fn_name, device.index)
     grid = grid_size(-(-rows // THREADS_PER_BLOCK), device, max_blocks)
-    args = (as_cupy(deg), as_cupy(key), as_cupy(out), np.int64(rows), np.int32(k))
     with cupy_stream(stream, device):
+        fn = kernel(SOURCE, fn_name, device.index)
+        args = (as_cupy(deg), as_cupy(key), as_cupy(out), np.int64(rows), np.int32(k))
         fn((grid,), (THREADS_PER_BLOCK,), args)
     return out
