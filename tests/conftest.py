@@ -320,6 +320,9 @@ REAL_TABLE_ROWS = 800
 @pytest.fixture(scope="session")
 def real_table_rows() -> list[tuple[str, np.ndarray]]:
     """(name, up to `REAL_TABLE_ROWS` random rows) of every real table of ../shared/datasets."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, under any runner
     from benchmarks import real_tables
 
     if not real_tables.available():
