@@ -1,33 +1,65 @@
 """GPU fetch throughput: pinned memcpy, torch gather, raw zero-copy gather, IBP fetch, decode.
 
-Usage (on a machine with a CUDA GPU, CuPy and the datasets folder optional)::
+Usage (on a machine with a CUDA GPU and CuPy; the datasets folder is optional)::
 
-    python benchmarks/fetch.py [--table-gb 4] [--batch 200000] [--repeats 10]
+    python benchmarks/fetch.py [--table-gb 4] [--batch 100000,1000000] [--repeats 10]
+    .venv/bin/python benchmarks/fetch.py --dry-run     # no GPU: build and check every case
 
-For row widths of 256 B, 512 B, 1 KiB and 4 KiB and several kinds of rows (synthetic dense
-float32 of about 1.16x, sparse float32, incompressible random bits, and the real tables when
-../shared/datasets is there), a compressed table of a few GB is made by tiling a compressed
-block of distinct rows (so building it takes seconds, and random ids still touch all of it).
-For random id batches like a GNN's, it measures, as the median of ``--repeats`` timed runs
-after a warm-up, the delivered (decoded) GB/s of:
+Cases: synthetic rows of 256 B, 512 B, 1 KiB and 4 KiB (``--widths``) of four kinds
+(``--kinds``: dense normal float32, about 1.17x; float32 holding bfloat16 values, about
+2.7x; sparse float32 with 5% non-zeros, about 15x; random bits, 1.0x: a table that does not
+compress), then every real float32 / float16 table of `benchmarks.real_tables` with rows of
+at least 64 bytes, at its own width and ratio, when the datasets folder is there
+(``IBP_GRAPH_DATASETS``; SciPy reads the Planetoid pickles and builds the SVD tables).
 
-- ``memcpy``: one pinned host -> device cudaMemcpy of the same number of bytes (the PCIe rate);
-- ``torch``: ``index_select`` on a pinned CPU tensor then ``.to("cuda", non_blocking=True)``;
+Each case compresses a block of distinct rows once on the CPU (``--block-rows`` synthetic
+rows, or the whole real table: at most about 0.4 GB, seconds) and tiles the compressed rows
+``times`` over in pinned host memory, so the table stands for ``--table-gb`` GiB of raw rows
+(its rows: ``times x`` the block's) without compressing GBs; random ids then touch all of it.
+The raw baselines read one pinned raw buffer of ``--table-gb`` GiB, viewed as rows of each
+width (the gather's speed does not depend on the values). Per case and per batch size
+(``--batch``, capped at ``--max-batch-gb`` of rows), with the same random ids (uniform over
+the table's rows, duplicates allowed, as a GNN batch's input nodes), it measures the
+delivered (decoded) GB/s = batch rows x row bytes / time of:
+
+- ``memcpy``: one pinned host -> device copy (``copy_(non_blocking=True)`` from a torch
+  pinned tensor, cudaMemcpyAsync) of the same number of bytes: the PCIe rate;
+- ``torch``: ``index_select`` on the pinned CPU table then ``.to(cuda, non_blocking=True)``
+  (wall clock, synchronised; ``--torch-repeats`` runs: it is the slow one);
 - ``raw``: our raw zero-copy gather from pinned memory (IBP off);
-- ``ibp``: our fused fetch + decode from pinned memory;
-- ``decode_only``: the same kernel with the rows in GPU memory (no PCIe).
+- ``ibp``: our fetch from the pinned compressed rows, launched as `CudaIBPTable` launches it
+  (the fused fetch + decode kernel, or the raw gather when the table is stored raw);
+- ``decode_only``: the same launch with the compressed rows in GPU memory (no PCIe).
 
-Writes ``benchmarks/results/fetch-<device>.json`` and ``.md``.
+GPU timings are CUDA events around ``inner`` back-to-back launches (enough for 20 ms), the
+median of ``--repeats`` samples, after an untimed warm-up call (which compiles the kernel).
+A short GPU sleep queued before the start event keeps the stream busy while the host queues
+the launches, so the events time the GPU work, not the host's launch overhead (the loaders
+launch asynchronously too). Every IBP batch is checked bit for bit against the original rows.
+
+Targets, evaluated per case (``targets`` in the JSON; ``missed_by`` is how far below the goal,
+as a fraction of it, or for the last one the cost above 2%): raw >= 0.8 x memcpy for 512 B
+rows; ibp >= 0.9 x ratio x raw; decode-only >= 10 x memcpy; a table that does not compress
+(stored raw) costs < 2% over raw.
+
+Writes ``benchmarks/results/fetch-<device>.json`` and ``.md`` (``--out``), rewritten after
+every case, so a run cut short keeps the cases it finished; ``--time-budget`` seconds after
+the start no new case begins.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import re
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,176 +69,887 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
-from ibp_graph.cuda_table import PinnedRawTable  # noqa: E402
-from ibp_graph.kernels.fetch_decode import DeviceCodec, fetch_decode  # noqa: E402
-from ibp_graph.kernels.runtime import cupy  # noqa: E402
-from ibp_graph.pinned import PinnedBuffer  # noqa: E402
+from ibp_graph.codec import decode  # noqa: E402
+from ibp_graph.dtypes import row_bytes as dtype_row_bytes  # noqa: E402
+from ibp_graph.dtypes import rows_to_words  # noqa: E402
 
 WIDTHS = (256, 512, 1024, 4096)
+KINDS = ("dense-normal", "bf16-in-fp32", "sparse-5pct", "random-bits")
 BLOCK_ROWS = 1 << 15
+GIB = 1 << 30
+#: Real tables narrower than this are not fetch workloads (tolokers: 40 B, minesweeper: 28 B).
+MIN_REAL_ROW_BYTES = 64
+#: A GPU timing sample lasts at least this long (several launches when one is shorter).
+MIN_SAMPLE_S = 0.02
+MAX_INNER = 50
+# The goals.
+RAW_GOAL = 0.8  # raw gather / memcpy, at RAW_GOAL_ROW_BYTES
+RAW_GOAL_ROW_BYTES = 512
+IBP_GOAL = 0.9  # ibp / (ratio x raw)
+DECODE_GOAL = 10.0  # decode-only / memcpy
+NO_COMPRESS_COST = 0.02  # raw / ibp - 1, for a table that does not compress
 
 
-def synthetic(kind: str, row_bytes: int, rng: np.random.Generator) -> np.ndarray:
+# --------------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Case:
+    """One table: its distinct rows (tiled to the table's size) and where they come from."""
+
+    name: str
+    source: str  # "synthetic" or "real"
+    rows: np.ndarray
+    note: str
+
+    @property
+    def dtype_name(self) -> str:
+        return self.rows.dtype.name
+
+    @property
+    def row_bytes(self) -> int:
+        return dtype_row_bytes(self.rows.shape[1], self.dtype_name)
+
+
+def synthetic_block(kind: str, row_bytes: int, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """``rows`` float32 rows of ``row_bytes`` bytes of one kind (see the module docstring)."""
+    if row_bytes % 4:
+        raise ValueError(
+            f"synthetic rows are float32: row_bytes must be a multiple of 4, got {row_bytes}"
+        )
     d = row_bytes // 4
     if kind == "dense-normal":
-        return rng.standard_normal((BLOCK_ROWS, d), dtype=np.float32)
+        return rng.standard_normal((rows, d), dtype=np.float32)
+    if kind == "bf16-in-fp32":
+        x = rng.standard_normal((rows, d), dtype=np.float32)
+        return (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
     if kind == "sparse-5pct":
-        x = rng.standard_normal((BLOCK_ROWS, d), dtype=np.float32)
-        return np.where(rng.random((BLOCK_ROWS, d)) < 0.05, x, np.float32(0))
+        x = rng.standard_normal((rows, d), dtype=np.float32)
+        return np.where(rng.random((rows, d)) < 0.05, x, np.float32(0))
     if kind == "random-bits":
-        return rng.integers(0, 2**32, (BLOCK_ROWS, d), dtype=np.uint32).view(np.float32)
-    raise ValueError(kind)
+        return rng.integers(0, 2**32, (rows, d), dtype=np.uint32).view(np.float32)
+    raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
-def timed_gbps(fn, nbytes: int, repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return nbytes / statistics.median(times) / 1e9
+def synthetic_cases(
+    widths: Sequence[int], kinds: Sequence[str], rows: int, seed: int = 0
+) -> list[Case]:
+    """The synthetic cases, width by width, in the order of ``kinds``."""
+    rng = np.random.default_rng(seed)
+    return [
+        Case(
+            f"{kind}-{w}B",
+            "synthetic",
+            synthetic_block(kind, w, rows, rng),
+            f"synthetic {kind}, {rows:,} distinct rows of {w} B",
+        )
+        for w in widths
+        for kind in kinds
+    ]
 
 
-def tiled_codec(table: ibp_graph.IBPTable, times: int, device: torch.device):
-    """A DeviceCodec of ``times`` copies of ``table`` back to back, rows pinned; and a copy."""
-    cp = cupy()
-    rows = np.asarray(table.rows_section).view(np.uint8)[: table.offsets[-1] * table.align]
-    per = rows.size
-    buf = PinnedBuffer(per * times, "tiled table", cp.cuda)
-    for t in range(times):
-        buf.array[t * per : (t + 1) * per] = rows
-    ptr = buf.pin()
-    unit = per // table.align
-    off = table.offsets[:-1][None, :] + unit * np.arange(times)[:, None]
-    offsets = np.append(off.reshape(-1), unit * times).astype(np.int64)
-    params = table.params
-    signed = np.int32 if params.word_bytes == 4 else np.int64
-    codec = DeviceCodec(
-        rows_ptr=ptr,
-        offsets=torch.from_numpy(offsets).to(device),
-        cluster_ids=None,
-        masks=torch.from_numpy(params.masks.view(signed)).to(device),
-        code_bits=torch.from_numpy(params.code_bits).to(device),
-        bitvals=torch.from_numpy(params.bitvals.view(signed)).to(device),
-        num_rows=table.shape[0] * times,
-        num_words=params.num_words,
-        word_bytes=params.word_bytes,
-        align=table.align,
-        row_bytes=table.shape[1] * 4,
-    )
-    on_gpu = torch.zeros(per * times + 64, dtype=torch.uint8, device=device)
-    on_gpu[: per * times] = torch.from_numpy(buf.array[: per * times]).to(device)
-    return codec, buf, dataclasses.replace(codec, rows_ptr=on_gpu.data_ptr()), on_gpu
+def real_cases(min_row_bytes: int = MIN_REAL_ROW_BYTES) -> tuple[list[Case], str]:
+    """The real float32 / float16 tables with rows of at least ``min_row_bytes``; and a note."""
+    if not real_tables.available():
+        return [], f"skipped: no datasets folder at {real_tables.SHARED_DATASETS}"
+    try:
+        tables = real_tables.load_all()
+    except ImportError as exc:
+        return [], f"skipped: {exc} (SciPy reads the Planetoid files and builds the SVD tables)"
+    cases = []
+    for name, array, note in tables:
+        if array.dtype not in (np.float32, np.float16):
+            continue
+        case = Case(name, "real", np.array(array, order="C"), note)  # writable: torch views it
+        if case.row_bytes >= min_row_bytes:
+            cases.append(case)
+    return cases, f"{len(cases)} tables from {real_tables.SHARED_DATASETS}"
 
 
-def measure(name: str, block: np.ndarray, args, tmp: Path, device) -> dict:
-    table = ibp_graph.compress(block, tmp / "block.ibp")
-    row_bytes = block.shape[1] * block.itemsize
-    times = max(1, int(args.table_gb * 2**30 // (block.shape[0] * row_bytes)))
-    codec, pinned, gpu_codec, keep = tiled_codec(table, times, device)
-    n_rows = codec.num_rows
-    raw_block = np.ascontiguousarray(block)
-    big = np.tile(raw_block, (times, 1))
-    raw = PinnedRawTable(big, device=device)
-    host = torch.from_numpy(big).pin_memory()
-    ids = torch.randint(0, n_rows, (args.batch,), device=device)
-    ids_cpu = ids.cpu()
-    out = torch.empty((args.batch, block.shape[1]), dtype=torch.float32, device=device)
-    err = torch.zeros(2, dtype=torch.int32, device=device)
-    nbytes = args.batch * row_bytes
-    staging = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
-    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+# --------------------------------------------------------------------------------------------
+# Geometry of the tiled tables
+# --------------------------------------------------------------------------------------------
 
-    result = {
-        "table": name,
-        "row_bytes": row_bytes,
-        "ratio": table.ratio,
-        "table_gb": n_rows * row_bytes / 1e9,
-        "batch": args.batch,
-        "memcpy_gbps": timed_gbps(
-            lambda: dst.copy_(staging, non_blocking=True), nbytes, args.repeats
-        ),
-        "torch_gbps": timed_gbps(
-            lambda: host.index_select(0, ids_cpu).to(device, non_blocking=True),
-            nbytes,
-            args.repeats,
-        ),
-        "raw_gbps": timed_gbps(lambda: raw.fetch(ids, out, check=False), nbytes, args.repeats),
-        "ibp_gbps": timed_gbps(lambda: fetch_decode(codec, ids, out, err), nbytes, args.repeats),
-        "decode_only_gbps": timed_gbps(
-            lambda: fetch_decode(gpu_codec, ids, out, err), nbytes, args.repeats
-        ),
+
+def tiles(table_bytes: int, block_rows: int, row_bytes: int) -> int:
+    """Copies of a block of ``block_rows`` rows that make at most ``table_bytes`` of raw rows.
+
+    At least one.
+    """
+    return max(1, table_bytes // (block_rows * row_bytes))
+
+
+def batch_rows(batch: int, row_bytes: int, max_batch_bytes: int, num_rows: int) -> int:
+    """The rows of a batch: ``batch``, capped at ``max_batch_bytes`` of rows and the table."""
+    return max(1, min(batch, max_batch_bytes // row_bytes, num_rows))
+
+
+def batch_sizes(batches: Sequence[int], row_bytes: int, max_batch_bytes: int, num_rows: int):
+    """The distinct `batch_rows` of ``batches``, in order: ``[(rows, asked), ...]``."""
+    out: dict[int, int] = {}
+    for b in batches:
+        out.setdefault(batch_rows(b, row_bytes, max_batch_bytes, num_rows), b)
+    return list(out.items())
+
+
+def tiled_offsets(offsets: np.ndarray, times: int) -> np.ndarray:
+    """Row offsets (units of the alignment) of ``times`` copies of a row section back to back.
+
+    ``offsets`` are a block's ``(n + 1,)`` offsets (``offsets[-1]`` units in all). Returns
+    ``(times * n + 1,)`` offsets as the container stores them: uint32 while they fit, else
+    uint64 (the kernel then reads 8-byte offsets).
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    unit = int(offsets[-1])
+    total = unit * times
+    dtype = np.uint32 if total < 2**32 else np.uint64
+    out = np.empty(times * (offsets.size - 1) + 1, dtype=dtype)
+    body = out[:-1].reshape(times, offsets.size - 1)
+    body[:] = offsets[:-1][None, :] + unit * np.arange(times, dtype=np.int64)[:, None]
+    out[-1] = total
+    return out
+
+
+def fill_tiled(dst: np.ndarray, block: np.ndarray, times: int) -> None:
+    """Write ``times`` copies of the bytes ``block`` at the start of ``dst`` (both uint8)."""
+    per = block.size
+    if times * per > dst.size:
+        raise ValueError(f"{times} copies of {per} bytes do not fit in {dst.size} bytes")
+    if times == 0 or per == 0:
+        return
+    dst[:per] = block
+    done = 1
+    while done < times:  # doubling: few, large copies
+        step = min(done, times - done)
+        dst[done * per : (done + step) * per] = dst[: step * per]
+        done += step
+
+
+def stored_block(table: ibp_graph.IBPTable) -> np.ndarray:
+    """The bytes of a table's row section that its rows use (no trailing padding)."""
+    used = int(table.offsets[-1]) * table.align
+    return np.asarray(table.rows_section).view(np.uint8)[:used]
+
+
+def incompressible(ratio: float, bypass: bool) -> bool:
+    """A table that does not compress: stored raw (bypassed), or no smaller than raw."""
+    return bool(bypass or ratio <= 1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Rates and targets
+# --------------------------------------------------------------------------------------------
+
+
+def gbps(nbytes: float, seconds: float) -> float:
+    """GB/s (10^9 bytes a second); NaN when the time is not positive."""
+    return nbytes / seconds / 1e9 if seconds > 0 else math.nan
+
+
+def _goal(value: float, goal: float, applies: bool) -> dict:
+    """A target ``value >= goal``: met, and the fraction of the goal it falls short by."""
+    met = bool(value >= goal) if math.isfinite(value) else False
+    short = max(0.0, 1.0 - value / goal) if math.isfinite(value) else math.nan
+    return {"applies": applies, "value": value, "goal": goal, "met": met, "missed_by": short}
+
+
+def targets(r: dict) -> dict:
+    """The four targets of a measured case (``applies`` says which hold for it)."""
+    memcpy, raw, ibp, dec = r["memcpy_gbps"], r["raw_gbps"], r["ibp_gbps"], r["decode_only_gbps"]
+    flat = incompressible(r["ratio"], r["bypass"])
+    ideal = r["ratio"] * raw
+    cost = raw / ibp - 1.0 if ibp > 0 else math.inf
+    cost_ok = bool(cost < NO_COMPRESS_COST)
+    return {
+        "raw_vs_memcpy": _goal(raw / memcpy, RAW_GOAL, r["row_bytes"] == RAW_GOAL_ROW_BYTES),
+        "ibp_vs_ideal": _goal(ibp / ideal, IBP_GOAL, not flat),
+        "decode_vs_pcie": _goal(dec / memcpy, DECODE_GOAL, not flat),
+        "no_compress_cost": {
+            "applies": flat,
+            "value": cost,
+            "goal": NO_COMPRESS_COST,
+            "met": cost_ok,
+            "missed_by": max(0.0, cost - NO_COMPRESS_COST),
+        },
     }
-    got = torch.empty_like(out)
-    fetch_decode(codec, ids, got, err)
-    want = torch.from_numpy(big)[ids_cpu]
-    same = torch.equal(got.cpu().view(torch.int32), want.view(torch.int32))
-    result["bit_identical"] = bool(same)
-    result["errors"] = err.tolist()
-    result["ibp_vs_ideal"] = result["ibp_gbps"] / (result["ratio"] * result["raw_gbps"])
-    raw.close()
-    pinned.close()
-    del keep
-    return result
 
 
-def markdown(env: dict, rows: list[dict]) -> str:
+TARGET_TITLES = {
+    "raw_vs_memcpy": f"raw / memcpy >= {RAW_GOAL} ({RAW_GOAL_ROW_BYTES} B rows)",
+    "ibp_vs_ideal": f"ibp / (ratio x raw) >= {IBP_GOAL}",
+    "decode_vs_pcie": f"decode-only / memcpy >= {DECODE_GOAL:g}",
+    "no_compress_cost": f"raw / ibp - 1 < {NO_COMPRESS_COST:.0%} (table that does not compress)",
+}
+
+
+def _cell(t: dict, cost: bool = False) -> str:
+    v = t["value"]
+    if not math.isfinite(v):
+        text = "n/a"
+    else:
+        text = f"{v:+.1%}" if cost else f"{v:.2f}"
+    if not t["applies"]:
+        return f"({text})"
+    if t["met"]:
+        return f"{text} met"
+    miss = f"{t['missed_by']:.1%}" if cost else f"{t['missed_by']:.0%}"
+    return f"{text} **MISSED by {miss}**"
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per target: cases it applies to, met, missed (names)."""
+    out = {}
+    for key in TARGET_TITLES:
+        applied = [r for r in rows if r["targets"][key]["applies"]]
+        missed = [f"{r['case']} @ {r['batch']:,}" for r in applied if not r["targets"][key]["met"]]
+        out[key] = {"cases": len(applied), "met": len(applied) - len(missed), "missed": missed}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def slug(device_name: str) -> str:
+    """A file-name-safe form of a device name ("NVIDIA H100 80GB HBM3" -> nvidia-h100-...)."""
+    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "gpu"
+
+
+def markdown(payload: dict) -> str:
+    rows = payload["cases"]
+    s = payload["settings"]
     lines = [
-        *header_lines("GPU fetch throughput", env),
-        "Delivered (decoded) GB/s, median of the timed runs. ideal = ratio x raw; target: "
-        "ibp >= 0.9 x ideal, raw >= 0.8 x memcpy at 512 B, decode-only >= 10 x memcpy.",
+        *header_lines("GPU fetch throughput", payload),
+        f"Tables of {s['table_gb']:g} GiB of raw rows (compressed blocks tiled in pinned "
+        f"memory); random ids uniform over the table's rows; GPU rates: CUDA events, median "
+        f"of {s['repeats']} samples after a warm-up; torch: wall clock, median of "
+        f"{s['torch_repeats']}; fetch grid cap: {s['max_blocks'] or 'library default'}; "
+        f"queue guard {'on' if s['queue_guard'] else 'off'}. Real tables: "
+        f"{payload['real_tables']}."
+        + ("" if payload["complete"] else " **Incomplete run: " + payload["stopped"] + "**"),
         "",
-        "| table | row bytes | ratio | memcpy | torch | raw | ibp | ibp / ideal | decode only "
-        "| bit-identical |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "Delivered (decoded) GB/s. Target cells: value, met or MISSED by how much (fraction of "
+        "the goal; for the last, cost above 2%); in parentheses where the target does not "
+        "apply. ibp bound = min(ratio x raw, decode-only): the most the fetch can deliver.",
+        "",
+        "| case | row B | ratio | batch rows | memcpy | torch | raw | ibp | decode only "
+        "| ibp / bound | " + " | ".join(TARGET_TITLES.values()) + " | bit-identical |",
+        "|---|" + "---|" * (14),
     ]
     for r in rows:
+        t = r["targets"]
         lines.append(
-            f"| {r['table']} | {r['row_bytes']} | {r['ratio']:.3f} | {r['memcpy_gbps']:.1f} "
-            f"| {r['torch_gbps']:.1f} | {r['raw_gbps']:.1f} | {r['ibp_gbps']:.1f} "
-            f"| {r['ibp_vs_ideal']:.2f} | {r['decode_only_gbps']:.1f} | {r['bit_identical']} |"
+            f"| {r['case']}{' (raw)' if r['bypass'] else ''} | {r['row_bytes']:,} "
+            f"| {r['ratio']:.3f} | {r['batch']:,} | {r['memcpy_gbps']:.1f} | {r['torch_gbps']:.1f} "
+            f"| {r['raw_gbps']:.1f} | {r['ibp_gbps']:.1f} | {r['decode_only_gbps']:.1f} "
+            f"| {r['ibp_vs_bound']:.2f} | {_cell(t['raw_vs_memcpy'])} | {_cell(t['ibp_vs_ideal'])} "
+            f"| {_cell(t['decode_vs_pcie'])} | {_cell(t['no_compress_cost'], cost=True)} "
+            f"| {r['bit_identical']} |"
         )
+    lines += ["", "Summary:", ""]
+    for key, v in payload["summary"].items():
+        missed = f"; missed: {', '.join(v['missed'])}" if v["missed"] else ""
+        lines.append(f"- {TARGET_TITLES[key]}: met in {v['met']} of {v['cases']} cases{missed}")
+    if payload.get("skipped"):
+        lines.append(f"- not run (time budget): {', '.join(payload['skipped'])}")
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--table-gb", type=float, default=4.0)
-    parser.add_argument("--batch", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=10)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("benchmarks/fetch.py needs a CUDA GPU")
-    device = torch.device("cuda", 0)
-    env = environment()
-    env["device"] = torch.cuda.get_device_name(device)
-    env["cuda"] = torch.version.cuda
-    env["cupy"] = cupy().__version__
-    rng = np.random.default_rng(0)
-    cases = [
-        (f"{k}-{w}B", synthetic(k, w, rng))
-        for w in WIDTHS
-        for k in ("dense-normal", "sparse-5pct", "random-bits")
-    ]
-    if real_tables.available():
-        for name, array, _ in real_tables.load_all():
-            if array.dtype == np.float32 and array.shape[1] >= 64:
-                reps = -(-BLOCK_ROWS // array.shape[0])
-                cases.append((name, np.tile(array, (reps, 1))[:BLOCK_ROWS]))
-    rows = []
+def _finite(obj: Any) -> Any:
+    """JSON-ready: NaN and infinities become None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_results(payload: dict, out: Path, name: str) -> tuple[Path, Path]:
+    """Write ``out/<name>.json`` and ``.md``; returns their paths."""
+    payload["summary"] = summary(payload["cases"])
+    md = out / f"{name}.md"
+    js = write_json(name, _finite(payload), out)
+    md.write_text(markdown(payload))
+    return js, md
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments
+# --------------------------------------------------------------------------------------------
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(float(v)) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 256,512, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _kind_list(text: str) -> list[str]:
+    names = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in names if k not in KINDS]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown kinds {bad}; expected some of {', '.join(KINDS)}"
+        )
+    return names
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--table-gb", type=float, default=4.0, help="GiB of raw rows per table")
+    p.add_argument(
+        "--batch",
+        type=_int_list,
+        default=[100_000, 1_000_000],
+        help="rows per batch, e.g. 100000,1000000",
+    )
+    p.add_argument("--max-batch-gb", type=float, default=1.0, help="cap on a batch's GiB of rows")
+    p.add_argument("--repeats", type=int, default=10, help="timed samples per GPU measurement")
+    p.add_argument("--torch-repeats", type=int, default=3, help="timed runs of the torch path")
+    p.add_argument("--widths", type=_int_list, default=list(WIDTHS), help="synthetic row bytes")
+    p.add_argument("--kinds", type=_kind_list, default=list(KINDS), help="synthetic kinds")
+    p.add_argument("--block-rows", type=int, default=BLOCK_ROWS, help="distinct synthetic rows")
+    p.add_argument("--no-real", dest="real", action="store_false", help="skip the real tables")
+    p.add_argument(
+        "--max-blocks", type=int, default=None, help="fetch grid cap (default: the library's)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget", type=float, default=400.0, help="seconds; no case starts after")
+    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU: build every case, check its tiled layout on the CPU, print the plan",
+    )
+    args = p.parse_args(argv)
+    if args.table_gb <= 0 or args.max_batch_gb <= 0:
+        p.error("--table-gb and --max-batch-gb must be positive")
+    if args.repeats < 1 or args.torch_repeats < 1:
+        p.error("--repeats and --torch-repeats must be >= 1")
+    if args.block_rows < 1:
+        p.error("--block-rows must be >= 1")
+    if any(w % 4 for w in args.widths):
+        p.error(
+            f"--widths: synthetic rows are float32, widths must be multiples of 4: {args.widths}"
+        )
+    if args.max_blocks is not None and args.max_blocks < 1:
+        p.error("--max-blocks must be >= 1")
+    args.table_bytes = int(args.table_gb * GIB)
+    args.max_batch_bytes = int(args.max_batch_gb * GIB)
+    return args
+
+
+def settings(args: argparse.Namespace) -> dict:
+    return {
+        "table_gb": args.table_gb,
+        "batches": args.batch,
+        "max_batch_gb": args.max_batch_gb,
+        "repeats": args.repeats,
+        "torch_repeats": args.torch_repeats,
+        "widths": args.widths,
+        "kinds": args.kinds,
+        "block_rows": args.block_rows,
+        "max_blocks": args.max_blocks,
+        "seed": args.seed,
+        "min_sample_s": MIN_SAMPLE_S,
+    }
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_cases(args: argparse.Namespace) -> tuple[list[Case], str]:
+    cases = synthetic_cases(args.widths, args.kinds, args.block_rows, args.seed)
+    if not args.real:
+        return cases, "skipped (--no-real)"
+    real, note = real_cases()
+    return cases + real, note
+
+
+# --------------------------------------------------------------------------------------------
+# Dry run (CPU)
+# --------------------------------------------------------------------------------------------
+
+
+def check_tiled_on_cpu(table: ibp_graph.IBPTable, rows: np.ndarray, times: int, seed: int) -> int:
+    """Decode random rows of ``times`` tiled copies of ``table`` with the CPU decoder.
+
+    Returns the rows checked; raises AssertionError when one differs from ``rows``.
+    """
+    block = stored_block(table)
+    offsets = tiled_offsets(table.offsets, times).astype(np.int64)
+    buf = np.zeros(-(-(times * block.size + 64) // 8) * 8, dtype=np.uint8)
+    fill_tiled(buf, block, times)
+    n = offsets.size - 1
+    ids = np.random.default_rng(seed).integers(0, n, min(n, 2048))
+    ids = np.concatenate([ids, [0, n - 1]])
+    starts = offsets[ids] * table.align
+    lengths = offsets[ids + 1] * table.align - starts
+    got = decode(buf.view(np.uint64), starts, lengths, table.params, None)
+    want = rows_to_words(rows[ids % rows.shape[0]], table.dtype_name, table.word_bytes)
+    if not np.array_equal(got, want):
+        bad = int(np.flatnonzero((got != want).any(axis=1))[0])
+        raise AssertionError(f"tiled row {int(ids[bad])} decodes wrong")
+    return int(ids.size)
+
+
+def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list[dict]:
+    """Compress every case, check its tiled layout on the CPU; the plan of the GPU run."""
+    from ibp_graph.cuda_table import raw_bypass
+
+    plan = []
+    peak = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, block in cases:
-            print(f"{name} ...", file=sys.stderr, flush=True)
-            rows.append(measure(name, block, args, Path(tmp), device))
-    slug = env["device"].replace(" ", "-").lower()
-    write_json(f"fetch-{slug}", {**env, "results": rows})
-    (RESULTS / f"fetch-{slug}.md").write_text(markdown(env, rows))
-    print(markdown(env, rows))
+        for case in cases:
+            t0 = time.perf_counter()
+            table = ibp_graph.compress(case.rows, Path(tmp) / "block.ibp", progress=False)
+            compress_s = time.perf_counter() - t0
+            times = tiles(args.table_bytes, case.rows.shape[0], case.row_bytes)
+            checked = check_tiled_on_cpu(table, case.rows, min(times, 3), args.seed)
+            stored = times * stored_block(table).size
+            peak = max(peak, stored)
+            item = {
+                "case": case.name,
+                "row_bytes": case.row_bytes,
+                "ratio": float(table.ratio),
+                "bypass": raw_bypass(table),
+                "rows": times * case.rows.shape[0],
+                "stored_gb": stored / 1e9,
+                "batches": [
+                    n
+                    for n, _ in batch_sizes(
+                        args.batch, case.row_bytes, args.max_batch_bytes, times * case.rows.shape[0]
+                    )
+                ],
+                "compress_s": compress_s,
+                "rows_checked": checked,
+            }
+            plan.append(item)
+            print(
+                f"{case.name:26s} {case.row_bytes:6,} B  ratio {item['ratio']:8.3f}"
+                f"{' (stored raw)' if item['bypass'] else '':13s} {item['rows']:>12,} rows, "
+                f"{item['stored_gb']:6.2f} GB pinned, batches {item['batches']}, compressed in "
+                f"{compress_s:.1f} s; tiled layout checked on {checked} rows",
+                flush=True,
+            )
+            table.close()
+    host = args.table_bytes + peak + args.max_batch_bytes
+    print(
+        f"dry run: {len(plan)} cases built and checked on the CPU (real tables: {real_note}); "
+        f"the GPU run pins about {host / 1e9:.1f} GB of host memory at most. The measurements "
+        "need a CUDA GPU.",
+        flush=True,
+    )
+    return plan
+
+
+# --------------------------------------------------------------------------------------------
+# Timing (GPU)
+# --------------------------------------------------------------------------------------------
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class QueueGuard:
+    """Keeps a stream busy (a GPU sleep) while the host queues the launches to be timed.
+
+    Off without a GPU sleep (``torch.cuda._sleep``) or off a CUDA device.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._sleep = getattr(torch.cuda, "_sleep", None) if device.type == "cuda" else None
+        self.cycles_per_s = 0.0
+        if self._sleep is None:
+            return
+        try:
+            ms = 0.0
+            cycles = 0
+            for cycles in (1_000_000, 20_000_000):  # the first call also loads the kernel
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                self._sleep(cycles)
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end)
+            self.cycles_per_s = cycles / (ms / 1e3) if ms > 0 else 0.0
+        except (RuntimeError, AttributeError) as exc:
+            log(f"fetch: no GPU sleep to queue launches behind ({exc}); launch overhead is timed")
+            self._sleep = None
+
+    @property
+    def on(self) -> bool:
+        return self._sleep is not None and self.cycles_per_s > 0
+
+    def __call__(self, seconds: float) -> None:
+        if self.on:
+            self._sleep(max(1, int(seconds * self.cycles_per_s)))  # type: ignore[misc]
+
+
+def gpu_seconds(
+    fn: Callable[[], Any], repeats: int, guard: QueueGuard, device: torch.device
+) -> float:
+    """Median device seconds of one ``fn()``; the warm-up call (kernel compile) is not timed.
+
+    On a CUDA device: CUDA events around ``inner`` back-to-back calls queued behind ``guard``
+    (samples of at least `MIN_SAMPLE_S`). Elsewhere (tests): synchronised wall clock.
+    """
+    fn()  # warm-up: compiles the kernel, allocates
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    host_s = time.perf_counter() - t0  # the host's cost of queuing one call
+    sync(device)
+    one_s = time.perf_counter() - t0
+    inner = int(min(MAX_INNER, max(1, math.ceil(MIN_SAMPLE_S / max(one_s, 1e-6)))))
+    samples = []
+    for _ in range(repeats):
+        sync(device)
+        if device.type != "cuda":
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples.append((time.perf_counter() - t0) / inner)
+            continue
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        guard(2.0 * inner * host_s + 1e-3)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / inner)
+    return statistics.median(samples)
+
+
+def wall_seconds(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    """Median wall-clock seconds of ``fn()`` (synchronised; warm-up call not timed)."""
+    fn()
+    sync(device)
+    samples = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU run
+# --------------------------------------------------------------------------------------------
+
+
+def _signed(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """An unsigned NumPy array on the GPU as the signed type of its width (bits unchanged)."""
+    signed = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize]
+    return torch.from_numpy(np.ascontiguousarray(array).view(signed)).to(device)
+
+
+class Bench:
+    """What the cases share: the device, the raw buffer, staging memory, cached baselines.
+
+    Args:
+        args: the parsed arguments.
+        device: the CUDA device (tests: the CPU, with ``cuda`` a stand-in).
+        cuda: CuPy's ``cuda`` module (what `ibp_graph.pinned.PinnedBuffer` pins with).
+    """
+
+    def __init__(self, args: argparse.Namespace, device: torch.device, cuda: Any):
+        from ibp_graph.pinned import PinnedBuffer
+
+        self.args = args
+        self.device = device
+        self.cuda = cuda
+        self.guard = QueueGuard(device)
+        t0 = time.perf_counter()
+        self.raw = PinnedBuffer(args.table_bytes, "raw rows", cuda)
+        # Any bytes will do (the gather does not look at them), as long as every page is real.
+        size = min(64 << 20, args.table_bytes)
+        noise = np.random.default_rng(args.seed).integers(0, 256, size, dtype=np.uint8)
+        reps = args.table_bytes // size
+        fill_tiled(self.raw.array, noise, reps)
+        self.raw.array[reps * size : args.table_bytes] = noise[: args.table_bytes - reps * size]
+        self.raw_ptr = self.pin(self.raw)
+        log(
+            f"raw buffer: {args.table_bytes / GIB:.2f} GiB pinned in "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
+        cuda_dev = device.type == "cuda"
+        self.staging = torch.empty(args.max_batch_bytes, dtype=torch.uint8, pin_memory=cuda_dev)
+        self.dst = torch.empty(args.max_batch_bytes, dtype=torch.uint8, device=device)
+        self.error = torch.zeros(2, dtype=torch.int32, device=device)
+        self._baselines: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def pin(self, buffer: Any) -> int:
+        """Pin ``buffer`` for this device; its device address."""
+        with self.cuda.Device(self.device.index or 0):
+            return buffer.pin()
+
+    def close(self) -> None:
+        sync(self.device)
+        self.raw.close()
+
+    def raw_rows(self, row_bytes: int) -> tuple[int, torch.Tensor]:
+        """The raw buffer as ``(rows, row_bytes)``: row count and a CPU tensor (float32 view)."""
+        n = self.args.table_bytes // row_bytes
+        host = torch.from_numpy(self.raw.array[: n * row_bytes]).view(n, row_bytes)
+        return n, host.view(torch.float32) if row_bytes % 4 == 0 else host
+
+    def baselines(
+        self, row_bytes: int, ids: torch.Tensor, ids_cpu: torch.Tensor
+    ) -> tuple[float, float]:
+        """(memcpy GB/s, torch GB/s) for batches of ``len(ids)`` rows of ``row_bytes`` (cached)."""
+        key = (row_bytes, ids.numel())
+        if key in self._baselines:
+            return self._baselines[key]
+        args, device = self.args, self.device
+        nbytes = ids.numel() * row_bytes
+        src, dst = self.staging[:nbytes], self.dst[:nbytes]
+        memcpy_s = gpu_seconds(
+            lambda: dst.copy_(src, non_blocking=True), args.repeats, self.guard, device
+        )
+        _, host = self.raw_rows(row_bytes)
+
+        def torch_path() -> torch.Tensor:
+            return host.index_select(0, ids_cpu).to(device, non_blocking=True)
+
+        torch_s = wall_seconds(torch_path, args.torch_repeats, device)
+        self._baselines[key] = (gbps(nbytes, memcpy_s), gbps(nbytes, torch_s))
+        return self._baselines[key]
+
+    def raw_fetch(self, row_bytes: int, ids: torch.Tensor, out: torch.Tensor) -> Callable[[], None]:
+        """One raw gather of rows ``ids`` of the raw buffer viewed at ``row_bytes``."""
+        from ibp_graph.kernels import raw_gather as launcher
+
+        n = self.args.table_bytes // row_bytes
+        ptr, err, cap = self.raw_ptr, self.error, self.args.max_blocks
+        return lambda: launcher.raw_gather(ptr, n, row_bytes, ids, out, err, max_blocks=cap)
+
+
+def launch(
+    codec: Any, bypass: bool, ids: torch.Tensor, out: torch.Tensor, err: torch.Tensor, cap
+) -> Callable[[], None]:
+    """One fetch as `CudaIBPTable` launches it: the raw gather for a table stored raw."""
+    from ibp_graph.kernels import fetch_decode as fused
+    from ibp_graph.kernels import raw_gather as gather
+
+    if bypass:
+        return lambda: gather.raw_gather(
+            codec.rows_ptr, codec.num_rows, codec.row_bytes, ids, out, err, max_blocks=cap
+        )
+    return lambda: fused.fetch_decode(codec, ids, out, err, max_blocks=cap)
+
+
+def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
+    """Compress, tile, pin, measure every batch size of one case; one result per batch."""
+    from ibp_graph.cuda_table import raw_bypass
+    from ibp_graph.kernels.fetch_decode import DeviceCodec
+    from ibp_graph.pinned import PinnedBuffer
+
+    args, device = bench.args, bench.device
+    t0 = time.perf_counter()
+    table = ibp_graph.compress(case.rows, tmp / "block.ibp", progress=False)
+    compress_s = time.perf_counter() - t0
+    rb = case.row_bytes
+    nb = case.rows.shape[0]
+    times = tiles(args.table_bytes, nb, rb)
+    num_rows = times * nb
+    block = stored_block(table)
+    stored = times * block.size
+    bypass = raw_bypass(table)
+    ratio = float(table.ratio)
+    t0 = time.perf_counter()
+    pinned = PinnedBuffer(stored, f"tiled {case.name}", bench.cuda)
+    on_gpu = None
+    try:
+        fill_tiled(pinned.array, block, times)
+        ptr = bench.pin(pinned)
+        pin_s = time.perf_counter() - t0
+        params = table.params
+        codec = DeviceCodec(
+            rows_ptr=ptr,
+            offsets=_signed(tiled_offsets(table.offsets, times), device),
+            cluster_ids=None,  # compress() makes one cluster by default
+            masks=_signed(params.masks, device),
+            code_bits=_signed(params.code_bits, device),
+            bitvals=_signed(params.bitvals, device),
+            num_rows=num_rows,
+            num_words=params.num_words,
+            word_bytes=params.word_bytes,
+            align=table.align,
+            row_bytes=rb,
+        )
+        # The same rows in GPU memory (64 zero bytes after them, as after the pinned ones).
+        on_gpu = torch.zeros(stored + 64, dtype=torch.uint8, device=device)
+        on_gpu[:stored].copy_(torch.from_numpy(pinned.array[:stored]))
+        gpu_codec = dataclasses.replace(codec, rows_ptr=on_gpu.data_ptr())
+        sizes = np.diff(table.offsets) * table.align
+        rows_u8 = np.ascontiguousarray(case.rows).view(np.uint8).reshape(nb, rb)
+        ref = torch.from_numpy(rows_u8).to(device)
+        results = []
+        for n, asked in batch_sizes(args.batch, rb, args.max_batch_bytes, num_rows):
+            gen = torch.Generator(device=device).manual_seed(args.seed)
+            ids = torch.randint(0, num_rows, (n,), device=device, generator=gen)
+            ids_cpu = ids.cpu()
+            nbytes = n * rb
+            out = torch.empty((n, rb), dtype=torch.uint8, device=device)
+            err, cap, reps, guard = bench.error, args.max_blocks, args.repeats, bench.guard
+            memcpy, torch_rate = bench.baselines(rb, ids, ids_cpu)
+            raw = gbps(nbytes, gpu_seconds(bench.raw_fetch(rb, ids, out), reps, guard, device))
+            _, host = bench.raw_rows(rb)
+            k = min(n, 4096)
+            raw_ok = torch.equal(out[:k].cpu(), host[ids_cpu[:k]].view(torch.uint8).reshape(k, rb))
+            err.zero_()
+            out.zero_()
+            ibp_s = gpu_seconds(launch(codec, bypass, ids, out, err, cap), reps, guard, device)
+            want = ref.index_select(0, ids % nb)
+            same = torch.equal(out, want)
+            out.zero_()
+            dec_s = gpu_seconds(launch(gpu_codec, bypass, ids, out, err, cap), reps, guard, device)
+            same_on_gpu = torch.equal(out, want)
+            del want
+            errors = [int(v) for v in err.tolist()]
+            batch_stored = int(sizes[(ids_cpu % nb).numpy()].sum())
+            ibp, dec = gbps(nbytes, ibp_s), gbps(nbytes, dec_s)
+            bound = min(ratio * raw, dec)
+            r = {
+                "case": case.name,
+                "source": case.source,
+                "dtype": case.dtype_name,
+                "row_bytes": rb,
+                "ratio": ratio,
+                "batch_ratio": nbytes / batch_stored,
+                "bypass": bypass,
+                "align": table.align,
+                "rows": num_rows,
+                "table_gb": num_rows * rb / 1e9,
+                "stored_gb": stored / 1e9,
+                "batch": n,
+                "batch_asked": asked,
+                "memcpy_gbps": memcpy,
+                "torch_gbps": torch_rate,
+                "raw_gbps": raw,
+                "ibp_gbps": ibp,
+                "ibp_pcie_gbps": ibp * batch_stored / nbytes,
+                "decode_only_gbps": dec,
+                "ibp_bound_gbps": bound,
+                "ibp_vs_bound": ibp / bound if bound > 0 else math.nan,
+                "bit_identical": bool(same and same_on_gpu),
+                "raw_gather_correct": bool(raw_ok),
+                "errors": errors,
+                "compress_s": compress_s,
+                "pin_s": pin_s,
+                "note": case.note,
+            }
+            r["targets"] = targets(r)
+            results.append(r)
+            log(
+                f"  {case.name} batch {n:,}: memcpy {memcpy:.1f}, torch {torch_rate:.1f}, raw "
+                f"{raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s; ratio {ratio:.3f}; "
+                f"bit-identical {same} (pinned), {same_on_gpu} (GPU memory)"
+            )
+            del out
+        return results
+    finally:
+        sync(device)
+        del on_gpu
+        pinned.close()
+        table.close()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def new_payload(env: dict, args: argparse.Namespace, device_name: str, real_note: str) -> dict:
+    """The results document before any case: machine, settings, no cases yet."""
+    return {
+        **env,
+        "device": device_name,
+        "host": env["device"],
+        "settings": settings(args),
+        "real_tables": real_note,
+        "complete": False,
+        "stopped": "the run was cut short (or is still running)",
+        "skipped": [],
+        "cases": [],
+    }
+
+
+def run_cases(
+    bench: Bench, cases: list[Case], payload: dict, name: str, start: float | None = None
+) -> dict:
+    """Measure the cases in order, rewriting the results after each, within the time budget."""
+    args = bench.args
+    start = time.perf_counter() if start is None else start
+    payload["settings"]["queue_guard"] = bench.guard.on
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, case in enumerate(cases):
+            spent = time.perf_counter() - start
+            if spent > args.time_budget:
+                payload["skipped"] = [c.name for c in cases[i:]]
+                payload["stopped"] = f"time budget of {args.time_budget:.0f} s spent"
+                log(f"fetch: {payload['stopped']}; not run: {', '.join(payload['skipped'])}")
+                break
+            log(f"{case.name} ({case.row_bytes:,} B rows) at {spent:.0f} s ...")
+            payload["cases"] += measure_case(bench, case, Path(tmp))
+            write_results(payload, args.out, name)
+        else:
+            payload["complete"] = True
+            payload["stopped"] = ""
+    payload["elapsed_s"] = time.perf_counter() - start
+    write_results(payload, args.out, name)
+    return payload
+
+
+def run_gpu(args: argparse.Namespace, cases: list[Case], real_note: str, env: dict) -> dict:
+    from ibp_graph.kernels.runtime import cupy
+
+    start = time.perf_counter()
+    cp = cupy()
+    device = torch.device("cuda", torch.cuda.current_device())
+    gpu = torch.cuda.get_device_name(device)
+    payload = new_payload(env, args, gpu, real_note)
+    payload["cuda"] = torch.version.cuda
+    payload["cupy"] = cp.__version__
+    name = f"fetch-{slug(gpu)}"
+    bench = Bench(args, device, cp.cuda)
+    try:
+        run_cases(bench, cases, payload, name, start)
+    finally:
+        bench.close()
+    print((args.out / f"{name}.md").read_text())
+    return payload
+
+
+def main(argv: Sequence[str] | None = None) -> dict | list[dict]:
+    args = parse_args(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        raise SystemExit(
+            "benchmarks/fetch.py needs a CUDA GPU (torch.cuda.is_available() is False); "
+            "--dry-run builds and checks the cases on the CPU"
+        )
+    env = environment()
+    if argv is not None:
+        env["command"] = " ".join(["python", "benchmarks/fetch.py", *argv])
+    cases, real_note = build_cases(args)
+    if args.dry_run:
+        return dry_run(args, cases, real_note)
+    return run_gpu(args, cases, real_note, env)
 
 
 if __name__ == "__main__":

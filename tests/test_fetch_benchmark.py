@@ -1,0 +1,544 @@
+"""The GPU benchmarks' pure-Python parts, on the CPU: benchmarks/fetch.py and gpu_session.sh.
+
+fetch.py's GPU run is exercised end to end with a stand-in for CuPy's ``cuda`` module (pinning
+is a no-op, the device address is the host address) and the two kernel launchers replaced by
+NumPy versions that read the "device" memory at those addresses: the case list, tiling,
+offsets, codec tensors, timing loops, checks, targets and result files all run as on a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import ibp_graph
+from benchmarks import e2e, fetch
+from ibp_graph.codec import CodecParams, decode
+from ibp_graph.kernels import fetch_decode as fused
+from ibp_graph.kernels import raw_gather as gather
+from ibp_graph.kernels.fetch_decode import check_error, check_launch
+
+REPO = Path(__file__).resolve().parents[1]
+SESSION = REPO / "benchmarks" / "gpu_session.sh"
+
+SMALL = [
+    "--table-gb", "0.002", "--batch", "300,5000", "--max-batch-gb", "0.0005", "--repeats", "2",
+    "--torch-repeats", "1", "--widths", "256,512", "--block-rows", "64", "--no-real",
+]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments, cases, geometry
+# --------------------------------------------------------------------------------------------
+
+
+def test_defaults_follow_the_spec() -> None:
+    args = fetch.parse_args([])
+    assert args.widths == [256, 512, 1024, 4096]
+    assert args.kinds == list(fetch.KINDS) and "random-bits" in args.kinds
+    assert args.table_gb >= 2 and args.table_bytes == int(args.table_gb * 2**30)
+    assert args.batch == [100_000, 1_000_000]
+    assert args.real and not args.dry_run and args.out == fetch.RESULTS
+    assert args.time_budget < 540  # a case started before the budget ends in the stage limit
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--widths", "250"], "multiples of 4"),
+        (["--kinds", "dense-normal,zipf"], "unknown kinds"),
+        (["--batch", "0"], "positive integers"),
+        (["--batch", "ten"], "expected integers"),
+        (["--repeats", "0"], "--repeats"),
+        (["--table-gb", "0"], "--table-gb"),
+        (["--max-blocks", "0"], "--max-blocks"),
+    ],
+)
+def test_bad_arguments_are_refused(argv, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        fetch.parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_synthetic_cases_have_the_asked_widths_kinds_and_ratios(tmp_path: Path) -> None:
+    cases = fetch.synthetic_cases([256, 1024], fetch.KINDS, rows=256, seed=0)
+    assert [c.name for c in cases] == [f"{k}-{w}B" for w in (256, 1024) for k in fetch.KINDS]
+    ratios = {}
+    for c in cases:
+        assert c.rows.dtype == np.float32 and c.rows.shape == (256, c.row_bytes // 4)
+        assert c.source == "synthetic" and c.row_bytes in (256, 1024)
+        with ibp_graph.compress(c.rows, tmp_path / "c.ibp", progress=False) as t:
+            ratios[c.name] = t.ratio
+    assert ratios["random-bits-256B"] == pytest.approx(1.0, abs=0.01)
+    assert 1.05 < ratios["dense-normal-1024B"] < 1.4
+    assert 2.0 < ratios["bf16-in-fp32-1024B"] < 3.5
+    assert ratios["sparse-5pct-1024B"] > 5
+    with pytest.raises(ValueError, match="unknown kind"):
+        fetch.synthetic_block("zipf", 256, 4, np.random.default_rng(0))
+
+
+def test_real_cases_skip_narrow_tables_and_say_why(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(fetch.real_tables, "SHARED_DATASETS", tmp_path / "missing")
+    cases, note = fetch.real_cases()
+    assert cases == [] and "no datasets folder" in note
+
+    tables = [
+        ("wide", np.zeros((3, 32), np.float32), "n1"),
+        ("narrow", np.zeros((3, 10), np.float32), "n2"),
+        ("half", np.zeros((3, 40), np.float16), "n3"),
+        ("ints", np.zeros((3, 64), np.int64), "n4"),
+    ]
+    monkeypatch.setattr(fetch.real_tables, "available", lambda: True)
+    monkeypatch.setattr(fetch.real_tables, "load_all", lambda: tables)
+    cases, note = fetch.real_cases()
+    assert [(c.name, c.row_bytes, c.source) for c in cases] == [
+        ("wide", 128, "real"),
+        ("half", 80, "real"),
+    ]
+
+    def no_scipy():
+        raise ImportError("No module named 'scipy'")
+
+    monkeypatch.setattr(fetch.real_tables, "load_all", no_scipy)
+    cases, note = fetch.real_cases()
+    assert cases == [] and "scipy" in note.lower()
+
+
+def test_geometry() -> None:
+    assert fetch.tiles(4 * 2**30, 2**15, 512) == 256
+    assert fetch.tiles(100, 2**15, 512) == 1  # at least one copy
+    assert fetch.batch_rows(1_000_000, 4096, 2**30, 10**9) == 2**18  # capped at 1 GiB
+    assert fetch.batch_rows(1_000_000, 256, 2**30, 5000) == 5000  # capped at the table
+    assert fetch.batch_sizes([100, 1000, 5000], 512, 2**20, 10**6) == [(100, 100), (1000, 1000),
+                                                                       (2048, 5000)]  # fmt: skip
+    assert fetch.batch_sizes([5000, 9000], 512, 2**20, 10**6) == [(2048, 5000)]  # deduplicated
+
+
+def test_tiled_offsets_values_and_width() -> None:
+    off = np.array([0, 3, 5, 9], dtype=np.int64)
+    got = fetch.tiled_offsets(off, 3)
+    assert got.dtype == np.uint32
+    assert got.tolist() == [0, 3, 5, 9, 12, 14, 18, 21, 23, 27]
+    big = np.array([0, 2**31], dtype=np.int64)
+    assert fetch.tiled_offsets(big, 1).dtype == np.uint32
+    wide = fetch.tiled_offsets(big, 2)  # 2**32 units: 8-byte offsets, as the container does
+    assert wide.dtype == np.uint64 and wide.tolist() == [0, 2**31, 2**32]
+
+
+def test_fill_tiled() -> None:
+    dst = np.full(11, 255, dtype=np.uint8)
+    fetch.fill_tiled(dst, np.array([1, 2, 3], dtype=np.uint8), 3)
+    assert dst.tolist() == [1, 2, 3] * 3 + [255, 255]
+    with pytest.raises(ValueError, match="do not fit"):
+        fetch.fill_tiled(dst, np.array([1, 2, 3], dtype=np.uint8), 4)
+
+
+@pytest.mark.parametrize("kind", ["dense-normal", "sparse-5pct", "random-bits"])
+def test_tiled_table_decodes_to_the_tiled_rows(kind: str, tmp_path: Path) -> None:
+    rows = fetch.synthetic_block(kind, 512, 300, np.random.default_rng(1))
+    with ibp_graph.compress(rows, tmp_path / "t.ibp", progress=False) as table:
+        assert fetch.check_tiled_on_cpu(table, rows, 7, seed=0) > 0
+
+
+# --------------------------------------------------------------------------------------------
+# Rates, targets, result files
+# --------------------------------------------------------------------------------------------
+
+
+def fake_row(**kw) -> dict:
+    r = {
+        "case": "c",
+        "row_bytes": 512,
+        "ratio": 2.0,
+        "bypass": False,
+        "batch": 1000,
+        "memcpy_gbps": 50.0,
+        "torch_gbps": 8.0,
+        "raw_gbps": 42.0,
+        "ibp_gbps": 80.0,
+        "decode_only_gbps": 600.0,
+        "ibp_vs_bound": 80.0 / 84.0,
+        "bit_identical": True,
+    }
+    r.update(kw)
+    r["targets"] = fetch.targets(r)
+    return r
+
+
+def test_gbps() -> None:
+    assert fetch.gbps(2e9, 0.5) == pytest.approx(4.0)
+    assert math.isnan(fetch.gbps(1e9, 0.0))
+
+
+def test_targets_met() -> None:
+    t = fake_row()["targets"]
+    assert t["raw_vs_memcpy"] == pytest.approx(
+        {"applies": True, "value": 0.84, "goal": 0.8, "met": True, "missed_by": 0.0}
+    )
+    assert t["ibp_vs_ideal"]["value"] == pytest.approx(80 / 84) and t["ibp_vs_ideal"]["met"]
+    assert t["decode_vs_pcie"]["value"] == pytest.approx(12.0) and t["decode_vs_pcie"]["met"]
+    assert not t["no_compress_cost"]["applies"]
+
+
+def test_targets_missed_say_by_how_much() -> None:
+    t = fake_row(raw_gbps=30.0, ibp_gbps=30.0, decode_only_gbps=250.0)["targets"]
+    assert not t["raw_vs_memcpy"]["met"] and t["raw_vs_memcpy"]["missed_by"] == pytest.approx(0.25)
+    # ibp / (2 x 30) = 0.5: 44% short of 0.9
+    assert t["ibp_vs_ideal"]["missed_by"] == pytest.approx(1 - 0.5 / 0.9)
+    assert t["decode_vs_pcie"]["missed_by"] == pytest.approx(0.5)
+
+
+def test_raw_target_applies_to_512_byte_rows_only() -> None:
+    t = fake_row(row_bytes=256, raw_gbps=10.0)["targets"]
+    assert not t["raw_vs_memcpy"]["applies"] and not t["raw_vs_memcpy"]["met"]
+
+
+def test_table_that_does_not_compress() -> None:
+    ok = fake_row(ratio=1.0, bypass=True, raw_gbps=40.0, ibp_gbps=39.5)["targets"]
+    assert ok["no_compress_cost"]["applies"] and ok["no_compress_cost"]["met"]
+    assert ok["no_compress_cost"]["value"] == pytest.approx(40 / 39.5 - 1)
+    assert not ok["ibp_vs_ideal"]["applies"] and not ok["decode_vs_pcie"]["applies"]
+    bad = fake_row(ratio=1.0, bypass=True, raw_gbps=40.0, ibp_gbps=38.0)["targets"]
+    assert not bad["no_compress_cost"]["met"]
+    assert bad["no_compress_cost"]["missed_by"] == pytest.approx(40 / 38 - 1 - 0.02)
+    # Not bypassed but no smaller than raw: still a table that does not compress.
+    assert fake_row(ratio=0.99)["targets"]["no_compress_cost"]["applies"]
+
+
+def fake_payload(rows: list[dict]) -> dict:
+    args = fetch.parse_args(["--table-gb", "1"])
+    env = {
+        "device": "CPU: test",
+        "git_commit": "abc",
+        "date": "2026-01-01 00:00 UTC",
+        "command": "python benchmarks/fetch.py",
+    }
+    payload = fetch.new_payload(env, args, "NVIDIA H100 80GB HBM3", "skipped (--no-real)")
+    payload["settings"]["queue_guard"] = True
+    payload["cases"] = rows
+    return payload
+
+
+def test_results_files(tmp_path: Path) -> None:
+    rows = [
+        fake_row(case="dense-normal-512B"),
+        fake_row(case="random-bits-512B", ratio=1.0, bypass=True, ibp_gbps=38.0, raw_gbps=40.0),
+        fake_row(case="slow-256B", row_bytes=256, raw_gbps=30.0, ibp_gbps=30.0, ibp_vs_bound=0.5),
+        fake_row(case="nan", decode_only_gbps=math.nan),
+    ]
+    payload = fake_payload(rows)
+    assert fetch.slug(payload["device"]) == "nvidia-h100-80gb-hbm3"
+    js, md = fetch.write_results(payload, tmp_path, "fetch-test")
+    doc = json.loads(js.read_text())
+    for key in ("device", "date", "command", "host", "settings", "cases", "summary"):
+        assert key in doc
+    assert doc["device"] == "NVIDIA H100 80GB HBM3" and doc["host"] == "CPU: test"
+    for case in doc["cases"]:
+        for key in (
+            "row_bytes",
+            "ratio",
+            "memcpy_gbps",
+            "torch_gbps",
+            "raw_gbps",
+            "ibp_gbps",
+            "decode_only_gbps",
+            "targets",
+        ):
+            assert key in case
+    assert doc["cases"][3]["decode_only_gbps"] is None  # NaN is not JSON
+    s = doc["summary"]
+    assert s["raw_vs_memcpy"] == {"cases": 3, "met": 3, "missed": []}
+    assert s["no_compress_cost"]["missed"] == ["random-bits-512B @ 1,000"]
+    assert s["ibp_vs_ideal"]["missed"] == ["slow-256B @ 1,000"]
+    assert s["decode_vs_pcie"]["missed"] == ["nan @ 1,000"]  # not measured: not met
+    text = md.read_text()
+    assert text.startswith("# GPU fetch throughput")
+    assert "NVIDIA H100 80GB HBM3" in text and "`python benchmarks/fetch.py`" in text
+    assert "Incomplete run" in text  # new_payload says so until the last case is done
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert len(lines) == 1 + len(rows)
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+    assert "| random-bits-512B (raw) |" in text
+    assert "+5.3% **MISSED by 3.3%**" in text
+    assert "0.60 **MISSED by 25%**" not in text  # 256 B rows: the raw target does not apply
+    assert "(0.60)" in text and "0.84 met" in text
+    assert "met in 3 of 3 cases" in text
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU run, with a stand-in for CuPy's cuda module and NumPy kernels
+# --------------------------------------------------------------------------------------------
+
+
+class FakeRuntime:
+    class CUDARuntimeError(RuntimeError):
+        pass
+
+    def __init__(self) -> None:
+        self.registered: dict[int, int] = {}
+
+    def getDevice(self) -> int:  # noqa: N802 - CuPy's names
+        return 0
+
+    def setDevice(self, device: int) -> None:  # noqa: N802
+        pass
+
+    def deviceSynchronize(self) -> None:  # noqa: N802
+        pass
+
+    def deviceGetAttribute(self, attr: int, device: int) -> int:  # noqa: N802
+        return 1
+
+    def hostRegister(self, ptr: int, size: int, flags: int) -> None:  # noqa: N802
+        self.registered[ptr] = size
+
+    def hostUnregister(self, ptr: int) -> None:  # noqa: N802
+        del self.registered[ptr]
+
+    def pointerGetAttributes(self, ptr: int) -> SimpleNamespace:  # noqa: N802
+        return SimpleNamespace(devicePointer=ptr)
+
+
+class FakeDevice:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class FakeCuda:
+    def __init__(self) -> None:
+        self.runtime = FakeRuntime()
+        self.Device = FakeDevice
+
+
+def memory(ptr: int, nbytes: int) -> np.ndarray:
+    """The bytes at a host address (the stand-in's device address)."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr))
+
+
+def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, stream=None,
+                     max_blocks=None) -> None:  # fmt: skip
+    check_launch(idx, out, row_bytes, error.device)
+    check_error(error, error.device)
+    ids = idx.numpy()
+    bad = np.flatnonzero(ids >= num_rows)
+    if bad.size:
+        error[0] = int(bad[0]) + 1
+        return
+    table = memory(table_ptr, num_rows * row_bytes).reshape(num_rows, row_bytes)
+    out.view(torch.uint8).reshape(ids.size, row_bytes).numpy()[:] = table[ids]
+
+
+def numpy_fetch_decode(codec, idx, out, error, *, stream=None, max_blocks=None) -> None:
+    check_launch(idx, out, codec.row_bytes, error.device)
+    check_error(error, error.device)
+    assert codec.rows_ptr % 16 == 0 and codec.cluster_ids is None
+    assert codec.offsets.dtype in (torch.int32, torch.int64)
+    assert codec.offsets.numel() == codec.num_rows + 1
+    unsigned = {torch.int32: np.uint32, torch.int64: np.uint64}
+    words = unsigned[codec.masks.dtype]
+    offsets = codec.offsets.numpy().view(unsigned[codec.offsets.dtype]).astype(np.int64)
+    params = CodecParams(
+        word_bytes=codec.word_bytes,
+        masks=codec.masks.numpy().view(words),
+        code_bits=codec.code_bits.numpy().view(np.uint8),
+        bitvals=codec.bitvals.numpy().view(words),
+    )
+    assert params.num_words == codec.num_words
+    ids = idx.numpy()
+    used = int(offsets[-1]) * codec.align
+    rows = memory(codec.rows_ptr, -(-(used + 16) // 8) * 8).view(np.uint64)
+    starts = offsets[ids] * codec.align
+    lengths = offsets[ids + 1] * codec.align - starts
+    got = decode(rows, starts, lengths, params, None)
+    raw = got.view(np.uint8).reshape(ids.size, -1)[:, : codec.row_bytes]
+    out.view(torch.uint8).reshape(ids.size, codec.row_bytes).numpy()[:] = raw
+
+
+@pytest.fixture
+def numpy_kernels(monkeypatch):
+    monkeypatch.setattr(gather, "raw_gather", numpy_raw_gather)
+    monkeypatch.setattr(fused, "fetch_decode", numpy_fetch_decode)
+
+
+def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
+    args = fetch.parse_args([*SMALL, "--out", str(tmp_path)])
+    cases, note = fetch.build_cases(args)
+    cuda = FakeCuda()
+    bench = fetch.Bench(args, torch.device("cpu"), cuda)
+    assert not bench.guard.on
+    payload = fetch.new_payload({"device": "CPU: test", "git_commit": "x", "date": "d",
+                                 "command": "c"}, args, "Fake GPU", note)  # fmt: skip
+    try:
+        fetch.run_cases(bench, cases, payload, "fetch-fake")
+    finally:
+        bench.close()
+    assert cuda.runtime.registered == {}  # every pinned buffer was released
+    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    assert doc["complete"] and doc["skipped"] == [] and doc["stopped"] == ""
+    names = [c.name for c in cases]
+    # 2 widths x 4 kinds; batches of 300 and 5000 rows capped at 0.0005 GiB (1048/2097 rows)
+    assert [r["case"] for r in doc["cases"]] == [n for n in names for _ in range(2)]
+    for r in doc["cases"]:
+        assert r["bit_identical"] and r["raw_gather_correct"] and r["errors"] == [0, 0]
+        assert r["batch"] in (300, int(0.0005 * 2**30) // r["row_bytes"])
+        assert r["rows"] == fetch.tiles(args.table_bytes, 64, r["row_bytes"]) * 64
+        for key in ("memcpy_gbps", "torch_gbps", "raw_gbps", "ibp_gbps", "decode_only_gbps"):
+            assert r[key] > 0
+        assert r["bypass"] == r["case"].startswith("random-bits")
+        assert r["batch_ratio"] > 0 and set(r["targets"]) == set(fetch.TARGET_TITLES)
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "Incomplete" not in md and "| sparse-5pct-512B |" in md
+
+
+def test_time_budget_stops_before_a_case(numpy_kernels, tmp_path: Path) -> None:
+    args = fetch.parse_args([*SMALL, "--out", str(tmp_path), "--time-budget", "0"])
+    cases, note = fetch.build_cases(args)
+    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
+    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
+                                args, "Fake GPU", note)  # fmt: skip
+    try:
+        fetch.run_cases(bench, cases, payload, "fetch-fake", start=0.0)
+    finally:
+        bench.close()
+    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    assert not doc["complete"] and doc["cases"] == []
+    assert doc["skipped"] == [c.name for c in cases] and "time budget" in doc["stopped"]
+    assert "not run (time budget)" in (tmp_path / "fetch-fake.md").read_text()
+
+
+def test_main_without_a_gpu(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU.*--dry-run"):
+        fetch.main(SMALL)
+    plan = fetch.main([*SMALL, "--dry-run", "--kinds", "dense-normal,random-bits"])
+    assert [p["case"] for p in plan] == [
+        "dense-normal-256B",
+        "random-bits-256B",
+        "dense-normal-512B",
+        "random-bits-512B",
+    ]
+    assert all(p["rows_checked"] > 0 for p in plan)
+    assert [p["bypass"] for p in plan] == [False, True, False, True]
+    assert "The measurements need a CUDA GPU" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# e2e on a GPU: the table is compressed there, or on the CPU when the GPU encoder fails
+# --------------------------------------------------------------------------------------------
+
+
+def test_e2e_features_table_compresses_on_the_gpu(monkeypatch, tmp_path: Path) -> None:
+    x = torch.randn(300, 24)
+    opts = SimpleNamespace(clusters=1, align="auto", progress=False)
+    asked = []
+    real_compress = ibp_graph.compress
+
+    def fake_gpu_compress(data, path, **kw):
+        asked.append(kw.get("device"))
+        return real_compress(data, path, **{**kw, "device": "cpu"})
+
+    monkeypatch.setattr(ibp_graph, "compress", fake_gpu_compress)
+    table, info, encoder = e2e.features_table(x, "g", opts, tmp_path, torch.device("cuda", 0))
+    table.close()
+    assert asked[0] == "cuda:0" and encoder == "cuda"
+    assert not info.reused and info.compress_s > 0
+    # The next run finds the file in the cache.
+    table, info, encoder = e2e.features_table(x, "g", opts, tmp_path, torch.device("cuda", 0))
+    table.close()
+    assert encoder == "cache" and info.reused
+
+
+def test_e2e_features_table_falls_back_to_the_cpu(monkeypatch, tmp_path: Path) -> None:
+    x = torch.randn(300, 24)
+    opts = SimpleNamespace(clusters=1, align="auto", progress=False)
+    real_compress = ibp_graph.compress
+
+    def broken_gpu(data, path, **kw):
+        if kw.get("device", "cpu") != "cpu":
+            raise RuntimeError("no GPU encoder here")
+        return real_compress(data, path, **kw)
+
+    monkeypatch.setattr(ibp_graph, "compress", broken_gpu)
+    table, info, encoder = e2e.features_table(x, "h", opts, tmp_path, torch.device("cuda", 0))
+    assert encoder == "cpu" and not info.reused
+    assert torch.equal(table[[0, 299]], x[[0, 299]])
+    table.close()
+
+
+def test_e2e_features_table_checks_what_the_gpu_wrote(monkeypatch, tmp_path: Path) -> None:
+    x = torch.randn(300, 24)
+    opts = SimpleNamespace(clusters=1, align="auto", progress=False)
+    real_compress = ibp_graph.compress
+
+    def wrong_rows(data, path, **kw):
+        if kw.get("device", "cpu") != "cpu":
+            return real_compress(torch.zeros_like(data), path, **{**kw, "device": "cpu"})
+        return real_compress(data, path, **kw)
+
+    monkeypatch.setattr(ibp_graph, "compress", wrong_rows)
+    table, info, encoder = e2e.features_table(x, "w", opts, tmp_path, torch.device("cuda", 0))
+    assert encoder == "cpu" and torch.equal(table[:], x)
+    table.close()
+
+
+# --------------------------------------------------------------------------------------------
+# gpu_session.sh
+# --------------------------------------------------------------------------------------------
+
+
+def session_commands() -> dict[str, list[list[str]]]:
+    """The python command lines of gpu_session.sh, by script, with its variables filled in."""
+    text = SESSION.read_text().replace("\\\n", " ")
+    found: dict[str, list[list[str]]] = {}
+    for m in re.finditer(r"python3 benchmarks/(\w+)\.py (.*?)\|\| rc", text):
+        argv = shlex.split(m.group(2))
+        subst = {"$WORK": "/tmp/w", "$OUT/synthetic": "/tmp/o", "$features": "f.npy"}
+        found.setdefault(m.group(1), []).append([subst.get(a, a) for a in argv])
+    return found
+
+
+def test_session_script_syntax_and_unknown_stage(tmp_path: Path) -> None:
+    assert subprocess.run(["bash", "-n", str(SESSION)]).returncode == 0
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "IBP_GPU_WORK": str(tmp_path / "w")}
+    done = subprocess.run(
+        ["bash", str(SESSION), "tests", "nonsense"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    assert done.returncode == 2 and "unknown stage 'nonsense'" in done.stderr
+    assert not (tmp_path / "out").exists()  # refused before installing or writing anything
+
+
+def test_session_commands_parse() -> None:
+    cmds = session_commands()
+    assert set(cmds) == {"fetch", "sampling", "e2e"}
+    (fetch_cmd,) = cmds["fetch"]
+    args = fetch.parse_args(fetch_cmd)
+    assert args.out == fetch.RESULTS  # where the stage copies the results from
+    assert args.table_gb >= 2 and args.time_budget <= 450
+    assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
+    bundled, synthetic = (e2e.parse_args(c) for c in cmds["e2e"])
+    assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
+    assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
+    assert synthetic.epochs == 3 and synthetic.device == "cuda"
+    assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o"
