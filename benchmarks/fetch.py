@@ -655,12 +655,6 @@ def wall_seconds(fn: Callable[[], Any], repeats: int, device: torch.device) -> f
 # --------------------------------------------------------------------------------------------
 
 
-def _signed(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """An unsigned NumPy array on the GPU as the signed type of its width (bits unchanged)."""
-    signed = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize]
-    return torch.from_numpy(np.ascontiguousarray(array).view(signed)).to(device)
-
-
 class Bench:
     """What the cases share: the device, the raw buffer, staging memory, cached baselines.
 
@@ -758,7 +752,7 @@ def launch(
 
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     """Compress, tile, pin, measure every batch size of one case; one result per batch."""
-    from ibp_graph.cuda_table import raw_bypass
+    from ibp_graph.cuda_table import as_signed_tensor, raw_bypass
     from ibp_graph.kernels.fetch_decode import DeviceCodec
     from ibp_graph.pinned import PinnedBuffer
 
@@ -784,11 +778,11 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         params = table.params
         codec = DeviceCodec(
             rows_ptr=ptr,
-            offsets=_signed(tiled_offsets(table.offsets, times), device),
+            offsets=as_signed_tensor(tiled_offsets(table.offsets, times), device),
             cluster_ids=None,  # compress() makes one cluster by default
-            masks=_signed(params.masks, device),
-            code_bits=_signed(params.code_bits, device),
-            bitvals=_signed(params.bitvals, device),
+            masks=as_signed_tensor(params.masks, device),
+            code_bits=as_signed_tensor(params.code_bits, device),
+            bitvals=as_signed_tensor(params.bitvals, device),
             num_rows=num_rows,
             num_words=params.num_words,
             word_bytes=params.word_bytes,

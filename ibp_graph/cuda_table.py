@@ -79,8 +79,8 @@ def _fill_pinned_rows(
             bar.update(flat.size)
 
 
-def _as_signed(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Copy an unsigned NumPy array to the GPU as the signed type of the same width."""
+def as_signed_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Copy an unsigned NumPy array to ``device`` as the signed type of its width (same bits)."""
     signed = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}[array.dtype.itemsize]
     return torch.from_numpy(np.ascontiguousarray(array).view(signed)).to(device)
 
@@ -273,11 +273,11 @@ class CudaIBPTable(_CudaTableBase):
         params = cpu.params
         self.codec = DeviceCodec(
             rows_ptr=rows_ptr,
-            offsets=_as_signed(cpu.offsets.astype(cpu.header.sections["offsets"].dtype), dev),
-            cluster_ids=None if cpu.cluster_ids is None else _as_signed(cpu.cluster_ids, dev),
-            masks=_as_signed(params.masks, dev),
-            code_bits=_as_signed(params.code_bits, dev),
-            bitvals=_as_signed(params.bitvals, dev),
+            offsets=as_signed_tensor(cpu.offsets.astype(cpu.header.sections["offsets"].dtype), dev),
+            cluster_ids=None if cpu.cluster_ids is None else as_signed_tensor(cpu.cluster_ids, dev),
+            masks=as_signed_tensor(params.masks, dev),
+            code_bits=as_signed_tensor(params.code_bits, dev),
+            bitvals=as_signed_tensor(params.bitvals, dev),
             num_rows=cpu.shape[0],
             num_words=params.num_words,
             word_bytes=params.word_bytes,

@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 import torch
 
-from ibp_graph.cuda_table import _as_signed
+from ibp_graph.cuda_table import as_signed_tensor
 from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM, DeviceCodec
 from ibp_graph.kernels.runtime import NVRTC_OPTIONS, cuda_dir
 
@@ -481,7 +481,7 @@ def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 def section(shape: tuple[int, ...], dtype: str) -> torch.Tensor:
     """A tensor as `CudaIBPTable` makes it from a NumPy section of ``dtype``."""
-    return _as_signed(np.zeros(shape, dtype=dtype), CPU)
+    return as_signed_tensor(np.zeros(shape, dtype=dtype), CPU)
 
 
 def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> list:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .runtime import as_cupy, cupy_stream, grid_size, kernel
+from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel
 
 SOURCE = "fetch_decode.cu"
 WARP = 32
@@ -89,7 +89,7 @@ def _entry(codec: DeviceCodec) -> str:
 def check_idx(idx: torch.Tensor, device: torch.device) -> None:
     """Validate the row ids of a fetch: a contiguous 1-D int64 tensor on ``device``."""
     if not isinstance(idx, torch.Tensor) or idx.device != device:
-        raise ValueError(f"idx must be a CUDA tensor on {device}, got {_where(idx)}")
+        raise ValueError(f"idx must be a CUDA tensor on {device}, got {describe(idx)}")
     if idx.dtype != torch.int64 or idx.dim() != 1 or not idx.is_contiguous():
         raise ValueError(
             f"idx must be a contiguous 1-D int64 tensor, got {idx.dtype} {tuple(idx.shape)}"
@@ -100,7 +100,7 @@ def check_launch(idx: torch.Tensor, out: torch.Tensor, row_bytes: int, device: t
     """Validate the index and output tensors of a fetch, naming the bad argument."""
     check_idx(idx, device)
     if not isinstance(out, torch.Tensor) or out.device != device:
-        raise ValueError(f"out must be a CUDA tensor on {device}, got {_where(out)}")
+        raise ValueError(f"out must be a CUDA tensor on {device}, got {describe(out)}")
     if not out.is_contiguous() or out.shape[0] != idx.shape[0]:
         raise ValueError(f"out must be contiguous with {idx.shape[0]} rows, got {tuple(out.shape)}")
     if out.numel() * out.element_size() != idx.shape[0] * row_bytes:
@@ -113,15 +113,11 @@ def check_launch(idx: torch.Tensor, out: torch.Tensor, row_bytes: int, device: t
 def check_error(error: torch.Tensor, device: torch.device) -> None:
     """Validate the ``(2,)`` int32 error slots of a launch."""
     if not isinstance(error, torch.Tensor) or error.device != device:
-        raise ValueError(f"error must be a CUDA tensor on {device}, got {_where(error)}")
+        raise ValueError(f"error must be a CUDA tensor on {device}, got {describe(error)}")
     if error.dtype != torch.int32 or error.shape != (2,) or not error.is_contiguous():
         raise ValueError(
             f"error must be a contiguous (2,) int32 tensor, got {error.dtype} {tuple(error.shape)}"
         )
-
-
-def _where(x: object) -> str:
-    return f"a tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
 def fetch_decode(

@@ -137,3 +137,8 @@ def grid_size(blocks: int, device: torch.device, max_blocks: int | None) -> int:
     if max_blocks is None:
         max_blocks = BLOCKS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(int(blocks), int(max_blocks)))
+
+
+def describe(x: object) -> str:
+    """What ``x`` is, for an error message: ``a tensor on <device>`` or its type's name."""
+    return f"a tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .runtime import as_cupy, cupy_stream, grid_size, kernel
+from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel
 
 SOURCE = "sample_neighbors.cu"
 #: Sizes of the per-thread array of picks of the kernel's entry points, smallest first.
@@ -32,15 +32,11 @@ def entry_point(k: int) -> str:
     return f"ibp_sample_neighbors_k{capacity(k)}"
 
 
-def _where(x: object) -> str:
-    return f"a tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
-
-
 def _check_int64(name: str, t: object, device: torch.device | None) -> torch.device:
     if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
-        raise ValueError(f"{name} must be a CUDA tensor, got {_where(t)}")
+        raise ValueError(f"{name} must be a CUDA tensor, got {describe(t)}")
     if device is not None and t.device != device:
-        raise ValueError(f"{name} must be on {device}, got {_where(t)}")
+        raise ValueError(f"{name} must be on {device}, got {describe(t)}")
     if t.dtype != torch.int64 or t.dim() != 1 or not t.is_contiguous():
         raise ValueError(
             f"{name} must be a contiguous 1-D int64 tensor, got {t.dtype} {tuple(t.shape)}"
