@@ -58,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -736,23 +737,9 @@ class Bench:
         return lambda: launcher.raw_gather(ptr, n, row_bytes, ids, out, err, max_blocks=cap)
 
 
-def launch(
-    codec: Any, bypass: bool, ids: torch.Tensor, out: torch.Tensor, err: torch.Tensor, cap
-) -> Callable[[], None]:
-    """One fetch as `CudaIBPTable` launches it: the raw gather for a table stored raw."""
-    from ibp_graph.kernels import fetch_decode as fused
-    from ibp_graph.kernels import raw_gather as gather
-
-    if bypass:
-        return lambda: gather.raw_gather(
-            codec.rows_ptr, codec.num_rows, codec.row_bytes, ids, out, err, max_blocks=cap
-        )
-    return lambda: fused.fetch_decode(codec, ids, out, err, max_blocks=cap)
-
-
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     """Compress, tile, pin, measure every batch size of one case; one result per batch."""
-    from ibp_graph.cuda_table import as_signed_tensor, raw_bypass
+    from ibp_graph.cuda_table import as_signed_tensor, launch_fetch, raw_bypass
     from ibp_graph.kernels.fetch_decode import DeviceCodec
     from ibp_graph.pinned import PinnedBuffer
 
@@ -811,11 +798,21 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             raw_ok = torch.equal(out[:k].cpu(), host[ids_cpu[:k]].view(torch.uint8).reshape(k, rb))
             err.zero_()
             out.zero_()
-            ibp_s = gpu_seconds(launch(codec, bypass, ids, out, err, cap), reps, guard, device)
+            ibp_s = gpu_seconds(
+                partial(launch_fetch, codec, bypass, ids, out, err, max_blocks=cap),
+                reps,
+                guard,
+                device,
+            )
             want = ref.index_select(0, ids % nb)
             same = torch.equal(out, want)
             out.zero_()
-            dec_s = gpu_seconds(launch(gpu_codec, bypass, ids, out, err, cap), reps, guard, device)
+            dec_s = gpu_seconds(
+                partial(launch_fetch, gpu_codec, bypass, ids, out, err, max_blocks=cap),
+                reps,
+                guard,
+                device,
+            )
             same_on_gpu = torch.equal(out, want)
             del want
             errors = [int(v) for v in err.tolist()]

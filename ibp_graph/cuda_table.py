@@ -120,6 +120,35 @@ def _cuda_ids(index: Any, num_rows: int, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(ids).to(device)
 
 
+def launch_fetch(
+    codec: DeviceCodec,
+    bypass: bool,
+    idx: torch.Tensor,
+    out: torch.Tensor,
+    error: torch.Tensor,
+    *,
+    stream: torch.cuda.Stream | None = None,
+    max_blocks: int | None = None,
+) -> None:
+    """Launch one fetch of rows ``idx`` into ``out``; does not synchronise.
+
+    The fused fetch + decode kernel, or the raw gather when ``bypass`` (see `raw_bypass`).
+    """
+    if bypass:
+        raw_gather(
+            codec.rows_ptr,
+            codec.num_rows,
+            codec.row_bytes,
+            idx,
+            out,
+            error,
+            stream=stream,
+            max_blocks=max_blocks,
+        )
+        return
+    fetch_decode(codec, idx, out, error, stream=stream, max_blocks=max_blocks)
+
+
 def raw_bypass(table: IBPTable) -> bool:
     """Whether a table can be fetched by the raw gather instead of the decoder.
 
@@ -306,19 +335,9 @@ class CudaIBPTable(_CudaTableBase):
         return self.codec.row_bytes
 
     def _launch(self, idx: torch.Tensor, out: torch.Tensor, error: torch.Tensor, stream) -> None:
-        if self.bypass:
-            raw_gather(
-                self.codec.rows_ptr,
-                self.shape[0],
-                self.codec.row_bytes,
-                idx,
-                out,
-                error,
-                stream=stream,
-                max_blocks=self.max_blocks,
-            )
-            return
-        fetch_decode(self.codec, idx, out, error, stream=stream, max_blocks=self.max_blocks)
+        launch_fetch(
+            self.codec, self.bypass, idx, out, error, stream=stream, max_blocks=self.max_blocks
+        )
 
     def __repr__(self) -> str:
         n, d = self.shape

@@ -24,6 +24,7 @@ import torch
 
 import ibp_graph
 from benchmarks import e2e, fetch
+from ibp_graph import cuda_table
 from ibp_graph.codec import CodecParams, decode
 from ibp_graph.kernels import fetch_decode as fused
 from ibp_graph.kernels import raw_gather as gather
@@ -376,6 +377,8 @@ def numpy_fetch_decode(codec, idx, out, error, *, stream=None, max_blocks=None) 
 def numpy_kernels(monkeypatch):
     monkeypatch.setattr(gather, "raw_gather", numpy_raw_gather)
     monkeypatch.setattr(fused, "fetch_decode", numpy_fetch_decode)
+    monkeypatch.setattr(cuda_table, "raw_gather", numpy_raw_gather)
+    monkeypatch.setattr(cuda_table, "fetch_decode", numpy_fetch_decode)
 
 
 def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
