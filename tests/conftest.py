@@ -337,3 +337,25 @@ def real_table_rows() -> list[tuple[str, np.ndarray]]:
         pick = np.sort(rng.choice(x.shape[0], min(REAL_TABLE_ROWS, x.shape[0]), replace=False))
         out.append((name, np.ascontiguousarray(x[pick])))
     return out
+
+
+def homophilous_graph(
+    seed: int, n: int, e: int, d: int, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator]:
+    """A random homophilous multigraph with sparse 0/1 features and learnable labels.
+
+    Labels are a random linear function of the features; every edge's source has its
+    target's label; the last 5 nodes are isolated. Returns ``(x, y, src, dst, generator)``,
+    the generator left where it stopped, for the caller's extra attributes.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.rand(n, d, generator=gen) < 0.08).float()
+    y = (x @ torch.randn(d, num_classes, generator=gen)).argmax(1)
+    linked = y[: n - 5]
+    by_class = torch.argsort(linked, stable=True)
+    counts = torch.bincount(linked, minlength=num_classes)
+    starts = torch.cumsum(counts, 0) - counts
+    dst = torch.randint(0, n - 5, (e,), generator=gen)
+    pick = (torch.rand(e, generator=gen) * counts[y[dst]]).long()
+    src = by_class[starts[y[dst]] + pick]
+    return x, y, src, dst, gen

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_docstring_example
+from conftest import homophilous_graph, run_docstring_example
 
 try:
     from ibp_graph.loaders import dgl as dgl_loaders
@@ -50,16 +50,7 @@ def random_graph(seed: int = 0, n: int = 300, e: int = 2400, d: int = 48) -> dgl
 
     Every edge's source has its target's label; the last 5 nodes are isolated.
     """
-    gen = torch.Generator().manual_seed(seed)
-    x = (torch.rand(n, d, generator=gen) < 0.08).float()
-    y = (x @ torch.randn(d, NUM_CLASSES, generator=gen)).argmax(1)
-    linked = y[: n - 5]
-    by_class = torch.argsort(linked, stable=True)
-    counts = torch.bincount(linked, minlength=NUM_CLASSES)
-    starts = torch.cumsum(counts, 0) - counts
-    dst = torch.randint(0, n - 5, (e,), generator=gen)
-    pick = (torch.rand(e, generator=gen) * counts[y[dst]]).long()
-    src = by_class[starts[y[dst]] + pick]
+    x, y, src, dst, gen = homophilous_graph(seed, n, e, d, NUM_CLASSES)
     g = dgl.graph((src, dst), num_nodes=n)
     g.ndata["feat"] = x
     g.ndata["label"] = y

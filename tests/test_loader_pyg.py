@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_docstring_example
+from conftest import homophilous_graph, run_docstring_example
 
 torch_geometric = pytest.importorskip("torch_geometric")
 
@@ -65,16 +65,7 @@ def random_data(seed: int = 0, n: int = 300, e: int = 2400, d: int = 48) -> Data
     target's label; the last 5 nodes are isolated. Extra node-, edge- and graph-level
     attributes check the slicing.
     """
-    gen = torch.Generator().manual_seed(seed)
-    x = (torch.rand(n, d, generator=gen) < 0.08).float()
-    y = (x @ torch.randn(d, NUM_CLASSES, generator=gen)).argmax(1)
-    linked = y[: n - 5]
-    by_class = torch.argsort(linked, stable=True)
-    counts = torch.bincount(linked, minlength=NUM_CLASSES)
-    starts = torch.cumsum(counts, 0) - counts
-    dst = torch.randint(0, n - 5, (e,), generator=gen)
-    pick = (torch.rand(e, generator=gen) * counts[y[dst]]).long()
-    src = by_class[starts[y[dst]] + pick]
+    x, y, src, dst, gen = homophilous_graph(seed, n, e, d, NUM_CLASSES)
     data = Data(x=x, edge_index=torch.stack([src, dst]), y=y)
     data.train_mask = torch.rand(n, generator=gen) < 0.4
     data.edge_attr = torch.randn(e, 3, generator=gen)
