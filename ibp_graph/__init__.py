@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .compress import compress
-from .errors import IBPDeviceError, IBPError, IBPFormatError, IBPInputError
+from .errors import IBPDeviceError, IBPError, IBPFormatError, IBPIndexError, IBPInputError
 from .table import IBPTable
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ __all__ = [
     "IBPDeviceError",
     "IBPError",
     "IBPFormatError",
+    "IBPIndexError",
     "IBPInputError",
     "IBPTable",
     "__version__",

@@ -13,11 +13,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .codec import ALIGNMENTS, best_clusters, encode, stored_sizes
-from .container import IBPWriter
+from .container import IBPWriter, resolve_output
 from .dtypes import as_table, rows_to_words, words_per_row
 from .errors import IBPInputError
 from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit
-from .sources import TableSource, open_source
+from .sources import TableSource, check_dense, open_source
 from .table import IBPTable
 
 #: Words encoded per batch on the CPU: small enough for the temporaries to stay in cache.
@@ -136,7 +136,8 @@ def compress(
             bfloat16, float64, int8..int64 or uint8), a path to a ``.npy`` / ``.pt`` file or
             ``ogb:NAME``, or a :class:`~ibp_graph.sources.TableSource` from
             :func:`~ibp_graph.sources.open_source`. Never modified.
-        path: the ``.ibp`` file to write (replaced atomically when done).
+        path: the ``.ibp`` file to write; an existing regular file there is replaced
+            atomically when done, anything else (a directory, a device, a FIFO) is refused.
         clusters: the most mask clusters k; each row uses the one that stores it smallest,
             and a single cluster is kept when k do not pay for their own parameters
             (default: 1).
@@ -158,6 +159,13 @@ def compress(
 
     Returns:
         The written file, opened as an :class:`~ibp_graph.table.IBPTable`.
+
+    Raises:
+        IBPInputError: ``data`` is not a dense 2-D table of a supported dtype (a sparse
+            tensor, a pickled file, ...), an option is out of range, ``path`` would replace
+            the input or something other than a regular file, or its folder is missing.
+        OSError: writing failed (a full disk); the message names ``path`` and nothing is
+            left behind.
     """
     th = _check_options(clusters, threshold, word_bytes, align, sample)
     to_device, from_device, on_device = _encoder_device(device)
@@ -166,11 +174,11 @@ def compress(
     if isinstance(data, TableSource):
         array, name, what = data.array, data.dtype_name, data.description
     else:
+        check_dense(data, "input")
         array, name = as_table(data)
         what = f"{type(data).__module__}.{type(data).__name__}"
     out = Path(path)
-    if not out.parent.is_dir():
-        raise IBPInputError(f"{out}: directory {str(out.parent)!r} does not exist")
+    resolve_output(out)  # refuses a missing folder, a device, a FIFO... before any work
     if isinstance(data, TableSource) and data.path is not None and out.resolve() == data.path:
         raise IBPInputError(f"{out}: the output would overwrite the input")
     n, d = array.shape

@@ -28,6 +28,7 @@ a file raises :class:`~ibp_graph.errors.IBPFormatError` whose message starts wit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -38,7 +39,7 @@ import struct
 import tempfile
 import warnings
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
@@ -57,6 +58,8 @@ __all__ = [
     "SectionInfo",
     "load_section",
     "read_header",
+    "read_section",
+    "resolve_output",
     "verify_checksums",
     "write_ibp",
 ]
@@ -79,6 +82,7 @@ ROWS_SECTION = "rows"
 _FIXED = struct.Struct("<8sIIQ")
 _FIXED_SIZE = _FIXED.size
 _CHUNK = 64 << 20
+_SCAN_CHUNK = 4 << 20
 _COPY_CHUNK = 8 << 20
 _NUMERIC_KINDS = frozenset("biufc")
 _MAX_NDIM = 32
@@ -441,14 +445,131 @@ def load_section(
             raw = _read_into(path, f, info)
             arr = raw.view(info.dtype).reshape(info.shape)
     if verify:
-        computed = _crc32(raw)
-        if computed != info.crc32:
-            _fail(
-                path,
-                f"section {name!r} checksum mismatch (stored 0x{info.crc32:08x}, "
-                f"computed 0x{computed:08x}); the file is corrupt",
-            )
+        _check_crc(path, info, _crc32(raw), verify)
     return arr
+
+
+ChunkCheck = Callable[[np.ndarray, int], None]
+"""Called with each chunk of a section's elements (flat) and the index of its first element."""
+
+
+def _scan(
+    path: str,
+    f: IO[bytes],
+    info: SectionInfo,
+    out: np.ndarray | None,
+    check: ChunkCheck | None,
+) -> int:
+    """Reads a section chunk by chunk into ``out`` (or a small scratch buffer) and checks it.
+
+    Returns the CRC-32 of the bytes read. Memory use is bounded by the chunk size when ``out``
+    is None, whatever the section's size.
+    """
+    step = _SCAN_CHUNK - _SCAN_CHUNK % info.dtype.itemsize
+    scratch = np.empty(min(step, info.nbytes), dtype=np.uint8) if out is None else None
+    f.seek(info.offset)
+    crc, pos = 0, 0
+    while pos < info.nbytes:
+        n = min(step, info.nbytes - pos)
+        chunk = out[pos : pos + n] if out is not None else scratch[:n]
+        got = f.readinto(memoryview(chunk))
+        while got and got < n:
+            more = f.readinto(memoryview(chunk[got:]))
+            if not more:
+                break
+            got += more
+        if got != n:
+            _fail(path, f"section {info.name!r} ended early at byte {info.offset + pos + got}")
+        crc = zlib.crc32(chunk, crc)
+        if check is not None:
+            check(chunk.view(info.dtype), pos // info.dtype.itemsize)
+        pos += n
+    return crc
+
+
+def read_section(
+    header: IBPHeader,
+    name: str,
+    *,
+    verify: bool = True,
+    check: Callable[[], ChunkCheck] | None = None,
+) -> np.ndarray:
+    """Reads one section into memory, validating it in bounded chunks before allocating it.
+
+    A section larger than one chunk (4 MiB) is first read through a small scratch buffer, its
+    values checked by ``check`` and its checksum computed; only then is the full array
+    allocated and read, and checked again. A file that claims a huge section (a sparse file,
+    say) is therefore refused at its first bad chunk, without a large allocation.
+
+    Args:
+        header: The header returned by :func:`read_header`.
+        name: Section name.
+        verify: Check the section's CRC-32 (default: True).
+        check: A factory returning a fresh :data:`ChunkCheck` for each pass over the section;
+            the check raises :class:`~ibp_graph.errors.IBPFormatError` on a bad value
+            (default: None, no value check).
+
+    Returns:
+        A writable in-memory array of the section's dtype and shape.
+
+    Raises:
+        IBPFormatError: No section has this name, the file changed since the header was read,
+            a value is refused by ``check``, or the checksum does not match.
+    """
+    path = header.path
+    info = header.sections.get(name)
+    if info is None:
+        names = ", ".join(repr(n) for n in header.sections) or "none"
+        _fail(path, f"no section {name!r} (sections present: {names})")
+    with _open_checked(header) as f:
+        if info.nbytes > _SCAN_CHUNK:  # a bounded first pass before the big allocation
+            crc = _scan(path, f, info, None, check() if check is not None else None)
+            _check_crc(path, info, crc, verify)
+        out = np.empty(info.nbytes, dtype=np.uint8)
+        crc = _scan(path, f, info, out, check() if check is not None else None)
+        _check_crc(path, info, crc, verify)
+    return out.view(info.dtype).reshape(info.shape)
+
+
+def read_elements(header: IBPHeader, name: str, indices: list[int]) -> np.ndarray:
+    """Reads a few elements of a one-dimensional section, unverified (for early size checks).
+
+    Args:
+        header: The header returned by :func:`read_header`.
+        name: Section name; the section must be one-dimensional.
+        indices: Element positions, each in ``0..len-1``.
+
+    Returns:
+        The elements, in the section's dtype.
+
+    Raises:
+        IBPFormatError: No such section, or the file changed since the header was read.
+        IBPInputError: The section is not one-dimensional or an index is out of range.
+    """
+    info = header.sections.get(name)
+    if info is None:
+        _fail(header.path, f"no section {name!r}")
+    if len(info.shape) != 1 or not all(0 <= i < info.shape[0] for i in indices):
+        raise IBPInputError(f"elements {indices} do not lie in section {name!r} {info.shape}")
+    size = info.dtype.itemsize
+    out = np.empty(len(indices), dtype=info.dtype)
+    with _open_checked(header) as f:
+        for j, i in enumerate(indices):
+            f.seek(info.offset + i * size)
+            data = f.read(size)
+            if len(data) != size:
+                _fail(header.path, f"section {name!r} ended early at element {i}")
+            out[j] = np.frombuffer(data, dtype=info.dtype)[0]
+    return out
+
+
+def _check_crc(path: str, info: SectionInfo, computed: int, verify: bool) -> None:
+    if verify and computed != info.crc32:
+        _fail(
+            path,
+            f"section {info.name!r} checksum mismatch (stored 0x{info.crc32:08x}, "
+            f"computed 0x{computed:08x}); the file is corrupt",
+        )
 
 
 def verify_checksums(header: IBPHeader) -> None:
@@ -485,6 +606,12 @@ class IBPWriter:
     success, on error and when the ``with`` block exits. Leaving the ``with`` block without
     calling :meth:`finish` writes nothing.
 
+    Only a regular file, or nothing, may stand at ``path`` (a symbolic link is followed and its
+    target replaced): a device, a FIFO or a directory there is refused with
+    :class:`~ibp_graph.errors.IBPInputError` when the writer is created, and checked again
+    just before the rename. An ``OSError`` while writing (a full disk) names ``path``, never a
+    temporary file.
+
     Example:
         >>> with IBPWriter("features.ibp") as w:  # doctest: +SKIP
         ...     for chunk in chunks:
@@ -494,11 +621,15 @@ class IBPWriter:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        directory, base = os.path.split(os.path.abspath(self.path))
+        self._target = resolve_output(self.path)
+        directory, base = os.path.split(self._target)
         self._dir, self._base = directory, base
-        fd, self._rows_path = tempfile.mkstemp(
-            prefix=f".{base}.", suffix=".rows.tmp", dir=directory
-        )
+        try:
+            fd, self._rows_path = tempfile.mkstemp(
+                prefix=f".{base}.", suffix=".rows.tmp", dir=directory
+            )
+        except OSError as e:
+            raise _named_os_error(e, self.path) from None
         self._rows: IO[bytes] | None = os.fdopen(fd, "w+b")
         self._rows_crc = 0
         self._rows_nbytes = 0
@@ -544,7 +675,10 @@ class IBPWriter:
                 data = memoryview(buf).cast("B")
             except (TypeError, ValueError) as e:
                 raise IBPInputError(f"write_rows expects contiguous bytes-like data ({e})") from e
-        rows.write(data)
+        try:
+            rows.write(data)
+        except OSError as e:
+            raise _named_os_error(e, self.path) from None
         self._rows_crc = zlib.crc32(data, self._rows_crc)
         self._rows_nbytes += data.nbytes
 
@@ -595,11 +729,14 @@ class IBPWriter:
         )
         header, data_start = self._layout(dict(meta), entries)
 
-        rows.flush()
-        rows.seek(0)
         partial = os.path.join(self._dir, f".{self._base}.{secrets.token_hex(6)}.partial.tmp")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-        fd = os.open(partial, flags, 0o666)  # a data file: rw for whom the umask allows
+        try:
+            rows.flush()
+            rows.seek(0)
+            fd = os.open(partial, flags, 0o666)  # a data file: rw for whom the umask allows
+        except OSError as e:
+            raise _named_os_error(e, self.path) from None
         try:
             with os.fdopen(fd, "wb") as out:
                 fixed = (MAGIC, FORMAT_VERSION, zlib.crc32(header), data_start - _FIXED_SIZE)
@@ -616,7 +753,11 @@ class IBPWriter:
                     raise OSError(f"{partial}: wrote {out.tell()} bytes, expected {end}")
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(partial, self.path)
+            resolve_output(self.path)  # still nothing but a regular file (or nothing) there
+            os.replace(partial, self._target)
+        except OSError as e:
+            _remove(partial)
+            raise _named_os_error(e, self.path) from None
         except BaseException:
             _remove(partial)
             raise
@@ -651,9 +792,62 @@ class IBPWriter:
         if self._rows is not None:
             rows, self._rows = self._rows, None
             try:
-                rows.close()
+                with contextlib.suppress(OSError):  # unflushed bytes of a discarded file
+                    rows.close()
             finally:
                 _remove(self._rows_path)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def resolve_output(path: str | os.PathLike[str]) -> str:
+    """Returns the absolute path a new file for ``path`` is renamed onto, after checking it.
+
+    A symbolic link is followed, so the link stays and its target is replaced. Only a regular
+    file, or nothing, may stand at the final path: replacing a device, a FIFO, a socket or a
+    directory with a regular file would destroy something that is not ours.
+
+    Args:
+        path: The output path as the user gave it.
+
+    Returns:
+        The absolute, symlink-free path to write.
+
+    Raises:
+        IBPInputError: Something other than a regular file exists at ``path``, or the folder
+            that would hold it does not exist or is not a folder. The message names ``path``.
+    """
+    text = os.fspath(path)
+    target = os.path.realpath(text)
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise IBPInputError(f"{text}: {parent} {what}")
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise IBPInputError(f"{text}: cannot check the output path ({e.strerror})") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise IBPInputError(
+            f"{text}: exists and is {_file_kind(mode)}; only a regular file may be replaced"
+        )
+    return target
+
+
+def _named_os_error(exc: OSError, path: str) -> OSError:
+    """The same error naming ``path`` (what the user asked for) instead of a temporary file."""
+    return OSError(exc.errno, f"cannot write the output ({exc.strerror or exc})", path)
 
 
 def _remove(path: str) -> None:
@@ -678,7 +872,8 @@ def write_ibp(
         rows: ``uint8`` array stored as the ``"rows"`` section.
 
     Raises:
-        IBPInputError: An argument is invalid (see :meth:`IBPWriter.finish`).
+        IBPInputError: An argument is invalid (see :meth:`IBPWriter.finish`), or something
+            other than a regular file stands at ``path``.
         OSError: Writing the file failed; ``path`` is left untouched.
     """
     with IBPWriter(path) as writer:

@@ -7,7 +7,7 @@ catch all of them at once. The two concrete kinds also derive from :class:`Value
 
 from __future__ import annotations
 
-__all__ = ["IBPError", "IBPFormatError", "IBPInputError"]
+__all__ = ["IBPDeviceError", "IBPError", "IBPFormatError", "IBPIndexError", "IBPInputError"]
 
 
 class IBPError(Exception):
@@ -24,6 +24,14 @@ class IBPFormatError(IBPError, ValueError):
 
 class IBPInputError(IBPError, ValueError):
     """A caller passed an invalid argument (wrong dtype, shape, index, section name, ...)."""
+
+
+class IBPIndexError(IBPInputError, IndexError):
+    """A row index is not a valid selection, or a row id is out of range.
+
+    Also an ``IndexError``, as torch raises for the same mistakes, so ``for row in table``
+    stops at the end of the table.
+    """
 
 
 class IBPDeviceError(IBPError, RuntimeError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +30,44 @@ class TableSource:
     path: Path | None = None
 
 
+#: The first bytes of every ``.npy`` file.
+NPY_MAGIC = b"\x93NUMPY"
+#: What to save instead of pickled objects, named in refusals.
+SAVE_HINT = "save a plain array with numpy.save(path, x) or a tensor with torch.save(x, path)"
+
+
+def _sniff(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(NPY_MAGIC))
+    except OSError as exc:
+        raise IBPInputError(f"{path}: cannot read file ({exc.strerror})") from None
+
+
+def _not_npy(path: Path, head: bytes) -> IBPInputError:
+    if head[:1] == b"\x80":
+        return IBPInputError(
+            f"{path}: is a Python pickle, not a .npy file; pickled objects are never loaded, "
+            f"for safety: {SAVE_HINT}"
+        )
+    return IBPInputError(
+        f"{path}: not a .npy file (it does not start with the NumPy magic {NPY_MAGIC!r}, but "
+        f"with {head!r})"
+    )
+
+
 def _npy(path: Path) -> TableSource:
+    head = _sniff(path)
+    if head != NPY_MAGIC:
+        raise _not_npy(path, head)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise IBPInputError(f"{path}: holds Python objects, not a numeric table") from None
+        if "pickle" in str(exc) or "Python objects" in str(exc):
+            raise IBPInputError(
+                f"{path}: holds Python objects (dtype object), not a numeric table; pickled "
+                f"objects are never loaded, for safety: {SAVE_HINT}"
+            ) from None
         raise IBPInputError(f"{path}: not a readable .npy file ({exc})") from None
     except (OSError, EOFError) as exc:
         raise IBPInputError(f"{path}: not a readable .npy file ({exc})") from None
@@ -41,11 +75,42 @@ def _npy(path: Path) -> TableSource:
     return TableSource(array, name, f"{path} (memory-mapped)", path.resolve())
 
 
-def _pt(path: Path, key: str | None) -> TableSource:
+def check_dense(obj: object, what: str) -> None:
+    """Refuse a sparse or otherwise non-strided tensor with a message saying what to pass.
+
+    Args:
+        obj: the candidate table.
+        what: how to name it in the message (a path, ``"input"``).
+
+    Raises:
+        IBPInputError: ``obj`` is a torch tensor whose layout is not ``torch.strided``.
+    """
+    if isinstance(obj, torch.Tensor) and obj.layout != torch.strided:
+        raise IBPInputError(
+            f"{what}: holds a {obj.layout} tensor; only dense tables are supported: pass "
+            f"x.to_dense() (or save that)"
+        )
+
+
+def _torch_load(path: Path) -> object:
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about old pickle protocols first
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise IBPInputError(
+            f"{path}: holds pickled Python objects other than tensors and plain containers; "
+            f"they are never unpickled, for safety: {SAVE_HINT}"
+        ) from None
     except Exception as exc:  # torch raises many types for a bad file
-        raise IBPInputError(f"{path}: not a readable tensor file ({type(exc).__name__})") from None
+        raise IBPInputError(
+            f"{path}: not a readable tensor file ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:120]})"
+        ) from None
+
+
+def _pt(path: Path, key: str | None) -> TableSource:
+    obj = _torch_load(path)
     if isinstance(obj, dict):
         keys = (key,) if key else PT_KEYS
         found = next((k for k in keys if isinstance(obj.get(k), torch.Tensor)), None)
@@ -58,6 +123,7 @@ def _pt(path: Path, key: str | None) -> TableSource:
         raise IBPInputError(f"{path}: holds a {type(obj).__name__}, not a dict with key {key!r}")
     if not isinstance(obj, torch.Tensor):
         raise IBPInputError(f"{path}: holds a {type(obj).__name__}, not a tensor")
+    check_dense(obj, str(path))
     array, name = as_table(obj, what=str(path))
     return TableSource(array, name, f"{path}", path.resolve())
 

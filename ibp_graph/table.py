@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from .codec import ALIGNMENTS, MAX_CODE_BITS, CodecError, CodecParams, decode
-from .container import IBPHeader, load_section, read_header
+from .container import ChunkCheck, IBPHeader, load_section, read_elements, read_header, read_section
 from .dtypes import SUPPORTED_DTYPES, WORD_DTYPES, storage_dtype, torch_dtype, words_to_rows
 from .errors import IBPFormatError, IBPInputError
-from .indexing import RowIndex, normalize_ids
+from .indexing import RowIndex, normalize_index
 
 #: Words decoded per batch: small enough for the temporaries to stay in cache.
 DECODE_BATCH_WORDS = 1 << 16
@@ -46,6 +47,73 @@ def _check_section(header: IBPHeader, name: str, dtypes: tuple[str, ...], shape:
         )
 
 
+def _check_rows_span(header: IBPHeader, n: int, align: int, raw_len: int) -> None:
+    """O(1) checks of the row section's size against N, and of the first and last offsets.
+
+    They run before any section is read, so a file claiming far more rows than it holds (a
+    sparse file, say) is refused before anything proportional to N is read or allocated.
+    """
+    p, nbytes = header.path, header.sections["rows"].nbytes
+    lo, hi = -(-n * align // 8) * 8, -(-n * raw_len // 8) * 8
+    if not lo <= nbytes <= hi:
+        raise _fail(
+            p,
+            f"section 'rows' has {nbytes} bytes, but {n} rows of {align}..{raw_len} bytes "
+            f"each need {lo}..{hi}",
+        )
+    first, last = (int(x) for x in read_elements(header, "offsets", [0, n]))
+    if first != 0 or -(-last * align // 8) * 8 != nbytes:
+        raise _fail(
+            p,
+            f"section 'offsets' spans bytes {first * align}..{last * align}, section 'rows' "
+            f"has {nbytes} (rows padded to 8 bytes)",
+        )
+
+
+def _bounded(path: str, name: str, lo: int, hi: int) -> Callable[[], ChunkCheck]:
+    """A chunk check refusing any value of section ``name`` outside ``lo..hi``."""
+
+    def check(values: np.ndarray, start: int) -> None:
+        bad = (values < lo) | (values > hi)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(
+                path,
+                f"section '{name}' entry {start + i} is {int(values[i])}, expected {lo}..{hi}",
+            )
+
+    return lambda: check
+
+
+def _offsets_check(path: str, align: int, raw_len: int) -> Callable[[], ChunkCheck]:
+    """A chunk check of the offsets: they start at 0 and each row is align..raw_len bytes."""
+
+    def fresh() -> ChunkCheck:
+        prev: list[int] = []
+
+        def check(values: np.ndarray, start: int) -> None:
+            v = values.view(np.int64) if values.dtype.itemsize == 8 else values.astype(np.int64)
+            if start == 0:
+                if v[0] != 0:
+                    raise _fail(path, f"section 'offsets' starts at {int(v[0])}, expected 0")
+                units, first_row = np.diff(v), 0
+            else:
+                units, first_row = np.diff(v, prepend=prev[0]), start - 1
+            bad = (units < 1) | (units > raw_len // align)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise _fail(
+                    path,
+                    f"section 'offsets' gives row {first_row + i} a stored length of "
+                    f"{int(units[i]) * align} bytes, expected {align}..{raw_len}",
+                )
+            prev[:] = [int(v[-1])]
+
+        return check
+
+    return fresh
+
+
 class IBPTable:
     """A read-only, losslessly compressed 2-D feature table.
 
@@ -60,8 +128,15 @@ class IBPTable:
     Args:
         path: the ``.ibp`` file.
         mmap: map the row section instead of reading it into memory (default: True).
-        verify: check every section's checksum while opening (default: True). Without it a
-            corrupt file is still caught by its structure checks but not by its checksums.
+        verify: also check the checksum of the row section while opening, which reads the
+            whole file (default: True). The header, the structure, every other section's
+            checksum and every row offset are checked in either case, so ``verify=False``
+            skips only the CRC-32 of the stored row bytes: damage there may then decode to
+            wrong values (or raise `IBPFormatError` when it breaks a row's fields).
+
+    Raises:
+        IBPFormatError: The file is missing, not an ``.ibp`` file, malformed, truncated or
+            corrupt; the message starts with the path and names what is wrong.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = True):
@@ -103,42 +178,38 @@ class IBPTable:
         if rows_info is None:
             raise _fail(p, "missing section 'rows'")
         _check_section(header, "rows", ("|u1",), (rows_info.nbytes,))
+        raw_len = -(-v * word_bytes // align) * align
+        _check_rows_span(header, n, align, raw_len)
 
-        def section(name: str, use_mmap: bool = False) -> np.ndarray:
-            return load_section(header, name, mmap=use_mmap, verify=verify)
-
+        # Everything but the row payload is always checked (checksums included), in bounded
+        # chunks, before anything derived from it is allocated.
+        max_bits = (e + 1).bit_length() - 1
+        code_bits = read_section(header, "code_bits", check=_bounded(p, "code_bits", 1, max_bits))
         try:
             params = CodecParams(
                 word_bytes=word_bytes,
-                masks=np.array(section("masks")),
-                code_bits=np.array(section("code_bits")),
-                bitvals=np.array(section("bitvals")),
+                masks=read_section(header, "masks"),
+                code_bits=code_bits,
+                bitvals=read_section(header, "bitvals"),
             )
         except CodecError as exc:
             raise _fail(p, f"invalid codec parameters: {exc}") from None
-        offsets = np.array(section("offsets"), dtype=np.int64)
-        lengths = np.diff(offsets) * align
-        raw_len = -(-v * word_bytes // align) * align
+        offsets = read_section(header, "offsets", check=_offsets_check(p, align, raw_len)).astype(
+            np.int64
+        )
         used = int(offsets[-1]) * align
-        if offsets[0] != 0 or -(-used // 8) * 8 != rows_info.nbytes:
+        if -(-used // 8) * 8 != rows_info.nbytes:
             raise _fail(
                 p,
-                f"section 'offsets' spans bytes {int(offsets[0]) * align}..{used}, "
-                f"section 'rows' has {rows_info.nbytes} (rows padded to 8 bytes)",
-            )
-        bad = (lengths < align) | (lengths > raw_len)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise _fail(
-                p, f"row {i} has stored length {int(lengths[i])} bytes, expected {align}..{raw_len}"
+                f"section 'offsets' spans bytes 0..{used}, section 'rows' has "
+                f"{rows_info.nbytes} (rows padded to 8 bytes)",
             )
         cluster_ids = None
         if k > 1:
-            cluster_ids = np.array(section("cluster_ids"))
-            if cluster_ids.size and int(cluster_ids.max()) >= k:
-                i = int(np.argmax(cluster_ids >= k))
-                raise _fail(p, f"row {i} names cluster {int(cluster_ids[i])}, the file has {k}")
-        rows = section("rows", use_mmap=mmap)
+            cluster_ids = read_section(
+                header, "cluster_ids", check=_bounded(p, "cluster_ids", 0, k - 1)
+            )
+        rows = load_section(header, "rows", mmap=mmap, verify=verify)
         self._header = header
         self._params = params
         self._offsets = offsets
@@ -230,7 +301,8 @@ class IBPTable:
     @property
     def stats(self) -> dict[str, Any]:
         """Compression statistics recorded when the file was written."""
-        return dict(self._header.meta.get("stats", {}))
+        stats = self._header.meta.get("stats")
+        return dict(stats) if isinstance(stats, dict) else {}
 
     def __len__(self) -> int:
         return self._shape[0]
@@ -265,14 +337,21 @@ class IBPTable:
         """Decode rows to a NumPy array (``bfloat16`` comes back as its uint16 bits).
 
         Args:
-            index: rows to decode (int, slice, list, int64/bool array or tensor); all if None.
+            index: rows to decode, with torch's rules for the first dimension of a 2-D
+                tensor: an int (negative counts from the end), a slice, a range, a list, an
+                integer array or tensor of any shape (the result has its shape plus the
+                column dimension) or a 1-D boolean mask; all rows if None (default: None).
+
+        Raises:
+            IBPIndexError: the index is not a row selection or an id is out of range.
+            IBPFormatError: a stored row is corrupt (possible only with ``verify=False``).
         """
-        ids, scalar = normalize_ids(index, self._shape[0])
+        ids, shape = normalize_index(index, self._shape[0])
         rows = words_to_rows(self.decode_words(ids), self._shape[1], self._dtype_name)
-        return rows[0] if scalar else rows
+        return rows.reshape(*shape, self._shape[1])
 
     def __getitem__(self, index: RowIndex) -> torch.Tensor:
-        """Decode rows to a CPU torch tensor of the original dtype."""
+        """Decode rows to a CPU torch tensor of the original dtype (see :meth:`read`)."""
         arr = self.read(index)
         tensor = torch.from_numpy(np.ascontiguousarray(arr))
         if self._dtype_name == "bfloat16":

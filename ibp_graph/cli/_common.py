@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..codec import ALIGNMENTS
+from ..container import resolve_output
 from ..errors import IBPError, IBPInputError
 
 #: Environment variable that makes runtime errors raise with their traceback.
@@ -139,13 +140,31 @@ def add_no_progress(parser: argparse.ArgumentParser) -> None:
 
 
 # -- files -----------------------------------------------------------------------------------
-def check_output_dir(path: Path) -> None:
-    """Raise `IBPInputError` unless the folder that will hold ``path`` exists."""
-    parent = path.parent
-    if not parent.is_dir():
-        raise IBPInputError(f"{path}: directory {str(parent)!r} does not exist")
-    if path.is_dir():
-        raise IBPInputError(f"{path}: is a directory")
+def add_force(parser: argparse.ArgumentParser) -> None:
+    """Add ``-f/--force``: replace an existing output file (never the input, never a device)."""
+    parser.add_argument(
+        "-f",
+        "--force",
+        action="store_true",
+        help="replace OUT if it already exists (only a regular file is ever replaced)",
+    )
+
+
+def check_output_dir(path: Path, *, force: bool = False) -> None:
+    """Check that ``path`` can be written before any long work starts.
+
+    Args:
+        path: the output file.
+        force: allow replacing an existing regular file (default: False).
+
+    Raises:
+        IBPInputError: the folder that would hold ``path`` does not exist or is a file,
+            something other than a regular file (a directory, a device, a FIFO) is at
+            ``path``, or a file is there and ``force`` is False.
+    """
+    resolve_output(path)
+    if path.exists() and not force:
+        raise IBPInputError(f"{path}: already exists; pass --force to replace it")
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -160,16 +179,25 @@ def same_file(a: Path, b: Path) -> bool:
 def atomic_output(path: Path) -> Iterator[Path]:
     """Yield a hidden temporary path beside ``path``; rename it onto ``path`` on success.
 
-    On any error the temporary file is removed and ``path`` is left as it was, so a failed
-    run never leaves a partial output.
+    A symbolic link at ``path`` is kept and its target replaced; anything but a regular file
+    there is refused (see :func:`~ibp_graph.container.resolve_output`). On any error the
+    temporary file is removed and ``path`` is left as it was, so a failed run never leaves a
+    partial output, and an ``OSError`` names ``path``, not the temporary file.
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    target = Path(resolve_output(path))
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
     try:
         yield tmp
-        os.replace(tmp, path)
-    except BaseException:
+        resolve_output(path)  # still nothing but a regular file (or nothing) there
+        os.replace(tmp, target)
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
+        if isinstance(exc, OSError):
+            reason = exc.strerror or str(exc)
+            raise OSError(
+                exc.errno, f"cannot write the output ({reason})", os.fspath(path)
+            ) from None
         raise
 
 

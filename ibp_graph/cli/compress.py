@@ -11,7 +11,8 @@ Usage::
 The input is a 2-D table: a ``.npy`` file (memory-mapped and encoded in streamed chunks, so
 it may be larger than RAM), a ``.pt`` file holding a tensor or a dict of tensors, or
 ``ogb:NAME`` read from OGB's on-disk layout under ``--root`` (nothing is downloaded). stdout
-gets only the output path; a one-line summary goes to stderr unless ``--quiet``.
+gets only the output path; a one-line summary goes to stderr unless ``--quiet``. An existing
+output file is replaced only with ``--force``, and only if it is a regular file.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..errors import IBPInputError
 from ..sources import PT_KEYS, open_source
 from ._common import (
     UsageError,
+    add_force,
     add_no_progress,
     align_arg,
     check_output_dir,
@@ -42,6 +44,7 @@ examples:
   ibp-graph compress data.pt --key feat -o feat.ibp --clusters 4
   ibp-graph compress ogb:ogbn-arxiv --root dataset -o arxiv.ibp --word 8
   OUT=$(ibp-graph compress x.npy -o x.ibp --quiet)   # stdout is only the path
+  ibp-graph compress x.npy -o x.ibp --force          # replace an existing x.ibp
 """
 
 
@@ -124,6 +127,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="print only the output path (no summary, no progress bar)",
     )
+    add_force(p)
     add_no_progress(p)
     p.set_defaults(run=run, parser=p)
     return p
@@ -138,9 +142,9 @@ def run(args: argparse.Namespace) -> int:
     if args.key is not None and Path(spec).suffix.lower() not in (".pt", ".pth"):
         raise UsageError(f"--key applies only to .pt inputs, not {spec!r}; drop --key")
     out = Path(args.output)
-    check_output_dir(out)  # before a possibly long read of the input
     if not is_ogb and same_file(out, Path(spec)):
         raise IBPInputError(f"{out}: the output would overwrite the input; pick another -o")
+    check_output_dir(out, force=args.force)  # before a possibly long read of the input
     source = open_source(spec, root=args.root, key=args.key)
     table = compress(
         source,

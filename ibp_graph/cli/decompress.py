@@ -2,22 +2,25 @@
 
 Usage::
 
-    ibp-graph decompress features.ibp -o features.npy
+    ibp-graph decompress features.ibp -o roundtrip.npy
+    ibp-graph decompress features.ibp -o roundtrip.npy --force
     ibp-graph decompress feat.ibp -o feat.pt
     ibp-graph decompress big.ibp -o big.npy --no-progress
 
 The round trip is bit for bit. A ``.npy`` output is written through a memory map, a chunk of
 rows at a time, so the table never has to fit in RAM; a ``.pt`` output holds one tensor of the
 original dtype (the only choice for ``bfloat16``, which NumPy lacks). The output appears only
-once it is complete: a failed run leaves nothing behind. stdout gets only the output path.
+once it is complete: a failed run leaves nothing behind. An existing output file is replaced
+only with ``--force``, and only if it is a regular file. stdout gets only the output path.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -29,6 +32,7 @@ from ..errors import IBPInputError
 from ..table import IBPTable
 from ._common import (
     UsageError,
+    add_force,
     add_no_progress,
     atomic_output,
     check_output_dir,
@@ -42,7 +46,8 @@ OUTPUT_SUFFIXES = (".npy", ".pt")
 
 EXAMPLES = """\
 examples:
-  ibp-graph decompress features.ibp -o features.npy
+  ibp-graph decompress features.ibp -o roundtrip.npy
+  ibp-graph decompress features.ibp -o roundtrip.npy --force   # replace roundtrip.npy
   ibp-graph decompress feat.ibp -o feat.pt          # needed for bfloat16 tables
   ibp-graph decompress big.ibp -o big.npy --no-progress
 """
@@ -65,6 +70,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         metavar="OUT.npy|OUT.pt",
         help="the file to write; its suffix picks the format",
     )
+    add_force(p)
     add_no_progress(p)
     p.set_defaults(run=run, parser=p)
     return p
@@ -102,6 +108,51 @@ def write_npy(table: IBPTable, path: Path, *, progress: bool | None = None) -> N
         del out  # unmap before the file is renamed or removed
 
 
+class _ErrorRecordingFile:
+    """A write-only file that remembers the first ``OSError`` of a write.
+
+    ``torch.save`` turns a failed write into a ``RuntimeError`` that says nothing of the
+    cause (``unexpected pos ...``); the recorded error (a full disk, say) is what to report.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def write_pt(table: IBPTable, path: Path) -> None:
+    """Decode ``table`` into a new ``.pt`` file holding one tensor of the original dtype.
+
+    Args:
+        table: the opened table.
+        path: the file to create (it must not exist yet).
+
+    Raises:
+        OSError: the file cannot be created or written (a full disk, a read-only folder).
+    """
+    rows = table[:]
+    with open(path, "xb") as f:
+        out = _ErrorRecordingFile(f)
+        try:
+            torch.save(rows, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def run(args: argparse.Namespace) -> int:
     """Decode ``args.input`` into ``args.output``; print the output path to stdout."""
     out = Path(args.output)
@@ -111,10 +162,10 @@ def run(args: argparse.Namespace) -> int:
             f"argument -o/--output: {str(out)!r} has an unknown suffix "
             f"{suffix or '(none)'!r}; use .npy or .pt"
         )
-    check_output_dir(out)
     src = Path(args.input)
     if same_file(out, src):
         raise IBPInputError(f"{out}: the output would overwrite the input; pick another -o")
+    check_output_dir(out, force=args.force)
     table = open_table(src)
     try:
         if suffix == ".npy" and table.dtype_name == "bfloat16":
@@ -126,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             if suffix == ".npy":
                 write_npy(table, tmp, progress=False if args.no_progress else None)
             else:
-                torch.save(table[:], tmp)
+                write_pt(table, tmp)
     finally:
         table.close()
     print(out)

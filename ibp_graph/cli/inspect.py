@@ -50,10 +50,12 @@ def describe(table: IBPTable) -> dict[str, Any]:
     """The facts ``inspect`` reports, as a JSON-serializable dict.
 
     Statistics recorded at compress time (``rows_raw``, ``threshold``, ...) are None when the
-    file does not carry them.
+    file does not carry them, or carries a value of an unexpected type (the statistics are
+    free-form and not needed to decode, so odd values are shown as missing, never trusted).
     """
     header = table.header
-    stats = table.stats
+    stats = _clean_stats(table.stats)
+    source = header.meta.get("source")
     return {
         "path": table.path,
         "format_version": header.format_version,
@@ -71,7 +73,7 @@ def describe(table: IBPTable) -> dict[str, Any]:
         "threshold": stats.get("threshold"),
         "threshold_sweep": stats.get("threshold_sweep"),
         "sample_rows": stats.get("sample_rows"),
-        "source": header.meta.get("source"),
+        "source": source if isinstance(source, str) else None,
         "column_kinds": stats.get("column_kinds"),
         "code_bits": stats.get("code_bits"),
         "clusters": stats.get("clusters"),
@@ -87,6 +89,36 @@ def describe(table: IBPTable) -> dict[str, Any]:
             for s in header.sections.values()
         ],
     }
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_cluster(c: Any) -> bool:
+    return isinstance(c, dict) and all(_is_int(c.get(k, 0)) for k in _CLUSTER_KEYS)
+
+
+_CLUSTER_KEYS = ("rows", "stored_bytes", "rows_raw")
+#: The type each statistic must have to be reported; anything else reads as missing.
+_STAT_CHECKS = {
+    "rows_raw": _is_int,
+    "metadata_bytes": _is_int,
+    "threshold": _is_number,
+    "threshold_sweep": lambda v: isinstance(v, list) and all(map(_is_number, v)),
+    "sample_rows": _is_int,
+    "column_kinds": lambda v: isinstance(v, dict),
+    "code_bits": lambda v: isinstance(v, dict) and all(map(_is_int, v.values())),
+    "clusters": lambda v: isinstance(v, list) and all(map(_is_cluster, v)),
+}
+
+
+def _clean_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in stats.items() if k not in _STAT_CHECKS or _STAT_CHECKS[k](v)}
 
 
 def _bytes(n: Any) -> str:
