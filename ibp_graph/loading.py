@@ -1,39 +1,66 @@
-"""What the framework loaders share: argument checks, per-epoch seeds and the batch loop.
+"""What the framework loaders share: arguments, per-batch seeds, workers and the batch loop.
 
 `ibp_graph.loaders.pyg.NeighborLoader` and `ibp_graph.loaders.dgl.DataLoader` differ only in
 how they turn a `SampledBatch` and its feature rows into a framework batch (a PyG ``Data``,
 DGL blocks). Everything else lives here and needs no framework: the checks of the common
 arguments, where the graph is kept (`place_graph`), the seed nodes cut into batches, the
-shuffle order and sampler seed of every epoch, the `Prefetcher` and the progress bar. A
-loader subclasses `BaseNodeLoader`, sets its attributes with `_set_loop_args` and
-`_start_pipeline`, places its graph with `place_graph`, and implements `_fetch`.
+shuffle order and the sampler seeds, the share of each rank under ``use_ddp``, worker
+processes, the `Prefetcher`, the progress bar, and the one-time warnings for arguments that
+cannot apply (`warn_ignored`).
+
+`BaseNodeLoader` is a ``torch.utils.data.DataLoader``, as PyG's ``NodeLoader`` and DGL's
+``DataLoader`` are: ``loader.dataset`` holds the positions of the seed nodes and
+``loader.collate_fn(positions)`` samples and fetches the batch of those seeds. On the CPU,
+``num_workers > 0`` runs sampling and fetching in torch's worker processes
+(`ibp_graph.workers`); otherwise, and always on a GPU, the loading process prepares
+``prefetch`` batches ahead (on a GPU, on a side stream).
 
 Reproducibility (the same for every loader): with ``seed`` set, epoch ``e`` of any loader
-built with the same arguments yields the same batches, whatever the prefetch depth or
-earlier epochs did: the shuffle order and the neighbor draws of epoch ``e`` come from two
-independent streams of ``numpy.random.SeedSequence([seed, e])``. With ``seed=None`` the base
-seed is drawn from torch's global generator at construction (so ``torch.manual_seed`` fixes
-it, as for torch's ``DataLoader``). CPU and CUDA draws differ for the same seed.
+built with the same arguments yields the same batches, whatever ``num_workers``, the prefetch
+depth or earlier epochs did. The shuffle order of epoch ``e`` comes from
+``numpy.random.SeedSequence([seed, e])`` (``[ddp_seed, e]`` under ``use_ddp``, identical on
+every rank), and the neighbor draws of its batch ``b`` from ``SeedSequence([seed, e, b,
+rank])``, so no batch depends on which process samples it. With ``seed=None`` the base seed
+is drawn from ``generator`` if given, else from torch's global generator, at construction (so
+``torch.manual_seed`` fixes it, as for torch's ``DataLoader``). CPU and CUDA draws differ for
+the same seed.
 """
 
 from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Iterator, Mapping
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.utils.data
 
+from .distributed import rank_share, share_size
 from .errors import IBPInputError
 from .graph import CSRGraph
 from .prefetch import LoaderStats, Prefetcher
 from .sampler import NeighborSampler, SampledBatch
+from .workers import (
+    COUNTERS,
+    BatchTask,
+    CollateFn,
+    EpochBatches,
+    SeedPositions,
+    WorkerResult,
+    add_counts,
+)
 
 __all__ = [
     "GRAPH_MEMORY",
     "SEED_BOUND",
+    "TORCH_LOADER_KEYWORDS",
+    "ArgumentIgnoredWarning",
     "BaseNodeLoader",
     "check_batch_size",
     "check_bool",
@@ -44,6 +71,8 @@ __all__ = [
     "resolve_seed",
     "type_name",
     "unsupported",
+    "warn_ignored",
+    "warn_once",
 ]
 
 #: Bound (exclusive) of the base seed drawn from torch's global generator when seed=None.
@@ -51,6 +80,80 @@ SEED_BOUND = 2**63 - 1
 
 #: Where a loader may keep its graph (the ``graph_memory`` argument, see `place_graph`).
 GRAPH_MEMORY: tuple[str, ...] = ("device", "uva")
+
+#: The keywords of ``torch.utils.data.DataLoader`` a loader takes besides ``batch_size``,
+#: ``shuffle`` and ``drop_last`` (see `BaseNodeLoader._set_loop_args`).
+TORCH_LOADER_KEYWORDS: tuple[str, ...] = (
+    "dataset",
+    "sampler",
+    "batch_sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+
+
+#: The torch ``DataLoader`` keywords that configure worker processes.
+_WORKER_KEYWORDS = ("num_workers", "persistent_workers", "prefetch_factor")
+
+
+class ArgumentIgnoredWarning(UserWarning):
+    """An argument of the replaced loader cannot apply here; the message says what happens."""
+
+
+#: Messages already shown by `warn_once` in this process.
+_WARNED: set[str] = set()
+
+
+def _our_folders() -> tuple[str, ...]:
+    import ibp_graph.loaders
+
+    here = Path(__file__).resolve().parent
+    return (str(here), *(str(Path(p).resolve()) for p in ibp_graph.loaders.__path__))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of `warn_once`'s ``warnings.warn`` that names the user's line."""
+    ours = _our_folders()
+    frame = sys._getframe(2)  # the caller of warn_once
+    level = 2
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve().parent).startswith(
+        ours
+    ):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def warn_once(message: str) -> None:
+    """Warn with `ArgumentIgnoredWarning`, once per process for each ``message``.
+
+    The warning points at the first line outside ibp-graph on the call stack (the user's).
+    """
+    if message in _WARNED:
+        return
+    _WARNED.add(message)
+    warnings.warn(message, ArgumentIgnoredWarning, stacklevel=_user_stacklevel())
+
+
+def warn_ignored(name: str, value: object, instead: str) -> None:
+    """One-time warning that argument ``name`` cannot apply, saying what happens ``instead``.
+
+    Example:
+        >>> warn_ignored("num_workers", 6, "workers are not used: sampling and fetching "
+        ...              "run on the GPU")  # doctest: +SKIP
+        ArgumentIgnoredWarning: num_workers=6: workers are not used: sampling and fetching run
+        on the GPU
+    """
+    warn_once(f"{name}={value!r}: {instead}")
 
 
 def type_name(x: object) -> str:
@@ -136,14 +239,24 @@ def place_graph(graph: CSRGraph, device: torch.device, graph_memory: str = "devi
     return graph.to_uva(device)
 
 
-def resolve_seed(seed: object) -> int:
-    """The loader's base seed: ``seed``, or one drawn from torch's global generator for None.
+def resolve_seed(seed: object, generator: torch.Generator | None = None) -> int:
+    """The loader's base seed: ``seed``, or for None one drawn from ``generator``.
+
+    Args:
+        seed: an int >= 0, or None.
+        generator: a CPU ``torch.Generator`` to draw from when ``seed`` is None
+            (default: None, torch's global generator).
 
     Raises:
-        IBPInputError: ``seed`` is neither None nor an int >= 0.
+        IBPInputError: ``seed`` is neither None nor an int >= 0, or ``generator`` is not a
+            ``torch.Generator``.
     """
     if seed is None:
-        return int(torch.randint(0, SEED_BOUND, (), dtype=torch.int64))
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise IBPInputError(
+                f"generator must be a torch.Generator, got '{type_name(generator)}'"
+            )
+        return int(torch.randint(0, SEED_BOUND, (), dtype=torch.int64, generator=generator))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise IBPInputError(f"seed must be an int >= 0 or None, got {seed!r}")
     return int(seed)
@@ -213,29 +326,51 @@ def input_nodes(
     return nodes, None
 
 
-class BaseNodeLoader(abc.ABC):
+class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
     """Seed nodes in batches -> `NeighborSampler` -> `_fetch` -> framework batches.
 
-    Iterating starts one epoch: the seeds (``input_nodes``, shuffled when ``shuffle``) are cut
-    into batches of ``batch_size``, each sampled by ``sampler`` and turned into a batch by
-    `_fetch`, ``prefetch`` batches ahead (`Prefetcher`), counted in ``stats``.
+    A ``torch.utils.data.DataLoader`` whose ``dataset`` is `SeedPositions` (the positions
+    of the seed nodes, like PyG's ``range``) and whose ``collate_fn(positions)`` samples and
+    fetches the batch of those seeds. Iterating starts one epoch: the seeds (shuffled when
+    ``shuffle``; each rank's share under ``use_ddp``) are cut into batches of
+    ``batch_size``, each sampled by ``node_sampler`` and turned into a batch by `_fetch`,
+    counted in ``stats``. On the CPU with ``num_workers > 0`` torch's worker processes do
+    that (see `ibp_graph.workers`); otherwise the loading process does it ``prefetch``
+    batches ahead (`Prefetcher`, on a side stream on a GPU).
 
-    A subclass's ``__init__`` calls `_set_loop_args` first (cheap checks, the base seed),
-    then sets ``input_nodes``, ``_input_id``, ``device`` and ``sampler`` (seeded with
-    ``self.seed``), then calls `_start_pipeline`. It implements `_fetch` and may override
-    `_deliver`.
+    How a subclass is built (``__init__``), in this order:
+
+    1. `_set_loop_args` with the loop's arguments, ``use_ddp``/``ddp_seed``, and every
+       torch ``DataLoader`` keyword the user passed as ``loader_kwargs`` (a mapping; a
+       loader with ``**kwargs`` forwards them as they are). It checks them, draws the base
+       seed ``self.seed`` and, under ``use_ddp``, reads the rank and world size.
+    2. Set ``input_nodes``, ``_input_id`` (`input_nodes` gives both) and ``device``.
+    3. Build the `NeighborSampler` (seeded with ``self.seed``) and call
+       ``_start_pipeline(node_sampler)``: it runs ``torch.utils.data.DataLoader.__init__``,
+       after which torch forbids setting ``batch_size``, ``sampler``, ``batch_sampler``,
+       ``drop_last``, ``dataset`` and ``persistent_workers``.
+
+    A subclass implements `_fetch`, and may override `_deliver` (what the user receives),
+    `_sample` (how seeds are sampled) and `_refresh` (re-read the graph's data at the start
+    of every epoch) and set ``_fetch_in_worker = False`` to join features in the loading
+    process rather than in the workers.
 
     Attributes:
         batch_size: seeds per batch.
         shuffle: reshuffle the seeds every epoch.
         drop_last: drop the last, smaller batch.
-        prefetch: batches prepared ahead of the one being consumed.
+        prefetch: batches prepared ahead of the one being consumed (without workers).
         seed: the base seed (see the module docstring).
         progress: iterate through a tqdm bar showing `stats`.
+        use_ddp: each rank iterates over its share of the seeds.
+        ddp_seed: the base seed of the shuffle order under ``use_ddp``.
         input_nodes: CPU int64 seed node ids.
         device: where sampling runs and batches land.
-        sampler: the neighbor sampler (reseeded every epoch).
+        node_sampler: the neighbor sampler (reseeded for every batch).
         stats: counters of the current (or last) epoch.
+        dataset: `SeedPositions` over ``input_nodes``.
+        collate_fn: ``collate_fn(positions)``: the batch of the seeds at ``positions`` (see
+            `_collate`).
     """
 
     batch_size: int
@@ -244,110 +379,375 @@ class BaseNodeLoader(abc.ABC):
     prefetch: int
     seed: int
     progress: bool
+    use_ddp: bool
+    ddp_seed: int
     input_nodes: torch.Tensor
     _input_id: torch.Tensor | None
     device: torch.device
-    sampler: NeighborSampler
+    node_sampler: NeighborSampler
     stats: LoaderStats
+    #: Join features in the workers (True) or in the loading process (False).
+    _fetch_in_worker: bool = True
 
     def _set_loop_args(
         self,
         *,
         batch_size: int,
-        shuffle: bool,
+        shuffle: bool | None,
         drop_last: bool,
         prefetch: int,
         seed: int | None,
         progress: bool,
+        use_ddp: bool = False,
+        ddp_seed: int = 0,
+        loader_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        """Check and store the loop's arguments (``seed=None`` draws the base seed)."""
+        """Check and store the loop's arguments (``seed=None`` draws the base seed).
+
+        Args:
+            batch_size: seeds per batch.
+            shuffle: reshuffle every epoch (None: False, as torch).
+            drop_last: drop the last, smaller batch (under ``use_ddp`` also: cut the seed
+                order to a multiple of the world size instead of padding it).
+            prefetch: batches prepared ahead without workers.
+            seed: the base seed, or None.
+            progress: show a tqdm bar.
+            use_ddp: iterate over this rank's share of the seeds (needs an initialised
+                ``torch.distributed``) (default: False).
+            ddp_seed: the base seed of the shuffle order under ``use_ddp``, the same on
+                every rank (default: 0).
+            loader_kwargs: ``torch.utils.data.DataLoader`` keywords, any of
+                `TORCH_LOADER_KEYWORDS` (default: None). ``dataset`` and ``collate_fn`` are
+                replaced by the loader's own (as PyG does); ``sampler`` gives the order of the
+                seed positions every epoch and ``batch_sampler`` the positions of every batch,
+                instead of ``shuffle`` and ``seed``; the rest go to torch as they are.
+
+        Raises:
+            TypeError: a keyword in ``loader_kwargs`` is not a torch ``DataLoader`` keyword.
+            ValueError: ``sampler`` with ``shuffle``, or ``batch_sampler`` with
+                ``batch_size``, ``shuffle``, ``sampler`` or ``drop_last`` (torch's rule).
+            IBPInputError: a bad value, or ``use_ddp`` without an initialised
+                ``torch.distributed``.
+        """
+        kwargs = dict(loader_kwargs or {})
+        unknown = sorted(set(kwargs) - set(TORCH_LOADER_KEYWORDS))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
+            )
+        for name, own in (
+            ("dataset", "the positions of its seed nodes"),
+            ("collate_fn", "one that samples and fetches"),
+        ):
+            if kwargs.pop(name, None) is not None:
+                warn_once(f"{name}: not used, the loader has its own ({own}), as PyG's does")
+        self._user_sampler = kwargs.pop("sampler", None)
+        self._user_batch_sampler = kwargs.pop("batch_sampler", None)
+        shuffle = False if shuffle is None else shuffle
         self.batch_size = check_batch_size(batch_size)
         self.prefetch = check_prefetch(prefetch)
-        self.seed = resolve_seed(seed)
         self.shuffle = check_bool("shuffle", shuffle)
         self.drop_last = check_bool("drop_last", drop_last)
         self.progress = check_bool("progress", progress)
+        self.use_ddp = check_bool("use_ddp", use_ddp)
+        if self._user_sampler is not None and self.shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if self._user_batch_sampler is not None and (
+            self.batch_size != 1 or self.shuffle or self._user_sampler is not None or drop_last
+        ):
+            raise ValueError(
+                "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, "
+                "and drop_last"
+            )
+        self.seed = resolve_seed(seed, kwargs.get("generator"))
+        if isinstance(ddp_seed, bool) or not isinstance(ddp_seed, (int, np.integer)):
+            raise IBPInputError(f"ddp_seed must be an int, got '{type_name(ddp_seed)}'")
+        self.ddp_seed = int(ddp_seed)
+        self._rank, self._world_size = 0, 1
+        if self.use_ddp:
+            dist = torch.distributed
+            if not (dist.is_available() and dist.is_initialized()):
+                raise IBPInputError(
+                    "use_ddp=True shares the seeds between the ranks of torch.distributed, "
+                    "which is not initialised: call torch.distributed.init_process_group() "
+                    "first (torchrun sets up what it needs)"
+                )
+            self._rank, self._world_size = int(dist.get_rank()), int(dist.get_world_size())
+        self._torch_kwargs = kwargs
 
-    def _start_pipeline(self) -> None:
-        """Create the counters and, on a GPU, the side stream (after ``device`` is set).
+    def _start_pipeline(self, node_sampler: NeighborSampler | None = None) -> None:
+        """Initialise the torch ``DataLoader``, the counters and, on a GPU, the side stream.
 
-        On a GPU it also waits for the device: what the constructor put there (the graph,
-        attributes, tables) may have been queued on any stream, and the side stream is
-        ordered only after the stream current when iteration starts.
+        Call it last in ``__init__``, after ``input_nodes`` and ``device`` are set. On a GPU
+        it also waits for the device: what the constructor put there (the graph, attributes,
+        tables) may have been queued on any stream, and the side stream is ordered only
+        after the stream current when iteration starts.
+
+        Args:
+            node_sampler: the neighbor sampler (default: the one the subclass stored as
+                ``self.sampler``, which becomes ``self.node_sampler``).
+
+        Raises:
+            ValueError: torch's ``DataLoader`` refuses a keyword's value (for example
+                ``persistent_workers=True`` with ``num_workers=0``).
         """
+        if node_sampler is None:
+            node_sampler = self.__dict__.pop("sampler", None)
+        if node_sampler is None:
+            raise TypeError(f"{type(self).__name__} built no node sampler")
+        self.node_sampler = node_sampler
         self.stats = LoaderStats()
         self._stream = None
         if self.device.type == "cuda":
             self._stream = torch.cuda.Stream(self.device)
             torch.cuda.synchronize(self.device)
         self._epoch = 0
+        batch_size, drop_last = self.batch_size, self.drop_last
+        self._epoch_batches = EpochBatches(self.__len__)
+        kwargs = dict(self._torch_kwargs)
+        num_workers = kwargs.get("num_workers", 0)
+        self._use_workers = self.device.type == "cpu" and not (
+            isinstance(num_workers, int) and num_workers <= 0
+        )
+        if not self._use_workers and num_workers:
+            # No workers will start: torch need not check (or warn about) their settings.
+            worker_args = {k: kwargs.pop(k) for k in _WORKER_KEYWORDS if k in kwargs}
+        torch.utils.data.DataLoader.__init__(
+            self,
+            SeedPositions(self.input_nodes.numel()),
+            batch_sampler=self._epoch_batches,
+            collate_fn=CollateFn(self),
+            **kwargs,
+        )
+        # torch clears these when given a batch sampler; they keep their meaning here.
+        object.__setattr__(self, "batch_size", batch_size)
+        object.__setattr__(self, "drop_last", drop_last)
+        if not self._use_workers and num_workers:
+            for name, value in worker_args.items():
+                object.__setattr__(self, name, value)
+            warn_ignored(
+                "num_workers",
+                num_workers,
+                "workers are not used: sampling and fetching run on the GPU",
+            )
+        if self.pin_memory and not torch.cuda.is_available():
+            warn_ignored("pin_memory", True, "no GPU is usable, so batches are not pinned")
 
-    # -- iteration -----------------------------------------------------------------------
+    # -- epochs --------------------------------------------------------------------------
     def __len__(self) -> int:
-        n = self.input_nodes.numel()
+        if self._user_batch_sampler is not None:
+            return len(self._user_batch_sampler)
+        if self._user_sampler is not None:
+            n = len(self._user_sampler)
+        else:
+            n = self.input_nodes.numel()
+        if self.use_ddp:
+            n = share_size(n, self._world_size, drop_last=self.drop_last)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
-    def _epoch_seeds(self, epoch: int) -> tuple[int, int]:
-        """(shuffle seed, sampler seed) of ``epoch``."""
-        order, draws = np.random.SeedSequence([self.seed, epoch]).generate_state(2, np.uint64)
-        return int(order), int(draws)
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` (its order and draws, see the module).
 
+        Raises:
+            IBPInputError: ``epoch`` is not an int >= 0.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise IBPInputError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._epoch = int(epoch)
+
+    def _order_seed(self, epoch: int) -> int:
+        base = self.ddp_seed if self.use_ddp else self.seed
+        return int(np.random.SeedSequence([base, epoch]).generate_state(1, np.uint64)[0])
+
+    def _batch_seed(self, epoch: int, index: int) -> int:
+        """The sampler seed of batch ``index`` of ``epoch``."""
+        key = [self.seed, epoch, index, self._rank]
+        return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
+
+    def _positions(self, values: Iterable[Any], what: str) -> torch.Tensor:
+        if isinstance(values, torch.Tensor):
+            pos = values.detach().to("cpu", torch.int64).view(-1)
+        else:
+            pos = torch.as_tensor(list(values), dtype=torch.int64).view(-1)
+        n = self.input_nodes.numel()
+        bad = (pos < 0) | (pos >= n)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise IBPInputError(
+                f"{what} gave position {int(pos[i])}, the loader has {n} seed nodes"
+            )
+        return pos
+
+    def _plan(self, epoch: int) -> list[torch.Tensor]:
+        """The positions of the seeds of every batch of ``epoch`` (this rank's share)."""
+        if self._user_batch_sampler is not None:
+            return [self._positions(b, "batch_sampler") for b in self._user_batch_sampler]
+        n = self.input_nodes.numel()
+        if self._user_sampler is not None:
+            order = self._positions(self._user_sampler, "sampler")
+        elif self.shuffle:
+            gen = torch.Generator().manual_seed(self._order_seed(epoch))
+            order = torch.randperm(n, generator=gen)
+        else:
+            order = torch.arange(n)
+        if self.use_ddp and order.numel():
+            order = rank_share(
+                order, rank=self._rank, world_size=self._world_size, drop_last=self.drop_last
+            )
+        bs = self.batch_size
+        return [order[b * bs : (b + 1) * bs] for b in range(len(self))]
+
+    # -- iteration -----------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         epoch = self._epoch
         self._epoch += 1
-        order_seed, sampler_seed = self._epoch_seeds(epoch)
-        self.sampler.manual_seed(sampler_seed)
-        n = self.input_nodes.numel()
-        if self.shuffle:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(order_seed))
-        else:
-            order = torch.arange(n)
+        self._refresh()
+        batches = self._plan(epoch)
         self.stats.reset()
-        prefetcher = Prefetcher(
-            self._work(order),
-            self._fetch,
-            depth=self.prefetch,
-            device=self.device,
-            stats=self.stats,
-            stream=self._stream,
-        )
-        return self._run(prefetcher)
+        if self._use_workers:
+            self._epoch_batches.plan(epoch, batches)
+            source: Iterator[Any] = self._from_workers(super().__iter__())
+        else:
+            source = Prefetcher(
+                self._work(epoch, batches),
+                self._fetch,
+                depth=self.prefetch,
+                device=self.device,
+                stats=self.stats,
+                stream=self._stream,
+            )
+        return self._run(source)
 
-    def _work(self, order: torch.Tensor) -> Iterator[SampledBatch]:
-        bs = self.batch_size
-        for b in range(len(self)):
-            pos = order[b * bs : (b + 1) * bs]
-            input_id = pos if self._input_id is None else self._input_id[pos]
-            yield self.sampler.sample(self.input_nodes[pos], input_id)
+    def _sample_batch(self, epoch: int, index: int, positions: torch.Tensor) -> SampledBatch:
+        """Sample batch ``index`` of ``epoch``: the seeds at ``positions``, seeded for it."""
+        self.node_sampler.manual_seed(self._batch_seed(epoch, index))
+        return self._sample_positions(positions)
 
-    def _run(self, prefetcher: Prefetcher) -> Iterator[Any]:
+    def _sample_positions(self, positions: torch.Tensor) -> SampledBatch:
+        input_id = positions if self._input_id is None else self._input_id[positions]
+        return self._sample(self.input_nodes[positions], input_id)
+
+    def _work(self, epoch: int, batches: list[torch.Tensor]) -> Iterator[SampledBatch]:
+        for index, positions in enumerate(batches):
+            yield self._sample_batch(epoch, index, positions)
+
+    def _from_workers(self, results: Iterator[WorkerResult]) -> Iterator[Any]:
+        """Batches from torch's worker iterator, their counters added to `stats`."""
+        results = iter(results)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                result = next(results)
+            except StopIteration:
+                return
+            batch = result.batch
+            if not result.fetched:
+                t1 = time.perf_counter()
+                batch = self._fetch(batch, None)
+                self.stats.add_seconds("fetch", time.perf_counter() - t1)
+            add_counts(self.stats, result.counts)
+            self.stats.batches += 1
+            self.stats.add_seconds("wait", time.perf_counter() - t0)
+            yield batch
+            del batch, result
+
+    def _run(self, source: Iterator[Any]) -> Iterator[Any]:
         bar = None
         if self.progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(self), desc=type(self).__name__, unit="batch")
+        pin = (
+            self.pin_memory
+            and not self._use_workers
+            and self.device.type == "cpu"
+            and torch.cuda.is_available()
+        )
         try:
-            for batch in prefetcher:
+            for batch in source:
                 if bar is not None:
                     bar.set_postfix(self.stats.as_postfix(), refresh=False)
                     bar.update(1)
-                yield self._deliver(batch)
+                out = self._deliver(batch)
                 del batch  # hold no reference while the next batches are prepared
+                if pin:
+                    from torch.utils.data._utils.pin_memory import pin_memory
+
+                    out = pin_memory(out, self.pin_memory_device or None)
+                yield out
+                del out
         finally:
-            prefetcher.close()
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()
             self.stats.resolve(block=True)
             if bar is not None:
                 bar.set_postfix(self.stats.as_postfix(), refresh=False)
                 bar.close()
 
+    def _collate(self, index: Any) -> Any:
+        """The batch of the seeds at positions ``index`` (a list or tensor of positions).
+
+        ``loader.collate_fn(index)`` calls it. As PyG's ``collate_fn``: samples the seeds'
+        neighborhoods (with the sampler's current generator state) and joins them with their
+        features. Torch's workers call it with a `BatchTask` instead, and get a
+        `WorkerResult` back.
+
+        Raises:
+            IBPInputError: a position is outside ``[0, len(dataset))``.
+        """
+        if isinstance(index, BatchTask):
+            return self._run_task(index)
+        sampled = self._sample_positions(self._positions(index, "index"))
+        return self._deliver(self._fetch(sampled, None))
+
+    def __call__(self, index: Any) -> Any:
+        """``loader(positions)``: the same as ``loader.collate_fn(positions)`` (as PyG's)."""
+        return self._collate(index)
+
+    def _run_task(self, task: BatchTask) -> WorkerResult:
+        """Prepare one batch in a worker, counting into fresh counters."""
+        own, self.stats = self.stats, LoaderStats()
+        try:
+            t0 = time.perf_counter()
+            out = self._sample_batch(task.epoch, task.index, torch.from_numpy(task.positions))
+            t1 = time.perf_counter()
+            self.stats.add_seconds("sample", t1 - t0)
+            if self._fetch_in_worker:
+                out = self._fetch(out, None)
+                self.stats.add_seconds("fetch", time.perf_counter() - t1)
+            counts = {name: getattr(self.stats, name) for name in COUNTERS}
+        finally:
+            self.stats = own
+        return WorkerResult(out, self._fetch_in_worker, counts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a spawned worker needs: no worker iterator, stream or process context."""
+        state = self.__dict__.copy()
+        state["_iterator"] = None
+        state["_stream"] = None
+        state["_DataLoader__multiprocessing_context"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     # -- hooks -----------------------------------------------------------------------------
+    def _sample(self, seeds: torch.Tensor, input_id: torch.Tensor) -> SampledBatch:
+        """Sample the neighborhoods of ``seeds`` (default: ``node_sampler.sample``)."""
+        return self.node_sampler.sample(seeds, input_id)
+
+    def _refresh(self) -> None:  # noqa: B027 - an optional hook with nothing to do by default
+        """Re-read what the batches take from the graph's data (each epoch; default: nothing)."""
+
     @abc.abstractmethod
     def _fetch(self, sampled: SampledBatch, stream: torch.cuda.Stream | None) -> Any:
         """Join a sampled subgraph with its features: the prepared batch.
 
-        Runs on the side stream ``stream`` on a GPU (None on the CPU). Every CUDA tensor
-        the consumer will read must be reachable from the result by
-        `ibp_graph.prefetch.record_stream` (tensors, mappings, sequences, dataclasses).
+        Runs on the side stream ``stream`` on a GPU (None on the CPU), and in a worker
+        process when there are workers. Every CUDA tensor the consumer will read must be
+        reachable from the result by `ibp_graph.prefetch.record_stream` (tensors, mappings,
+        sequences, dataclasses).
         """
 
     def _deliver(self, batch: Any) -> Any:

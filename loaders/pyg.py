@@ -59,6 +59,7 @@ import torch
 
 try:
     from torch_geometric.data import Data, FeatureStore, HeteroData, TensorAttr
+    from torch_geometric.sampler import NodeSamplerInput
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "ibp_graph.loaders.pyg needs PyTorch Geometric: pip install 'ibp-graph[pyg]'"
@@ -68,7 +69,7 @@ from ibp_graph import loading
 from ibp_graph.errors import IBPInputError
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import BaseNodeLoader, type_name, unsupported
+from ibp_graph.loading import BaseNodeLoader, type_name, unsupported, warn_ignored
 from ibp_graph.sampler import NeighborSampler, SampledBatch
 
 __all__ = ["IBPFeatureStore", "NeighborLoader"]
@@ -80,15 +81,40 @@ def _select(value: Any, index: torch.Tensor, dim: int) -> Any:
     return [value[i] for i in index.tolist()]  # a list or tuple with one entry per item
 
 
+def _subgraph_type(value: Any, directed: bool) -> str:
+    """PyG's ``subgraph_type`` (a string or ``SubgraphType``) as a string.
+
+    ``directed=False`` means ``"induced"``, as in PyG.
+    """
+    if not directed:
+        return "induced"
+    value = getattr(value, "value", value)
+    if not isinstance(value, str):
+        raise IBPInputError(
+            "subgraph_type must be 'directional', 'bidirectional' or 'induced', got "
+            f"'{type_name(value)}'"
+        )
+    return value
+
+
 class NeighborLoader(BaseNodeLoader):
     """PyG's ``NeighborLoader`` for homogeneous graphs, with compressed features and prefetch.
 
-    Uniform neighbor sampling without replacement (`ibp_graph.sampler.NeighborSampler`, PyG's
-    semantics). Each batch is a ``torch_geometric.data.Data`` with PyG's fields: ``x`` (the
-    rows of ``n_id``, read through ``features``), ``edge_index`` (local), ``n_id``, ``e_id``,
-    ``input_id``, ``batch_size``, ``num_sampled_nodes``, ``num_sampled_edges``, every other
+    Uniform neighbor sampling by `ibp_graph.sampler.NeighborSampler` with PyG's semantics and
+    modes (``replace``, ``disjoint``, ``subgraph_type``). Each batch is a
+    ``torch_geometric.data.Data`` with PyG's fields: ``x`` (the rows of ``n_id``, read through
+    ``features``), ``edge_index`` (local), ``n_id``, ``e_id``, ``input_id``, ``batch_size``,
+    ``num_sampled_nodes`` and ``num_sampled_edges`` (``subgraph_type="directional"`` only, as
+    in PyG), ``batch`` (``disjoint=True`` only: the seed index of every node), every other
     node-level attribute of ``data`` (``y``, masks, ...) sliced by ``n_id``, every edge-level
-    one sliced by ``e_id``, and ``data``'s other attributes as they are.
+    one sliced by ``e_id``, and ``data``'s other attributes as they are. ``data`` is read when
+    each epoch starts, so attributes deleted, added or replaced after construction are
+    honoured (PyG's ``reddit.py`` deletes ``subgraph_loader.data.x``).
+
+    It is a ``torch.utils.data.DataLoader``, as PyG's is: ``loader.dataset`` holds the
+    positions of the seeds, ``loader.collate_fn(positions)`` returns their batch, and every
+    ``DataLoader`` keyword is accepted (``**kwargs``). On the CPU, ``num_workers > 0`` samples
+    and fetches in torch's worker processes; the batches are those of ``num_workers=0``.
 
     Where things run (``device`` defaults to where ``features`` delivers rows):
 
@@ -106,17 +132,22 @@ class NeighborLoader(BaseNodeLoader):
     ================================  ==========  ============================================
 
     On a GPU the graph is copied there once (``graph_memory="device"``, the default) and the
-    same sampler code runs on CUDA tensors. With ``graph_memory="uva"`` it stays in pinned
-    host memory instead, as CUDA tensors the sampler reads over PCIe: for graphs larger than
-    the GPU, at the cost of slower sampling; the batches are the same. Node- and edge-level
-    attributes of ``data`` are copied to the GPU once, and sampling and fetching run on a side
-    stream, ``prefetch`` batches ahead.
+    same sampler code runs on CUDA tensors; worker processes are not used (a one-time
+    warning says so). With ``graph_memory="uva"`` the graph stays in pinned host memory
+    instead, as CUDA tensors the sampler reads over PCIe: for graphs larger than the GPU, at
+    the cost of slower sampling; the batches are the same. Node- and edge-level attributes of
+    ``data`` are copied to the GPU once, and sampling and fetching run on a side stream,
+    ``prefetch`` batches ahead.
 
     Reproducibility follows `ibp_graph.loading`: with ``seed`` set, epoch ``e`` of any loader
-    built with the same arguments yields the same batches, whatever the prefetch depth or
-    earlier epochs did; with ``seed=None`` the base seed is drawn from torch's global
-    generator at construction (so ``torch.manual_seed`` fixes it). CPU and CUDA draws differ
-    for the same seed.
+    built with the same arguments yields the same batches, whatever ``num_workers``, the
+    prefetch depth or earlier epochs did; with ``seed=None`` the base seed is drawn from
+    ``generator`` or torch's global generator at construction (so ``torch.manual_seed``
+    fixes it). CPU and CUDA draws differ for the same seed.
+
+    Arguments that cannot apply never stop a run: a one-time
+    `ibp_graph.loading.ArgumentIgnoredWarning` names them and says what happens instead.
+    Only temporal and weighted sampling, which would silently change the batches, raise.
 
     Args:
         data: the graph, a ``torch_geometric.data.Data`` with ``edge_index``.
@@ -124,31 +155,39 @@ class NeighborLoader(BaseNodeLoader):
         input_nodes: seed nodes: None (all nodes), a boolean mask or an index tensor. As in
             PyG, ``input_id`` holds positions in an index, node ids for a mask
             (default: None).
-        input_time: temporal sampling; must be None.
-        replace: sampling with replacement; must be False.
-        subgraph_type: must be ``"directional"``.
-        disjoint: must be False.
-        temporal_strategy: must be ``"uniform"``.
-        time_attr: must be None.
-        weight_attr: weighted sampling; must be None.
+        input_time: temporal sampling: must be None (raises otherwise).
+        replace: sample with replacement (default: False).
+        subgraph_type: ``"directional"``, ``"bidirectional"`` or ``"induced"`` (or PyG's
+            ``SubgraphType``) (default: ``"directional"``).
+        disjoint: one tree per seed; batches get ``batch`` (default: False).
+        temporal_strategy: only used by temporal sampling; ignored, with a warning, when
+            not ``"uniform"`` (default: ``"uniform"``).
+        time_attr: temporal sampling: must be None (raises otherwise).
+        weight_attr: weighted sampling: must be None (raises otherwise).
         transform: called on every batch (``Data``) before it is handed over
             (default: None).
-        transform_sampler_output: must be None.
-        is_sorted: ignored (our CSR is built once with a stable sort).
-        filter_per_worker: ignored: batches are assembled in the loading process.
-        neighbor_sampler: must be None.
-        directed: must be True.
+        transform_sampler_output: called on every sampled subgraph (a `SampledBatch`, laid
+            out like PyG's ``SamplerOutput``) before it is joined with its features
+            (default: None).
+        is_sorted: accepted; no effect (the CSR graph is built once, whatever the order of
+            ``edge_index``) (default: False).
+        filter_per_worker: with workers, join features in the workers (None or True) or in
+            the loading process (False) (default: None).
+        neighbor_sampler: an `ibp_graph.sampler.NeighborSampler` over this graph to sample
+            with, or PyG's ``NeighborSampler``, whose ``num_neighbors``, ``replace``,
+            ``subgraph_type`` and ``disjoint`` are used (with a warning: the sampling is
+            ibp-graph's) (default: None, built from the arguments above).
+        directed: False means ``subgraph_type="induced"`` (PyG's deprecated form)
+            (default: True).
         batch_size: seeds per batch (default: 1).
         shuffle: reshuffle the seeds every epoch (default: False).
         drop_last: drop the last, smaller batch (default: False).
-        num_workers: must be 0 (prefetching replaces worker processes).
-        pin_memory: accepted for compatibility, no effect.
-        persistent_workers: must be False.
         features: the node features: an `IBPTable`, `CudaIBPTable`, `PinnedRawTable`,
-            tensor or `FeatureSource` (default: ``data.x``; None without ``data.x``: batches
-            have no ``x``).
+            tensor or `FeatureSource` (default: ``data.x`` as it is when each epoch starts;
+            without it, batches have no ``x``).
         device: where batches land and sampling runs (default: the features' device).
-        prefetch: batches prepared ahead of the one being consumed (default: 2).
+        prefetch: batches prepared ahead of the one being consumed, without workers
+            (default: 2).
         seed: base seed of the shuffle and the sampler (default: None).
         progress: iterate through a tqdm bar showing `stats` (default: False).
         graph_memory: where the graph lives: ``"device"`` (copied to ``device``) or
@@ -157,14 +196,32 @@ class NeighborLoader(BaseNodeLoader):
         sampler_backend: how the sampler draws neighbors: ``"torch"`` (torch ops, any
             device) or ``"kernel"`` (a CUDA kernel; needs a CUDA ``device``), see
             `ibp_graph.sampler.NeighborSampler` (default: ``"torch"``).
+        use_ddp: each rank of ``torch.distributed`` iterates over its own share of the seeds
+            (`ibp_graph.distributed.rank_share`), in an order shuffled alike on every rank
+            (default: False).
+        ddp_seed: the base seed of that order under ``use_ddp`` (default: 0).
+        input_id: PyG ``NodeLoader``'s explicit input ids, one per seed node (default: None).
+        custom_cls: PyG ``NodeLoader``'s batch class for remote backends; ignored with a
+            warning (batches are ``Data``) (default: None).
+        csr: the in-neighbor `CSRGraph` of ``data``, already built, instead of building it
+            from ``data.edge_index`` (e.g. one copy per host shared by the ranks,
+            `ibp_graph.distributed.host.share_host_graph`) (default: None).
+        **kwargs: ``torch.utils.data.DataLoader`` keywords (``num_workers``,
+            ``persistent_workers``, ``prefetch_factor``, ``worker_init_fn``, ``generator``,
+            ``timeout``, ``pin_memory``, ``pin_memory_device``, ``multiprocessing_context``,
+            ``in_order``, ``sampler``, ``batch_sampler``), with torch's meaning;
+            ``dataset`` and ``collate_fn`` are replaced by the loader's own, as in PyG.
 
     Raises:
-        NotImplementedError: an option we do not support is set (naming it).
+        NotImplementedError: temporal or weighted sampling, a ``HeteroData``, or
+            ``(FeatureStore, GraphStore)`` data (naming it).
+        TypeError: a keyword that neither this loader nor torch's ``DataLoader`` takes.
         IBPInputError: a bad argument, found at construction: ``num_neighbors`` not a list
             of ints, ``input_nodes`` out of range, features with another row count than
             ``data.num_nodes``, a CUDA ``device`` without a usable GPU, or a
             ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with a CPU
-            ``device``, or an unknown ``sampler_backend``.
+            ``device``, or an unknown ``sampler_backend`` or ``subgraph_type``, or
+            ``use_ddp`` without an initialised ``torch.distributed``.
         IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
 
@@ -190,9 +247,6 @@ class NeighborLoader(BaseNodeLoader):
         batch_size: int = 1,
         shuffle: bool = False,
         drop_last: bool = False,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        persistent_workers: bool = False,
         features: Any = None,
         device: str | torch.device | None = None,
         prefetch: int = 2,
@@ -200,24 +254,42 @@ class NeighborLoader(BaseNodeLoader):
         progress: bool = False,
         graph_memory: str = "device",
         sampler_backend: str = "torch",
+        use_ddp: bool = False,
+        ddp_seed: int = 0,
+        input_id: torch.Tensor | None = None,
+        custom_cls: Any = None,
+        csr: CSRGraph | None = None,
+        **kwargs: Any,
     ) -> None:
         self._check_data(data)
-        self._check_options(
-            input_time=input_time,
-            replace=replace,
-            subgraph_type=subgraph_type,
-            disjoint=disjoint,
-            temporal_strategy=temporal_strategy,
-            time_attr=time_attr,
-            weight_attr=weight_attr,
-            transform_sampler_output=transform_sampler_output,
-            neighbor_sampler=neighbor_sampler,
-            directed=directed,
-            num_workers=num_workers,
-            persistent_workers=persistent_workers,
-        )
-        if transform is not None and not callable(transform):
-            raise IBPInputError(f"transform must be callable, got '{type_name(transform)}'")
+        for name, value in (("input_time", input_time), ("time_attr", time_attr)):
+            if value is not None:
+                raise unsupported(
+                    name,
+                    value,
+                    "temporal sampling is not implemented (sampling ignoring "
+                    "time would give other batches)",
+                )
+        if weight_attr is not None:
+            raise unsupported(
+                "weight_attr",
+                weight_attr,
+                "weighted sampling is not implemented (uniform sampling would give other batches)",
+            )
+        if temporal_strategy != "uniform":
+            warn_ignored(
+                "temporal_strategy", temporal_strategy, "it applies to temporal sampling only"
+            )
+        if custom_cls is not None:
+            warn_ignored("custom_cls", custom_cls, "batches are torch_geometric.data.Data")
+        for name, fn in (
+            ("transform", transform),
+            ("transform_sampler_output", transform_sampler_output),
+        ):
+            if fn is not None and not callable(fn):
+                raise IBPInputError(f"{name} must be callable, got '{type_name(fn)}'")
+        if filter_per_worker is not None:
+            loading.check_bool("filter_per_worker", filter_per_worker)
         self._set_loop_args(
             batch_size=batch_size,
             shuffle=shuffle,
@@ -225,39 +297,56 @@ class NeighborLoader(BaseNodeLoader):
             prefetch=prefetch,
             seed=seed,
             progress=progress,
+            use_ddp=use_ddp,
+            ddp_seed=ddp_seed,
+            loader_kwargs=kwargs,
         )
         self.graph_memory = loading.check_graph_memory(graph_memory)
 
         num_nodes = int(data.num_nodes)
         self.data = data
         self.num_neighbors = num_neighbors
-        self.pin_memory = pin_memory
+        self.replace = replace
+        self.subgraph_type = _subgraph_type(subgraph_type, loading.check_bool("directed", directed))
+        self.disjoint = disjoint
+        self.is_sorted = is_sorted
         self.filter_per_worker = filter_per_worker
+        self._fetch_in_worker = filter_per_worker is not False
         self.transform = transform
+        self.transform_sampler_output = transform_sampler_output
         # PyG names node types by a string or a (type, ids) tuple; a mapping is just a bad
         # argument here (DGL's {ntype: ids} is refused as unsupported by the shared default).
         self.input_nodes, self._input_id = loading.input_nodes(
             input_nodes, num_nodes, node_types=(str, tuple)
         )
+        if input_id is not None:
+            self._input_id = self._check_input_id(input_id)
+        self.input_data = NodeSamplerInput(
+            input_id=self._input_id, node=self.input_nodes, time=None, input_type=None
+        )
 
+        self._features_given = features is not None
         self.features: FeatureSource | None = None
         if features is not None or getattr(data, "x", None) is not None:
-            self.features = as_feature_source(features, device, data=data, check=False)
-            if self.features.num_rows != num_nodes:
-                raise IBPInputError(
-                    f"features have {self.features.num_rows} rows, the graph has {num_nodes} nodes"
-                )
+            self.features = self._source(features, device)
+        self._x_source = None if self._features_given else getattr(data, "x", None)
         dev = resolve_device(device)
         if dev is None:
             dev = self.features.device if self.features is not None else torch.device("cpu")
         self.device = dev
 
-        self.graph = loading.place_graph(CSRGraph.from_data(data), dev, self.graph_memory)
-        self.sampler = NeighborSampler(
-            self.graph, num_neighbors, seed=self.seed, backend=sampler_backend
-        )
-        self._split_attrs()
-        self._start_pipeline()
+        if csr is None:
+            csr = CSRGraph.from_data(data)
+        elif not isinstance(csr, CSRGraph) or csr.num_nodes != int(data.num_nodes):
+            got = f"{csr.num_nodes} nodes" if isinstance(csr, CSRGraph) else type_name(csr)
+            raise IBPInputError(
+                f"csr must be a CSRGraph of data's {data.num_nodes} nodes, got {got}"
+            )
+        self.graph = loading.place_graph(csr, dev, self.graph_memory)
+        node_sampler = self._node_sampler(neighbor_sampler, sampler_backend)
+        self._attr_cache: dict[str, tuple[Any, Any]] = {}
+        self._refresh()
+        self._start_pipeline(node_sampler)
 
     # -- construction helpers ----------------------------------------------------------
     @staticmethod
@@ -285,63 +374,125 @@ class NeighborLoader(BaseNodeLoader):
         if data.num_nodes is None:
             raise IBPInputError("data.num_nodes is unknown: set data.num_nodes")
 
-    @staticmethod
-    def _check_options(**opts: Any) -> None:
-        why = {
-            "input_time": (None, "temporal sampling is not implemented"),
-            "replace": (False, "the sampler draws without replacement"),
-            "disjoint": (False, "disjoint subgraphs per seed are not implemented"),
-            "temporal_strategy": ("uniform", "temporal sampling is not implemented"),
-            "time_attr": (None, "temporal sampling is not implemented"),
-            "weight_attr": (None, "weighted sampling is not implemented"),
-            "transform_sampler_output": (None, "batches are assembled from our SampledBatch"),
-            "neighbor_sampler": (None, "the loader builds its own ibp_graph NeighborSampler"),
-            "directed": (True, "only directional subgraphs are sampled"),
-            "num_workers": (0, "batches are prefetched in this process (see prefetch=)"),
-            "persistent_workers": (False, "there are no worker processes"),
-        }
-        for name, (ok, reason) in why.items():
-            value = opts[name]
-            if ok is None:
-                bad = value is not None
-            else:
-                bad = isinstance(value, torch.Tensor) or value != ok
-            if bad:
-                raise unsupported(name, value, reason)
-        sub = opts["subgraph_type"]
-        if getattr(sub, "value", sub) != "directional":
-            raise unsupported("subgraph_type", sub, "only 'directional' subgraphs are sampled")
+    def _check_input_id(self, input_id: Any) -> torch.Tensor:
+        if not isinstance(input_id, torch.Tensor) or input_id.dim() != 1:
+            raise IBPInputError(
+                "input_id must be a 1-D tensor, got "
+                f"{getattr(input_id, 'shape', type_name(input_id))}"
+            )
+        if input_id.numel() != self.input_nodes.numel():
+            raise IBPInputError(
+                f"input_id has {input_id.numel()} entries, there are "
+                f"{self.input_nodes.numel()} input nodes"
+            )
+        return input_id.cpu()
 
-    def _split_attrs(self) -> None:
-        """Sort ``data``'s attributes into node-level, edge-level and the rest, on device."""
-        data, dev = self.data, self.device
+    def _source(self, features: Any, device: Any) -> FeatureSource:
+        """``features`` (or ``data.x`` for None) as a checked `FeatureSource`."""
+        src = as_feature_source(features, device, data=self.data, check=False)
+        num_nodes = int(self.data.num_nodes)
+        if src.num_rows != num_nodes:
+            raise IBPInputError(
+                f"features have {src.num_rows} rows, the graph has {num_nodes} nodes"
+            )
+        return src
+
+    def _node_sampler(self, given: Any, backend: str) -> NeighborSampler:
+        """The sampler: ``neighbor_sampler`` if it is ours, else one built from the settings."""
+        num_neighbors, replace = self.num_neighbors, self.replace
+        subgraph_type, disjoint = self.subgraph_type, self.disjoint
+        if isinstance(given, NeighborSampler):
+            if given.graph.num_nodes != self.graph.num_nodes:
+                raise IBPInputError(
+                    f"neighbor_sampler samples a graph of {given.graph.num_nodes} nodes, data "
+                    f"has {self.graph.num_nodes}"
+                )
+            if given.graph.device != self.graph.device:
+                raise IBPInputError(
+                    f"neighbor_sampler's graph is on {given.graph.device}, the loader samples "
+                    f"on {self.graph.device}"
+                )
+            given.manual_seed(self.seed)
+            return given
+        if given is not None:
+            values = getattr(getattr(given, "num_neighbors", None), "values", None)
+            if not isinstance(values, list):
+                raise IBPInputError(
+                    "neighbor_sampler must be an ibp_graph NeighborSampler or PyG's "
+                    f"NeighborSampler for a homogeneous graph, got '{type_name(given)}'"
+                )
+            warn_ignored(
+                "neighbor_sampler",
+                type_name(given),
+                "its num_neighbors, replace, subgraph_type and disjoint are used by "
+                "ibp-graph's own sampler",
+            )
+            num_neighbors = values
+            replace = bool(getattr(given, "replace", replace))
+            subgraph_type = _subgraph_type(getattr(given, "subgraph_type", subgraph_type), True)
+            disjoint = bool(getattr(given, "disjoint", disjoint))
+            self.num_neighbors, self.replace = num_neighbors, replace
+            self.subgraph_type, self.disjoint = subgraph_type, disjoint
+        return NeighborSampler(
+            self.graph,
+            num_neighbors,
+            seed=self.seed,
+            backend=backend,
+            replace=replace,
+            disjoint=disjoint,
+            subgraph_type=subgraph_type,
+        )
+
+    def _on_device(self, key: str, value: Any) -> Any:
+        """``value`` on the loader's device, copied once per object."""
+        cached = self._attr_cache.get(key)
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        moved = value
+        if isinstance(moved, np.ndarray):
+            moved = torch.from_numpy(moved)
+        if isinstance(moved, torch.Tensor):
+            moved = moved.to(self.device)
+        self._attr_cache[key] = (value, moved)
+        return moved
+
+    def _refresh(self) -> None:
+        """Read ``data``'s attributes as they are now: node-level, edge-level and the rest."""
+        data = self.data
+        if not self._features_given:
+            x = getattr(data, "x", None)
+            if x is None:
+                self.features, self._x_source = None, None
+            elif x is not self._x_source:
+                self.features, self._x_source = self._source(None, self.device), x
         base = copy.copy(data)
-        self._node_attrs: dict[str, tuple[Any, int]] = {}
-        self._edge_attrs: dict[str, tuple[Any, int]] = {}
-        self._has_num_nodes = False
+        node_attrs: dict[str, tuple[Any, int]] = {}
+        edge_attrs: dict[str, tuple[Any, int]] = {}
+        has_num_nodes = False
         for key in data.keys():  # noqa: SIM118 - Data.keys() is a method, not a dict view
             value = data[key]
             if key == "num_nodes":
-                self._has_num_nodes = True
+                has_num_nodes = True
             elif key in ("x", "edge_index"):
                 continue
             elif data.is_node_attr(key) or data.is_edge_attr(key):
-                if isinstance(value, np.ndarray):
-                    value = torch.from_numpy(value)
-                if isinstance(value, torch.Tensor):
-                    value = value.to(dev)
-                    dim = data.__cat_dim__(key, value)
-                else:
-                    dim = 0
-                target = self._node_attrs if data.is_node_attr(key) else self._edge_attrs
+                value = self._on_device(key, value)
+                dim = data.__cat_dim__(key, value) if isinstance(value, torch.Tensor) else 0
+                target = node_attrs if data.is_node_attr(key) else edge_attrs
                 target[key] = (value, dim)
             elif isinstance(value, torch.Tensor):
-                base[key] = value.to(dev)
+                base[key] = self._on_device(key, value)
+        for key in set(self._attr_cache) - set(data.keys()):
+            del self._attr_cache[key]
+        self._node_attrs, self._edge_attrs = node_attrs, edge_attrs
+        self._has_num_nodes = has_num_nodes
         self._base = base
 
     # -- batches -----------------------------------------------------------------------
     def _fetch(self, sampled: SampledBatch, stream: torch.cuda.Stream | None) -> Any:
         """Join a sampled subgraph with its features and attributes: one PyG ``Data``."""
+        if self.transform_sampler_output is not None:
+            sampled = self.transform_sampler_output(sampled)
         node, edge = sampled.node, sampled.edge
         out = copy.copy(self._base)
         for key, (value, dim) in self._node_attrs.items():
@@ -360,8 +511,12 @@ class NeighborLoader(BaseNodeLoader):
             out.n_id = node
         if "e_id" not in out:
             out.e_id = edge
-        out.num_sampled_nodes = list(sampled.num_sampled_nodes)
-        out.num_sampled_edges = list(sampled.num_sampled_edges)
+        if sampled.batch is not None:
+            out.batch = sampled.batch
+        if sampled.num_sampled_nodes is not None:
+            out.num_sampled_nodes = list(sampled.num_sampled_nodes)
+        if sampled.num_sampled_edges is not None:
+            out.num_sampled_edges = list(sampled.num_sampled_edges)
         out.input_id = sampled.input_id.to(self.device)
         out.batch_size = sampled.batch_size
         if self.transform is not None:
@@ -371,8 +526,8 @@ class NeighborLoader(BaseNodeLoader):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_nodes={self.graph.num_nodes}, "
-            f"num_neighbors={list(self.sampler.num_neighbors)}, batch_size={self.batch_size}, "
-            f"features={self.features!r}, device={self.device})"
+            f"num_neighbors={list(self.node_sampler.num_neighbors)}, "
+            f"batch_size={self.batch_size}, features={self.features!r}, device={self.device})"
         )
 
 

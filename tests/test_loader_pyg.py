@@ -239,21 +239,35 @@ def test_batches_hold_the_original_rows_and_edges(graph, ibp, input_kind) -> Non
     assert len(seen) == len(loader)
 
 
-def test_fields_are_exactly_pygs_node_loader_fields(rand_data, rand_table) -> None:
+MODES = {
+    "default": {},
+    "replace": {"replace": True},
+    "disjoint": {"disjoint": True},
+    "bidirectional": {"subgraph_type": "bidirectional"},
+    "induced": {"subgraph_type": "induced"},
+    "disjoint-bidirectional": {"disjoint": True, "subgraph_type": "bidirectional"},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fields_are_exactly_pygs_node_loader_fields(rand_data, rand_table, mode) -> None:
     """PyG's own NodeLoader around the same sampler gives the same Data, key for key."""
+    kw = MODES[mode]
 
     class OurSampler(BaseSampler):
-        def __init__(self, sampler: NeighborSampler) -> None:
-            self.sampler = sampler
+        def __init__(self, sampler: NeighborSampler, seed_of) -> None:
+            self.sampler, self.seed_of, self.calls = sampler, seed_of, 0
 
         def sample_from_nodes(self, inputs, **kwargs) -> SamplerOutput:
+            self.sampler.manual_seed(self.seed_of(self.calls))
+            self.calls += 1
             b = self.sampler.sample(inputs.node, inputs.input_id)
             return SamplerOutput(
                 node=b.node,
                 row=b.row,
                 col=b.col,
                 edge=b.edge,
-                batch=None,
+                batch=b.batch,
                 num_sampled_nodes=b.num_sampled_nodes,
                 num_sampled_edges=b.num_sampled_edges,
                 metadata=(inputs.input_id, inputs.time),
@@ -265,15 +279,20 @@ def test_fields_are_exactly_pygs_node_loader_fields(rand_data, rand_table) -> No
     data = rand_data
     for input_nodes in (data.train_mask, torch.arange(10, 200, 3), None):
         ours = NeighborLoader(
-            data, [4, 4], input_nodes=input_nodes, batch_size=50, features=rand_table, seed=5
+            data, [4, 4], input_nodes=input_nodes, batch_size=50, features=rand_table, seed=5, **kw
         )
-        ref_sampler = NeighborSampler(ours.graph, [4, 4], seed=ours._epoch_seeds(0)[1])
-        theirs = NodeLoader(data, OurSampler(ref_sampler), input_nodes=input_nodes, batch_size=50)
+        ref_sampler = NeighborSampler(ours.graph, [4, 4], **kw)
+        ref = OurSampler(ref_sampler, lambda b, ours=ours: ours._batch_seed(0, b))
+        theirs = NodeLoader(data, ref, input_nodes=input_nodes, batch_size=50)
         pairs = list(zip(ours, theirs, strict=True))
         assert len(pairs) == len(theirs)
         for a, b in pairs:
             assert sorted(a.keys()) == sorted(b.keys()), (a, b)
             assert same_batch(a, b), (a, b)
+        if kw.get("disjoint"):
+            assert "batch" in pairs[0][0]
+        if kw.get("subgraph_type", "directional") != "directional":
+            assert "num_sampled_nodes" not in pairs[0][0]
 
 
 def test_explicit_num_nodes_and_transform(rand_data) -> None:
@@ -503,22 +522,13 @@ def test_module_docstring_example_runs(tmp_path, monkeypatch, capsys) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"replace": True}, "replace=True"),
-        ({"disjoint": True}, "disjoint=True"),
-        ({"directed": False}, "directed=False"),
-        ({"subgraph_type": "induced"}, "subgraph_type='induced'"),
         ({"input_time": torch.zeros(3)}, "input_time="),
         ({"time_attr": "time"}, "time_attr='time'"),
-        ({"temporal_strategy": "last"}, "temporal_strategy='last'"),
         ({"weight_attr": "w"}, "weight_attr='w'"),
-        ({"transform_sampler_output": lambda o: o}, "transform_sampler_output="),
-        ({"neighbor_sampler": object()}, "neighbor_sampler="),
-        ({"num_workers": 2}, "num_workers=2"),
-        ({"persistent_workers": True}, "persistent_workers=True"),
         ({"input_nodes": ("paper", None)}, "input_nodes="),
     ],
 )
-def test_unsupported_options_raise_at_construction(rand_data, kwargs, match) -> None:
+def test_options_that_would_change_the_batches_raise(rand_data, kwargs, match) -> None:
     with pytest.raises(NotImplementedError, match=re.escape(match)):
         NeighborLoader(rand_data, [3], **kwargs)
 
@@ -554,6 +564,16 @@ def test_hetero_and_store_inputs_are_not_supported(rand_data) -> None:
         ({"seed": -3}, "seed must be an int >= 0"),
         ({"shuffle": "yes"}, "shuffle must be a bool"),
         ({"transform": 3}, "transform must be callable"),
+        ({"transform_sampler_output": 3}, "transform_sampler_output must be callable"),
+        ({"neighbor_sampler": object()}, "neighbor_sampler must be an ibp_graph NeighborSampler"),
+        ({"subgraph_type": "both"}, "got 'both'"),
+        ({"subgraph_type": 2}, "subgraph_type must be 'directional', 'bidirectional' or"),
+        ({"directed": "no"}, "directed must be a bool"),
+        ({"filter_per_worker": 1}, "filter_per_worker must be a bool"),
+        ({"input_id": torch.arange(3)}, "input_id has 3 entries, there are 300 input nodes"),
+        ({"ddp_seed": 1.5}, "ddp_seed must be an int"),
+        ({"use_ddp": True}, "use_ddp=True shares the seeds between the ranks"),
+        ({"generator": 5}, "generator must be a torch.Generator"),
     ],
 )
 def test_bad_arguments_raise_at_construction(rand_data, kwargs, match) -> None:
@@ -943,7 +963,7 @@ def test_sampler_backend_is_checked_at_construction(rand_data) -> None:
     from ibp_graph.errors import IBPDeviceError
 
     loader = NeighborLoader(rand_data, [3], batch_size=8, sampler_backend="torch")
-    assert loader.sampler.backend == "torch"
+    assert loader.node_sampler.backend == "torch"
     with pytest.raises(IBPInputError, match="backend must be 'torch' or 'kernel', got 'cuda'"):
         NeighborLoader(rand_data, [3], sampler_backend="cuda")
     with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
@@ -958,7 +978,7 @@ def test_kernel_sampler_backend_batches_are_valid(rand_data, rand_table, graph_m
     kwargs = {"batch_size": 64, "shuffle": True, "features": features, "seed": 3}
     kwargs |= {"device": "cuda", "graph_memory": graph_memory, "sampler_backend": "kernel"}
     loader = NeighborLoader(rand_data, [5, 3], **kwargs)
-    assert loader.sampler.backend == "kernel"
+    assert loader.node_sampler.backend == "kernel"
     first = epoch(loader)
     train = torch.arange(rand_data.num_nodes)
     for b in first:
