@@ -26,7 +26,14 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: Set by benchmarks/gpu_session.sh: the checkout's commit, for copies without a .git folder.
+COMMIT_ENV = "IBP_GRAPH_COMMIT"
+
+
 def _git_commit() -> str:
+    given = os.environ.get(COMMIT_ENV, "").strip()
+    if given:
+        return given
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -47,9 +54,31 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def gpu_info() -> dict:
+    """GPU name, driver and PCIe link of the current CUDA device (empty without one)."""
+    if not torch.cuda.is_available():
+        return {}
+    info = {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda}
+    query = "driver_version,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.splitlines()[torch.cuda.current_device()]
+        driver, gen, gen_max, width = (v.strip() for v in out.split(","))
+        info.update(driver=driver, pcie=f"gen {gen} (max {gen_max}) x{width}")
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        pass
+    return info
+
+
 def environment() -> dict:
     """Machine, software versions, git commit, UTC date and the exact command line."""
     return {
+        **gpu_info(),
         "device": f"CPU: {_cpu_model()} ({os.cpu_count()} cores visible)",
         "python": platform.python_version(),
         "numpy": np.__version__,
@@ -70,9 +99,16 @@ def write_json(name: str, payload: dict, out: Path = RESULTS) -> Path:
 
 def header_lines(title: str, env: dict) -> list[str]:
     """The opening lines of a results page: title, device, date, commit and command."""
+    gpu = []
+    if env.get("gpu"):
+        gpu.append(
+            f"- GPU: {env['gpu']}, driver {env.get('driver', '?')}, PCIe {env.get('pcie', '?')}"
+            f", CUDA {env.get('cuda', '?')}"
+        )
     return [
         f"# {title}",
         "",
+        *gpu,
         f"- device: {env['device']}",
         f"- date: {env['date']}, commit {env['git_commit']}",
         f"- command: `{env['command']}`",

@@ -31,6 +31,14 @@ delivered (decoded) GB/s = batch rows x row bytes / time of:
   (the fused fetch + decode kernel, or the raw gather when the table is stored raw);
 - ``decode_only``: the same launch with the compressed rows in GPU memory (no PCIe).
 
+Pinned memory is allocated as ``--pages`` says (`ibp_graph.pinned.PAGE_KINDS`): "huge"
+(the library's default) or "small" 4 KiB pages, whose GPU TLB misses on random rows over
+GiBs this measures, or "cuda" (cudaHostAlloc); a run with other than "huge" writes
+``fetch-<device>-<pages>-pages``. ``--raw-kernel vector`` makes the ``raw`` column use the
+widest-vector gather even for rows that are not a multiple of 16 bytes (where the library
+takes the whole-16-byte-load kernel): two runs of such widths, with and without it, compare
+the two kernels (``fetch-<device>-vector-raw``; ``--tag`` names a run apart).
+
 GPU timings are CUDA events around ``inner`` back-to-back launches (enough for 20 ms), the
 median of ``--repeats`` samples, after an untimed warm-up call (which compiles the kernel).
 A short GPU sleep queued before the start event keeps the stream busy while the host queues
@@ -423,6 +431,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--max-blocks", type=int, default=None, help="fetch grid cap (default: the library's)"
     )
+    p.add_argument(
+        "--pages",
+        choices=["huge", "small", "cuda"],
+        default="huge",
+        help="pinned memory: huge (THP-advised), small (4 KiB pages) or cuda (cudaHostAlloc)",
+    )
+    p.add_argument(
+        "--raw-kernel",
+        choices=["auto", "vector"],
+        default="auto",
+        help="raw gather: auto (whole 16-byte loads for rows not a multiple of 16 bytes) or "
+        "vector (the widest vector dividing the row)",
+    )
+    p.add_argument(
+        "--tag", default="", help="appended to the results' name (fetch-<device>[-...]-<tag>)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, default=400.0, help="seconds; no case starts after")
     p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
@@ -451,6 +475,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def settings(args: argparse.Namespace) -> dict:
     return {
+        "pages": args.pages,
+        "raw_kernel": args.raw_kernel,
         "table_gb": args.table_gb,
         "batches": args.batch,
         "max_batch_gb": args.max_batch_gb,
@@ -673,7 +699,7 @@ class Bench:
         self.cuda = cuda
         self.guard = QueueGuard(device)
         t0 = time.perf_counter()
-        self.raw = PinnedBuffer(args.table_bytes, "raw rows", cuda)
+        self.raw = PinnedBuffer(args.table_bytes, "raw rows", cuda, pages=args.pages)
         # Any bytes will do (the gather does not look at them), as long as every page is real.
         size = min(64 << 20, args.table_bytes)
         noise = np.random.default_rng(args.seed).integers(0, 256, size, dtype=np.uint8)
@@ -734,7 +760,10 @@ class Bench:
 
         n = self.args.table_bytes // row_bytes
         ptr, err, cap = self.raw_ptr, self.error, self.args.max_blocks
-        return lambda: launcher.raw_gather(ptr, n, row_bytes, ids, out, err, max_blocks=cap)
+        lines = None if self.args.raw_kernel == "auto" else False
+        return lambda: launcher.raw_gather(
+            ptr, n, row_bytes, ids, out, err, max_blocks=cap, line_aligned=lines
+        )
 
 
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
@@ -756,7 +785,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     bypass = raw_bypass(table)
     ratio = float(table.ratio)
     t0 = time.perf_counter()
-    pinned = PinnedBuffer(stored, f"tiled {case.name}", bench.cuda)
+    pinned = PinnedBuffer(stored, f"tiled {case.name}", bench.cuda, pages=args.pages)
     on_gpu = None
     try:
         fill_tiled(pinned.array, block, times)
@@ -917,7 +946,9 @@ def run_gpu(args: argparse.Namespace, cases: list[Case], real_note: str, env: di
     payload = new_payload(env, args, gpu, real_note)
     payload["cuda"] = torch.version.cuda
     payload["cupy"] = cp.__version__
-    name = f"fetch-{slug(gpu)}"
+    name = f"fetch-{slug(gpu)}" + ("" if args.pages == "huge" else f"-{args.pages}-pages")
+    name += "" if args.raw_kernel == "auto" else f"-{args.raw_kernel}-raw"
+    name += f"-{slug(args.tag)}" if args.tag else ""
     bench = Bench(args, device, cp.cuda)
     try:
         run_cases(bench, cases, payload, name, start)

@@ -1,118 +1,342 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, for a GPU machine without network (see README "On a GPU").
+# Everything that needs a GPU, for a bare GPU machine without network (README "On a GPU").
 #
-#   bash benchmarks/gpu_session.sh fetch            # one stage per command (10-minute limit)
-#   bash benchmarks/gpu_session.sh tests fetch      # several stages, in order
-#   bash benchmarks/gpu_session.sh                  # every stage (far more than 10 minutes)
+#   bash benchmarks/gpu_session.sh prepare                 # HERE, on the CPU machine: fills
+#                                                          # device_data/, prints the calls
+#   IBP_GRAPH_COMMIT=<sha> bash benchmarks/gpu_session.sh smoke tests    # on the GPU machine
+#   bash benchmarks/gpu_session.sh --plan smoke tests      # files and minutes, runs nothing
 #
-# A device command may run 10 minutes and gets back at most 8 files from $OUT: run one stage
-# per command (each writes 3 to 6 files there). Install and checks take about 20 s; then each
-# python command is stopped (SIGINT, then SIGKILL 30 s later) after STAGE_TIMEOUT seconds
-# (default 500), and the results it wrote so far are still copied. Estimated times on an H100
-# (16 cores), install and start-up included:
-#   tests      every `gpu`-marked test: kernels vs the NumPy decoder, GPU encoder, sampler
-#              backends, loaders (device and UVA graphs), prefetch
-#   fetch      benchmarks/fetch.py (about 3-4 min): memcpy, torch, raw gather, IBP fetch and
-#              decode-only GB/s with the targets, 16 synthetic cases (4 widths x 4 kinds) and
-#              the 11 real tables, 4 GiB tables, batches of 100k and 1M rows (1 GiB at most);
-#              no case starts after 400 s (--time-budget)
-#   sampling   benchmarks/sampling.py on CUDA (about 1-2 min): torch ops vs the RawKernel,
-#              graph in GPU memory and over UVA
-#   e2e        benchmarks/e2e.py on the bundled Cora and CiteSeer (about 1-2 min)
-#   synthetic  benchmarks/e2e.py on a 20M-node, 300M-edge power-law graph whose 8 GB of
-#              feature rows are drawn from the derived facebook SVD-100 table (about 3-5 min:
-#              edges drawn on the GPU, the table compressed on the GPU, 3 epochs per mode);
-#              needs device_data/facebook-svd100-float32.npy or device_data/datasets
+# Stages, with estimated times on an H100 (16 cores); each GPU command first installs the
+# package (no dependencies, about 20 s) and logs the machine:
+#   prepare    CPU machine, about 10 s: copies the datasets into device_data/ (git-ignored),
+#              derives device_data/facebook-svd100-float32.npy, collects wheels the GPU
+#              image lacks (none: see below), checks the 64 MiB limit, prints the carry list
+#              and the device commands (each under 2,000 characters).
+#   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
+#              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
+#              Prints "SMOKE: PASS" or "SMOKE: FAIL".
+#   tests      about 4-6 min: `pytest -m gpu -x` one file at a time (a sticky CUDA fault
+#              ends only its own file), at most 240 s per file.
+#   sanitize   about 4-6 min: compute-sanitizer memcheck, racecheck and synccheck over the
+#              kernel tests (tests/test_gpu_kernels.py, not slow), at most 150 s per tool.
+#   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
+#              real tables; no case starts after 330 s.
+#   pages      about 2 min: the fetch benchmark's 512 B cases with small (4 KiB) pages, to
+#              compare with the huge pages of `fetch`.
+#   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
+#              1,028 B, 5,732 B like Cora's), run twice: whole 16-byte loads (the default)
+#              and the widest vectors (--raw-kernel vector).
+#   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs).
+#   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer.
+#   synthetic  about 3-5 min: benchmarks/e2e.py on a 20M-node, 300M-edge power-law graph with
+#              8 GB of rows drawn from the derived facebook SVD-100 table.
 #
-# The machine has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest and hypothesis, so
-# the package is installed without dependencies. Data travels in ./device_data (git-ignored):
-# copy ../shared/datasets to device_data/datasets for the real tables; the synthetic stage
-# takes device_data/facebook-svd100-float32.npy when it is there (no SciPy needed):
-#   .venv/bin/python -c "import numpy as np; from benchmarks import real_tables as r; \
-#       np.save('device_data/facebook-svd100-float32.npy', r.load_facebook_svd()[1])"
-# Logs, stage times (stages.txt) and results go to $OUT (default: ./gpu-out); results also
-# to benchmarks/results/. Compressed tables are cached in $IBP_GPU_WORK (default: a folder
-# under /tmp; GBs, so not under $OUT). The exit status is 0 only when every stage succeeded.
+# A device command runs at most 10 minutes and returns at most 8 files from $OUT, 2 folders
+# deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
+# what it wrote), and a command whose stages would write more than 8 files is refused before
+# it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
+# times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; fetch and
+# pages: pages.log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
+# synthetic: synthetic.log + 3 in synthetic/.
+#
+# The GPU image has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest and hypothesis,
+# so the package is installed without dependencies and no wheel travels (dgl and ogb are
+# missing there: their tests skip). Wheels put in device_data/wheels/ are installed first.
+# The commit comes from $IBP_GRAPH_COMMIT (the device copy has no .git). Compressed tables
+# are cached in $IBP_GPU_WORK (default: /tmp/ibp-graph-gpu-work; GBs, so not under $OUT).
+# Every command is stopped in time for the script to end $IBP_GPU_DEADLINE seconds (default
+# 585) after it started, under the device's 600 s; what did not start is logged as such.
+# Exit status: 0 when every stage passed, 1 when one failed, 2 for a usage error, 3 when the
+# install or the GPU check failed.
 set -o pipefail
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-./gpu-out}
-STAGE_TIMEOUT=${STAGE_TIMEOUT:-500}
-WORK=${IBP_GPU_WORK:-${TMPDIR:-/tmp}/ibp-graph-gpu-work}
-STAGES=("$@")
-if [ ${#STAGES[@]} -eq 0 ]; then STAGES=(tests fetch sampling e2e synthetic); fi
-for stage in "${STAGES[@]}"; do
-    case "$stage" in
-    tests | fetch | sampling | e2e | synthetic) ;;
-    *)
-        echo "unknown stage '$stage' (tests, fetch, sampling, e2e, synthetic)" >&2
-        exit 2
-        ;;
-    esac
-done
-mkdir -p "$OUT" "$WORK"
-if [ -d device_data/datasets ]; then export IBP_GRAPH_DATASETS=$PWD/device_data/datasets; fi
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DATA=device_data
+ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e synthetic)
+MAX_FILES=8
+MAX_COMMAND=2000
 
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -3
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+# files STAGE: how many files the stage writes under $OUT.
+files() {
+    case "$1" in
+    smoke | tests | sanitize) echo 1 ;;
+    fetch | pages | sampling) echo 3 ;;
+    lanes) echo 5 ;;
+    e2e | synthetic) echo 4 ;;
+    esac
+}
+
+# minutes STAGE: the estimated upper bound, install excluded.
+minutes() {
+    case "$1" in
+    smoke) echo 2 ;;
+    tests | sanitize) echo 6 ;;
+    fetch) echo 6 ;;
+    synthetic) echo 5 ;;
+    pages | sampling | e2e) echo 2 ;;
+    lanes) echo 3 ;;
+    esac
+}
+
+usage() {
+    sed -n '2,/^set -o pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+# check_stages STAGE...: refuse unknown stages and commands writing more than MAX_FILES files.
+check_stages() {
+    local total=1 stage
+    for stage in "$@"; do
+        if [ -z "$(files "$stage")" ]; then
+            echo "unknown stage '$stage' (prepare, ${ALL_STAGES[*]})" >&2
+            exit 2
+        fi
+        total=$((total + $(files "$stage")))
+    done
+    if [ "$total" -gt "$MAX_FILES" ]; then
+        echo "stages '$*' would write $total files under \$OUT, more than the $MAX_FILES that" \
+            "come back from a device command: split them over several commands" >&2
+        exit 2
+    fi
+}
+
+# plan STAGE...: one line with the file count and the minutes of the stages.
+plan() {
+    local nfiles=1 mins=1 stage
+    for stage in "$@"; do
+        nfiles=$((nfiles + $(files "$stage")))
+        mins=$((mins + $(minutes "$stage")))
+    done
+    echo "stages: $* | files under \$OUT: $nfiles (max $MAX_FILES) | at most about $mins min"
+}
+
+# The device commands `prepare` prints, one per call, most important first (each under 10
+# minutes; 30 minutes of GPU time get through the first three or four).
+CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e" "synthetic" "pages" "lanes")
+
+prepare() {
+    cd "$REPO" || exit 3
+    local py=${PYTHON:-$REPO/.venv/bin/python}
+    local shared=${IBP_GRAPH_SHARED_DATASETS:-$REPO/../shared/datasets}
+    mkdir -p "$DATA"
+    if [ -d "$shared" ]; then
+        if [ -d "$DATA/datasets" ]; then chmod -R u+w "$DATA/datasets" && rm -rf "$DATA/datasets"; fi
+        cp -r "$shared" "$DATA/datasets"
+        chmod -R u+w "$DATA/datasets"
+        echo "datasets: $shared -> $DATA/datasets ($(du -sh "$DATA/datasets" | cut -f1))"
+        if [ ! -f "$DATA/facebook-svd100-float32.npy" ]; then
+            IBP_GRAPH_DATASETS=$REPO/$DATA/datasets "$py" -c "
+import numpy as np
+from benchmarks import real_tables as r
+np.save('$DATA/facebook-svd100-float32.npy', r.load_facebook_svd()[1])
+" || echo "prepare: could not derive the facebook SVD-100 table (synthetic will skip)" >&2
+        fi
+    else
+        echo "prepare: no datasets folder at $shared (set IBP_GRAPH_SHARED_DATASETS);" \
+            "the real-table cases and the synthetic stage will skip" >&2
+    fi
+    mkdir -p "$DATA/wheels"
+    echo "wheels: $(find "$DATA/wheels" -name '*.whl' | wc -l) in $DATA/wheels (the GPU image" \
+        "has every package the GPU stages need)"
+    local size tree
+    size=$(du -sb "$DATA" | cut -f1)
+    tree=$(git ls-files -z --cached --others --exclude-standard 2>/dev/null |
+        du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+    echo "carry: $DATA, $((size >> 20)) MiB; working tree $((${tree:-0} >> 20)) MiB;" \
+        "limit 64 MiB together"
+    if [ $((size + ${tree:-0})) -gt $((64 << 20)) ]; then
+        echo "prepare: over the 64 MiB a device call carries" >&2
+        exit 1
+    fi
+    local commit
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+        commit="$commit-dirty"
+    fi
+    echo
+    echo "device calls, in order (carry: [\"$DATA\"]; timeout_s: 600):"
+    local stages cmd
+    for stages in "${CALLS[@]}"; do
+        # shellcheck disable=SC2086
+        check_stages $stages
+        cmd="IBP_GRAPH_COMMIT=$commit bash benchmarks/gpu_session.sh $stages"
+        if [ ${#cmd} -gt $MAX_COMMAND ]; then
+            echo "prepare: the command for '$stages' is ${#cmd} characters" >&2
+            exit 1
+        fi
+        # shellcheck disable=SC2086
+        echo "  # $(plan $stages)"
+        echo "  run(command='$cmd', carry=['$DATA'], timeout_s=600)"
+    done
+}
+
+if [ $# -eq 0 ]; then usage; fi
+if [ "$1" = "-h" ] || [ "$1" = "--help" ]; then usage; fi
+if [ "$1" = "prepare" ]; then
+    if [ $# -ne 1 ]; then
+        echo "prepare runs alone (on the CPU machine)" >&2
+        exit 2
+    fi
+    prepare
+    exit $?
+fi
+if [ "$1" = "--plan" ]; then
+    shift
+    check_stages "$@"
+    plan "$@"
+    exit 0
+fi
+check_stages "$@"
+STAGES=("$@")
+
+DEADLINE=${IBP_GPU_DEADLINE:-585}
+WORK=${IBP_GPU_WORK:-${TMPDIR:-/tmp}/ibp-graph-gpu-work}
+mkdir -p "${OUT:=./gpu-out}" "$WORK"
+OUT=$(cd "$OUT" && pwd)  # absolute: the stages run from the checkout's root
+cd "$REPO" || exit 3
+SUMMARY=$OUT/summary.txt
+if [ -d "$DATA/datasets" ]; then export IBP_GRAPH_DATASETS=$REPO/$DATA/datasets; fi
+export IBP_GRAPH_COMMIT=${IBP_GRAPH_COMMIT:-unknown}
+
+{
+    echo "ibp-graph GPU run: $(plan "${STAGES[@]}")"
+    echo "commit: $IBP_GRAPH_COMMIT"
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "host: $(uname -srm), $(nproc) cores"
+} | tee "$SUMMARY"
+if compgen -G "$DATA/wheels/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target /tmp/ibp-site "$DATA"/wheels/*.whl 2>&1 | tail -3 | tee -a "$SUMMARY"
+    export PYTHONPATH=/tmp/ibp-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -3 | tee -a "$SUMMARY"
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max --format=csv
+    nvidia-smi -q | grep -A12 -i "GPU Link Info" | grep -iE "generation|width|current|max" |
+        head -12
+    command -v compute-sanitizer >/dev/null && compute-sanitizer --version | tail -1
+} 2>&1 | tee -a "$SUMMARY"
 if ! python3 -c "
-import torch, cupy, ibp_graph.train, ibp_graph.loaders.pyg
-print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cupy', cupy.__version__)
+import torch, cupy, ibp_graph, ibp_graph.train, ibp_graph.loaders.pyg
+print('python', __import__('sys').version.split()[0], '| torch', torch.__version__,
+      '| CUDA', torch.version.cuda, '| CuPy', cupy.__version__, '| numpy',
+      __import__('numpy').__version__)
 assert torch.cuda.is_available(), 'torch sees no CUDA device'
-" 2>&1 | tee -a "$OUT/gpu.txt"; then
-    echo "the package, torch or CuPy does not import, or there is no GPU: see $OUT/gpu.txt" >&2
+p = torch.cuda.get_device_properties(0)
+print('device:', p.name, '|', p.multi_processor_count, 'SMs |', p.total_memory >> 30, 'GiB')
+" 2>&1 | tee -a "$SUMMARY"; then
+    echo "the package, torch or CuPy does not import, or there is no GPU: see $SUMMARY" >&2
     exit 3
 fi
 
-# run LOG COMMAND...: the command with the stage timeout, its output also in $OUT/LOG.
+# run SECONDS LOG COMMAND...: the command with a time limit, its output appended to $OUT/LOG.
+# The limit is cut so that the whole script ends DEADLINE seconds after its start (the
+# device kills a command at 600 s); a command with no time left is not started (rc 124).
 run() {
-    local log=$1
-    shift
-    timeout -s INT -k 30 "$STAGE_TIMEOUT" "$@" 2>&1 | tee "$OUT/$log"
+    local limit=$1 log=$2 left
+    shift 2
+    left=$((DEADLINE - SECONDS - 25))
+    if [ "$left" -lt "$limit" ]; then limit=$left; fi
+    if [ "$limit" -le 10 ]; then
+        echo "not started, no time left before the ${DEADLINE} s deadline: $*" |
+            tee -a "$OUT/$log"
+        return 124
+    fi
+    timeout -s INT -k 15 "$limit" "$@" 2>&1 | tee -a "$OUT/$log"
 }
 
+# gpu_test_files: the test files holding gpu-marked tests (the smoke file has its stage).
+gpu_test_files() {
+    grep -l "pytest.mark.gpu" tests/test_*.py | grep -v "tests/test_gpu_smoke.py"
+}
+
+PYTEST=(python3 -m pytest -p no:cacheprovider -q -rfEs)
 status=0
 for stage in "${STAGES[@]}"; do
-    echo "== $stage"
+    echo "== $stage" | tee -a "$SUMMARY"
     start=$SECONDS
     rc=0
     case "$stage" in
+    smoke)
+        run 110 smoke.log "${PYTEST[@]}" -x -v tests/test_gpu_smoke.py || rc=$?
+        if [ "$rc" -eq 0 ]; then verdict=PASS; else verdict=FAIL; fi
+        echo "SMOKE: $verdict" | tee -a "$OUT/smoke.log" "$SUMMARY"
+        ;;
     tests)
-        run gpu-tests.log python3 -m pytest -m gpu -q -p no:cacheprovider || rc=$?
+        for f in $(gpu_test_files); do
+            echo "-- $f" >>"$OUT/tests.log"
+            frc=0
+            run 240 tests.log "${PYTEST[@]}" -x -m gpu "$f" || frc=$?
+            # 5: no test collected (every gpu test of the file deselected)
+            if [ "$frc" -ne 0 ] && [ "$frc" -ne 5 ]; then rc=1; fi
+            echo "$f rc=$frc" | tee -a "$SUMMARY"
+        done
+        ;;
+    sanitize)
+        if ! command -v compute-sanitizer >/dev/null; then
+            echo "sanitize: compute-sanitizer is not on the PATH" | tee -a "$OUT/sanitize.log"
+            rc=4
+        else
+            for tool in memcheck racecheck synccheck; do
+                echo "-- $tool" >>"$OUT/sanitize.log"
+                trc=0
+                run 150 sanitize.log compute-sanitizer --tool "$tool" --error-exitcode 86 \
+                    --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" \
+                    tests/test_gpu_kernels.py || trc=$?
+                if [ "$trc" -ne 0 ]; then rc=1; fi
+                echo "$tool rc=$trc" | tee -a "$SUMMARY"
+            done
+            grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitize.log" | tee -a "$SUMMARY"
+        fi
         ;;
     fetch)
-        run fetch.log python3 benchmarks/fetch.py --table-gb 4 --batch 100000,1000000 \
-            --max-batch-gb 1 --repeats 10 --torch-repeats 3 --time-budget 400 || rc=$?
-        cp benchmarks/results/fetch-*.json benchmarks/results/fetch-*.md "$OUT/" 2>/dev/null
+        run 420 fetch.log python3 benchmarks/fetch.py --table-gb 4 --batch 100000,1000000 \
+            --max-batch-gb 1 --repeats 10 --torch-repeats 3 --time-budget 330 \
+            --out "$OUT" || rc=$?
+        ;;
+    pages)
+        run 200 pages.log python3 benchmarks/fetch.py --pages small --table-gb 4 \
+            --batch 100000,1000000 --widths 512 --kinds dense-normal,sparse-5pct --no-real \
+            --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 150 \
+            --out "$OUT" || rc=$?
+        ;;
+    lanes)
+        for raw_kernel in auto vector; do
+            run 200 lanes.log python3 benchmarks/fetch.py --raw-kernel "$raw_kernel" \
+                --table-gb 4 --batch 100000,1000000 --widths 260,1028,5732 \
+                --kinds random-bits --no-real --max-batch-gb 1 --repeats 10 \
+                --torch-repeats 1 --time-budget 100 --tag lanes --out "$OUT" || rc=$?
+        done
         ;;
     sampling)
-        run sampling.log python3 benchmarks/sampling.py --device cuda || rc=$?
-        cp benchmarks/results/sampling-cuda.* "$OUT/" 2>/dev/null
+        run 200 sampling.log python3 benchmarks/sampling.py --device cuda --out "$OUT" ||
+            rc=$?
         ;;
     e2e)
-        run e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 --graphs cora,citeseer \
-            --workdir "$WORK" || rc=$?
-        cp benchmarks/results/e2e-cuda.* "$OUT/" 2>/dev/null
+        run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
+            --graphs cora,citeseer --workdir "$WORK" --out "$OUT" || rc=$?
         ;;
     synthetic)
-        if [ -f device_data/facebook-svd100-float32.npy ]; then
-            features=device_data/facebook-svd100-float32.npy
+        if [ -f "$DATA/facebook-svd100-float32.npy" ]; then
+            features=$DATA/facebook-svd100-float32.npy
         elif [ -f "${IBP_GRAPH_DATASETS:-/nonexistent}/musae/facebook/features.json" ]; then
             features=facebook-svd100-float32
         else
-            echo "synthetic: needs device_data/facebook-svd100-float32.npy or" \
-                "device_data/datasets (see the top of this script)" | tee "$OUT/synthetic.log"
+            echo "synthetic: needs $DATA/facebook-svd100-float32.npy or $DATA/datasets" \
+                "(run 'prepare' on the CPU machine, carry $DATA)" | tee "$OUT/synthetic.log"
             features=
             rc=4
         fi
         if [ -n "$features" ]; then
-            run synthetic.log python3 benchmarks/e2e.py --device cuda --epochs 3 --graphs "" \
-                --synthetic-nodes 20000000 --synthetic-train 100000 \
+            run 420 synthetic.log python3 benchmarks/e2e.py --device cuda --epochs 3 \
+                --graphs "" --synthetic-nodes 20000000 --synthetic-train 100000 \
                 --synthetic-features "$features" --workdir "$WORK" \
                 --out "$OUT/synthetic" || rc=$?
         fi
         ;;
     esac
-    echo "$stage rc=$rc $((SECONDS - start)) s" | tee -a "$OUT/stages.txt"
+    echo "$stage rc=$rc $((SECONDS - start)) s" | tee -a "$SUMMARY"
     if [ "$rc" -ne 0 ]; then status=1; fi
 done
+echo "all stages rc=$status" | tee -a "$SUMMARY"
 exit $status

@@ -2,13 +2,21 @@
 //
 // The warp copies its row's stored bytes from the row section (pinned host memory read over
 // UVA, or device memory) into shared memory with aligned 16-byte loads, then decodes it:
-// header bits, codes, payloads, each located by warp prefix sums of the field widths. Rows
+// header bits, codes, payloads. Fields of fixed width are placed by per-cluster prefix sums
+// computed once per table (`code_prefix`, `free_prefix`: (k, V + 1) u32, entry j the bits of
+// columns 0..j-1): the codes of a flat (ungrouped) row, and the payloads of 32 words none of
+// which escapes (one warp vote); the rest by warp prefix sums of the field widths. Rows
 // stored raw are copied through. Decoded words are written to a row-major output of
 // `row_bytes` bytes per row.
 //
-// Out-of-range ids are never read: their output row is left untouched and `error[0]`
-// receives 1 + the position of the offending id. A row whose fields run past its stored
-// length (a corrupt file) sets `error[1]` the same way.
+// Out-of-range ids are never read: their output row is zero-filled and `error[0]` receives
+// 1 + the smallest position holding one (whatever the order in which warps find them). A row
+// whose fields run past its stored length (a corrupt file) is zero-filled too and sets
+// `error[1]` the same way. An output row is therefore always written: the decoded row, or
+// zeros with the error slot set.
+//
+// Blocks have at most IBP_FETCH_THREADS threads (`__launch_bounds__`); the host sizes the
+// grid from the kernel's occupancy (ibp_graph/kernels/runtime.py).
 //
 // Entry points (extern "C"): ibp_fetch_decode_w{4,8}_o{4,8}, word size x offset width.
 
@@ -18,6 +26,24 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 #define FULL_MASK 0xffffffffu
+// Most threads per block (8 warps); IBP_FETCH_MIN_BLOCKS such blocks fit an SM: at most 64
+// registers a thread, so one block takes a quarter of the register file (the rest for training).
+#define IBP_FETCH_THREADS 256
+#define IBP_FETCH_MIN_BLOCKS 4
+
+#ifndef IBP_RECORD_FIRST_DEFINED
+#define IBP_RECORD_FIRST_DEFINED
+// Keep in `*slot` the smallest 1 + r reported by any thread (0 means none reported).
+__device__ __forceinline__ void record_first(int* slot, i64 r) {
+    const int v = (int)min(r + 1, (i64)0x7fffffff);
+    int old = atomicCAS(slot, 0, v);
+    while (old != 0 && old > v) {
+        const int seen = atomicCAS(slot, old, v);
+        if (seen == old) break;
+        old = seen;
+    }
+}
+#endif
 
 // The dynamic shared memory array (redefined by the host-side test harness, tests/simt/).
 #ifndef IBP_DYNAMIC_SMEM
@@ -104,6 +130,8 @@ template <typename W, typename O>
 __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ offsets,
                              const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
                              const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
+                             const u32* __restrict__ code_prefix,
+                             const u32* __restrict__ free_prefix,
                              const i64* __restrict__ idx, u8* __restrict__ out,
                              int* __restrict__ error, i64 n, i64 num_rows, int V, int E,
                              int align, int row_bytes, int buf_words) {
@@ -123,7 +151,11 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     for (i64 r = (i64)blockIdx.x * warps + warp; r < n; r += (i64)gridDim.x * warps) {
         const i64 row = idx[r];
         if (row < 0 || row >= num_rows) {
-            if (lane == 0) atomicCAS(&error[0], 0, (int)min(r + 1, (i64)0x7fffffff));
+            if (lane == 0) record_first(&error[0], r);
+            u8* bad_row = out + r * (i64)row_bytes;
+            for (int j = lane; j < V; j += 32) {
+                store_word<W>(bad_row, j, W(0), row_bytes, word_aligned);
+            }
             continue;
         }
         const u64 start = (u64)offsets[row] * (u64)align;
@@ -166,19 +198,29 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             }
             __syncwarp();
         }
-        for (int j0 = 0; j0 < V; j0 += 32) {
-            const int j = j0 + lane;
-            u32 w = 0;
-            if (j < V) {
-                const bool present =
-                    !grouped || ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u);
-                w = present ? (u32)code_bits[col0 + j] : 0u;
+        const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
+        if (!grouped) {
+            // Flat row: every code is present, at its column's fixed place (no scan).
+#pragma unroll 1
+            for (int j = lane; j < V; j += 32) {
+                codes[j] = (u8)read_field(buf, cursor + code_prefix[pre0 + j],
+                                          (int)code_bits[col0 + j]);
             }
-            const u32 incl = warp_inclusive_scan(w, lane);
-            if (j < V) codes[j] = (u8)read_field(buf, cursor + incl - w, (int)w);
-            cursor += __shfl_sync(FULL_MASK, incl, 31);
+            cursor += code_prefix[pre0 + V];
+        } else {
+            for (int j0 = 0; j0 < V; j0 += 32) {
+                const int j = j0 + lane;
+                u32 w = 0;
+                if (j < V && ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u)) {
+                    w = (u32)code_bits[col0 + j];
+                }
+                const u32 incl = warp_inclusive_scan(w, lane);
+                if (j < V) codes[j] = (u8)read_field(buf, cursor + incl - w, (int)w);
+                cursor += __shfl_sync(FULL_MASK, incl, 31);
+            }
         }
         __syncwarp();
+        bool corrupt = false;
         for (int j0 = 0; j0 < V; j0 += 32) {
             const int j = j0 + lane;
             u32 w = 0;
@@ -190,14 +232,28 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
                 mask = masks[col0 + j];
                 w = code == esc ? (u32)TB : (u32)(TB - Word<W>::popc(mask));
             }
-            const u32 incl = warp_inclusive_scan(w, lane);
-            const u32 end = cursor + __shfl_sync(FULL_MASK, incl, 31);
-            if (end - base > (u32)(len * 8)) {
-                if (lane == 0) atomicCAS(&error[1], 0, (int)min(r + 1, (i64)0x7fffffff));
+            // No escaped word among these 32: the payloads sit at their columns' fixed places
+            // (free-bit prefix sums); otherwise a warp scan of the widths places them.
+            const unsigned escapes = __ballot_sync(FULL_MASK, j < V && code == esc);
+            u32 at, end;
+            if (escapes == 0) {
+                // One load a lane: the prefix just past its word (w = its free bits).
+                const u32 next = free_prefix[pre0 + min(j + 1, V)];
+                const u32 f0 = __shfl_sync(FULL_MASK, next - w, 0);
+                at = cursor + (next - w) - f0;
+                end = cursor + __shfl_sync(FULL_MASK, next, 31) - f0;
+            } else {
+                const u32 incl = warp_inclusive_scan(w, lane);
+                at = cursor + incl - w;
+                end = cursor + __shfl_sync(FULL_MASK, incl, 31);
+            }
+            if (end - base > (u32)(len * 8)) {  // warp-uniform: `end` is the warp's total
+                if (lane == 0) record_first(&error[1], r);
+                corrupt = true;
                 break;
             }
             if (j < V) {
-                const W payload = (W)read_field(buf, cursor + incl - w, (int)w);
+                const W payload = (W)read_field(buf, at, (int)w);
                 const W word = code == esc
                                    ? payload
                                    : (W)(bitvals[(col0 + j) * (size_t)E + code] |
@@ -206,19 +262,27 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             }
             cursor = end;
         }
+        if (corrupt) {
+            for (int j = lane; j < V; j += 32) {
+                store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
+            }
+        }
         __syncwarp();
     }
 }
 
 #define IBP_FETCH_DECODE(NAME, W, O)                                                         \
-    extern "C" __global__ void NAME(                                                         \
+    extern "C" __global__ void                                                               \
+    __launch_bounds__(IBP_FETCH_THREADS, IBP_FETCH_MIN_BLOCKS) NAME(                         \
         const u8* __restrict__ rows, const O* __restrict__ offsets,                          \
         const u8* __restrict__ cluster_ids, const W* __restrict__ masks,                     \
         const u8* __restrict__ code_bits, const W* __restrict__ bitvals,                     \
+        const u32* __restrict__ code_prefix, const u32* __restrict__ free_prefix,            \
         const i64* __restrict__ idx, u8* __restrict__ out, int* __restrict__ error, i64 n,   \
         i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {               \
-        fetch_decode<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, idx, out, \
-                           error, n, num_rows, V, E, align, row_bytes, buf_words);           \
+        fetch_decode<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, \
+                           free_prefix, idx, out, error, n, num_rows, V, E, align, row_bytes,  \
+                           buf_words);                                                       \
     }
 
 IBP_FETCH_DECODE(ibp_fetch_decode_w4_o4, u32, u32)

@@ -20,11 +20,13 @@
 //
 // Entry points (extern "C"): ibp_sample_neighbors_k{32,256}, CAP = the suffix, the size of the
 // per-thread array of picks (local memory), so the smaller one is for the common fanouts.
+// Blocks have at most IBP_SAMPLE_THREADS threads (`__launch_bounds__`).
 
 typedef unsigned long long u64;
 typedef long long i64;
 
 #define IBP_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ull
+#define IBP_SAMPLE_THREADS 256
 
 // The SplitMix64 output function (a bijection of 64-bit words).
 __device__ __forceinline__ u64 splitmix64_mix(u64 z) {
@@ -66,8 +68,9 @@ __device__ void sample_neighbors(const i64* __restrict__ deg, const i64* __restr
 }
 
 #define IBP_SAMPLE_NEIGHBORS(NAME, CAP)                                                      \
-    extern "C" __global__ void NAME(const i64* __restrict__ deg, const i64* __restrict__ key, \
-                                    i64* __restrict__ out, i64 rows, int k) {                \
+    extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)                         \
+        NAME(const i64* __restrict__ deg, const i64* __restrict__ key, i64* __restrict__ out, \
+             i64 rows, int k) {                                                              \
         sample_neighbors<CAP>(deg, key, out, rows, k);                                       \
     }
 

@@ -204,10 +204,11 @@ class _CudaTableBase:
             idx: row ids, a contiguous 1-D int64 tensor on this table's device.
             out: where to write (allocated on ``stream`` when None).
             stream: the stream to launch on (default: the current stream).
-            check: synchronise ``stream`` and raise on out-of-range ids (and corrupt rows).
-                With False, nothing syncs and out-of-range ids leave their output rows
-                untouched: only for ids known to be valid (e.g. from a sampler over this
-                graph).
+            check: synchronise ``stream`` and raise on the first out-of-range id (and the
+                first corrupt row). With False nothing syncs and nothing is raised: the output
+                row of an out-of-range id (or a corrupt row) reads as zeros, never as
+                uninitialised memory; use it for ids known to be valid (e.g. from a sampler
+                over this graph).
 
         Raises:
             IBPInputError: the table is closed, or (``check``) an id is out of range.
@@ -273,8 +274,16 @@ class CudaIBPTable(_CudaTableBase):
         path: the ``.ibp`` file.
         device: the CUDA device (default: the current one).
         verify: check the section checksums first (default: True).
-        max_blocks: cap on the fetch grid, to leave SMs to training (default: 4 per SM).
+        max_blocks: cap on the fetch grid, to leave SMs to training (default: one block per
+            SM, never more than the kernel's occupancy allows).
         progress: show a progress bar while pinning (None: for rows of 256 MiB or more).
+        pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
+            (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").
+        host_rows: caller-owned host memory that already holds the file's row section,
+            pinned in place instead of a private copy (see `PinnedBuffer`'s ``backing``):
+            e.g. one shared-memory segment that every rank of a host pins for its own GPU.
+            Its bytes must equal the row section followed by zeros; they are not copied,
+            checked or freed (default: None).
     """
 
     def __init__(
@@ -285,6 +294,8 @@ class CudaIBPTable(_CudaTableBase):
         verify: bool = True,
         max_blocks: int | None = None,
         progress: bool | None = None,
+        host_rows: np.ndarray | None = None,
+        pages: str | None = None,
     ):
         dev = _device(device)
         cp = cupy()
@@ -295,8 +306,12 @@ class CudaIBPTable(_CudaTableBase):
         self.dtype = cpu.dtype
         self.cpu_table = cpu
         with cp.cuda.Device(dev.index):
-            pinned = PinnedBuffer(cpu.stored_bytes, cpu.path, cp.cuda)
-            _fill_pinned(pinned, cpu.rows_section, f"pin {os.path.basename(cpu.path)}", progress)
+            pinned = PinnedBuffer(
+                cpu.stored_bytes, cpu.path, cp.cuda, backing=host_rows, pages=pages
+            )
+            if host_rows is None:
+                desc = f"pin {os.path.basename(cpu.path)}"
+                _fill_pinned(pinned, cpu.rows_section, desc, progress)
             rows_ptr = pinned.pin()
         self._pinned = pinned
         params = cpu.params
@@ -314,6 +329,10 @@ class CudaIBPTable(_CudaTableBase):
             row_bytes=row_bytes(cpu.shape[1], cpu.dtype_name),
         )
         self._bypass = raw_bypass(cpu)
+        # The constant tensors (and the prefix sums derived from them) are read by address
+        # on whatever stream fetches: let their copies complete once, here.
+        self.codec.const_args  # noqa: B018 - builds the prefix sums now
+        torch.cuda.synchronize(dev)
 
     @property
     def ratio(self) -> float:
@@ -355,8 +374,10 @@ class PinnedRawTable(_CudaTableBase):
     Args:
         data: a 2-D NumPy array or torch tensor (copied into pinned memory; not modified).
         device: the CUDA device (default: the current one).
-        max_blocks: cap on the gather grid (default: 4 per SM).
+        max_blocks: cap on the gather grid (default: one block per SM).
         progress: show a progress bar while pinning.
+        pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
+            (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").
     """
 
     def __init__(
@@ -366,6 +387,7 @@ class PinnedRawTable(_CudaTableBase):
         device: str | torch.device = "cuda",
         max_blocks: int | None = None,
         progress: bool | None = None,
+        pages: str | None = None,
     ):
         dev = _device(device)
         cp = cupy()
@@ -376,7 +398,7 @@ class PinnedRawTable(_CudaTableBase):
         self.dtype = torch_dtype(name)
         self.row_bytes = row_bytes(self.shape[1], name)
         with cp.cuda.Device(dev.index):
-            pinned = PinnedBuffer(self.shape[0] * self.row_bytes, self.path, cp.cuda)
+            pinned = PinnedBuffer(self.shape[0] * self.row_bytes, self.path, cp.cuda, pages=pages)
             _fill_pinned_rows(pinned, array, storage_dtype(name), "pin raw table", progress)
             self.rows_ptr = pinned.pin()
         self._pinned = pinned

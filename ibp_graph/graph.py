@@ -9,6 +9,7 @@ entry, the position of its edge in that ``edge_index`` (PyG's ``e_id``).
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +22,28 @@ __all__ = ["CSRGraph"]
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
 _INT32_MAX = 2**31 - 1
+#: The pinned buffer behind every live UVA tensor made by `CSRGraph.to_uva`, by its address.
+_UVA_BUFFERS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _device_index_of(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _uva_host_copy(t: torch.Tensor) -> torch.Tensor | None:
+    """A CPU copy of a UVA tensor made by `CSRGraph.to_uva`, read from host memory.
+
+    None when ``t`` is not such a tensor. Reading the pinned pages on the host is a memcpy;
+    ``t.cpu()`` would be a device-to-host copy of memory that is already on the host.
+    """
+    if t.device.type != "cuda":
+        return None
+    buf = _UVA_BUFFERS.get(t.data_ptr())
+    if buf is None or buf.device_ptr != t.data_ptr():
+        return None
+    nbytes = t.numel() * t.element_size()
+    host = torch.from_numpy(buf.array[:nbytes].copy())
+    return host.view(t.dtype).reshape(t.shape)
 
 
 def _type_name(x: object) -> str:
@@ -248,10 +271,23 @@ class CSRGraph:
         return self.indptr[1:] - self.indptr[:-1]
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> CSRGraph:
-        """The same graph on ``device`` (``self`` where it is there already)."""
+        """The same graph on ``device`` (``self`` where it is there already).
+
+        A UVA graph (`to_uva`) counts as being on its GPU: ``to`` that GPU returns it
+        unchanged, still in host memory; ``to("cpu")`` copies its arrays on the host (no
+        device-to-host transfer of memory that never left the host).
+
+        Args:
+            device: where the arrays go.
+            non_blocking: passed to ``torch.Tensor.to`` (default: False).
+        """
         device = torch.device(device)
 
         def move(t: torch.Tensor) -> torch.Tensor:
+            if device.type == "cpu":
+                host = _uva_host_copy(t)
+                if host is not None:
+                    return host
             return t.to(device, non_blocking=non_blocking)
 
         moved = replace(
@@ -285,7 +321,10 @@ class CSRGraph:
 
         For graphs larger than the GPU: the arrays stay in host memory (page-locked and
         mapped), yet they are CUDA tensors, so the sampler runs on the GPU and reads them
-        over PCIe (zero-copy). The memory is released with the last tensor that uses it.
+        over PCIe (zero-copy). The memory is released after the last tensor that uses it is
+        dropped, at the next safe point (`ibp_graph.pinned.release_deferred`: when new memory
+        is pinned, when a prefetching loader ends an epoch, at exit), never with a device-wide
+        synchronise in the middle of an epoch. ``to("cpu")`` copies it back on the host.
 
         Raises:
             IBPDeviceError: without a CUDA GPU.
@@ -298,8 +337,13 @@ class CSRGraph:
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         cp = cupy()
 
+        if self.is_uva() and _device_index_of(self.device) == index:
+            return self
+
         def mapped(t: torch.Tensor) -> torch.Tensor:
-            host = t.detach().cpu().contiguous()
+            host = _uva_host_copy(t)  # a UVA graph of another GPU: read on the host
+            if host is None:
+                host = t.detach().cpu().contiguous()
             nbytes = host.numel() * host.element_size()
             # Pinned, mapped and wrapped with `index` current: the registration, the device
             # address and the DLPack exchange all belong to that device.
@@ -307,6 +351,7 @@ class CSRGraph:
                 buf = PinnedBuffer(max(nbytes, 1), "CSRGraph.to_uva", cp.cuda)
                 buf.array[:nbytes] = host.view(torch.uint8).reshape(-1).numpy()
                 ptr = buf.pin()
+                _UVA_BUFFERS[ptr] = buf
                 # The CuPy array owns `buf` (UnownedMemory's owner), the tensor owns the array
                 # (DLPack deleter): the memory is unpinned when the last tensor over it dies.
                 mem = cp.cuda.UnownedMemory(ptr, nbytes, buf, index)
@@ -322,6 +367,13 @@ class CSRGraph:
             indptr=mapped(self.indptr),
             indices=mapped(self.indices),
             edge_ids=mapped(self.edge_ids),
+        )
+
+    def is_uva(self) -> bool:
+        """Whether the arrays are CUDA tensors over pinned host memory (`to_uva`)."""
+        return all(
+            t.device.type == "cuda" and t.data_ptr() in _UVA_BUFFERS
+            for t in (self.indptr, self.indices, self.edge_ids)
         )
 
     def is_pinned(self) -> bool:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import mmap
+import os
 import resource
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +22,15 @@ TAIL_PAD = 64
 #: cudaHostRegisterMapped: mapped into the device address space (read over UVA).
 _HOST_REGISTER_FLAGS = 0x02
 _CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
+#: cudaHostAllocPortable | cudaHostAllocMapped, for ``pages="cuda"``.
+_HOST_ALLOC_FLAGS = 0x01 | 0x02
+#: How a buffer's pages are allocated: "huge" (private anonymous memory advised to use
+#: transparent huge pages before first touch: one GPU TLB entry per 2 MiB instead of 4 KiB),
+#: "small" (shared anonymous 4 KiB pages), "cuda" (cudaHostAlloc, pinned at allocation).
+PAGE_KINDS = ("huge", "small", "cuda")
+#: Environment variable choosing the default page kind (default: "huge").
+PAGES_ENV = "IBP_GRAPH_PINNED_PAGES"
+HUGE_PAGE = 2 << 20
 
 
 class PinningError(IBPError, RuntimeError):
@@ -28,15 +41,41 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo in bytes (None where there is no such file)."""
+def _meminfo(field: str) -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         return None
     return None
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes (None where there is no such file)."""
+    return _meminfo("MemAvailable")
+
+
+def total_memory() -> int | None:
+    """MemTotal from /proc/meminfo in bytes (None where there is no such file).
+
+    The pinning precheck compares requests with this, not with MemAvailable: page cache is
+    reclaimed and some machines (VMs with memory ballooning) grow their memory on demand, so
+    a request above MemAvailable can succeed; one above MemTotal cannot.
+    """
+    return _meminfo("MemTotal")
+
+
+def default_pages() -> str:
+    """The page kind of new buffers: ``$IBP_GRAPH_PINNED_PAGES`` or "huge".
+
+    Raises:
+        ValueError: the variable names no kind of `PAGE_KINDS`.
+    """
+    kind = os.environ.get(PAGES_ENV, "huge").strip().lower() or "huge"
+    if kind not in PAGE_KINDS:
+        raise ValueError(f"{PAGES_ENV}={kind!r}: must be one of {', '.join(PAGE_KINDS)}")
+    return kind
 
 
 def memlock_limit() -> str:
@@ -57,34 +96,120 @@ def pinning_advice(nbytes: int, what: str, cause: str) -> str:
     )
 
 
+def _check_backing(backing: object, total: int, what: str) -> None:
+    """Raise `ValueError` unless ``backing`` can be pinned as a buffer of ``total`` bytes."""
+    if not isinstance(backing, np.ndarray) or backing.dtype != np.uint8 or backing.ndim != 1:
+        raise ValueError(
+            f"{what}: backing must be a 1-D uint8 NumPy array, got "
+            f"{getattr(backing, 'dtype', type(backing).__name__)} "
+            f"{getattr(backing, 'shape', '')}"
+        )
+    if not (backing.flags.c_contiguous and backing.flags.writeable):
+        raise ValueError(f"{what}: backing must be C-contiguous and writable")
+    if backing.size < total:
+        raise ValueError(
+            f"{what}: backing has {backing.size} bytes, needs {total} (data and a "
+            f"{TAIL_PAD}-byte tail)"
+        )
+    if backing.ctypes.data % mmap.PAGESIZE or backing.size % mmap.PAGESIZE:
+        raise ValueError(
+            f"{what}: backing must start on a page and span whole pages of {mmap.PAGESIZE} bytes"
+        )
+
+
 class PinnedBuffer:
     """Anonymous page-aligned host memory, filled by the caller, then pinned for the GPU.
+
+    Release it with `close` (waits for the device, then unpins). A buffer dropped while
+    pinned is not released by its destructor, which may run in the middle of an epoch: it
+    is released by the next `release_deferred` (called before new memory is pinned, at the
+    end of a prefetching loader's epoch, and at exit), with no device-wide synchronise before.
 
     Args:
         nbytes: bytes of data; ``TAIL_PAD`` zero bytes follow them.
         what: name used in error messages (the file).
         cuda: the CuPy ``cuda`` module (injected so the pinning logic is testable).
+        backing: caller-owned host memory to pin instead of allocating: a writable, C-contiguous
+            ``uint8`` array of at least ``nbytes + TAIL_PAD`` bytes starting on a page, its size
+            a whole number of pages (e.g. a shared-memory segment that several processes pin
+            for their own GPUs). It is pinned and unpinned, never freed (default: None).
+        pages: how the memory is allocated, one of `PAGE_KINDS` (default: None, `default_pages`;
+            ignored with ``backing``).
+
+    Raises:
+        PinningError: more than the machine's memory (MemTotal) is asked for, or the
+            allocation failed.
+        ValueError: ``backing`` is not such an array, or ``pages`` (or
+            ``$IBP_GRAPH_PINNED_PAGES``) names no kind of `PAGE_KINDS`.
     """
 
-    def __init__(self, nbytes: int, what: str, cuda: object):
+    def __init__(
+        self,
+        nbytes: int,
+        what: str,
+        cuda: object,
+        *,
+        backing: np.ndarray | None = None,
+        pages: str | None = None,
+    ):
         self.nbytes = int(nbytes)
         self.what = what
         self._cuda = cuda
         self._registered: list[int] = []
         self._device = 0
-        avail = available_memory()
+        self._host_alloc = 0  # the cudaHostAlloc pointer (pages="cuda")
+        self._map = None
         total = self.nbytes + TAIL_PAD
-        if avail is not None and total > avail:
+        if backing is not None:
+            _check_backing(backing, total, what)
+            self._map = None
+            self.array = backing
+            self.host_ptr = backing.ctypes.data
+            self.device_ptr = 0
+            self.pages = "backing"
+            return
+        self.pages = default_pages() if pages is None else pages
+        if self.pages not in PAGE_KINDS:
+            raise ValueError(f"pages must be one of {', '.join(PAGE_KINDS)}, got {pages!r}")
+        limit = total_memory()
+        if limit is not None and total > limit:
             raise PinningError(
-                pinning_advice(total, what, f"only {_gib(avail)} of memory is available")
+                pinning_advice(total, what, f"the machine has only {_gib(limit)} of memory")
             )
+        release_deferred()  # buffers dropped earlier: unpin them before pinning more
         try:
-            self._map = mmap.mmap(-1, total)
+            self.array = self._allocate(total)
         except (OSError, MemoryError) as exc:
             raise PinningError(pinning_advice(total, what, f"allocation failed: {exc}")) from None
-        self.array = np.frombuffer(self._map, dtype=np.uint8)
+        except getattr(getattr(cuda, "runtime", None), "CUDARuntimeError", ()) as exc:
+            raise PinningError(pinning_advice(total, what, f"cudaHostAlloc: {exc}")) from None
         self.host_ptr = self.array.ctypes.data
         self.device_ptr = 0
+
+    def _allocate(self, total: int) -> np.ndarray:
+        """Zeroed memory of ``total`` bytes of the buffer's page kind."""
+        if self.pages == "cuda":
+            size = -(-total // mmap.PAGESIZE) * mmap.PAGESIZE
+            self._host_alloc = int(self._cuda.runtime.hostAlloc(size, _HOST_ALLOC_FLAGS))
+            ctypes.memset(self._host_alloc, 0, size)
+            raw = (ctypes.c_uint8 * size).from_address(self._host_alloc)
+            return np.frombuffer(raw, dtype=np.uint8)[:total]
+        if self.pages == "small":
+            self._map = mmap.mmap(-1, total)
+            return np.frombuffer(self._map, dtype=np.uint8)
+        # Huge pages: private anonymous memory, 2 MiB-aligned, advised before any page is
+        # touched (the kernel backs it with huge pages where transparent huge pages allow).
+        size = -(-total // HUGE_PAGE) * HUGE_PAGE
+        self._map = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        advice = getattr(mmap, "MADV_HUGEPAGE", None)
+        if advice is not None:
+            try:
+                self._map.madvise(advice)
+            except OSError:  # transparent huge pages disabled: small pages it is
+                pass
+        whole = np.frombuffer(self._map, dtype=np.uint8)
+        skip = -whole.ctypes.data % HUGE_PAGE
+        return whole[skip : skip + total]
 
     def pin(self, progress: Callable[[int], None] | None = None) -> int:
         """Register the memory with CUDA in chunks; return the device-visible address.
@@ -98,6 +223,16 @@ class PinnedBuffer:
         if self.device_ptr:
             return self.device_ptr
         runtime = self._cuda.runtime
+        if self._host_alloc:  # cudaHostAlloc memory is pinned and mapped already
+            self._device = runtime.getDevice()
+            try:
+                base = int(runtime.pointerGetAttributes(self.host_ptr).devicePointer)
+            except runtime.CUDARuntimeError as exc:
+                raise PinningError(
+                    pinning_advice(self.array.size, self.what, f"cudaPointerGetAttributes: {exc}")
+                ) from None
+            self.device_ptr = base
+            return base
         # Whole pages (the mapping has them): the same pages, and no partial-page request.
         total = -(-self.array.size // mmap.PAGESIZE) * mmap.PAGESIZE
         device = runtime.getDevice()
@@ -142,7 +277,7 @@ class PinnedBuffer:
         that device current, as it was registered.
         """
         runtime = getattr(self._cuda, "runtime", None)
-        if self._registered and runtime is not None:
+        if (self._registered or self._host_alloc) and runtime is not None:
             previous = None
             try:
                 previous = runtime.getDevice()
@@ -162,8 +297,14 @@ class PinnedBuffer:
                     pass
         self._registered = []
         self.device_ptr = 0
+        self.array = np.zeros(0, dtype=np.uint8)  # a caller-owned backing is only let go
+        if self._host_alloc and runtime is not None:
+            try:
+                runtime.freeHost(self._host_alloc)
+            except Exception:  # noqa: BLE001 - best effort while releasing
+                pass
+        self._host_alloc = 0
         if getattr(self, "_map", None) is not None:
-            self.array = np.zeros(0, dtype=np.uint8)
             try:
                 self._map.close()
             except BufferError:  # a view is still alive; the mapping goes with it
@@ -171,4 +312,43 @@ class PinnedBuffer:
             self._map = None
 
     def __del__(self) -> None:
-        self.close()
+        # Dropped without close(), e.g. with the last tensor over a UVA graph, possibly in the
+        # middle of an epoch: no device-wide synchronise here. What the GPU may still read
+        # moves to a holder released at the next safe point (`release_deferred`).
+        if getattr(self, "_registered", None) or getattr(self, "_host_alloc", 0):
+            held = PinnedBuffer.__new__(PinnedBuffer)
+            held.__dict__.update(self.__dict__)
+            self._registered, self._host_alloc, self._map = [], 0, None
+            with _DEFERRED_LOCK:
+                _DEFERRED.append(held)
+            return
+        if getattr(self, "_map", None) is not None or getattr(self, "array", None) is not None:
+            self.close()
+
+
+#: Buffers dropped while pinned, waiting for `release_deferred`.
+_DEFERRED: list[PinnedBuffer] = []
+_DEFERRED_LOCK = threading.Lock()
+
+
+def deferred_count() -> int:
+    """Buffers dropped while pinned and not yet released."""
+    return len(_DEFERRED)
+
+
+def release_deferred() -> int:
+    """Release the buffers dropped while pinned; return how many there were.
+
+    Each is released as `PinnedBuffer.close` does: its device is synchronised, then the memory
+    unpinned and freed. Called where waiting is harmless: before new memory is pinned, when a
+    prefetching loader finishes an epoch, and at exit.
+    """
+    with _DEFERRED_LOCK:
+        held = _DEFERRED[:]
+        _DEFERRED.clear()
+    for buf in held:
+        buf.close()
+    return len(held)
+
+
+atexit.register(release_deferred)

@@ -29,7 +29,13 @@ prepared, and the work source is closed. A CUDA error of the device itself
 not be used anyway.
 
 CUDA timings are read lazily (`LoaderStats.resolve`): only events that already completed
-are read during an epoch, the rest at its end.
+are read during an epoch, the rest at its end. The fetch interval of a batch starts at an
+event recorded just before its first kernel launch (`ibp_graph.kernels.runtime.launch_marks`),
+not before the Python code of ``fetch_fn``: on an idle side stream an event recorded early
+completes at once, and the interval would count host time as fetch time.
+
+When an iteration ends (or is closed), pinned buffers dropped during it, such as those of
+a UVA graph freed mid-epoch, are released (`ibp_graph.pinned.release_deferred`).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from .errors import IBPInputError
+from .kernels.runtime import launch_marks
+from .pinned import release_deferred
 
 __all__ = ["STAGES", "LoaderStats", "Prefetcher"]
 
@@ -328,10 +336,15 @@ class Prefetcher(Generic[S, T]):
         return out
 
     def close(self) -> None:
-        """Drop prepared batches and stop (also closes a generator source)."""
+        """Drop prepared batches and stop (also closes a generator source).
+
+        On a GPU, pinned buffers dropped while batches were in flight are released now.
+        """
         self._queue.clear()
         self._error = None
         self._close_source()
+        if self._cuda:
+            release_deferred()
 
     # ----------------------------------------------------------------------------------
     def _close_source(self) -> None:
@@ -392,9 +405,11 @@ class Prefetcher(Generic[S, T]):
                 return None
             sampled_at = torch.cuda.Event(enable_timing=True)
             sampled_at.record(side)
-            out = self._fetch(sampled, side)
+            with launch_marks() as marks:
+                out = self._fetch(sampled, side)
             ready = torch.cuda.Event(enable_timing=True)
             ready.record(side)
         self.stats.add_interval("sample", start, sampled_at)
-        self.stats.add_interval("fetch", sampled_at, ready)
+        # From the first fetch kernel (sampled_at when fetch_fn launched none of ours).
+        self.stats.add_interval("fetch", marks[0] if marks else sampled_at, ready)
         return _Slot(out, ready)

@@ -1,4 +1,4 @@
-"""The GPU benchmarks' pure-Python parts, on the CPU: benchmarks/fetch.py and gpu_session.sh.
+"""The GPU benchmarks' pure-Python parts, on the CPU: benchmarks/fetch.py and benchmarks/e2e.py.
 
 fetch.py's GPU run is exercised end to end with a stand-in for CuPy's ``cuda`` module (pinning
 is a no-op, the device address is the host address) and the two kernel launchers replaced by
@@ -11,10 +11,6 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import os
-import re
-import shlex
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +27,6 @@ from ibp_graph.kernels import raw_gather as gather
 from ibp_graph.kernels.fetch_decode import check_error, check_launch
 
 REPO = Path(__file__).resolve().parents[1]
-SESSION = REPO / "benchmarks" / "gpu_session.sh"
 
 SMALL = [
     "--table-gb", "0.002", "--batch", "300,5000", "--max-batch-gb", "0.0005", "--repeats", "2",
@@ -335,7 +330,8 @@ def memory(ptr: int, nbytes: int) -> np.ndarray:
 
 
 def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, stream=None,
-                     max_blocks=None) -> None:  # fmt: skip
+                     max_blocks=None, line_aligned=None) -> None:  # fmt: skip
+    gather.entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)  # its checks
     check_launch(idx, out, row_bytes, error.device)
     check_error(error, error.device)
     ids = idx.numpy()
@@ -500,48 +496,3 @@ def test_e2e_features_table_checks_what_the_gpu_wrote(monkeypatch, tmp_path: Pat
     table, info, encoder = e2e.features_table(x, "w", opts, tmp_path, torch.device("cuda", 0))
     assert encoder == "cpu" and torch.equal(table[:], x)
     table.close()
-
-
-# --------------------------------------------------------------------------------------------
-# gpu_session.sh
-# --------------------------------------------------------------------------------------------
-
-
-def session_commands() -> dict[str, list[list[str]]]:
-    """The python command lines of gpu_session.sh, by script, with its variables filled in."""
-    text = SESSION.read_text().replace("\\\n", " ")
-    found: dict[str, list[list[str]]] = {}
-    for m in re.finditer(r"python3 benchmarks/(\w+)\.py (.*?)\|\| rc", text):
-        argv = shlex.split(m.group(2))
-        subst = {"$WORK": "/tmp/w", "$OUT/synthetic": "/tmp/o", "$features": "f.npy"}
-        found.setdefault(m.group(1), []).append([subst.get(a, a) for a in argv])
-    return found
-
-
-def test_session_script_syntax_and_unknown_stage(tmp_path: Path) -> None:
-    assert subprocess.run(["bash", "-n", str(SESSION)]).returncode == 0
-    env = {**os.environ, "OUT": str(tmp_path / "out"), "IBP_GPU_WORK": str(tmp_path / "w")}
-    done = subprocess.run(
-        ["bash", str(SESSION), "tests", "nonsense"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-    )
-    assert done.returncode == 2 and "unknown stage 'nonsense'" in done.stderr
-    assert not (tmp_path / "out").exists()  # refused before installing or writing anything
-
-
-def test_session_commands_parse() -> None:
-    cmds = session_commands()
-    assert set(cmds) == {"fetch", "sampling", "e2e"}
-    (fetch_cmd,) = cmds["fetch"]
-    args = fetch.parse_args(fetch_cmd)
-    assert args.out == fetch.RESULTS  # where the stage copies the results from
-    assert args.table_gb >= 2 and args.time_budget <= 450
-    assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
-    bundled, synthetic = (e2e.parse_args(c) for c in cmds["e2e"])
-    assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
-    assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
-    assert synthetic.epochs == 3 and synthetic.device == "cuda"
-    assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o"

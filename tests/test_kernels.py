@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import mmap
 import re
 import types
 
@@ -76,8 +77,23 @@ def test_vector_width() -> None:
     assert vector_bytes(512, 4096) == 16
     assert vector_bytes(24, 4096) == 8
     assert vector_bytes(12, 4096) == 4
-    assert vector_bytes(6, 4096) == 1
+    assert vector_bytes(6, 4096) == 2  # float16 rows of odd width: the 2-byte path
+    assert vector_bytes(7, 4096) == 1
     assert vector_bytes(512, 4100) == 4
+    assert vector_bytes(512, 4098) == 2
+
+
+def test_rows_not_a_multiple_of_16_bytes_take_the_lines_kernel() -> None:
+    from ibp_graph.kernels.raw_gather import entry_point
+
+    assert entry_point(5732, 4096, 256, None) == "ibp_raw_gather_lines"  # Cora's rows
+    assert entry_point(24, 4096, 256, None) == "ibp_raw_gather_lines"
+    assert entry_point(512, 4096, 256, None) == "ibp_raw_gather_v16"  # whole lines already
+    assert entry_point(24, 4104, 256, None) == "ibp_raw_gather_v8"  # table not 16-aligned
+    assert entry_point(6, 4096, 256, None) == "ibp_raw_gather_v2"
+    assert entry_point(5732, 4096, 256, False) == "ibp_raw_gather_v4"
+    with pytest.raises(ValueError, match="16-byte-aligned table"):
+        entry_point(12, 4100, 256, True)
 
 
 def test_launch_checks_name_the_argument() -> None:
@@ -190,14 +206,47 @@ def test_pinning_registers_and_releases() -> None:
     assert runtime.unregistered() == [ptr]
 
 
-def test_dropping_a_pinned_buffer_waits_for_the_device_before_unpinning() -> None:
+def test_dropping_a_pinned_buffer_defers_the_unpinning_to_a_safe_point() -> None:
+    from ibp_graph.pinned import deferred_count, release_deferred
+
+    release_deferred()
     runtime = _FakeRuntime(fail=False)
     buf = PinnedBuffer(100, "x.ibp", _cuda(runtime))
     ptr = buf.pin()
     del buf
     gc.collect()
+    # No device-wide synchronise from a destructor (it may run in the middle of an epoch).
+    assert [call for call, _, _ in runtime.log] == ["register"]
+    assert deferred_count() == 1
+    assert release_deferred() == 1
     assert [call for call, _, _ in runtime.log] == ["register", "sync", "unregister"]
-    assert runtime.unregistered() == [ptr]
+    assert runtime.unregistered() == [ptr] and deferred_count() == 0
+    # A new buffer releases what was dropped before it pins anything.
+    buf = PinnedBuffer(100, "y.ibp", _cuda(runtime))
+    buf.pin()
+    del buf
+    gc.collect()
+    PinnedBuffer(100, "z.ibp", _cuda(runtime)).close()
+    assert deferred_count() == 0 and len(runtime.unregistered()) == 2
+
+
+@pytest.mark.parametrize("pages", ["huge", "small"])
+def test_pinned_pages_are_zeroed_and_aligned(pages, monkeypatch) -> None:
+    from ibp_graph.pinned import HUGE_PAGE
+
+    buf = PinnedBuffer(5 * 4096 + 3, "x.ibp", _cuda(_FakeRuntime(False)), pages=pages)
+    assert buf.pages == pages and buf.array.size >= 5 * 4096 + 3 + 16
+    assert not buf.array.any()
+    assert buf.host_ptr % (HUGE_PAGE if pages == "huge" else mmap.PAGESIZE) == 0
+    buf.array[:] = 1  # writable, private
+    buf.close()
+    monkeypatch.setenv("IBP_GRAPH_PINNED_PAGES", "small")
+    assert PinnedBuffer(10, "x", _cuda(_FakeRuntime(False))).pages == "small"
+    monkeypatch.setenv("IBP_GRAPH_PINNED_PAGES", "tiny")
+    with pytest.raises(ValueError, match="IBP_GRAPH_PINNED_PAGES='tiny'"):
+        PinnedBuffer(10, "x", _cuda(_FakeRuntime(False)))
+    with pytest.raises(ValueError, match="pages must be one of"):
+        PinnedBuffer(10, "x", _cuda(_FakeRuntime(False)), pages="2M")
 
 
 def test_pinning_in_chunks_needs_one_device_range(monkeypatch) -> None:
@@ -220,9 +269,14 @@ def test_pinning_in_chunks_needs_one_device_range(monkeypatch) -> None:
     buf.close()
 
 
-def test_pinning_refuses_more_than_available_memory(monkeypatch) -> None:
+def test_pinning_refuses_only_more_than_the_machine_has(monkeypatch) -> None:
+    # Above MemAvailable is allowed (memory that grows on demand, reclaimable cache) ...
     monkeypatch.setattr("ibp_graph.pinned.available_memory", lambda: 1 << 20)
-    with pytest.raises(PinningError, match="only 0.00 GiB of memory is available"):
+    buf = PinnedBuffer(8 << 20, "fits.ibp", _cuda(_FakeRuntime(False)))
+    buf.close()
+    # ... above MemTotal is not.
+    monkeypatch.setattr("ibp_graph.pinned.total_memory", lambda: 1 << 20)
+    with pytest.raises(PinningError, match="the machine has only 0.00 GiB of memory"):
         PinnedBuffer(1 << 30, "big.ibp", _cuda(_FakeRuntime(False)))
 
 
@@ -515,3 +569,82 @@ def test_a_table_on_the_second_gpu_works_while_the_first_is_current(tmp_path) ->
         side = torch.cuda.Stream(device=0)
         with pytest.raises(ValueError, match="stream must be a CUDA stream on cuda:1"):
             t.fetch(ids, stream=side)
+
+
+def test_resident_blocks_follow_registers_shared_memory_and_threads() -> None:
+    from ibp_graph.kernels.runtime import resident_blocks_per_sm
+
+    h100 = types.SimpleNamespace(
+        regs_per_multiprocessor=65536,
+        max_threads_per_multi_processor=2048,
+        shared_memory_per_multiprocessor=228 * 1024,
+    )
+    assert resident_blocks_per_sm(64, 256, 0, h100) == 4  # the register file
+    assert resident_blocks_per_sm(66, 256, 0, h100) == 3  # 72 registers allocated per thread
+    assert resident_blocks_per_sm(32, 256, 0, h100) == 8  # the thread slots
+    assert resident_blocks_per_sm(32, 256, 100 * 1024, h100) == 2  # shared memory (+1 KiB each)
+    assert resident_blocks_per_sm(255, 1024, 0, h100) == 1  # never 0
+    assert resident_blocks_per_sm(64, 256, 0, types.SimpleNamespace()) == 4  # sm_80/90 defaults
+
+
+def test_default_grid_is_one_block_per_sm_and_never_more_than_fits(monkeypatch) -> None:
+    from ibp_graph.kernels import runtime
+
+    props = types.SimpleNamespace(
+        multi_processor_count=132,
+        regs_per_multiprocessor=65536,
+        max_threads_per_multi_processor=2048,
+        shared_memory_per_multiprocessor=228 * 1024,
+    )
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    fn = types.SimpleNamespace(num_regs=64, shared_size_bytes=0)
+    dev = torch.device("cuda", 0)
+    assert runtime.grid_size(10_000, dev, None, kernel_fn=fn, threads=256) == 132
+    assert runtime.grid_size(5, dev, None, kernel_fn=fn, threads=256) == 5
+    assert runtime.grid_size(10_000, dev, 2, kernel_fn=fn, threads=256) == 2
+    # An explicit cap above what the SMs hold at once is cut to the resident blocks.
+    assert runtime.grid_size(10_000, dev, 10_000, kernel_fn=fn, threads=256) == 4 * 132
+    big = types.SimpleNamespace(num_regs=128, shared_size_bytes=0)
+    assert runtime.grid_size(10_000, dev, 10_000, kernel_fn=big, threads=256) == 2 * 132
+    assert runtime.grid_size(0, dev, None, kernel_fn=fn) == 1
+
+
+def test_device_codec_checks_its_constant_tensors_once() -> None:
+    import dataclasses
+
+    from ibp_graph.kernels.fetch_decode import DeviceCodec
+
+    k, v, e, n = 2, 5, 3, 10
+    codec = DeviceCodec(
+        rows_ptr=0x1000,
+        offsets=torch.zeros(n + 1, dtype=torch.int32),
+        cluster_ids=torch.zeros(n, dtype=torch.uint8),
+        masks=torch.zeros((k, v), dtype=torch.int32),
+        code_bits=torch.zeros((k, v), dtype=torch.uint8),
+        bitvals=torch.zeros((k, v, e), dtype=torch.int32),
+        num_rows=n,
+        num_words=v,
+        word_bytes=4,
+        align=16,
+        row_bytes=20,
+    )
+    args = codec.const_args
+    assert [int(a) for a in args] == [
+        codec.offsets.data_ptr(),
+        codec.cluster_ids.data_ptr(),
+        codec.masks.data_ptr(),
+        codec.code_bits.data_ptr(),
+        codec.bitvals.data_ptr(),
+        *(t.data_ptr() for t in codec.prefix_tensors),
+    ]
+    assert codec.const_args is args  # computed once per table
+    bad = {
+        "code_bits": torch.zeros((k, v), dtype=torch.int8),
+        "masks": torch.zeros((k, v), dtype=torch.int64),  # 8-byte words for word_bytes=4
+        "offsets": torch.zeros(n, dtype=torch.int32),
+        "bitvals": torch.zeros((k, v, e), dtype=torch.int32).transpose(0, 1),
+        "cluster_ids": np.zeros(n, dtype=np.uint8),
+    }
+    for name, value in bad.items():
+        with pytest.raises(ValueError, match=name):
+            dataclasses.replace(codec, **{name: value})

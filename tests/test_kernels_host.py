@@ -17,7 +17,7 @@ import pytest
 import ibp_graph
 from ibp_graph.cuda_table import raw_bypass
 from ibp_graph.dtypes import row_bytes
-from ibp_graph.kernels.fetch_decode import WARP, smem_plan
+from ibp_graph.kernels.fetch_decode import WARP, codec_prefixes, smem_plan
 from ibp_graph.kernels.raw_gather import vector_bytes
 from ibp_graph.pinned import TAIL_PAD
 
@@ -29,16 +29,28 @@ def _ptr(a: np.ndarray | None) -> ctypes.c_void_p:
 
 
 def fetch_on_host(
-    lib: ctypes.CDLL, table: ibp_graph.IBPTable, ids: np.ndarray, grid: int = 3
+    lib: ctypes.CDLL,
+    table: ibp_graph.IBPTable,
+    ids: np.ndarray,
+    grid: int = 3,
+    offsets_dtype: str | None = None,
+    warps: int = 2,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run the fused kernel over ``ids``: ``(out bytes (n, row_bytes), error slots)``."""
+    """Run the fused kernel over ``ids``: ``(out bytes (n, row_bytes), error slots)``.
+
+    ``offsets_dtype`` forces the offsets' width (``"<u8"``: the 8-byte-offset entry points);
+    ``grid`` blocks of at most ``warps`` warps run.
+    """
     params = table.params
     rows = np.zeros(table.stored_bytes + TAIL_PAD, dtype=np.uint8)
     rows[: table.stored_bytes] = np.asarray(table.rows_section).view(np.uint8)
-    offsets = np.ascontiguousarray(table.offsets.astype(table.header.sections["offsets"].dtype))
+    offsets = np.ascontiguousarray(
+        table.offsets.astype(offsets_dtype or table.header.sections["offsets"].dtype)
+    )
     width = row_bytes(table.shape[1], table.dtype_name)
     plan = smem_plan(params.num_words, params.word_bytes, table.align, SMEM)
     ids = np.ascontiguousarray(ids, dtype=np.int64)
+    code_prefix, free_prefix = codec_prefixes(params.masks, params.code_bits, params.word_bytes)
     out = np.full((ids.size, width), 0xEE, dtype=np.uint8)
     error = np.zeros(2, dtype=np.int32)
     lib.simt_fetch_decode(
@@ -50,6 +62,8 @@ def fetch_on_host(
         _ptr(params.masks),
         _ptr(params.code_bits),
         _ptr(params.bitvals),
+        _ptr(code_prefix),
+        _ptr(free_prefix),
         _ptr(ids),
         _ptr(out),
         error.ctypes.data_as(ctypes.POINTER(ctypes.c_int)),
@@ -61,8 +75,8 @@ def fetch_on_host(
         ctypes.c_int(width),
         ctypes.c_int(plan.buf_words),
         ctypes.c_uint(grid),
-        ctypes.c_uint(WARP * min(plan.warps_per_block, 2)),
-        ctypes.c_ulonglong(plan.bytes_per_warp * min(plan.warps_per_block, 2)),
+        ctypes.c_uint(WARP * min(plan.warps_per_block, warps)),
+        ctypes.c_ulonglong(plan.bytes_per_warp * min(plan.warps_per_block, warps)),
     )
     return out, error
 
@@ -101,52 +115,162 @@ def test_fused_kernel_matches_the_numpy_decoder(lib, tmp_path, word_bytes, align
         table.close()
 
 
-def test_out_of_range_ids_set_the_error_slot_and_are_not_read(lib, tmp_path) -> None:
+@pytest.mark.parametrize("word_bytes", [4, 8])
+def test_8_byte_offset_variants_decode_like_the_4_byte_ones(lib, tmp_path, word_bytes) -> None:
+    rng = np.random.default_rng(word_bytes)
+    x = np.where(rng.random((200, 45)) < 0.1, rng.standard_normal((200, 45)), 0)
+    x = x.astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes)
+    assert table.header.sections["offsets"].dtype.itemsize == 4
+    ids = rng.integers(0, 200, 100)
+    out, error = fetch_on_host(lib, table, ids, offsets_dtype="<u8")
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+@pytest.mark.parametrize("align", [2, 4, 8, 16, 32])
+def test_every_alignment_with_8_bit_codes(lib, tmp_path, align) -> None:
+    rng = np.random.default_rng(align)
+    values = rng.standard_normal(250).astype(np.float32)
+    x = values[rng.integers(0, 200, (3000, 24))]  # 200 values a column: 8-bit codes
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=align)
+    assert table.align == align and int(table.params.code_bits.max()) == 8
+    ids = rng.integers(0, 3000, 120)
+    out, error = fetch_on_host(lib, table, ids)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+def test_255_clusters(lib, tmp_path) -> None:
+    rng = np.random.default_rng(255)
+    n = 2040
+    c = (np.arange(n) % 255).astype(np.int64)
+    x = ((c[:, None] * 0x01010101) ^ (np.arange(8)[None, :] * 0x10203)) & 0x7FFFFF00
+    x = (x | rng.integers(0, 256, (n, 8))).astype(np.int32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", clusters=255)
+    assert table.params.masks.shape[0] == 255 and int(table.cluster_ids.max()) >= 250
+    ids = rng.integers(0, n, 150)
+    out, error = fetch_on_host(lib, table, ids)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+def test_one_warp_covers_far_more_rows_than_threads(lib, tmp_path) -> None:
+    rng = np.random.default_rng(12)
+    x = np.where(rng.random((500, 20)) < 0.2, rng.standard_normal((500, 20)), 0)
+    x = x.astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp")
+    ids = rng.integers(0, 500, 700)
+    out, error = fetch_on_host(lib, table, ids, grid=1, warps=1)  # 700 rows, 32 threads
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+def test_out_of_range_ids_set_the_first_position_and_zero_their_rows(lib, tmp_path) -> None:
     x = (np.random.default_rng(3).random((50, 40)) < 0.1).astype(np.float32)
     table = ibp_graph.compress(x, tmp_path / "t.ibp")
     ids = np.array([1, 50, 2, -7, 3])
-    out, error = fetch_on_host(lib, table, ids, grid=1)
-    assert error[0] in (2, 4) and error[1] == 0  # 1 + the position of a bad id
-    ok = [0, 2, 4]
-    want = x[ids[ok]].view(np.uint8).reshape(len(ok), -1)
-    assert np.array_equal(out[ok], want)
-    assert (out[[1, 3]] == 0xEE).all()  # untouched
+    for grid in (1, 3):
+        out, error = fetch_on_host(lib, table, ids, grid=grid)
+        assert error.tolist() == [2, 0]  # 1 + the FIRST bad position, whichever warp saw it
+        ok = [0, 2, 4]
+        want = x[ids[ok]].view(np.uint8).reshape(len(ok), -1)
+        assert np.array_equal(out[ok], want)
+        assert (out[[1, 3]] == 0).all()  # written (zeros), never left uninitialised
 
 
-def test_corrupt_row_sets_the_error_slot(lib, tmp_path) -> None:
+def test_first_bad_position_wins_whatever_the_order_warps_report_it(lib, tmp_path) -> None:
+    # Many bad ids spread over warps and blocks: warps that run later report smaller
+    # positions only if the kernel keeps the minimum rather than the first report.
+    x = (np.random.default_rng(5).random((30, 8)) < 0.3).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp")
+    ids = np.zeros(40, dtype=np.int64)
+    ids[[7, 12, 33, 39]] = [30, -1, 99, 1 << 40]
+    out, error = fetch_on_host(lib, table, ids, grid=2)
+    assert error.tolist() == [8, 0]
+    assert (out[[7, 12, 33, 39]] == 0).all()
+
+
+def test_corrupt_row_sets_the_error_slot_and_is_zero_filled(lib, tmp_path) -> None:
     x = (np.random.default_rng(4).random((40, 64)) < 0.1).astype(np.float32)
     table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
     lengths = np.diff(table.offsets) * table.align
     row = int(np.argmax((lengths > 4) & (lengths < 64 * 4)))
+    good = (row + 1) % 40
     # shorten the row's stored length: its fields now run past it
     table._offsets = table.offsets.copy()
     table._offsets[row + 1 :] -= 2
-    out, error = fetch_on_host(lib, table, np.array([row]), grid=1)
-    assert error[1] == 1
+    out, error = fetch_on_host(lib, table, np.array([good, row, row]), grid=1)
+    assert error.tolist() == [0, 2]
+    assert (out[1:] == 0).all()  # no half-decoded row
 
 
-@pytest.mark.parametrize("width", [512, 24, 12, 7])
-def test_raw_gather_matches(lib, width: int) -> None:
-    rng = np.random.default_rng(width)
-    table = rng.integers(0, 256, (100, width), dtype=np.uint8)
-    ids = rng.integers(0, 100, 77).astype(np.int64)
-    out = np.zeros((77, width), dtype=np.uint8)
+def _raw_gather_on_host(lib, table: np.ndarray, ids: np.ndarray, out: np.ndarray, vec: int):
     error = np.zeros(2, dtype=np.int32)
-    vec = vector_bytes(width, table.ctypes.data)
+    n, width = out.shape
     lib.simt_raw_gather(
         ctypes.c_int(vec),
         _ptr(table),
         _ptr(ids),
         _ptr(out),
         error.ctypes.data_as(ctypes.POINTER(ctypes.c_int)),
-        ctypes.c_longlong(77),
-        ctypes.c_longlong(100),
+        ctypes.c_longlong(n),
+        ctypes.c_longlong(table.shape[0]),
         ctypes.c_longlong(width),
         ctypes.c_uint(2),
         ctypes.c_uint(64),
     )
+    return error
+
+
+@pytest.mark.parametrize("width", [512, 24, 12, 6, 7])
+def test_raw_gather_matches(lib, width: int) -> None:
+    rng = np.random.default_rng(width)
+    table = rng.integers(0, 256, (100, width), dtype=np.uint8)
+    ids = rng.integers(0, 100, 77).astype(np.int64)
+    out = np.zeros((77, width), dtype=np.uint8)
+    vec = vector_bytes(width, table.ctypes.data, out.ctypes.data)
+    assert vec == {512: 16, 24: 8, 12: 4, 6: 2, 7: 1}[width]
+    error = _raw_gather_on_host(lib, table, ids, out, vec)
     assert error.tolist() == [0, 0]
     assert np.array_equal(out, table[ids])
+
+
+def _aligned_table(rng: np.random.Generator, rows: int, width: int) -> np.ndarray:
+    """A ``(rows, width)`` uint8 table at a 16-byte-aligned address, 16 bytes readable after."""
+    raw = np.zeros(rows * width + 48, dtype=np.uint8)
+    at = -raw.ctypes.data % 16
+    table = raw[at : at + rows * width].reshape(rows, width)
+    table[:] = rng.integers(0, 256, table.shape, dtype=np.uint8)
+    return table
+
+
+@pytest.mark.parametrize("width", [12, 20, 36, 5732])
+def test_lines_kernel_gathers_rows_of_any_multiple_of_4_bytes(lib, width: int) -> None:
+    rng = np.random.default_rng(width)
+    table = _aligned_table(rng, 50, width)
+    ids = rng.integers(0, 50, 90).astype(np.int64)
+    ids[:3] = [49, 0, 49]
+    ids[[10, 60]] = [50, -1]
+    out = np.full((90, width), 0xEE, dtype=np.uint8)
+    error = _raw_gather_on_host(lib, table, ids, out, 0)  # 0: ibp_raw_gather_lines
+    assert error.tolist() == [11, 0]
+    assert (out[[10, 60]] == 0).all()
+    ok = np.setdiff1d(np.arange(90), [10, 60])
+    assert np.array_equal(out[ok], table[ids[ok]])
+
+
+def test_raw_gather_bad_ids_first_position_and_zero_rows(lib) -> None:
+    rng = np.random.default_rng(1)
+    table = rng.integers(0, 256, (20, 48), dtype=np.uint8)
+    ids = rng.integers(0, 20, 70).astype(np.int64)
+    ids[[5, 40, 69]] = [-3, 20, 1 << 50]
+    out = np.full((70, 48), 0xEE, dtype=np.uint8)
+    error = _raw_gather_on_host(lib, table, ids, out, vector_bytes(48, table.ctypes.data))
+    assert error.tolist() == [6, 0]
+    assert (out[[5, 40, 69]] == 0).all()
+    ok = np.setdiff1d(np.arange(70), [5, 40, 69])
+    assert np.array_equal(out[ok], table[ids[ok]])
 
 
 def test_incompressible_file_rows_are_the_table(lib, tmp_path) -> None:

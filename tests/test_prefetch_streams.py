@@ -165,6 +165,37 @@ def test_side_stream_waits_for_the_consumer_once_then_only_up_to_the_last_handov
         assert event.stream.name == "consumer" and event.at < last_train
 
 
+def test_fetch_time_starts_at_the_first_kernel_not_at_the_python_before_it(
+    fake_cuda, monkeypatch
+) -> None:
+    from ibp_graph.kernels.runtime import note_launch
+
+    monkeypatch.setattr(prefetch_mod, "release_deferred", lambda: fake_cuda.log.append("release"))
+
+    def fetch(i: int, stream: FakeStream) -> Batch:
+        fake_cuda.log.append(("python", i))  # host work before the first kernel
+        if i % 2 == 0:
+            note_launch(stream)  # what every launcher does (runtime.cupy_stream)
+            note_launch(stream)  # later launches do not move the start
+        return Batch(i)
+
+    stats = LoaderStats()
+    pf = Prefetcher(range(4), fetch, depth=1, device="cuda", stats=stats)
+    assert [batch.i for batch in pf] == [0, 1, 2, 3]
+    log = fake_cuda.log
+    fetch_intervals = [(end, start) for end, stage, start in stats._pending if stage == "fetch"]
+    assert len(fetch_intervals) == 4
+    for i, (end, start) in enumerate(fetch_intervals):
+        python_at = log.index(("python", i))
+        if i % 2 == 0:  # starts at the launch, after the host work
+            assert start.at > python_at and start.stream.name == "side"
+            assert sum(1 for e in log if e[0] == "record" and e[1] is start) == 1
+        else:  # no kernel of ours: from the end of sampling, before the host work
+            assert start.at < python_at
+        assert end.at > start.at
+    assert log[-1] == "release"  # buffers dropped during the epoch are released at its end
+
+
 def test_batch_is_recorded_on_the_stream_current_at_its_handover(fake_cuda) -> None:
     log = fake_cuda.log
     pf = Prefetcher(range(5), _fetch_logging(fake_cuda), depth=3, device="cuda")
@@ -273,7 +304,7 @@ def test_pyg_loader_hands_over_the_batches_before_a_failing_one() -> None:
     data = Data(x=torch.randn(60, 4, generator=gen), edge_index=torch.randint(0, 60, (2, 300)))
     loader = NeighborLoader(data, [3, 2], batch_size=10, prefetch=2, seed=0)
     good = [b.n_id.clone() for b in loader]
-    real = loader.sampler.sample
+    real = loader.node_sampler.sample
     calls = []
 
     def sample(seeds, input_id=None):
@@ -282,7 +313,7 @@ def test_pyg_loader_hands_over_the_batches_before_a_failing_one() -> None:
             raise Boom("sampling batch 3")
         return real(seeds, input_id)
 
-    loader.sampler.sample = sample
+    loader.node_sampler.sample = sample
     loader._epoch = 0  # the same epoch again
     got = []
     with pytest.raises(Boom, match="batch 3"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,30 @@ def smem_plan(num_words: int, word_bytes: int, align: int, max_smem: int) -> Sme
     return SmemPlan(buf_words=buf_words, bytes_per_warp=per_warp, warps_per_block=warps)
 
 
+def codec_prefixes(
+    masks: np.ndarray, code_bits: np.ndarray, word_bytes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster prefix sums of the code widths and of the free (unmasked) bits of words.
+
+    Entry ``[c, j]`` of each ``(k, V + 1)`` uint32 array is the sum over columns ``0 .. j-1``
+    of cluster ``c``: the bit offset of column ``j``'s code in a flat row's code section, and
+    of its payload in a run of words of which none escapes. Computed once per table.
+
+    Args:
+        masks: ``(k, V)`` words of ``word_bytes`` bytes (any integer type of that width).
+        code_bits: ``(k, V)`` code widths.
+        word_bytes: 4 or 8.
+    """
+    k, v = code_bits.shape
+    as_bytes = np.ascontiguousarray(masks).view(np.uint8).reshape(k, v, word_bytes)
+    popcount = np.unpackbits(as_bytes, axis=-1).sum(axis=-1, dtype=np.int64)
+    code_prefix = np.zeros((k, v + 1), dtype=np.uint32)
+    free_prefix = np.zeros((k, v + 1), dtype=np.uint32)
+    np.cumsum(code_bits, axis=1, dtype=np.uint32, out=code_prefix[:, 1:])
+    np.cumsum(8 * word_bytes - popcount, axis=1, dtype=np.uint32, out=free_prefix[:, 1:])
+    return code_prefix, free_prefix
+
+
 @dataclass(frozen=True)
 class DeviceCodec:
     """What the kernel reads of a table: row bytes (pinned host or device) and metadata.
@@ -66,6 +91,15 @@ class DeviceCodec:
         code_bits: ``(k, V)`` uint8 CUDA tensor.
         bitvals: ``(k, V, E)`` int32/int64 CUDA tensor.
         num_rows, num_words, word_bytes, align, row_bytes: the table's geometry.
+
+    The tensors are read by every launch and never change: they are checked once here, and
+    a launch passes their addresses (`const_args`) instead of exchanging a DLPack view of each
+    (an event record and wait apiece); the prefix sums of `codec_prefixes` are derived from
+    them once (`prefix_tensors`). Build them on the device, read `const_args` once, and let
+    the copies complete (synchronise) before the first fetch on another stream.
+
+    Raises:
+        ValueError: a tensor has the wrong type, device, dtype, shape or layout (named).
     """
 
     rows_ptr: int
@@ -79,6 +113,68 @@ class DeviceCodec:
     word_bytes: int
     align: int
     row_bytes: int
+
+    def __post_init__(self) -> None:
+        word = {4: torch.int32, 8: torch.int64}.get(self.word_bytes)
+        if word is None:
+            raise ValueError(f"word_bytes must be 4 or 8, got {self.word_bytes}")
+        masks, bitvals, v = self.masks, self.bitvals, self.num_words
+        k = masks.shape[0] if isinstance(masks, torch.Tensor) and masks.dim() == 2 else -1
+        e = bitvals.shape[-1] if isinstance(bitvals, torch.Tensor) and bitvals.dim() == 3 else -1
+        want = {
+            "offsets": ((self.num_rows + 1,), (torch.int32, torch.int64)),
+            "masks": ((k, v), (word,)),
+            "code_bits": ((k, v), (torch.uint8,)),
+            "bitvals": ((k, v, e), (word,)),
+        }
+        if self.cluster_ids is not None:
+            want["cluster_ids"] = ((self.num_rows,), (torch.uint8,))
+        device = self.offsets.device if isinstance(self.offsets, torch.Tensor) else None
+        for name, (shape, dtypes) in want.items():
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.device != device:
+                raise ValueError(f"{name} must be a tensor on {device}, got {describe(t)}")
+            if tuple(t.shape) != shape or t.dtype not in dtypes or not t.is_contiguous():
+                raise ValueError(
+                    f"{name} must be a contiguous {shape} tensor of {' or '.join(map(str, dtypes))}"
+                    f", got {t.dtype} {tuple(t.shape)}"
+                )
+
+    @functools.cached_property
+    def prefix_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`codec_prefixes` of the table as ``(k, V + 1)`` int32 tensors on its device."""
+        pair = codec_prefixes(
+            self.masks.cpu().numpy(), self.code_bits.cpu().numpy(), self.word_bytes
+        )
+        device = self.masks.device
+        return tuple(torch.from_numpy(p.view(np.int32)).to(device) for p in pair)
+
+    @functools.cached_property
+    def const_args(self) -> tuple[np.uint64, ...]:
+        """Addresses of the constant tensors, in the kernel's order (cluster ids 0: none)."""
+        cids = 0 if self.cluster_ids is None else self.cluster_ids.data_ptr()
+        code_prefix, free_prefix = self.prefix_tensors
+        return tuple(
+            np.uint64(p)
+            for p in (
+                self.offsets.data_ptr(),
+                cids,
+                self.masks.data_ptr(),
+                self.code_bits.data_ptr(),
+                self.bitvals.data_ptr(),
+                code_prefix.data_ptr(),
+                free_prefix.data_ptr(),
+            )
+        )
+
+    def plan(self, max_smem: int) -> SmemPlan:
+        """The shared-memory plan of this table for a block limit of ``max_smem`` (cached)."""
+        return _cached_plan(self.num_words, self.word_bytes, self.align, int(max_smem))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_plan(num_words: int, word_bytes: int, align: int, max_smem: int) -> SmemPlan:
+    return smem_plan(num_words, word_bytes, align, max_smem)
 
 
 def _entry(codec: DeviceCodec) -> str:
@@ -132,13 +228,24 @@ def fetch_decode(
     """Decode rows ``idx`` of a table into ``out`` on ``stream`` (the current one if None).
 
     ``idx``, ``out`` and ``error`` live on the device of the codec's tensors. ``error`` is a
-    zeroed ``(2,)`` int32 CUDA tensor: afterwards ``error[0]`` holds 1 + the position of an
-    out-of-range id and ``error[1]`` 1 + the position of a corrupt row (0 when none); give
-    every launch its own, zeroed on ``stream``. The launch does not synchronise; ``stream``
-    waits for the work queued on torch's current stream before it starts.
+    zeroed ``(2,)`` int32 CUDA tensor: afterwards ``error[0]`` holds 1 + the smallest position
+    of an out-of-range id and ``error[1]`` 1 + the smallest position of a corrupt row (0 when
+    none); the output rows of both are zero-filled, so every row of ``out`` is written. Give
+    every launch its own slots, zeroed on ``stream``. The launch does not synchronise;
+    ``stream`` waits for the work queued on torch's current stream before it starts.
+
+    Args:
+        codec: the table's device-side description.
+        idx: row ids, a contiguous 1-D int64 tensor.
+        out: the decoded rows, contiguous, ``len(idx)`` rows of ``codec.row_bytes`` bytes.
+        error: the launch's zeroed error slots.
+        stream: the torch stream to launch on (default: None, the current one).
+        max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM, never
+            more than the device holds at once).
 
     Raises:
-        ValueError: a tensor has the wrong device, type, shape or alignment (named).
+        ValueError: a tensor has the wrong device, type, shape or alignment (named), or a row
+            needs more shared memory than a block gets (use the raw gather).
     """
     device = codec.offsets.device
     check_launch(idx, out, codec.row_bytes, device)
@@ -155,21 +262,32 @@ def fetch_decode(
         return
     props = torch.cuda.get_device_properties(device)
     max_smem = int(getattr(props, "shared_memory_per_block_optin", DEFAULT_SMEM))
-    plan = smem_plan(codec.num_words, codec.word_bytes, codec.align, max_smem)
-    grid = grid_size(-(-n // plan.warps_per_block), device, max_blocks)
+    plan = codec.plan(max_smem)
+    threads = WARP * plan.warps_per_block
+    offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, free_prefix = codec.const_args
     # The kernel, its attribute, the DLPack views and the launch all in device's context, on
     # the launch stream (see runtime.cupy_stream).
     with cupy_stream(stream, device):
         fn = kernel(SOURCE, _entry(codec), device.index)
         if plan.bytes_per_block > DEFAULT_SMEM:
             fn.max_dynamic_shared_size_bytes = plan.bytes_per_block
+        grid = grid_size(
+            -(-n // plan.warps_per_block),
+            device,
+            max_blocks,
+            kernel_fn=fn,
+            threads=threads,
+            smem=plan.bytes_per_block,
+        )
         args = (
             np.uint64(codec.rows_ptr),
-            as_cupy(codec.offsets),
-            as_cupy(codec.cluster_ids) if codec.cluster_ids is not None else np.uint64(0),
-            as_cupy(codec.masks),
-            as_cupy(codec.code_bits),
-            as_cupy(codec.bitvals),
+            offsets,
+            cluster_ids,
+            masks,
+            code_bits,
+            bitvals,
+            code_prefix,
+            free_prefix,
             as_cupy(idx),
             as_cupy(out.view(torch.uint8).reshape(-1)),
             as_cupy(error),
@@ -181,4 +299,4 @@ def fetch_decode(
             np.int32(codec.row_bytes),
             np.int32(plan.buf_words),
         )
-        fn((grid,), (WARP * plan.warps_per_block,), args, shared_mem=plan.bytes_per_block)
+        fn((grid,), (threads,), args, shared_mem=plan.bytes_per_block)

@@ -13,15 +13,39 @@ WARPS_PER_BLOCK = 8
 
 
 def vector_bytes(row_bytes: int, *addresses: int) -> int:
-    """The widest vector (16, 8, 4 or 1 bytes) dividing the row width and every address.
+    """The widest vector (16, 8, 4, 2 or 1 bytes) dividing the row width and every address.
 
     The kernel moves rows as vectors of that width from the table to the output, so both
     base addresses (and the row width) must be multiples of it.
     """
-    for v in (16, 8, 4):
+    for v in (16, 8, 4, 2):
         if row_bytes % v == 0 and all(a % v == 0 for a in addresses):
             return v
     return 1
+
+
+def entry_point(row_bytes: int, table_ptr: int, out_ptr: int, line_aligned: bool | None) -> str:
+    """The kernel that gathers rows of ``row_bytes`` bytes from ``table_ptr`` into ``out_ptr``.
+
+    ``ibp_raw_gather_lines`` (whole aligned 16-byte loads) for rows whose width is a multiple
+    of 4 but not of 16, from a 16-byte-aligned table into a 4-byte-aligned output, when
+    ``line_aligned`` is None or True; else ``ibp_raw_gather_v<vector_bytes>``.
+
+    Raises:
+        ValueError: ``line_aligned=True`` where the lines kernel cannot run (says why).
+    """
+    fits = row_bytes % 4 == 0 and table_ptr % 16 == 0 and out_ptr % 4 == 0
+    if line_aligned is None:
+        line_aligned = fits and row_bytes % 16 != 0
+    elif line_aligned and not fits:
+        raise ValueError(
+            f"line_aligned=True needs rows of a multiple of 4 bytes (got {row_bytes}), a "
+            f"16-byte-aligned table (got {table_ptr:#x}) and a 4-byte-aligned output "
+            f"(got {out_ptr:#x})"
+        )
+    if line_aligned:
+        return "ibp_raw_gather_lines"
+    return f"ibp_raw_gather_v{vector_bytes(row_bytes, table_ptr, out_ptr)}"
 
 
 def raw_gather(
@@ -34,13 +58,33 @@ def raw_gather(
     *,
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
+    line_aligned: bool | None = None,
 ) -> None:
     """Copy rows ``idx`` of a ``(num_rows, row_bytes)`` table at ``table_ptr`` into ``out``.
 
     ``table_ptr`` is an address the device of ``error`` can read (pinned host memory over
     UVA, or its own memory); ``idx`` and ``out`` live on that device too. ``error[0]``
-    receives 1 + the position of an out-of-range id (``error`` zeroed on ``stream``, one per
-    launch). Does not synchronise; ``stream`` waits for torch's current stream first.
+    receives 1 + the smallest position of an out-of-range id, whose output row is zero-filled
+    (``error`` zeroed on ``stream``, one per launch). Does not synchronise; ``stream`` waits
+    for torch's current stream first.
+
+    Args:
+        table_ptr: device-visible address of the table's first row.
+        num_rows: rows in the table.
+        row_bytes: bytes per row.
+        idx: row ids, a contiguous 1-D int64 tensor.
+        out: contiguous output of ``len(idx)`` rows of ``row_bytes`` bytes.
+        error: the launch's zeroed ``(2,)`` int32 error slots.
+        stream: the torch stream to launch on (default: None, the current one).
+        max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM).
+        line_aligned: load whole aligned 16-byte chunks (see `entry_point`), reading up to 15
+            bytes past a row: the table must then be readable 16 bytes past its end (pinned
+            buffers are). None: for rows whose width is not a multiple of 16, where it can
+            (default: None).
+
+    Raises:
+        ValueError: a tensor has the wrong device, type, shape or size (named), or
+            ``line_aligned=True`` cannot apply.
     """
     device = error.device
     check_launch(idx, out, row_bytes, device)
@@ -48,10 +92,13 @@ def raw_gather(
     n = idx.shape[0]
     if n == 0:
         return
-    vec = vector_bytes(row_bytes, table_ptr, out.data_ptr())
-    grid = grid_size(-(-n // WARPS_PER_BLOCK), device, max_blocks)
+    name = entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)
+    threads = WARP * WARPS_PER_BLOCK
     with cupy_stream(stream, device):
-        fn = kernel(SOURCE, f"ibp_raw_gather_v{vec}", device.index)
+        fn = kernel(SOURCE, name, device.index)
+        grid = grid_size(
+            -(-n // WARPS_PER_BLOCK), device, max_blocks, kernel_fn=fn, threads=threads
+        )
         args = (
             np.uint64(table_ptr),
             as_cupy(idx),
@@ -61,4 +108,4 @@ def raw_gather(
             np.int64(num_rows),
             np.int64(row_bytes),
         )
-        fn((grid,), (WARP * WARPS_PER_BLOCK,), args)
+        fn((grid,), (threads,), args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import warnings
 from collections.abc import Iterator
@@ -84,6 +85,43 @@ def kernel(source: str, entry: str, device: int) -> Any:
     return _kernel(source, entry, int(device))
 
 
+_LAUNCH_MARKS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "ibp_graph_launch_marks", default=None
+)
+
+
+@contextlib.contextmanager
+def launch_marks() -> Iterator[list]:
+    """Collect a timing event recorded just before the first kernel launched inside.
+
+    The list yielded is empty until a launcher (through `cupy_stream`, or `note_launch`)
+    starts its first kernel; then it holds one ``torch.cuda.Event`` recorded on the launch
+    stream right before that kernel. Timing from it, rather than from an event recorded
+    before the Python code that prepares the launch, keeps host time out of a GPU interval
+    when the stream is idle (the event would complete at once and the interval would count
+    the Python code too).
+    """
+    marks: list = []
+    token = _LAUNCH_MARKS.set(marks)
+    try:
+        yield marks
+    finally:
+        _LAUNCH_MARKS.reset(token)
+
+
+def note_launch(stream: Any) -> None:
+    """Record the first-launch event of the enclosing `launch_marks`, if any, on ``stream``.
+
+    Args:
+        stream: the torch stream the next kernel is launched on.
+    """
+    marks = _LAUNCH_MARKS.get()
+    if marks is not None and not marks:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream)
+        marks.append(event)
+
+
 def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
@@ -106,6 +144,7 @@ def cupy_stream(stream: torch.cuda.Stream | None, device: torch.device) -> Itera
         where = torch.device(torch_stream.device)
         if where.type != "cuda" or _device_index(where) != index:
             raise ValueError(f"stream must be a CUDA stream on cuda:{index}, got one on {where}")
+        note_launch(torch_stream)
         # Stream.from_external takes the device from the current one: create it in here.
         if hasattr(cp.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
             cupy_view = cp.cuda.Stream.from_external(torch_stream)
@@ -128,15 +167,100 @@ def as_cupy(tensor: torch.Tensor) -> Any:
     return cupy().from_dlpack(tensor.detach())
 
 
-#: Default cap on a fetch grid, in blocks per SM, to leave SMs to training.
-BLOCKS_PER_SM = 4
+#: Default blocks per SM of a launch: one, so that a fetch on a side stream leaves most of
+#: every SM (registers, shared memory, warp slots) to the training kernels beside it.
+BLOCKS_PER_SM = 1
+#: Hardware limits used when the device properties do not say (sm_80 and sm_90 values).
+_REGS_PER_SM = 65536
+_THREADS_PER_SM = 2048
+_SMEM_PER_SM = 228 * 1024
+_MAX_BLOCKS_PER_SM = 32
+#: Registers are allocated per warp in units of this many.
+_REG_UNIT = 256
+#: Shared memory the system reserves per block (sm_80 and later).
+_SMEM_RESERVED_PER_BLOCK = 1024
 
 
-def grid_size(blocks: int, device: torch.device, max_blocks: int | None) -> int:
-    """``blocks`` capped at ``max_blocks`` (default: `BLOCKS_PER_SM` per SM), at least 1."""
+def resident_blocks_per_sm(num_regs: int, threads: int, smem: int, props: Any) -> int:
+    """Blocks of ``threads`` threads that one SM holds at once (at least 1).
+
+    The least of what the register file, the shared memory and the thread slots allow,
+    computed as CUDA's occupancy calculator does (registers allocated per warp in units of
+    256, 1 KiB of shared memory reserved per block).
+
+    Args:
+        num_regs: registers per thread of the kernel.
+        threads: threads per block.
+        smem: dynamic plus static shared memory per block, in bytes.
+        props: device properties (torch's); missing fields take sm_80/sm_90 values.
+    """
+    regs_sm = int(getattr(props, "regs_per_multiprocessor", 0) or _REGS_PER_SM)
+    threads_sm = int(getattr(props, "max_threads_per_multi_processor", 0) or _THREADS_PER_SM)
+    smem_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or _SMEM_PER_SM)
+    warps = -(-int(threads) // 32)
+    regs_per_warp = -(-max(int(num_regs), 1) * 32 // _REG_UNIT) * _REG_UNIT
+    by_regs = regs_sm // (regs_per_warp * warps)
+    by_threads = threads_sm // (warps * 32)
+    by_smem = smem_sm // (int(smem) + _SMEM_RESERVED_PER_BLOCK)
+    return max(1, min(by_regs, by_threads, by_smem, _MAX_BLOCKS_PER_SM))
+
+
+def occupancy(kernel_fn: Any, threads: int, smem: int, props: Any) -> int:
+    """Blocks of ``kernel_fn`` resident per SM: the driver's answer, else `resident_blocks_per_sm`.
+
+    Args:
+        kernel_fn: a CuPy kernel (its ``num_regs`` attribute, and the driver's occupancy
+            query where the function handle is at hand), or None (64 registers assumed).
+        threads: threads per block.
+        smem: dynamic shared memory per block, in bytes.
+        props: the device's properties.
+    """
+    if kernel_fn is not None:
+        handle = getattr(getattr(kernel_fn, "kernel", kernel_fn), "ptr", None)
+        if isinstance(handle, int) and handle:
+            try:
+                driver = cupy().cuda.driver
+                blocks = int(
+                    driver.occupancyMaxActiveBlocksPerMultiprocessor(handle, threads, smem)
+                )
+                if blocks >= 1:
+                    return blocks
+            except Exception:  # noqa: BLE001 - fall back to the calculation below
+                pass
+    num_regs = int(getattr(kernel_fn, "num_regs", 64) or 64)
+    static = int(getattr(kernel_fn, "shared_size_bytes", 0) or 0)
+    return resident_blocks_per_sm(num_regs, threads, smem + static, props)
+
+
+def grid_size(
+    blocks: int,
+    device: torch.device,
+    max_blocks: int | None,
+    *,
+    kernel_fn: Any = None,
+    threads: int = 256,
+    smem: int = 0,
+) -> int:
+    """The grid of a grid-stride launch needing ``blocks`` blocks.
+
+    At most ``max_blocks`` (default: `BLOCKS_PER_SM` per SM), and never more than the device
+    holds at once (`occupancy` x SMs: more blocks only queue behind the resident ones), at
+    least 1.
+
+    Args:
+        blocks: blocks that would cover the work with one item per warp/thread.
+        device: the CUDA device.
+        max_blocks: the caller's cap, or None for the default.
+        kernel_fn: the kernel, for its registers (None: 64 registers per thread assumed).
+        threads: threads per block of the launch.
+        smem: dynamic shared memory per block of the launch, in bytes.
+    """
+    props = torch.cuda.get_device_properties(device)
+    sms = int(props.multi_processor_count)
+    resident = occupancy(kernel_fn, threads, smem, props) * sms
     if max_blocks is None:
-        max_blocks = BLOCKS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(int(blocks), int(max_blocks)))
+        max_blocks = BLOCKS_PER_SM * sms
+    return max(1, min(int(blocks), int(max_blocks), resident))
 
 
 def describe(x: object) -> str:

@@ -84,9 +84,15 @@ def kernel_sample(
         out = torch.empty((rows, int(k)), dtype=torch.int64, device=device)
     if rows == 0:
         return out
-    grid = grid_size(-(-rows // THREADS_PER_BLOCK), device, max_blocks)
     with cupy_stream(stream, device):
         fn = kernel(SOURCE, fn_name, device.index)
+        grid = grid_size(
+            -(-rows // THREADS_PER_BLOCK),
+            device,
+            max_blocks,
+            kernel_fn=fn,
+            threads=THREADS_PER_BLOCK,
+        )
         args = (as_cupy(deg), as_cupy(key), as_cupy(out), np.int64(rows), np.int32(k))
         fn((grid,), (THREADS_PER_BLOCK,), args)
     return out

@@ -21,6 +21,7 @@
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
@@ -63,6 +64,16 @@ inline T __shfl_sync(unsigned, T v, int src) {
     this_warp->slot[lane] = (unsigned long long)v;
     this_warp->bar.arrive_and_wait();
     T out = (T)this_warp->slot[src & 31];
+    this_warp->bar.arrive_and_wait();
+    return out;
+}
+
+inline unsigned __ballot_sync(unsigned, int predicate) {
+    const int lane = threadIdx.x & 31;
+    this_warp->slot[lane] = predicate ? 1u : 0u;
+    this_warp->bar.arrive_and_wait();
+    unsigned out = 0;
+    for (int i = 0; i < 32; ++i) out |= (unsigned)this_warp->slot[i] << i;
     this_warp->bar.arrive_and_wait();
     return out;
 }

@@ -9,7 +9,8 @@
 extern "C" void simt_fetch_decode(int word_bytes, int offset_bytes, const void* rows,
                                   const void* offsets, const void* cluster_ids,
                                   const void* masks, const void* code_bits,
-                                  const void* bitvals, const void* idx, void* out, int* error,
+                                  const void* bitvals, const void* code_prefix,
+                                  const void* free_prefix, const void* idx, void* out, int* error,
                                   long long n, long long num_rows, int V, int E, int align,
                                   int row_bytes, int buf_words, unsigned grid, unsigned block,
                                   unsigned long long shared) {
@@ -18,26 +19,29 @@ extern "C" void simt_fetch_decode(int word_bytes, int offset_bytes, const void* 
     auto cb = static_cast<const u8*>(code_bits);
     auto ix = static_cast<const i64*>(idx);
     auto o = static_cast<u8*>(out);
+    auto cp = static_cast<const u32*>(code_prefix);
+    auto fp = static_cast<const u32*>(free_prefix);
     simt_launch(grid, block, shared, [&] {
         if (word_bytes == 4 && offset_bytes == 4)
             ibp_fetch_decode_w4_o4(r, (const u32*)offsets, cid, (const u32*)masks, cb,
-                                   (const u32*)bitvals, ix, o, error, n, num_rows, V, E,
+                                   (const u32*)bitvals, cp, fp, ix, o, error, n, num_rows, V, E,
                                    align, row_bytes, buf_words);
         else if (word_bytes == 4)
             ibp_fetch_decode_w4_o8(r, (const u64*)offsets, cid, (const u32*)masks, cb,
-                                   (const u32*)bitvals, ix, o, error, n, num_rows, V, E,
+                                   (const u32*)bitvals, cp, fp, ix, o, error, n, num_rows, V, E,
                                    align, row_bytes, buf_words);
         else if (offset_bytes == 4)
             ibp_fetch_decode_w8_o4(r, (const u32*)offsets, cid, (const u64*)masks, cb,
-                                   (const u64*)bitvals, ix, o, error, n, num_rows, V, E,
+                                   (const u64*)bitvals, cp, fp, ix, o, error, n, num_rows, V, E,
                                    align, row_bytes, buf_words);
         else
             ibp_fetch_decode_w8_o8(r, (const u64*)offsets, cid, (const u64*)masks, cb,
-                                   (const u64*)bitvals, ix, o, error, n, num_rows, V, E,
+                                   (const u64*)bitvals, cp, fp, ix, o, error, n, num_rows, V, E,
                                    align, row_bytes, buf_words);
     });
 }
 
+// vec: 16, 8, 4, 2 or 1 (the vector entry points), 0 for ibp_raw_gather_lines.
 extern "C" void simt_raw_gather(int vec, const void* table, const void* idx, void* out,
                                 int* error, long long n, long long num_rows, long long row_bytes,
                                 unsigned grid, unsigned block) {
@@ -45,9 +49,11 @@ extern "C" void simt_raw_gather(int vec, const void* table, const void* idx, voi
     auto ix = static_cast<const i64*>(idx);
     auto o = static_cast<u8*>(out);
     simt_launch(grid, block, 0, [&] {
-        if (vec == 16) ibp_raw_gather_v16(t, ix, o, error, n, num_rows, row_bytes);
+        if (vec == 0) ibp_raw_gather_lines(t, ix, o, error, n, num_rows, row_bytes);
+        else if (vec == 16) ibp_raw_gather_v16(t, ix, o, error, n, num_rows, row_bytes);
         else if (vec == 8) ibp_raw_gather_v8(t, ix, o, error, n, num_rows, row_bytes);
         else if (vec == 4) ibp_raw_gather_v4(t, ix, o, error, n, num_rows, row_bytes);
+        else if (vec == 2) ibp_raw_gather_v2(t, ix, o, error, n, num_rows, row_bytes);
         else ibp_raw_gather_v1(t, ix, o, error, n, num_rows, row_bytes);
     });
 }

@@ -1,0 +1,468 @@
+"""The GPU paths that no CPU test can reach, each against the NumPy reference, bit for bit.
+
+Kernel variants (8-byte offsets, wide rows with more than 48 KB of shared memory, every
+alignment, 8-bit codes, 255 clusters), grids far smaller than the work, error slots (the
+first bad position, zero-filled rows), rows in device memory, the ends of mapped memory,
+streams (two at once, ``record_stream`` under allocator reuse, overlap with training), UVA
+graphs, pinned page kinds and outputs over 2 GiB. `benchmarks/gpu_session.sh` runs them in
+its ``tests`` stage, and the ones not marked ``slow`` under compute-sanitizer (``sanitize``).
+Skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import mmap
+
+import numpy as np
+import pytest
+import torch
+
+import ibp_graph
+from ibp_graph.errors import IBPFormatError, IBPInputError
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+CUDA = "cuda"
+
+
+def _sparse(rng: np.random.Generator, n: int, d: int, p: float = 0.05) -> np.ndarray:
+    x = np.where(rng.random((n, d)) < p, rng.standard_normal((n, d)), 0)
+    return x.astype(np.float32)
+
+
+def _bits_equal(got: torch.Tensor, want: np.ndarray) -> bool:
+    g = got.detach().cpu().contiguous().view(torch.uint8).numpy().reshape(len(want), -1)
+    w = np.ascontiguousarray(want).view(np.uint8).reshape(len(want), -1)
+    return np.array_equal(g, w)
+
+
+def _table(x: np.ndarray, tmp_path, name: str = "t.ibp", **kw):
+    from ibp_graph.cuda_table import CudaIBPTable
+
+    max_blocks = kw.pop("max_blocks", None)
+    ibp_graph.compress(x, tmp_path / name, progress=False, **kw)
+    return CudaIBPTable(tmp_path / name, device=CUDA, max_blocks=max_blocks)
+
+
+def _ids(rng: np.random.Generator, num_rows: int, n: int) -> torch.Tensor:
+    ids = rng.integers(0, num_rows, n)
+    ids[:2] = [0, num_rows - 1]
+    return torch.from_numpy(ids).to(CUDA)
+
+
+def _launch(codec, idx: torch.Tensor, *, max_blocks=None):
+    """Launch the fused kernel directly: (out bytes, error slots) after a synchronise."""
+    from ibp_graph.kernels.fetch_decode import fetch_decode
+
+    out = torch.full((idx.numel(), codec.row_bytes), 0xEE, dtype=torch.uint8, device=CUDA)
+    error = torch.zeros(2, dtype=torch.int32, device=CUDA)
+    fetch_decode(codec, idx, out, error, max_blocks=max_blocks)
+    torch.cuda.synchronize()
+    return out, error.tolist()
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel variants
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("word_bytes", [4, 8])
+def test_8_byte_offset_variants_decode_like_the_4_byte_ones(tmp_path, word_bytes) -> None:
+    rng = np.random.default_rng(word_bytes)
+    x = _sparse(rng, 700, 61)
+    with _table(x, tmp_path, word_bytes=word_bytes) as table:
+        assert table.codec.offsets.dtype == torch.int32
+        wide = dataclasses.replace(table.codec, offsets=table.codec.offsets.to(torch.int64))
+        idx = _ids(rng, 700, 3000)
+        out4, err4 = _launch(table.codec, idx)
+        out8, err8 = _launch(wide, idx)
+        assert err4 == err8 == [0, 0]
+        assert torch.equal(out4, out8) and _bits_equal(out8, x[idx.cpu().numpy()])
+
+
+def test_rows_wider_than_48_kb_of_shared_memory_per_block(tmp_path) -> None:
+    from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM
+
+    rng = np.random.default_rng(2)
+    x = _sparse(rng, 64, 4096, p=0.02)  # 16 KiB rows: 8 warps need ~136 KB per block
+    with _table(x, tmp_path) as table:
+        props = torch.cuda.get_device_properties(0)
+        plan = table.codec.plan(props.shared_memory_per_block_optin)
+        assert plan.bytes_per_block > DEFAULT_SMEM
+        idx = _ids(rng, 64, 500)
+        assert _bits_equal(table.fetch(idx), x[idx.cpu().numpy()])
+
+
+def test_rows_too_wide_for_shared_memory_are_a_clear_error(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    x = _sparse(rng, 4, 64_000, p=0.01)  # 250 KiB rows: more than any block gets
+    with _table(x, tmp_path) as table:
+        assert not table.bypass
+        with pytest.raises(ValueError, match="shared memory per warp"):
+            table.fetch(torch.zeros(1, dtype=torch.int64, device=CUDA))
+
+
+@pytest.mark.parametrize("align", [2, 4, 8, 16, 32])
+def test_every_alignment_with_8_bit_codes(tmp_path, align) -> None:
+    rng = np.random.default_rng(align)
+    values = rng.standard_normal(250).astype(np.float32)
+    x = values[rng.integers(0, 200, (3000, 24))]  # 200 values a column: 8-bit codes
+    with _table(x, tmp_path, align=align) as table:
+        assert table.cpu_table.align == align
+        assert int(table.cpu_table.params.code_bits.max()) == 8
+        idx = _ids(rng, 3000, 5000)
+        assert _bits_equal(table.fetch(idx), x[idx.cpu().numpy()])
+
+
+def _many_clusters(n: int = 2040) -> np.ndarray:
+    rng = np.random.default_rng(255)
+    c = (np.arange(n) % 255).astype(np.int64)
+    j = np.arange(8)
+    x = ((c[:, None] * 0x01010101) ^ (j[None, :] * 0x10203)) & 0x7FFFFF00
+    return (x | rng.integers(0, 256, (n, 8))).astype(np.int32)
+
+
+@pytest.mark.slow
+def test_255_clusters(tmp_path) -> None:
+    x = _many_clusters()
+    with _table(x, tmp_path, clusters=255) as table:
+        assert table.codec.masks.shape[0] == 255
+        assert int(table.codec.cluster_ids.max()) >= 250
+        idx = _ids(np.random.default_rng(0), x.shape[0], 4000)
+        assert _bits_equal(table.fetch(idx), x[idx.cpu().numpy()])
+
+
+# --------------------------------------------------------------------------------------------
+# Grids smaller than the work
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_blocks", [1, 2])
+def test_tiny_grids_cover_far_more_rows_than_threads(tmp_path, max_blocks) -> None:
+    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+    from ibp_graph.kernels.sample_neighbors import kernel_sample
+
+    rng = np.random.default_rng(max_blocks)
+    x = _sparse(rng, 5000, 40)
+    ibp_graph.compress(x, tmp_path / "t.ibp", progress=False)
+    idx = _ids(rng, 5000, 40_000)  # 40k rows for at most 2 x 8 warps
+    want = x[idx.cpu().numpy()]
+    with CudaIBPTable(tmp_path / "t.ibp", device=CUDA, max_blocks=max_blocks) as table:
+        assert _bits_equal(table.fetch(idx), want)
+    with PinnedRawTable(x, device=CUDA, max_blocks=max_blocks) as raw:
+        assert _bits_equal(raw.fetch(idx), want)
+    deg = torch.from_numpy(rng.integers(0, 60, 100_000)).to(CUDA)
+    key = torch.tensor([12345], device=CUDA)
+    out = kernel_sample(deg, 10, key, max_blocks=max_blocks).cpu()
+    deg = deg.cpu()
+    full = deg > 10
+    picks = out[full]
+    assert (picks >= 0).all() and (picks < deg[full][:, None]).all()
+    assert (picks[:, 1:] > picks[:, :-1]).all()  # distinct, ascending
+    short = out[~full]
+    want_short = torch.arange(10).expand(short.shape[0], 10)
+    want_short = torch.where(want_short < deg[~full][:, None], want_short, -1)
+    assert torch.equal(short, want_short)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: the first bad position, and rows that are always written
+# --------------------------------------------------------------------------------------------
+
+
+def test_several_bad_ids_name_the_first_and_zero_their_rows(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    x = _sparse(rng, 30, 16, p=0.3)
+    with _table(x, tmp_path) as table:
+        ids = torch.zeros(4000, dtype=torch.int64)
+        bad = [7, 12, 33, 2500, 3999]
+        ids[bad] = torch.tensor([30, -1, 99, 1 << 40, 31])
+        ids = ids.to(CUDA)
+        with pytest.raises(IBPInputError, match=r"row index 30 \(at position 7\)"):
+            table.fetch(ids)
+        out = table.fetch(ids, check=False).cpu()
+        assert (out[bad] == 0).all()
+        good = np.setdiff1d(np.arange(4000), bad)
+        assert _bits_equal(out[good], x[ids.cpu().numpy()[good]])
+
+
+def test_bad_ids_on_pinned_raw_tables_and_the_raw_bypass(tmp_path) -> None:
+    from ibp_graph.cuda_table import PinnedRawTable
+
+    rng = np.random.default_rng(6)
+    noise = rng.integers(0, 2**32, (50, 32), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    bypassed = _table(noise.view(np.float32), tmp_path, align=16)
+    assert bypassed.bypass
+    for table in (PinnedRawTable(noise, device=CUDA), bypassed):
+        with table:
+            ids = torch.tensor([3, 50, 4, -2, 5], device=CUDA)
+            with pytest.raises(IBPInputError, match=r"\(at position 1\)"):
+                table.fetch(ids)
+            out = table.fetch(ids, check=False).cpu()
+            assert (out[[1, 3]].view(torch.int32) == 0).all()
+            assert _bits_equal(out[[0, 2, 4]], noise[[3, 4, 5]])
+
+
+def test_a_corrupt_row_sets_its_slot_and_is_zero_filled(tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    x = (rng.random((40, 64)) < 0.1).astype(np.float32)
+    with _table(x, tmp_path, align=1) as table:
+        lengths = np.diff(table.cpu_table.offsets) * table.cpu_table.align
+        row = int(np.argmax((lengths > 4) & (lengths < 64 * 4)))
+        good = (row + 1) % 40
+        offsets = table.codec.offsets.clone()
+        offsets[row + 1 :] -= 2  # the row's fields now run past its stored length
+        broken = dataclasses.replace(table.codec, offsets=offsets)
+        idx = torch.tensor([good, row, row], device=CUDA)
+        out, error = _launch(broken, idx)
+        assert error == [0, 2]
+        assert (out[1:] == 0).all()
+        # Through the table: a format error naming the file and the row.
+        table.codec = broken
+        with pytest.raises(IBPFormatError, match=f"corrupt row {row}"):
+            table.fetch(idx)
+
+
+# --------------------------------------------------------------------------------------------
+# Where the rows are: device memory, the ends of mapped host memory, page kinds
+# --------------------------------------------------------------------------------------------
+
+
+def _stored_bytes(table) -> np.ndarray:
+    cpu = table.cpu_table
+    return np.asarray(cpu.rows_section).view(np.uint8)[: cpu.stored_bytes]
+
+
+def test_decoding_rows_that_sit_in_device_memory(tmp_path) -> None:
+    rng = np.random.default_rng(7)
+    x = _sparse(rng, 900, 77)
+    with _table(x, tmp_path, word_bytes=8, align=16) as table:
+        stored = _stored_bytes(table)
+        on_gpu = torch.zeros(stored.size + 16, dtype=torch.uint8, device=CUDA)
+        on_gpu[: stored.size] = torch.from_numpy(stored.copy()).to(CUDA)
+        codec = dataclasses.replace(table.codec, rows_ptr=on_gpu.data_ptr())
+        idx = _ids(rng, 900, 3000)
+        out, error = _launch(codec, idx)
+        assert error == [0, 0] and _bits_equal(out, x[idx.cpu().numpy()])
+
+
+class _Mapped:
+    """``size`` bytes of page-aligned host memory, registered whole; nothing mapped past it."""
+
+    def __init__(self, size: int) -> None:
+        import cupy
+
+        self.runtime = cupy.cuda.runtime
+        self.map = mmap.mmap(-1, size)
+        self.array = np.frombuffer(self.map, dtype=np.uint8)
+        self.host = self.array.ctypes.data
+        self.runtime.hostRegister(self.host, size, 2)  # cudaHostRegisterMapped
+        self.device = int(self.runtime.pointerGetAttributes(self.host).devicePointer)
+
+    def close(self) -> None:
+        torch.cuda.synchronize()
+        self.runtime.hostUnregister(self.host)
+        self.array = None
+        try:
+            self.map.close()
+        except BufferError:  # a view is still alive: the mapping goes with it
+            pass
+
+
+def test_raw_gather_of_a_last_row_ending_exactly_on_a_page_boundary() -> None:
+    from ibp_graph.kernels.raw_gather import raw_gather
+
+    page = mmap.PAGESIZE
+    mapped = _Mapped(page)
+    try:
+        rows = mapped.array.reshape(-1, 512)  # the last row's last byte is the page's last
+        rows[:] = np.random.default_rng(8).integers(0, 256, rows.shape, dtype=np.uint8)
+        idx = torch.tensor([rows.shape[0] - 1, 0, rows.shape[0] - 1], device=CUDA)
+        out = torch.empty((3, 512), dtype=torch.uint8, device=CUDA)
+        error = torch.zeros(2, dtype=torch.int32, device=CUDA)
+        raw_gather(mapped.device, rows.shape[0], 512, idx, out, error)
+        torch.cuda.synchronize()
+        assert error.tolist() == [0, 0]
+        assert np.array_equal(out.cpu().numpy(), rows[idx.cpu().numpy()])
+    finally:
+        mapped.close()
+
+
+def test_fused_fetch_of_rows_ending_16_bytes_before_the_end_of_mapped_memory(tmp_path) -> None:
+    rng = np.random.default_rng(9)
+    x = _sparse(rng, 300, 50)
+    with _table(x, tmp_path, align=16) as table:
+        stored = _stored_bytes(table)
+        page = mmap.PAGESIZE
+        size = -(-(stored.size + 16) // page) * page
+        mapped = _Mapped(size)
+        try:
+            at = size - 16 - stored.size  # a multiple of 16: the rows stay aligned
+            mapped.array[at : at + stored.size] = stored
+            codec = dataclasses.replace(table.codec, rows_ptr=mapped.device + at)
+            last = int(np.flatnonzero(np.diff(table.cpu_table.offsets))[-1])
+            idx = torch.tensor([last, 0, last, 299], device=CUDA)
+            out, error = _launch(codec, idx)
+            assert error == [0, 0] and _bits_equal(out, x[idx.cpu().numpy()])
+        finally:
+            mapped.close()
+
+
+@pytest.mark.parametrize("pages", ["huge", "small", "cuda"])
+def test_every_page_kind_serves_the_same_rows(tmp_path, pages) -> None:
+    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+
+    rng = np.random.default_rng(10)
+    x = _sparse(rng, 2000, 64)
+    ibp_graph.compress(x, tmp_path / "t.ibp", progress=False)
+    idx = _ids(rng, 2000, 10_000)
+    with CudaIBPTable(tmp_path / "t.ibp", device=CUDA, pages=pages) as table:
+        assert table._pinned.pages == pages
+        assert _bits_equal(table.fetch(idx), x[idx.cpu().numpy()])
+    with PinnedRawTable(x, device=CUDA, pages=pages) as raw:
+        assert _bits_equal(raw.fetch(idx), x[idx.cpu().numpy()])
+
+
+# --------------------------------------------------------------------------------------------
+# Streams
+# --------------------------------------------------------------------------------------------
+
+
+def test_two_streams_fetch_from_one_table_at_once(tmp_path) -> None:
+    rng = np.random.default_rng(11)
+    x = _sparse(rng, 4000, 128)
+    with _table(x, tmp_path) as table:
+        a, b = _ids(rng, 4000, 200_000), _ids(rng, 4000, 150_000)
+        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+        torch.cuda.synchronize()
+        out1 = table.fetch(a, stream=s1, check=False)
+        out2 = table.fetch(b, stream=s2, check=False)
+        torch.cuda.synchronize()
+        assert _bits_equal(out1, x[a.cpu().numpy()]) and _bits_equal(out2, x[b.cpu().numpy()])
+        # Each launch has its own error slots: a bad id on one stream is not seen on the other.
+        bad = b.clone()
+        bad[10] = 4000
+        with pytest.raises(IBPInputError, match=r"\(at position 10\)"):
+            table.fetch(bad, stream=s2)
+        assert _bits_equal(table.fetch(a, stream=s1), x[a.cpu().numpy()])
+
+
+def test_record_stream_keeps_a_batch_alive_under_allocator_reuse(tmp_path) -> None:
+    from ibp_graph.prefetch import Prefetcher
+
+    rng = np.random.default_rng(12)
+    x = _sparse(rng, 3000, 256)
+    with _table(x, tmp_path) as table:
+        batches = [_ids(rng, 3000, 20_000) for _ in range(6)]
+        torch.cuda.synchronize()
+        pf = Prefetcher(
+            iter(batches),
+            lambda ids, s: table.fetch(ids, stream=s, check=False),
+            depth=2,
+            device=CUDA,
+        )
+        copies = []
+        for batch in pf:
+            torch.cuda._sleep(20_000_000)  # the consumer's stream is busy for a while ...
+            copies.append(batch.clone())  # ... before it reads the batch
+            del batch  # freed while the read is still queued: the side stream fetches on
+        torch.cuda.synchronize()
+        for ids, got in zip(batches, copies, strict=True):
+            assert _bits_equal(got, x[ids.cpu().numpy()])
+
+
+@pytest.mark.slow
+def test_a_side_stream_fetch_overlaps_a_training_step_in_time(tmp_path) -> None:
+    from ibp_graph.cuda_table import PinnedRawTable
+
+    rng = np.random.default_rng(13)
+    rows = rng.integers(0, 256, (1 << 19, 512), dtype=np.uint8)  # 256 MiB, pinned
+    with PinnedRawTable(rows, device=CUDA) as table:
+        idx = torch.from_numpy(rng.integers(0, rows.shape[0], 1 << 20)).to(CUDA)
+        w = torch.randn(4096, 4096, device=CUDA)
+        side = torch.cuda.Stream()
+        table.fetch(idx, stream=side)  # warm-up: compile, first touch
+        (w @ w).sum().item()
+        torch.cuda.synchronize()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+        ev[0].record()  # the reference
+        side.wait_event(ev[0])
+        with torch.cuda.stream(side):
+            ev[1].record(side)
+            table.fetch(idx, stream=side, check=False)
+            ev[2].record(side)
+        ev[3].record()
+        for _ in range(30):  # the "training step" on the main stream
+            w = torch.tanh(w @ w)
+        ev[4].record()
+        torch.cuda.synchronize()
+        fetch = (ev[0].elapsed_time(ev[1]), ev[0].elapsed_time(ev[2]))
+        train = (ev[0].elapsed_time(ev[3]), ev[0].elapsed_time(ev[4]))
+        # The two intervals intersect: the default fetch grid left room for training.
+        assert max(fetch[0], train[0]) < min(fetch[1], train[1]), (fetch, train)
+
+
+# --------------------------------------------------------------------------------------------
+# UVA graphs
+# --------------------------------------------------------------------------------------------
+
+
+def test_uva_graph_lifetime_and_to() -> None:
+    from ibp_graph.datasets import load_dataset
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.pinned import deferred_count, release_deferred
+    from ibp_graph.sampler import NeighborSampler
+
+    cora = load_dataset("cora")
+    cpu = CSRGraph.from_edge_index(cora.edge_index, cora.num_nodes)
+    release_deferred()
+    uva = cpu.to_uva(CUDA)
+    assert uva.is_uva() and uva.device.type == "cuda" and not cpu.to(CUDA).is_uva()
+    assert uva.to(CUDA) is uva  # already on that GPU: stays in host memory
+    assert uva.to_uva(CUDA) is uva  # nothing pinned twice
+    back = uva.to("cpu")  # read on the host, no device-to-host copy
+    for name in ("indptr", "indices", "edge_ids"):
+        assert torch.equal(getattr(back, name), getattr(cpu, name))
+    seeds = torch.arange(512, device=CUDA)
+    dev = cpu.to(CUDA)
+    got = NeighborSampler(uva, [10, 5], seed=3).sample(seeds)
+    want = NeighborSampler(dev, [10, 5], seed=3).sample(seeds)
+    assert torch.equal(got.node, want.node) and torch.equal(got.edge, want.edge)
+    # Dropped mid-epoch: no synchronise, the memory is released at the next safe point.
+    del uva, got
+    gc.collect()
+    assert deferred_count() == 3
+    assert release_deferred() == 3 and deferred_count() == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Outputs over 2 GiB
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_outputs_over_2_gib(tmp_path) -> None:
+    from ibp_graph.cuda_table import PinnedRawTable
+    from ibp_graph.datasets import load_dataset
+
+    rng = np.random.default_rng(14)
+    x = load_dataset("cora").x  # 5,732-byte rows
+    n = (2**31 // (x.shape[1] * 4)) + 1000
+    idx = torch.from_numpy(rng.integers(0, x.shape[0], n)).to(CUDA)
+    idx[-1] = x.shape[0] - 1
+    want = x.to(CUDA).index_select(0, idx)
+    ibp_graph.compress(x.numpy(), tmp_path / "cora.ibp", progress=False)
+    with ibp_graph.open(tmp_path / "cora.ibp", device=CUDA) as table:
+        got = table.fetch(idx)
+        assert got.numel() * 4 > 2**31 and torch.equal(
+            got.view(torch.int32), want.view(torch.int32)
+        )
+        del got
+    with PinnedRawTable(x, device=CUDA) as raw:
+        got = raw.fetch(idx)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))

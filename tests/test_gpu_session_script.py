@@ -1,0 +1,224 @@
+"""benchmarks/gpu_session.sh, checked on the CPU: stages, limits, `prepare`, command lines.
+
+A GPU machine is lent for minutes: its script must be right before it gets there. These
+tests run the script's own checks (syntax, unknown stages, the 8-file limit on what comes
+back, the printed device calls) and `prepare` in a temporary copy, and parse each benchmark
+command line of a stage with the benchmark's own argument parser. Nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import e2e, fetch
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
+STAGES = ("smoke", "tests", "sanitize", "fetch", "pages", "lanes", "sampling", "e2e", "synthetic")
+MAX_FILES = 8
+MAX_COMMAND = 2000
+
+
+def script(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
+    """Run the script found under ``cwd`` (the checkout, or a copy of its benchmarks/)."""
+    return subprocess.run(
+        ["bash", str(cwd / "benchmarks" / "gpu_session.sh"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+
+
+def stage_commands() -> dict[str, list[list[str]]]:
+    """The python benchmark command lines of each stage, with the script's variables filled."""
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    found: dict[str, list[list[str]]] = {}
+    for m in re.finditer(r"python3 benchmarks/(\w+)\.py (.*?)\|\|\s*rc", text, re.S):
+        argv = shlex.split(m.group(2))
+        subst = {
+            "$WORK": "/tmp/w",
+            "$OUT": "/tmp/o",
+            "$OUT/synthetic": "/tmp/o/synthetic",
+            "$features": "f.npy",
+            "$raw_kernel": "vector",  # the loop of the lanes stage: auto, then vector
+        }
+        found.setdefault(m.group(1), []).append([subst.get(a, a) for a in argv])
+    return found
+
+
+def test_syntax_and_every_stage_is_handled() -> None:
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    text = SCRIPT.read_text()
+    for stage in STAGES:
+        assert re.search(rf"^\s*{stage}\)\s*$", text, re.M), f"no case branch for '{stage}'"
+        assert re.search(rf"^#\s+{stage}\s+about", text, re.M), f"no time estimate for '{stage}'"
+    assert "compute-sanitizer --tool" in text
+    assert all(tool in text for tool in ("memcheck", "racecheck", "synccheck"))
+    assert "nvidia-smi" in text and "pcie.link.gen" in text and "IBP_GRAPH_COMMIT" in text
+
+
+def test_unknown_stage_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = script("smoke", "nonsense", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"))
+    assert done.returncode == 2 and "unknown stage 'nonsense'" in done.stderr
+    assert not out.exists()  # refused before installing or writing anything
+    assert script().returncode == 2  # no stage: the help, as a usage error
+
+
+def _files(stages: list[str]) -> int:
+    done = script("--plan", *stages)
+    assert done.returncode == 0, done.stderr
+    return int(re.search(r"files under \$OUT: (\d+)", done.stdout).group(1))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_alone_fits_what_comes_back(stage: str) -> None:
+    assert 2 <= _files([stage]) <= MAX_FILES
+
+
+def test_a_command_writing_more_than_8_files_is_refused(tmp_path: Path) -> None:
+    assert _files(["smoke", "tests", "sanitize"]) == 4
+    done = script("e2e", "synthetic", OUT=str(tmp_path / "out"))
+    assert done.returncode == 2 and "would write 9 files" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_files_written_per_stage_match_the_plan() -> None:
+    """The plan counts what each stage writes: its log plus the benchmark's result files."""
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    for stage in STAGES:
+        logs = set(re.findall(rf"\b({stage}\.log)\b", text))
+        assert logs == {f"{stage}.log"}, stage
+    # Benchmarks write straight under $OUT (results come back even when a stage is cut off).
+    for name, argvs in stage_commands().items():
+        for argv in argvs:
+            out = argv[argv.index("--out") + 1]
+            assert out.startswith("/tmp/o"), f"{name} writes to {out}, not under $OUT"
+            assert out.count("/") - "/tmp/o".count("/") <= 1  # at most one folder down
+
+
+def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
+    cmds = stage_commands()
+    assert set(cmds) == {"fetch", "sampling", "e2e"}
+    full, small_pages, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
+    assert full.pages == "huge" and small_pages.pages == "small"
+    assert full.raw_kernel == "auto" and lanes.raw_kernel == "vector"
+    assert "for raw_kernel in auto vector; do" in SCRIPT.read_text()
+    assert all(w % 16 for w in lanes.widths) and lanes.tag == "lanes"
+    for args in (full, small_pages, lanes):
+        assert args.table_gb >= 2 and args.time_budget <= 400
+        assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
+    assert small_pages.widths == [512] and not small_pages.real
+    bundled, synthetic = (e2e.parse_args(c) for c in cmds["e2e"])
+    assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
+    assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
+    assert synthetic.epochs == 3 and synthetic.device == "cuda"
+    assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o/synthetic"
+
+
+def test_stage_limits_end_the_command_before_the_device_kills_it() -> None:
+    text = SCRIPT.read_text()
+    deadline = int(re.search(r"IBP_GPU_DEADLINE:-(\d+)", text).group(1))
+    assert deadline < 600
+    limits = [int(x) for x in re.findall(r"^\s*run (\d+) \w+\.log", text, re.M)]
+    assert limits and max(limits) < 600
+
+
+def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Path) -> None:
+    # A copy of the checkout's tracked files, with a tiny stand-in datasets folder.
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "benchmarks" / "gpu_session.sh")
+    shared = tmp_path / "datasets"
+    (shared / "planetoid").mkdir(parents=True)
+    (shared / "planetoid" / "x.txt").write_text("rows")
+    os.chmod(shared / "planetoid", 0o555)  # the shared folder is read-only
+    fake_py = tmp_path / "python"  # derives the table without SciPy or the real data
+    fake_py.write_text(
+        "#!/usr/bin/env bash\n"
+        f"exec {shlex.quote(str(Path(os.sys.executable)))} -c "
+        "\"import numpy as np; np.save('device_data/facebook-svd100-float32.npy', "
+        'np.zeros((4, 100), np.float32))"\n'
+    )
+    fake_py.chmod(0o755)
+    try:
+        for _ in range(2):  # a second prepare replaces the read-only copy
+            done = script(
+                "prepare",
+                cwd=repo,
+                PYTHON=str(fake_py),
+                IBP_GRAPH_SHARED_DATASETS=str(shared),
+            )
+            assert done.returncode == 0, done.stderr
+    finally:
+        os.chmod(shared / "planetoid", 0o755)
+    data = repo / "device_data"
+    assert (data / "datasets" / "planetoid" / "x.txt").read_text() == "rows"
+    assert np.load(data / "facebook-svd100-float32.npy").shape == (4, 100)
+    calls = re.findall(
+        r"run\(command='([^']*)', carry=\['device_data'\], timeout_s=600\)", done.stdout
+    )
+    assert calls, done.stdout
+    covered = set()
+    for cmd in calls:
+        assert len(cmd) <= MAX_COMMAND
+        assert cmd.startswith("IBP_GRAPH_COMMIT=") and "bash benchmarks/gpu_session.sh" in cmd
+        stages = cmd.split("gpu_session.sh", 1)[1].split()
+        assert _files(stages) <= MAX_FILES
+        covered |= set(stages)
+    assert covered == set(STAGES)
+    assert calls[0].endswith("smoke tests")  # the smoke test comes first
+    assert "prepare" in script("prepare", "smoke").stderr
+
+
+def test_prepare_refuses_a_carry_folder_over_64_mib(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "benchmarks" / "gpu_session.sh")
+    (repo / "device_data").mkdir()
+    with open(repo / "device_data" / "big.bin", "wb") as f:
+        f.truncate(65 << 20)  # sparse: du -b counts its apparent size
+    done = script("prepare", cwd=repo, IBP_GRAPH_SHARED_DATASETS=str(tmp_path / "none"))
+    assert done.returncode == 1 and "over the 64 MiB" in done.stderr
+
+
+def test_without_a_gpu_the_script_logs_the_machine_and_stops_clearly(tmp_path: Path) -> None:
+    """The GPU machine's path up to the GPU check, run here with stand-in tools."""
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"  # pip is a no-op; everything else is this interpreter
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi\n'
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/usr/bin/env bash\necho 'name, driver_version'\necho 'Stand-in, 1.0'\n")
+    for tool in (python, smi):
+        tool.chmod(0o755)
+    out = tmp_path / "out"
+    done = script(
+        "smoke",
+        OUT=str(out),
+        IBP_GPU_WORK=str(tmp_path / "w"),
+        IBP_GRAPH_COMMIT="abc1234",
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "no GPU" in done.stderr
+    summary = (out / "summary.txt").read_text()
+    assert "commit: abc1234" in summary and "Stand-in, 1.0" in summary
+    assert "torch 2." in summary or "torch sees no CUDA device" in summary
+    assert sorted(p.name for p in out.iterdir()) == ["summary.txt"]
