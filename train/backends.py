@@ -76,9 +76,11 @@ class Backend(abc.ABC):
 
     Attributes:
         name: the config's ``backend`` value.
+        takes_csr: whether `loader` takes ``csr=`` (a graph built once, see `csr`).
     """
 
     name: str
+    takes_csr: bool = False
 
     @abc.abstractmethod
     def graph(self, ds: Any, *, undirected: bool = False) -> Any:
@@ -96,6 +98,14 @@ class Backend(abc.ABC):
     def supports(self, device: torch.device) -> bool:
         """Whether the framework can train on ``device`` (default: yes)."""
         return True
+
+    def csr(self, graph: Any) -> Any:
+        """The `CSRGraph` that `loader` builds from ``graph`` (see `takes_csr`).
+
+        Raises:
+            NotImplementedError: the loader cannot take a CSR built elsewhere.
+        """
+        raise NotImplementedError(f"the {self.name} loader builds its own graph")
 
     def build_model(self, cfg: ModelSpec, in_channels: int, out_channels: int) -> torch.nn.Module:
         """The model of ``cfg.model`` for this framework (see `build_model`)."""
@@ -118,6 +128,8 @@ class Backend(abc.ABC):
         evaluation: bool = False,
         graph_memory: str = "device",
         sampler_backend: str = "torch",
+        use_ddp: bool = False,
+        csr: Any = None,
     ) -> Any:
         """An ibp-graph loader over ``graph`` (its ``stats`` count times and bytes).
 
@@ -136,6 +148,11 @@ class Backend(abc.ABC):
             evaluation: batches must carry what `split_masks` reads.
             graph_memory: where the loader keeps the graph (``"device"`` or ``"uva"``).
             sampler_backend: how the sampler draws neighbors (``"torch"`` or ``"kernel"``).
+            use_ddp: each rank of the torch.distributed group takes its share of every
+                epoch's seeds, shuffled with ``seed`` on every rank (the loaders' ``use_ddp``
+                and ``ddp_seed``) (default: False).
+            csr: the graph's CSR from `csr`, built once (e.g. shared by the ranks of a
+                host) (default: None: the loader builds its own).
         """
 
     @abc.abstractmethod
@@ -151,6 +168,7 @@ class PyGBackend(Backend):
     """PyG: `ibp_graph.loaders.pyg.NeighborLoader` batches and PyG's models."""
 
     name = "pyg"
+    takes_csr = True
 
     def graph(self, ds: Any, *, undirected: bool = False) -> Any:
         """``ds.to_pyg()``, made undirected with PyG's ``to_undirected`` when asked."""
@@ -181,6 +199,8 @@ class PyGBackend(Backend):
         evaluation: bool = False,
         graph_memory: str = "device",
         sampler_backend: str = "torch",
+        use_ddp: bool = False,
+        csr: Any = None,
     ) -> Any:
         """A `NeighborLoader`; its batches carry every node attribute of ``graph``."""
         from ibp_graph.loaders.pyg import NeighborLoader
@@ -198,7 +218,16 @@ class PyGBackend(Backend):
             prefetch=prefetch,
             graph_memory=graph_memory,
             sampler_backend=sampler_backend,
+            use_ddp=use_ddp,
+            ddp_seed=seed,
+            csr=csr,
         )
+
+    def csr(self, graph: Any) -> Any:
+        """``CSRGraph.from_data(graph)``: what `NeighborLoader` builds (and takes as ``csr``)."""
+        from ibp_graph.graph import CSRGraph
+
+        return CSRGraph.from_data(graph)
 
     def forward(self, model: torch.nn.Module, batch: Any) -> Step:
         """``model(x, edge_index)`` over the subgraph, cut to the seeds."""
@@ -271,8 +300,10 @@ class DGLBackend(Backend):
         evaluation: bool = False,
         graph_memory: str = "device",
         sampler_backend: str = "torch",
+        use_ddp: bool = False,
+        csr: Any = None,
     ) -> Any:
-        """A `DataLoader` with a `NeighborSampler` over ``fanouts``.
+        """A `DataLoader` with a `NeighborSampler` over ``fanouts`` (``csr`` is not used).
 
         Its blocks carry ``feat`` (from ``features``) and ``label``, and with
         ``evaluation`` the seeds' ``val_mask`` and ``test_mask`` too.
@@ -294,6 +325,8 @@ class DGLBackend(Backend):
             progress=progress,
             graph_memory=graph_memory,
             sampler_backend=sampler_backend,
+            use_ddp=use_ddp,
+            ddp_seed=seed,
         )
 
     def forward(self, model: torch.nn.Module, batch: Any) -> Step:

@@ -49,6 +49,7 @@ __all__ = [
 _ALIGNS = (1, 2, 4, 8, 16, 32)
 _MODELS = ("sage", "gat")
 _BACKENDS = ("pyg", "dgl")
+_DIST_BACKENDS = ("auto", "gloo", "nccl")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -102,6 +103,14 @@ class TrainConfig:
         workdir: where the compressed table is written and reused (default: None,
             `default_workdir`).
         progress: show progress bars.
+        dist_backend: process-group backend of a data-parallel run (started by ``torchrun``
+            or ``ibp-graph train --nproc-per-node N``): ``auto`` (NCCL when every local rank
+            has a GPU of its own, else gloo), ``gloo`` or ``nccl``. Ignored in a single
+            process.
+        dist_timeout: seconds a rank waits for the others in a collective before it stops
+            with an error (a rank that died, a hung host). The ranks also wait this long
+            while local rank 0 compresses the table on a first run: raise it for a large
+            table, or compress it beforehand.
     """
 
     dataset: str
@@ -130,6 +139,8 @@ class TrainConfig:
     eval_batch_size: int = 1024
     workdir: str | None = None
     progress: bool = False
+    dist_backend: str = "auto"
+    dist_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -307,6 +318,10 @@ def _check(cfg: TrainConfig) -> None:
         raise bad("align", f"'auto' or one of {', '.join(map(str, _ALIGNS))}")
     if not _DEVICE.match(cfg.device):
         raise bad("device", "auto, cpu, cuda or cuda:N")
+    if cfg.dist_backend not in _DIST_BACKENDS:
+        raise bad("dist_backend", f"one of {', '.join(_DIST_BACKENDS)}")
+    if not cfg.dist_timeout > 0.0:
+        raise bad("dist_timeout", "> 0 seconds")
     if cfg.model == "gat" and cfg.hidden % cfg.heads:
         raise ConfigError(
             f"hidden ({cfg.hidden}) must be a multiple of heads ({cfg.heads}) for gat"

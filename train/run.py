@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import statistics
 import sys
 import time
@@ -48,7 +49,7 @@ from ibp_graph.errors import IBPDeviceError, IBPFormatError
 from .backends import Backend, PyGBackend, get_backend
 from .config import TrainConfig, default_workdir
 
-__all__ = ["EpochResult", "RunResult", "TableInfo", "resolve_device", "train"]
+__all__ = ["EpochResult", "RunResult", "TableInfo", "resolve_device", "table_path", "train"]
 
 #: Rows compared bit for bit before a cached ``.ibp`` file is reused.
 SPOT_CHECK_ROWS = 256
@@ -141,6 +142,11 @@ class RunResult:
         epochs: one `EpochResult` per epoch.
         table: the compressed table (None with IBP off).
         setup_s: seconds spent loading the dataset and preparing the table.
+        world_size: ranks that trained together (1: a single process).
+        distributed: for a data-parallel run, how it ran: ``backend``, ``nodes``,
+            ``ranks_per_node``, ``segments`` (the shared segments, per rank) and
+            ``param_digests`` (SHA-256 of every rank's trained parameters, in rank order:
+            equal when the replicas are identical); None in a single process.
     """
 
     config: TrainConfig
@@ -152,6 +158,8 @@ class RunResult:
     epochs: list[EpochResult] = field(default_factory=list)
     table: TableInfo | None = None
     setup_s: float = 0.0
+    world_size: int = 1
+    distributed: dict[str, Any] | None = None
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -225,7 +233,8 @@ class RunResult:
         best, last = self.best_epoch, self.epochs[-1]
         ibp = "IBP on" if cfg.ibp else "IBP off"
         model = cfg.model if cfg.backend == "pyg" else f"{cfg.model} ({cfg.backend})"
-        head = f"== ibp-graph train: {self.dataset}, {model}, {ibp}, {self.device} =="
+        world = f", world size {self.world_size}" if self.distributed is not None else ""
+        head = f"== ibp-graph train: {self.dataset}, {model}, {ibp}, {self.device}{world} =="
         per = f"per epoch (mean of {n})"
         lines = [
             head,
@@ -255,6 +264,15 @@ class RunResult:
         if self.table is not None:
             how = "reused" if self.table.reused else f"compressed in {self.table.compress_s:.1f} s"
             lines.append(f"table        {self.table.path}: ratio {self.table.ratio:.2f}x ({how})")
+        if self.distributed is not None:
+            d = self.distributed
+            same = len(set(d["param_digests"])) == 1
+            lines.append(
+                f"distributed  world size {self.world_size} ({d['nodes']} node(s) x "
+                f"{d['ranks_per_node']} rank(s), {d['backend']}); loss, accuracy, bytes and "
+                f"batches summed over ranks, stage times averaged; replicas "
+                f"{'identical' if same else 'DIFFER'} after training"
+            )
         if torch.device(self.device).type == "cpu":
             lines.append(
                 "note         a CPU run: the bytes are what the fetches read from host memory;"
@@ -316,6 +334,11 @@ def _open_cached(path: Path, x: torch.Tensor) -> tuple[ibp_graph.IBPTable | None
     return table, "reused"
 
 
+def table_path(name: str, cfg: TrainConfig, workdir: Path) -> Path:
+    """Where `prepare_table` keeps the compressed features of dataset ``name``."""
+    return workdir / f"{name}-x-k{cfg.clusters}-align{cfg.align}.ibp"
+
+
 def prepare_table(
     x: torch.Tensor, name: str, cfg: TrainConfig, workdir: Path, log: Log
 ) -> tuple[ibp_graph.IBPTable, TableInfo]:
@@ -326,7 +349,7 @@ def prepare_table(
     decodes to ``x`` bit for bit; otherwise it is rewritten (atomically).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    path = workdir / f"{name}-x-k{cfg.clusters}-align{cfg.align}.ibp"
+    path = table_path(name, cfg, workdir)
     table, why = _open_cached(path, x)
     if table is not None:
         log(f"features: reusing {path} (ratio {table.ratio:.2f}x)")
@@ -411,11 +434,19 @@ def train_epoch(
     return float(total) / seen, int(correct) / seen, seen, int(fingerprint)
 
 
-@torch.no_grad()
 def _evaluate(
     model: torch.nn.Module, loader: Any, device: torch.device, backend: Backend | None = None
 ) -> tuple[float, float]:
     """Accuracy on the valid and on the test seeds of ``loader`` (``backend``: PyG)."""
+    (val_hits, test_hits), (val_n, test_n) = _evaluate_counts(model, loader, device, backend)
+    return _ratio(val_hits, val_n), _ratio(test_hits, test_n)
+
+
+@torch.no_grad()
+def _evaluate_counts(
+    model: torch.nn.Module, loader: Any, device: torch.device, backend: Backend | None = None
+) -> tuple[list[int], list[int]]:
+    """``([valid hits, test hits], [valid seeds, test seeds])`` over ``loader``'s batches."""
     backend = backend if backend is not None else _PYG
     model.eval()
     hits = torch.zeros(2, dtype=torch.int64, device=device)
@@ -426,9 +457,7 @@ def _evaluate(
         masks = torch.stack(backend.split_masks(batch))
         hits += (masks & ok).sum(dim=1)
         counts += masks.sum(dim=1)
-    (val_hits, test_hits), (val_n, test_n) = hits.tolist(), counts.tolist()
-    nan = float("nan")
-    return (val_hits / val_n if val_n else nan, test_hits / test_n if test_n else nan)
+    return hits.tolist(), counts.tolist()
 
 
 def _sync(device: torch.device) -> None:
@@ -445,13 +474,21 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
     mode, through the same kind of features as training. Per-stage times and bytes come
     from the training loader's ``stats``.
 
+    Started by ``torchrun`` (``WORLD_SIZE`` set), it trains data-parallel: it joins the
+    process group (`ibp_graph.distributed.ddp`), wraps the model in
+    ``DistributedDataParallel``, gives each rank its share of the training seeds every epoch
+    (the loaders' ``use_ddp``), puts the compressed rows into one shared segment per host
+    (each rank reads it on the CPU or pins it for its own GPU), evaluates a disjoint share of
+    the valid and test nodes per rank and reduces accuracy, loss and loader stats over the
+    ranks. Only rank 0 logs. A world size of 1 gives the losses of a single process.
+
     Args:
         cfg: the run's config (checked when it was built).
         log: receives the config echo, set-up and one line per epoch (default: stderr;
             None: silent).
 
     Returns:
-        The per-epoch results, the table and the derived summary.
+        The per-epoch results, the table and the derived summary (the same on every rank).
 
     Raises:
         IBPInputError: the dataset cannot be loaded (unknown name, missing OGB files).
@@ -459,38 +496,116 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
             build cannot use it: DGL's PyPI build).
         ImportError: the backend's framework (torch_geometric or DGL), or ogb for OGB
             datasets, is not installed.
+        SharedMemoryError: (data-parallel) ``/dev/shm`` or the locked-memory limit is too
+            small for the shared table; the message names the sizes and how to raise them.
+        DistributedError: (data-parallel) another rank failed, or did not answer within
+            ``cfg.dist_timeout`` seconds.
     """
     from ibp_graph.datasets import load_dataset
 
-    say: Log = log if log is not None else (lambda _m: None)
     backend = get_backend(cfg.backend)
-    device = _backend_device(backend, cfg.device, say)
+    device = _backend_device(backend, cfg.device, log if log is not None else (lambda _m: None))
+    ctx = _join(cfg, device)
+    quiet = log is None or (ctx is not None and not ctx.is_main)
+    say: Log = (lambda _m: None) if quiet else log  # type: ignore[assignment]
+    device = ctx.device if ctx is not None else device
     workdir = Path(cfg.workdir) if cfg.workdir is not None else default_workdir()
     eval_fanouts = list(cfg.eval_fanouts) if cfg.eval_fanouts is not None else [-1] * cfg.layers
     say("config:\n" + "".join(f"  {line}\n" for line in cfg.to_yaml().splitlines()).rstrip())
     say(f"device: {device}; workdir: {workdir}")
+    if ctx is not None:
+        say(
+            f"distributed: world size {ctx.world_size}, {ctx.num_nodes} node(s), backend "
+            f"{ctx.backend}, run {ctx.run_id}"
+        )
 
-    start = time.perf_counter()
-    ds = load_dataset(cfg.dataset, root=cfg.root)
-    graph = backend.graph(ds, undirected=cfg.undirected)
-    say(f"dataset: {ds!r}")
-    features: Any = None  # the loader's default: the graph's raw features
-    info = None
     opened: list[Any] = []
-    if cfg.ibp:
-        table, info = prepare_table(ds.x, ds.name, cfg, workdir, say)
-        opened.append(table)
-        if device.type == "cuda":  # pinned once, shared by both loaders
-            features = ibp_graph.open(table.path, device=device, progress=cfg.progress)
-            opened.append(features)
-        else:
-            features = table
-    setup_s = time.perf_counter() - start
     try:
-        return _run(cfg, backend, graph, ds, features, device, eval_fanouts, info, setup_s, say)
+        start = time.perf_counter()
+        ds = load_dataset(cfg.dataset, root=cfg.root)
+        graph = backend.graph(ds, undirected=cfg.undirected)
+        say(f"dataset: {ds!r}")
+        features: Any = None  # the loader's default: the graph's raw features
+        info = csr = None
+        if ctx is not None and backend.takes_csr:  # one CSR per host, not one per rank
+            from ibp_graph.distributed.host import share_host_graph
+
+            csr = share_host_graph(ctx, lambda: backend.csr(graph))
+        if cfg.ibp and ctx is not None:
+            features, info = _shared_features(ds, cfg, workdir, ctx, opened, say)
+        elif cfg.ibp:
+            table, info = prepare_table(ds.x, ds.name, cfg, workdir, say)
+            opened.append(table)
+            if device.type == "cuda":  # pinned once, shared by both loaders
+                features = ibp_graph.open(table.path, device=device, progress=cfg.progress)
+                opened.append(features)
+            else:
+                features = table
+        setup_s = time.perf_counter() - start
+        segments = [t.segment.name for t in opened if hasattr(t, "segment")]
+        if csr is not None:
+            segments.append(ctx.segment_name("graph"))
+        return _run(
+            cfg,
+            backend,
+            graph,
+            ds,
+            features,
+            device,
+            eval_fanouts,
+            info,
+            setup_s,
+            say,
+            ctx,
+            segments,
+            csr,
+        )
     finally:
         for t in reversed(opened):
             t.close()
+        if ctx is not None:
+            ctx.close()
+
+
+def _join(cfg: TrainConfig, device: torch.device) -> Any:
+    """The process group of a data-parallel run (None when not started by a launcher)."""
+    from ibp_graph.distributed.ddp import init_from_env, world_from_env
+
+    if world_from_env() is None:
+        return None
+    spec = "cpu" if device.type == "cpu" else ("cuda" if cfg.device == "auto" else cfg.device)
+    return init_from_env(spec, timeout_s=cfg.dist_timeout, backend=cfg.dist_backend)
+
+
+def _shared_features(
+    ds: Any, cfg: TrainConfig, workdir: Path, ctx: Any, opened: list[Any], say: Log
+) -> tuple[Any, TableInfo]:
+    """The table in this host's shared segment (pinned in place on a GPU), and its info.
+
+    Local rank 0 of each host compresses (or reuses) the file; every rank then reads the
+    rows from the host's one segment (`ibp_graph.distributed.host`).
+    """
+    from ibp_graph.distributed.host import open_shared_table, pin_shared_table
+
+    info = None
+    if ctx.is_local_main:
+        table, info = prepare_table(ds.x, ds.name, cfg, workdir, say)
+        table.close()
+    ctx.barrier()
+    path = table_path(ds.name, cfg, workdir)
+    shared = open_shared_table(ctx, path)
+    opened.append(shared)
+    say(
+        f"features: {shared.segment.nbytes} bytes of rows in one shared segment per host "
+        f"({shared.segment.name})"
+    )
+    if info is None:
+        info = TableInfo(str(path), float(shared.ratio), True, 0.0)
+    if ctx.device.type != "cuda":
+        return shared, info
+    gpu = pin_shared_table(ctx, shared, progress=cfg.progress)
+    opened.append(gpu)
+    return gpu, info
 
 
 def _backend_device(backend: Backend, spec: str, say: Log) -> torch.device:
@@ -509,6 +624,23 @@ def _backend_device(backend: Backend, spec: str, say: Log) -> torch.device:
     raise IBPDeviceError(f"device: {spec} but {why}; use device: cpu (or backend: pyg)")
 
 
+def _eval_seeds(ds: Any, ctx: Any) -> torch.Tensor:
+    """Valid and test nodes; a disjoint share per rank (every node once) when data-parallel."""
+    mask = ds.val_mask | ds.test_mask
+    if ctx is None or ctx.world_size == 1:
+        return mask
+    return mask.nonzero().view(-1)[ctx.rank :: ctx.world_size]
+
+
+def _digest(model: torch.nn.Module) -> str:
+    """SHA-256 of the model's parameters and buffers, in order (equal replicas, equal digest)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def _run(
     cfg: TrainConfig,
     backend: Backend,
@@ -520,6 +652,9 @@ def _run(
     info: TableInfo | None,
     setup_s: float,
     say: Log,
+    ctx: Any = None,
+    segments: list[str] | None = None,
+    csr: Any = None,
 ) -> RunResult:
     """Build the model and the loaders, then train and evaluate every epoch."""
     result = RunResult(
@@ -531,10 +666,22 @@ def _run(
         eval_fanouts=eval_fanouts,
         table=info,
         setup_s=setup_s,
+        world_size=1 if ctx is None else ctx.world_size,
     )
+    guard = ctx.guard if ctx is not None else contextlib.nullcontext
     with deterministic(True if device.type == "cpu" else None):
         torch.manual_seed(cfg.seed)
         model = backend.build_model(cfg, ds.num_features, ds.num_classes).to(device)
+        module = model
+        if ctx is not None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            with guard():  # broadcasts rank 0's initial weights
+                model = DistributedDataParallel(
+                    model, device_ids=[device.index] if device.type == "cuda" else None
+                )
+            if ctx.rank:  # other dropout draws per rank; rank 0 keeps the single-process ones
+                torch.manual_seed(cfg.seed + ctx.rank)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         common = dict(
             features=features,
@@ -542,6 +689,7 @@ def _run(
             prefetch=cfg.prefetch,
             graph_memory=cfg.graph_memory,
             sampler_backend=cfg.sampler_backend,
+            **({"csr": csr} if csr is not None else {}),
         )
         train_loader = backend.loader(
             graph,
@@ -550,13 +698,14 @@ def _run(
             batch_size=cfg.batch_size,
             shuffle=True,
             seed=cfg.seed,
-            progress=cfg.progress,
+            progress=cfg.progress and (ctx is None or ctx.is_main),
+            use_ddp=ctx is not None,
             **common,
         )
         eval_loader = backend.loader(
             graph,
             eval_fanouts,
-            ds.val_mask | ds.test_mask,
+            _eval_seeds(ds, ctx),
             batch_size=cfg.eval_batch_size,
             shuffle=False,
             seed=cfg.seed + 1,
@@ -566,21 +715,22 @@ def _run(
         for epoch in range(1, cfg.epochs + 1):
             _sync(device)
             t0 = time.perf_counter()
-            loss, train_acc, _, _ = train_epoch(
-                model, train_loader, optimizer, device, backend=backend
-            )
+            with guard():
+                loss, train_acc, seen, _ = train_epoch(
+                    model, train_loader, optimizer, device, backend=backend
+                )
             _sync(device)
             t1 = time.perf_counter()
             stats = train_loader.stats
-            val_acc, test_acc = _evaluate(model, eval_loader, device, backend)
+            hits, counts = _evaluate_counts(module, eval_loader, device, backend)
             _sync(device)
             t2 = time.perf_counter()
             row = EpochResult(
                 epoch=epoch,
                 loss=loss,
                 train_acc=train_acc,
-                val_acc=val_acc,
-                test_acc=test_acc,
+                val_acc=_ratio(hits[0], counts[0]),
+                test_acc=_ratio(hits[1], counts[1]),
                 time_s=t1 - t0,
                 eval_s=t2 - t1,
                 sample_s=stats.sample_s,
@@ -592,10 +742,69 @@ def _run(
                 pcie_bytes=stats.pcie_bytes,
                 raw_bytes=stats.decoded_bytes,
             )
+            if ctx is not None and ctx.world_size > 1:
+                row = _reduce_epoch(ctx, row, seen, hits, counts)
             result.epochs.append(row)
             say(
-                f"epoch {epoch:>3}/{cfg.epochs}  loss {loss:.4f}  train {train_acc:.4f}  "
-                f"valid {val_acc:.4f}  test {test_acc:.4f}  {row.time_s:.3f} s "
+                f"epoch {epoch:>3}/{cfg.epochs}  loss {row.loss:.4f}  train {row.train_acc:.4f}  "
+                f"valid {row.val_acc:.4f}  test {row.test_acc:.4f}  {row.time_s:.3f} s "
                 f"(eval {row.eval_s:.3f} s)"
             )
+    if ctx is not None:
+        result.distributed = {
+            "backend": ctx.backend,
+            "nodes": ctx.num_nodes,
+            "ranks_per_node": ctx.local_world_size,
+            "segments": ctx.gather(segments or []),
+            "param_digests": ctx.gather(_digest(module)),
+        }
     return result
+
+
+def _ratio(hits: int, count: int) -> float:
+    return hits / count if count else float("nan")
+
+
+def _reduce_epoch(
+    ctx: Any, row: EpochResult, seen: int, hits: list[int], counts: list[int]
+) -> EpochResult:
+    """One epoch's results over all ranks: sums of counts, averages of stage times."""
+    correct = round(row.train_acc * seen) if seen else 0
+    loss_sum = row.loss * seen if seen else 0.0
+    sums = ctx.sum(
+        [
+            loss_sum,
+            correct,
+            seen,
+            *hits,
+            *counts,
+            row.batches,
+            row.rows,
+            row.pcie_bytes,
+            row.raw_bytes,
+            row.sample_s,
+            row.fetch_s,
+            row.wait_s,
+            row.train_s,
+        ]
+    )
+    loss_sum, correct, seen_all, vh, th, vn, tn, batches, rows, pcie, raw = sums[:11]
+    sample_s, fetch_s, wait_s, train_s = (v / ctx.world_size for v in sums[11:])
+    time_s, eval_s = ctx.max([row.time_s, row.eval_s])
+    return dataclasses.replace(
+        row,
+        loss=loss_sum / seen_all if seen_all else float("nan"),
+        train_acc=correct / seen_all if seen_all else float("nan"),
+        val_acc=_ratio(int(vh), int(vn)),
+        test_acc=_ratio(int(th), int(tn)),
+        time_s=time_s,
+        eval_s=eval_s,
+        sample_s=sample_s,
+        fetch_s=fetch_s,
+        wait_s=wait_s,
+        train_s=train_s,
+        batches=int(batches),
+        rows=int(rows),
+        pcie_bytes=int(pcie),
+        raw_bytes=int(raw),
+    )

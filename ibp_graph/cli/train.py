@@ -8,6 +8,9 @@ Usage::
     ibp-graph train --config cora-gat --set backend=dgl
     ibp-graph train --config ogbn-products-sage --set root=/data/ogb fanouts=[10,10,5]
     ibp-graph train --config my-run.yaml --json result.json
+    ibp-graph train --config cora-sage --nproc-per-node 2
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \
+        -m ibp_graph train --config ogbn-products-sage
 
 ``--config`` takes a YAML file, or the name of a packaged config (``cora-sage``,
 ``cora-sage-dgl``, ``cora-gat``, ``citeseer-sage``, ``ogbn-arxiv-sage``,
@@ -19,6 +22,12 @@ ibp-graph's DGL ``DataLoader``; the ``dgl`` extra, on the CPU with DGL's PyPI bu
 config is echoed, then one line per epoch, on stderr; the summary block (accuracy, epoch
 time, per-stage time, bytes over PCIe with and without IBP, ratio) goes to stdout.
 
+Data-parallel: ``--nproc-per-node N`` starts N ranks on this host through torch's launcher
+(``torch.distributed.run``); under ``torchrun`` every rank runs this command. The model is
+wrapped in ``DistributedDataParallel``, each rank takes its share of the training seeds
+every epoch, the compressed rows sit once per host in shared memory, and only rank 0 prints
+and writes ``--json``; the summary names the world size.
+
 Exit status: 0 ok; 1 a data or runtime error (missing dataset files, an unusable GPU, the
 backend's framework not installed); 2 a bad config (unknown key, wrong type or value, no
 such config) or bad usage.
@@ -29,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,9 @@ examples:
   ibp-graph train --config cora-sage-dgl        # DGL models and loader (the dgl extra)
   ibp-graph train --config ogbn-products-sage --set root=/data/ogb device=cuda
   ibp-graph train --config cora-sage --json cora.json   # the full result as JSON
+  ibp-graph train --config cora-sage --nproc-per-node 2  # 2 data-parallel ranks (gloo on CPU)
+  torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \
+      -m ibp_graph train --config cora-sage               # on each of 2 hosts
 
 --config: a YAML file, or a packaged config by name (cora-sage, cora-sage-dgl, cora-gat,
 citeseer-sage, ogbn-arxiv-sage, ogbn-products-sage, ogbn-papers100M-sage). --set backend=dgl
@@ -80,8 +93,50 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="also write the full result (config, per-epoch rows, summary values) as JSON",
     )
+    p.add_argument(
+        "--nproc-per-node",
+        type=_nproc,
+        default=None,
+        metavar="N",
+        help="train data-parallel with N ranks on this host, started by torch's launcher "
+        "(gloo on the CPU, one GPU per rank with NCCL)",
+    )
     p.set_defaults(run=run, parser=p)
     return p
+
+
+def _nproc(text: str) -> int:
+    """``--nproc-per-node``: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return n
+
+
+def _is_rank0() -> bool:
+    """Whether this process prints results: not a launched rank, or rank 0."""
+    return os.environ.get("RANK", "0").strip() in ("0", "")
+
+
+def _launch(args: argparse.Namespace) -> int:
+    """Start ``--nproc-per-node`` ranks of this command through torch's launcher."""
+    from ..distributed.launch import launch_local
+
+    if "WORLD_SIZE" in os.environ:
+        raise UsageError(
+            "--nproc-per-node starts its own ranks; under torchrun, leave it out "
+            "(torchrun's --nproc-per-node sets the ranks)"
+        )
+    child = ["train", "--config", args.config]
+    if args.overrides:
+        child += ["--set", *args.overrides]
+    if args.json is not None:
+        child += ["--json", args.json]
+    launch_local(child, args.nproc_per_node)
+    return 0
 
 
 def _json_ready(value: Any) -> Any:
@@ -106,9 +161,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.json) if args.json is not None else None
     if out is not None:
         check_output_dir(out)  # before a possibly long run
+    if args.nproc_per_node is not None:
+        return _launch(args)
     from ..train.run import train
 
     result = train(cfg, log=say)
+    if not _is_rank0():
+        return 0
     print(result.summary(), flush=True)
     if out is not None:
         out.write_text(json.dumps(_json_ready(result.to_dict()), indent=2) + "\n")

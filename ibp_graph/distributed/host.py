@@ -1,0 +1,131 @@
+"""One copy per host: local rank 0 fills a segment, the other local ranks attach to it.
+
+Every rank calls the same function; they meet at two barriers:
+
+1. local rank 0 creates the segment (its size checked against ``/dev/shm`` first, one clear
+   error when it does not fit) and fills it; the others wait;
+2. the other local ranks map it; local rank 0 waits, then removes its name, so nothing is
+   left in ``/dev/shm`` whatever happens to the ranks afterwards (the memory is freed with
+   the last mapping). Before that point the creator's watchdog removes it if it dies.
+
+.. code-block:: python
+
+    table = open_shared_table(ctx, "cora.ibp")          # a SharedIBPTable on every rank
+    gpu = pin_shared_table(ctx, table)                  # a CudaIBPTable pinning the segment
+    graph = share_host_graph(ctx, lambda: CSRGraph.from_data(data))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ..graph import CSRGraph
+from ..table import IBPTable
+from .ddp import DistContext
+from .shared_graph import attach_graph, graph_segment_size, share_graph
+from .shared_table import SharedIBPTable, fill_rows, segment_size
+from .shm import SharedSegment, check_memlock
+
+__all__ = ["open_shared_table", "pin_shared_table", "share_host_graph"]
+
+
+def _one_per_host(
+    ctx: DistContext, name: str, create: Callable[[], SharedSegment]
+) -> SharedSegment:
+    """The two-barrier protocol: ``create`` on local rank 0, attach elsewhere, then unlink."""
+    seg = create() if ctx.is_local_main else None
+    try:
+        ctx.barrier()
+        if seg is None:
+            seg = SharedSegment.attach(name)
+        ctx.barrier()
+    except BaseException:
+        if seg is not None:
+            seg.close()
+        raise
+    seg.unlink()
+    return seg
+
+
+def open_shared_table(ctx: DistContext, path: str | os.PathLike[str]) -> SharedIBPTable:
+    """The table at ``path`` with its rows in this host's one shared segment.
+
+    Local rank 0 opens the file with every check (checksums included) and copies its rows.
+
+    Raises:
+        SharedMemoryError: ``/dev/shm`` is too small (on local rank 0; the message names the
+            sizes and how to raise it).
+        DistributedError: another rank failed meanwhile.
+        IBPFormatError: the file is not a valid ``.ibp`` file.
+    """
+    name = ctx.segment_name("rows")
+
+    def create() -> SharedSegment:
+        with IBPTable(path, mmap=True, verify=True) as src:
+            seg = SharedSegment.create(name, segment_size(src))
+            try:
+                fill_rows(src, seg)
+            except BaseException:
+                seg.close()
+                raise
+        return seg
+
+    seg = _one_per_host(ctx, name, create)
+    try:
+        return SharedIBPTable(path, seg)
+    except BaseException:
+        seg.close()
+        raise
+
+
+def pin_shared_table(ctx: DistContext, table: SharedIBPTable, *, progress: bool | None = None):
+    """A `CudaIBPTable` on ``ctx.device`` that pins ``table``'s segment in place.
+
+    Every local rank pins the same host pages for its own GPU; nothing is copied. Keep
+    ``table`` open while the GPU table is used, and close the GPU table first.
+
+    Raises:
+        SharedMemoryError: pinning failed and the locked-memory limit is below the segment's
+            size (the message names both and how to raise the limit). The limit is not
+            checked beforehand: CUDA's pinning is often not charged to it.
+        PinningError: CUDA refused to pin the memory for another reason.
+    """
+    from .. import cuda_table
+    from ..pinned import PinningError
+
+    try:
+        return cuda_table.CudaIBPTable(
+            table.path,
+            device=ctx.device,
+            verify=False,
+            progress=progress,
+            host_rows=table.host_rows,
+        )
+    except PinningError:
+        check_memlock(table.segment.nbytes, table.path)
+        raise
+
+
+def share_host_graph(ctx: DistContext, build: Callable[[], CSRGraph]) -> CSRGraph:
+    """A `CSRGraph` held once per host: local rank 0 calls ``build`` and shares the result.
+
+    The returned graph's tensors are views of the segment (kept mapped while they live).
+
+    Raises:
+        SharedMemoryError: ``/dev/shm`` is too small for the graph.
+        DistributedError: another rank failed meanwhile.
+    """
+    name = ctx.segment_name("graph")
+
+    def create() -> SharedSegment:
+        graph = build().to("cpu")
+        seg = SharedSegment.create(name, graph_segment_size(graph))
+        try:
+            share_graph(graph, seg)
+        except BaseException:
+            seg.close()
+            raise
+        return seg
+
+    return attach_graph(_one_per_host(ctx, name, create))

@@ -1,0 +1,85 @@
+"""``ibp-graph train --nproc-per-node N``: N local ranks started by torch's own launcher.
+
+This process becomes torch's elastic agent (``torch.distributed.run`` with
+``--standalone``, a c10d rendezvous on a free local port), which starts
+``python -m ibp_graph train ...`` N times with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+the rest set; a rank that fails makes the agent stop the others. Across hosts, run
+``torchrun --nnodes M --nproc-per-node N -m ibp_graph train ...`` on every host instead.
+
+It also owns the run's shared segments: it names the run (``IBP_GRAPH_RUN_ID``) and removes
+anything of that run left in ``/dev/shm`` when the ranks are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import IBPInputError
+from .ddp import RUN_ID_ENV, DistributedError
+from .shm import SHM_DIR
+
+__all__ = ["launch_local", "leftover_segments"]
+
+
+def leftover_segments(run_id: str, shm_dir: str | os.PathLike[str] = SHM_DIR) -> list[Path]:
+    """Segments of run ``run_id`` still in ``shm_dir``."""
+    return sorted(Path(shm_dir).glob(f"ibp-graph-{run_id}-*"))
+
+
+def launch_local(args: Sequence[str], nproc_per_node: int, *, run_id: str | None = None) -> None:
+    """Run ``python -m ibp_graph ARGS`` as ``nproc_per_node`` ranks on this host.
+
+    Args:
+        args: the ``ibp-graph`` arguments of every rank (e.g. ``["train", "--config", "x"]``).
+        nproc_per_node: ranks to start (>= 1).
+        run_id: names the run's shared segments (default: ``IBP_GRAPH_RUN_ID`` when set,
+            else a random one).
+
+    Raises:
+        IBPInputError: ``nproc_per_node`` is not an int >= 1.
+        DistributedError: a rank failed (naming it, its exit code or signal).
+    """
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int):
+        raise IBPInputError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node!r}")
+    if nproc_per_node < 1:
+        raise IBPInputError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node}")
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    run_id = run_id or os.environ.get(RUN_ID_ENV) or secrets.token_hex(4)
+    config = torch_run.parse_args(
+        [
+            "--standalone",
+            f"--nproc-per-node={nproc_per_node}",
+            "--max-restarts=0",
+            "--module",
+            "ibp_graph",
+            *args,
+        ]
+    )
+    previous = os.environ.get(RUN_ID_ENV)
+    os.environ[RUN_ID_ENV] = run_id
+    try:
+        torch_run.run(config)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        how = (
+            f"killed by {failure.signal_name()}"
+            if failure.exitcode < 0
+            else f"exit code {failure.exitcode}"
+        )
+        raise DistributedError(
+            f"rank {rank} of {nproc_per_node} failed ({how}); its error is above"
+        ) from None
+    finally:
+        if previous is None:
+            os.environ.pop(RUN_ID_ENV, None)
+        else:
+            os.environ[RUN_ID_ENV] = previous
+        for path in leftover_segments(run_id):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()

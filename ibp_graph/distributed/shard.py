@@ -1,0 +1,68 @@
+"""Each rank's share of an epoch's seed order, with the semantics of torch's DistributedSampler.
+
+Every rank computes the same epoch order (the loaders derive it from the shared base seed and
+the epoch), then keeps every ``world_size``-th position starting at its ``rank``. Without
+``drop_last`` the order is first padded by repeating its beginning until its length divides by
+``world_size`` (so a few seeds are seen twice per epoch); with ``drop_last`` its tail is cut
+instead (so up to ``world_size - 1`` seeds are not seen that epoch). Either way every rank gets
+the same number of seeds, hence the same number of batches, and the shares of all ranks are
+disjoint (up to the padding) and together cover the order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import IBPInputError
+
+__all__ = ["rank_share", "share_size"]
+
+
+def _check(rank: object, world_size: object) -> tuple[int, int]:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise IBPInputError(f"world_size must be an int >= 1, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise IBPInputError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+    return rank, world_size
+
+
+def share_size(n: int, world_size: int, *, drop_last: bool = False) -> int:
+    """How many of ``n`` seeds each of ``world_size`` ranks gets.
+
+    Args:
+        n: seeds in the epoch's order.
+        world_size: ranks sharing them.
+        drop_last: cut the order's tail instead of padding it (default: False).
+
+    Raises:
+        IBPInputError: ``world_size`` is not an int >= 1.
+    """
+    _check(0, world_size)
+    return n // world_size if drop_last else -(-n // world_size)
+
+
+def rank_share(
+    order: torch.Tensor, *, rank: int, world_size: int, drop_last: bool = False
+) -> torch.Tensor:
+    """The positions of ``order`` (a 1-D tensor, the same on every rank) that ``rank`` keeps.
+
+    Example:
+        >>> rank_share(torch.arange(5), rank=1, world_size=2).tolist()
+        [1, 3, 0]
+        >>> rank_share(torch.arange(5), rank=1, world_size=2, drop_last=True).tolist()
+        [1, 3]
+
+    Raises:
+        IBPInputError: ``rank`` or ``world_size`` is out of range, or ``order`` is not 1-D.
+    """
+    rank, world_size = _check(rank, world_size)
+    if not isinstance(order, torch.Tensor) or order.dim() != 1:
+        raise IBPInputError(
+            f"order must be a 1-D tensor, got {getattr(order, 'shape', type(order).__name__)}"
+        )
+    n = order.numel()
+    total = share_size(n, world_size, drop_last=drop_last) * world_size
+    if total > n:  # n >= 1 here: an empty order needs no padding
+        reps = -(-(total - n) // n)
+        order = torch.cat([order, order.repeat(reps)[: total - n]])
+    return order[rank:total:world_size]

@@ -1,0 +1,116 @@
+"""One copy per host of the CSR graph the samplers read, in a shared-memory segment.
+
+Layout of the segment: a 64-byte header (magic, nodes, edges, bytes per index), then
+``indptr`` (int64), ``indices`` (int64 or int32) and ``edge_ids`` (int64), each starting on
+a 64-byte boundary. `share_graph` writes it (one process per host); `attach_graph` returns a
+`CSRGraph` whose tensors are views of the segment, so every local rank samples from the same
+pages.
+
+.. code-block:: python
+
+    seg = SharedSegment.create(name, graph_segment_size(graph))
+    share_graph(graph, seg)                                # local rank 0
+    g = attach_graph(SharedSegment.attach(name))          # every rank
+"""
+
+from __future__ import annotations
+
+import mmap
+import warnings
+
+import numpy as np
+import torch
+
+from ..errors import IBPFormatError, IBPInputError
+from ..graph import CSRGraph
+from .shm import SharedSegment
+
+__all__ = ["attach_graph", "graph_segment_size", "share_graph"]
+
+_MAGIC = b"IBPGCSR1"
+_HEADER = 64
+_ALIGN = 64
+_INDEX = {8: torch.int64, 4: torch.int32}
+
+
+def _up(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def _layout(num_nodes: int, num_edges: int, index_bytes: int) -> tuple[int, int, int, int]:
+    """Byte offsets of indptr, indices and edge_ids, and the end of the data."""
+    indptr = _HEADER
+    indices = _up(indptr + 8 * (num_nodes + 1), _ALIGN)
+    edge_ids = _up(indices + index_bytes * num_edges, _ALIGN)
+    return indptr, indices, edge_ids, edge_ids + 8 * num_edges
+
+
+def graph_segment_size(graph: CSRGraph) -> int:
+    """Bytes of the segment that holds ``graph`` (whole pages)."""
+    end = _layout(graph.num_nodes, graph.num_edges, graph.indices.element_size())[3]
+    return _up(end, mmap.PAGESIZE)
+
+
+def _view(seg: SharedSegment, start: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if count == 0:
+        return torch.empty(0, dtype=dtype)
+    with warnings.catch_warnings():  # the segment is writable; the warning is about that
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(seg.array[start : start + count * itemsize], dtype=dtype)
+
+
+def share_graph(graph: CSRGraph, segment: SharedSegment) -> CSRGraph:
+    """Write ``graph`` (on the CPU) into ``segment``; return the copy that reads it there.
+
+    Raises:
+        IBPInputError: the graph is not on the CPU, or the segment is closed or too small.
+    """
+    if graph.device.type != "cpu":
+        raise IBPInputError(f"the graph to share must be on the CPU, got {graph.device}")
+    need = graph_segment_size(graph)
+    if segment.closed or segment.nbytes < need:
+        have = "closed" if segment.closed else f"{segment.nbytes} bytes"
+        raise IBPInputError(f"segment {segment.name} is {have}, the graph needs {need} bytes")
+    n, e, ib = graph.num_nodes, graph.num_edges, graph.indices.element_size()
+    header = np.zeros(_HEADER, dtype=np.uint8)
+    header[:8] = np.frombuffer(_MAGIC, dtype=np.uint8)
+    header[8:32] = np.array([n, e, ib], dtype="<i8").view(np.uint8)
+    segment.array[:_HEADER] = header
+    out = _attach(segment)
+    out.indptr.copy_(graph.indptr)
+    out.indices.copy_(graph.indices)
+    out.edge_ids.copy_(graph.edge_ids)
+    return out
+
+
+def _attach(segment: SharedSegment) -> CSRGraph:
+    head = segment.array[:_HEADER]
+    if segment.nbytes < _HEADER or head[:8].tobytes() != _MAGIC:
+        raise IBPFormatError(f"{segment.path}: not a shared CSR graph (bad magic)")
+    n, e, ib = (int(v) for v in head[8:32].view("<i8"))
+    if n < 1 or e < 0 or ib not in _INDEX:
+        raise IBPFormatError(f"{segment.path}: bad graph header (nodes {n}, edges {e}, index {ib})")
+    p_indptr, p_indices, p_edges, end = _layout(n, e, ib)
+    if end > segment.nbytes:
+        raise IBPFormatError(
+            f"{segment.path}: the graph needs {end} bytes, the segment has {segment.nbytes}"
+        )
+    return CSRGraph(
+        indptr=_view(segment, p_indptr, n + 1, torch.int64),
+        indices=_view(segment, p_indices, e, _INDEX[ib]),
+        edge_ids=_view(segment, p_edges, e, torch.int64),
+        num_nodes=n,
+    )
+
+
+def attach_graph(segment: SharedSegment) -> CSRGraph:
+    """The `CSRGraph` held in ``segment`` (written by `share_graph`), as views of it.
+
+    The segment must stay open while the graph is used (its tensors keep the mapping
+    alive).
+
+    Raises:
+        IBPFormatError: the segment does not hold a graph written by `share_graph`.
+    """
+    return _attach(segment)

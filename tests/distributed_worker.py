@@ -1,0 +1,142 @@
+"""One rank of the multi-process tests (tests/test_distributed_*.py); writes rank-N.json.
+
+Started by torchrun, or directly with RANK / WORLD_SIZE / ... set:
+
+    python tests/distributed_worker.py loader OUT_DIR TABLE.ibp GRAPH.pt
+    python tests/distributed_worker.py train OUT_DIR [--fail raise|kill] [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+
+def _segment_memory(name: str) -> dict[str, int]:
+    """Rss and Pss (bytes) of this process's mappings of the shared segment ``name``."""
+    out = {"rss": 0, "pss": 0}
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(maxsplit=1)[0]
+        if "-" in first and not first.endswith(":"):
+            inside = name in line
+        elif inside and first in ("Rss:", "Pss:"):
+            out[first[:-1].lower()] += int(line.split()[1]) * 1024
+    return out
+
+
+def loader(args: argparse.Namespace) -> dict:
+    from torch_geometric.data import Data
+
+    import ibp_graph
+    from ibp_graph.distributed.ddp import init_from_env
+    from ibp_graph.distributed.host import open_shared_table, share_host_graph
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    ctx = init_from_env("cpu", timeout_s=60)
+    graph = torch.load(args.graph)
+    shared = open_shared_table(ctx, args.table)
+    reference = ibp_graph.open(args.table)  # the single-process table, from the file
+    data = Data(edge_index=graph["edge_index"], num_nodes=graph["num_nodes"])
+    csr = share_host_graph(ctx, lambda: CSRGraph.from_data(data))
+    loader = NeighborLoader(
+        data,
+        [5, 3],
+        input_nodes=graph["train"],
+        batch_size=16,
+        shuffle=True,
+        seed=11,
+        features=shared,
+        use_ddp=True,
+        ddp_seed=11,
+        csr=csr,
+    )
+    epochs, same = [], True
+    for _ in range(2):
+        seeds, batches = [], 0
+        for batch in loader:
+            seeds.append(batch.n_id[: batch.batch_size])
+            want = reference[batch.n_id]
+            same &= torch.equal(batch.x.view(torch.int32), want.view(torch.int32))
+            batches += 1
+        epochs.append({"seeds": torch.cat(seeds).tolist(), "batches": batches})
+    shared[:]  # touch every row of the segment
+    ctx.barrier()  # every rank has touched it: proportional shares are final
+    memory = _segment_memory(shared.segment.name)
+    graph_name = ctx.segment_name("graph")
+    graph_memory = _segment_memory(graph_name)
+    ctx.barrier()
+    out = {
+        "epochs": epochs,
+        "features_identical": bool(same),
+        "segment": shared.segment.name,
+        "segment_bytes": shared.segment.nbytes,
+        "memory": memory,
+        "graph_segment": graph_name,
+        "graph_memory": graph_memory,
+        "graph_csr_bytes": sum(
+            t.numel() * t.element_size() for t in (csr.indptr, csr.indices, csr.edge_ids)
+        ),
+    }
+    shared.close()
+    ctx.close()
+    return out
+
+
+def train(args: argparse.Namespace) -> dict:
+    from ibp_graph.train import run as run_module
+    from ibp_graph.train.config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    rank = int(os.environ["RANK"])
+    if args.fail and rank == 1:
+
+        def failing(*a, **kw):
+            if args.fail == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError("injected failure in rank 1")
+
+        run_module.train_epoch = failing
+    result = run_module.train(cfg, log=None)
+    return {
+        "losses": result.losses,
+        "world_size": result.world_size,
+        "distributed": result.distributed,
+        "summary": result.summary(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["loader", "train"])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("table", nargs="?")
+    parser.add_argument("graph", nargs="?")
+    parser.add_argument("--config", default="cora-sage")
+    parser.add_argument("--fail", choices=["raise", "kill"], default=None)
+    parser.add_argument("--set", dest="overrides", nargs="+", default=[])
+    args = parser.parse_args()
+    rank = int(os.environ["RANK"])
+    start = time.monotonic()
+    try:
+        out = loader(args) if args.mode == "loader" else train(args)
+        code = 0
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out = {"error": str(exc), "type": type(exc).__name__, "trace": traceback.format_exc()}
+        code = 1
+    out["elapsed_s"] = time.monotonic() - start
+    (args.out / f"rank-{rank}.json").write_text(json.dumps(out))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Shared-memory segments, the shared table and graph, and pinning caller-owned memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ibp_graph
+from ibp_graph.distributed import shm
+from ibp_graph.distributed.shared_graph import attach_graph, graph_segment_size, share_graph
+from ibp_graph.distributed.shared_table import SharedIBPTable, fill_rows, segment_size
+from ibp_graph.distributed.shm import SharedMemoryError, SharedSegment
+from ibp_graph.graph import CSRGraph
+from ibp_graph.pinned import TAIL_PAD, PinnedBuffer
+
+pytestmark = pytest.mark.skipif(not shm.SHM_DIR.is_dir(), reason="no /dev/shm on this system")
+
+
+@pytest.fixture
+def seg_name(request) -> str:
+    name = f"ibp-graph-test-{request.node.name[:40]}-{time.monotonic_ns()}"
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+    yield name
+    (shm.SHM_DIR / name).unlink(missing_ok=True)
+
+
+def _gone(path: Path, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not path.exists():
+            return True
+        time.sleep(0.05)
+    return not path.exists()
+
+
+def test_attach_sees_the_creators_bytes_and_unlink_keeps_mappings(seg_name) -> None:
+    seg = SharedSegment.create(seg_name, 10_000)
+    assert seg.owner and seg.nbytes == 10_000 and seg.path.exists()
+    seg.array[:4] = [1, 2, 3, 4]
+    other = SharedSegment.attach(seg_name)
+    assert not other.owner and other.array[:4].tolist() == [1, 2, 3, 4]
+    seg.unlink()
+    assert not seg.path.exists()
+    other.array[5] = 9  # still the same memory after the name is gone
+    assert seg.array[5] == 9
+    with pytest.raises(SharedMemoryError, match="no such shared segment"):
+        SharedSegment.attach(seg_name)
+    other.close()
+    seg.close()
+    assert seg.closed and other.closed
+
+
+def test_bad_names_sizes_and_duplicates_are_one_line_errors(seg_name) -> None:
+    with pytest.raises(ibp_graph.IBPInputError, match="segment name"):
+        SharedSegment.create("a/b", 10)
+    with pytest.raises(ibp_graph.IBPInputError, match="segment size"):
+        SharedSegment.create(seg_name, 0)
+    with SharedSegment.create(seg_name, 10):
+        with pytest.raises(SharedMemoryError, match="exists"):
+            SharedSegment.create(seg_name, 10)
+    assert not (shm.SHM_DIR / seg_name).exists()  # closing the owner removes it
+
+
+def test_too_small_dev_shm_names_needed_available_and_the_fix(seg_name, monkeypatch) -> None:
+    monkeypatch.setattr(shm, "shm_available", lambda shm_dir=shm.SHM_DIR: 1 << 20)
+    with pytest.raises(SharedMemoryError) as err:
+        SharedSegment.create(seg_name, 3 << 30)
+    msg = str(err.value)
+    assert "needs 3.00 GiB" in msg and "only 0.00 GiB (1048576 bytes)" in msg
+    assert "--shm-size" in msg and "remount" in msg
+    assert not (shm.SHM_DIR / seg_name).exists()
+
+
+def test_a_real_too_small_tmpfs_fails_before_any_write(tmp_path) -> None:
+    # A folder whose free space is known: ask for more than the file system has.
+    free = shm.shm_available(tmp_path)
+    with pytest.raises(SharedMemoryError, match="is available"):
+        SharedSegment.create("big", free + (1 << 30), shm_dir=tmp_path)
+    assert not (tmp_path / "big").exists()
+
+
+def test_memlock_error_names_both_sizes_and_how_to_raise(monkeypatch) -> None:
+    monkeypatch.setattr(shm.resource, "getrlimit", lambda _r: (8 << 20, 8 << 20))
+    with pytest.raises(SharedMemoryError) as err:
+        shm.check_memlock(1 << 30, "x.ibp")
+    msg = str(err.value)
+    assert msg.startswith("x.ibp: pinning needs 1.00 GiB")
+    assert "0.01 GiB (8388608 bytes)" in msg and "ulimit -l unlimited" in msg
+    shm.check_memlock(1 << 20, "x.ibp")  # fits
+
+
+_CHILD = """
+import os, signal, sys
+from ibp_graph.distributed.shm import SharedSegment
+seg = SharedSegment.create(sys.argv[1], 1 << 20)
+seg.array[:] = 7
+print("created", flush=True)
+how = sys.argv[2]
+if how == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if how == "raise":
+    raise RuntimeError("a rank failed")
+# "exit": a normal exit without closing the segment
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "raise", "kill"])
+def test_no_segment_is_left_when_the_creator_exits_raises_or_is_killed(seg_name, how) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_CHILD), seg_name, how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "created" in proc.stdout, proc.stderr
+    assert (proc.returncode == 0) == (how == "exit")
+    assert _gone(shm.SHM_DIR / seg_name), f"{seg_name} left in /dev/shm after '{how}'"
+
+
+@pytest.fixture(scope="module")
+def table_file(tmp_path_factory) -> Path:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 24)).astype(np.float32)
+    x[:, :12] = np.round(x[:, :12])  # some columns compress
+    path = tmp_path_factory.mktemp("shared") / "x.ibp"
+    ibp_graph.compress(x, path, seed=0).close()
+    return path
+
+
+def test_shared_table_reads_the_segment_bit_for_bit(table_file, seg_name) -> None:
+    with ibp_graph.open(table_file) as src:
+        seg = SharedSegment.create(seg_name, segment_size(src))
+        fill_rows(src, seg)
+        want = src[:].view(torch.int32)
+        assert seg.nbytes % 4096 == 0 and seg.nbytes >= src.stored_bytes + TAIL_PAD
+    shared = SharedIBPTable(table_file, SharedSegment.attach(seg_name))
+    seg.unlink()
+    assert torch.equal(shared[:].view(torch.int32), want)
+    ids = torch.tensor([299, 0, 7, 7])
+    assert torch.equal(shared[ids].view(torch.int32), want[ids])
+    # The rows really come from the segment, not from the file.
+    assert np.shares_memory(shared.rows_section, shared.segment.array)
+    shared.segment.array[:] = 0xFF  # rows read afterwards change, or are found corrupt
+    try:
+        assert not torch.equal(shared[:].view(torch.int32), want)
+    except ibp_graph.IBPFormatError:
+        pass
+    shared.close()
+    seg.close()
+
+
+def test_shared_table_refuses_a_segment_too_small(table_file, seg_name) -> None:
+    with SharedSegment.create(seg_name, 4096) as seg:
+        with pytest.raises(ibp_graph.IBPInputError, match="the rows need"):
+            SharedIBPTable(table_file, seg)
+
+
+def test_shared_graph_is_the_same_csr_over_the_segment(seg_name) -> None:
+    gen = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, 50, (2, 400), generator=gen)
+    for dtype in (torch.int64, torch.int32):
+        graph = CSRGraph.from_edge_index(edge_index, 50, indices_dtype=dtype)
+        name = f"{seg_name}-{dtype}".replace("torch.", "")
+        with SharedSegment.create(name, graph_segment_size(graph)) as seg:
+            share_graph(graph, seg)
+            other = SharedSegment.attach(name)
+            got = attach_graph(other)
+            for key in ("indptr", "indices", "edge_ids"):
+                assert torch.equal(getattr(got, key), getattr(graph, key)), key
+            assert got.indices.dtype == dtype and got.num_nodes == 50
+            assert np.shares_memory(got.indptr.numpy(), other.array)
+            del got
+            other.close()
+    with SharedSegment.create(seg_name, 4096) as seg:
+        with pytest.raises(ibp_graph.IBPFormatError, match="not a shared CSR graph"):
+            attach_graph(seg)
+
+
+class _Runtime:
+    """The calls PinnedBuffer makes, recorded (see tests/test_kernels.py for the full fake)."""
+
+    class CUDARuntimeError(RuntimeError):
+        pass
+
+    def __init__(self) -> None:
+        self.registered: list[tuple[int, int]] = []
+        self.unregistered: list[int] = []
+
+    def getDevice(self):  # noqa: N802
+        return 0
+
+    def setDevice(self, device):  # noqa: N802
+        pass
+
+    def deviceSynchronize(self):  # noqa: N802
+        pass
+
+    def deviceGetAttribute(self, attrib, device):  # noqa: N802
+        return 1
+
+    def hostRegister(self, ptr, size, flags):  # noqa: N802
+        self.registered.append((ptr, size))
+
+    def hostUnregister(self, ptr):  # noqa: N802
+        self.unregistered.append(ptr)
+
+    def pointerGetAttributes(self, ptr):  # noqa: N802
+        return types.SimpleNamespace(devicePointer=ptr)
+
+
+def test_two_buffers_pin_the_same_segment_in_place_and_leave_it_mapped(seg_name) -> None:
+    seg = SharedSegment.create(seg_name, 3 * 4096)
+    seg.array[:100] = 5
+    other = SharedSegment.attach(seg_name)
+    runtimes = [_Runtime(), _Runtime()]
+    bufs = [
+        PinnedBuffer(1000, "x.ibp", types.SimpleNamespace(runtime=rt), backing=s.array)
+        for rt, s in zip(runtimes, (seg, other), strict=True)
+    ]
+    for buf, s, rt in zip(bufs, (seg, other), runtimes, strict=True):
+        assert buf.pin() == s.address  # the segment itself, not a copy
+        assert rt.registered == [(s.address, s.nbytes)]
+        buf.close()
+        assert rt.unregistered == [s.address]
+    assert seg.array[:100].tolist() == [5] * 100  # unpinning does not free caller memory
+    other.close()
+    seg.close()
+
+
+def test_pinned_buffer_refuses_unusable_backing() -> None:
+    cuda = types.SimpleNamespace(runtime=_Runtime())
+    with pytest.raises(ValueError, match="needs 1064"):
+        PinnedBuffer(1000, "x.ibp", cuda, backing=np.zeros(1000, dtype=np.uint8))
+    with pytest.raises(ValueError, match="1-D uint8"):
+        PinnedBuffer(10, "x.ibp", cuda, backing=np.zeros(4096, dtype=np.int32))
+    ro = np.zeros(4096, dtype=np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        PinnedBuffer(10, "x.ibp", cuda, backing=ro)
+
+
+def test_a_failed_pin_under_a_small_memlock_limit_names_it(table_file, seg_name, monkeypatch):
+    from ibp_graph import cuda_table
+    from ibp_graph.distributed.host import pin_shared_table
+    from ibp_graph.pinned import PinningError
+
+    with ibp_graph.open(table_file) as src:
+        seg = SharedSegment.create(seg_name, segment_size(src))
+        fill_rows(src, seg)
+    shared = SharedIBPTable(table_file, seg)
+    pinned: list[np.ndarray] = []
+
+    def fake_table(path, *, host_rows, **kwargs):
+        pinned.append(host_rows)
+        raise PinningError("x.ibp: could not pin")
+
+    monkeypatch.setattr(cuda_table, "CudaIBPTable", fake_table)
+    ctx = types.SimpleNamespace(device=torch.device("cuda", 0))
+    monkeypatch.setattr(shm.resource, "getrlimit", lambda _r: (4096, 4096))
+    with pytest.raises(SharedMemoryError, match="ulimit -l unlimited"):
+        pin_shared_table(ctx, shared)
+    assert pinned[0] is shared.segment.array  # the segment itself is what gets pinned
+    monkeypatch.setattr(shm.resource, "getrlimit", lambda _r: (-1, -1))  # unlimited
+    with pytest.raises(PinningError):
+        pin_shared_table(ctx, shared)
+    shared.close()
