@@ -5,6 +5,7 @@ Usage::
     .venv/bin/python benchmarks/sampling.py                  # CPU, and CUDA when available
     .venv/bin/python benchmarks/sampling.py --device cuda    # one device only
     .venv/bin/python benchmarks/sampling.py --device cuda --backend kernel
+    .venv/bin/python benchmarks/sampling.py --compare-dgl    # CPU: against DGL, 1 and 2 threads
 
 writes benchmarks/results/sampling-<device>.{json,md}.
 
@@ -28,11 +29,27 @@ over UVA (``CSRGraph.to_uva``, the loaders' ``graph_memory="uva"``) beside the g
 memory (``--graph-memory``, default both). Reported, one row per index width, graph memory and
 backend: the median batch time, the median of per-batch sampled edges per second and the total
 edges / total time. Threads: torch's default (all visible cores).
+
+``--compare-dgl`` (CPU only) times our sampler against DGL's C++ sampler side by side in one
+process instead: DGL's multi-layer sampling as ``dgl.dataloading.NeighborSampler.sample_blocks``
+does it (``dgl.sampling.sample_neighbors`` then ``dgl.to_block`` per layer, fanouts given
+innermost first, so the seeds get the first of ours), on a ``DGLGraph`` of the same edges (CSC
+built before timing). Contenders: DGL; ours with ``draw="once"`` (PyG's semantics, the default)
+and ``draw="per_hop"`` (DGL's semantics: the same expected edge count as DGL); and ours with
+``draw="once"`` on torch ops (the path CUDA graphs take, and CPU graphs where Numba is
+missing). For each ``torch.set_num_threads`` value of ``--threads`` (default 1 and 2), every
+batch of seeds is sampled by every contender in turn, the order rotating from batch to batch
+(A/B alternation), so load changes hit all of them alike. Reported per contender: median wall
+time and median process CPU time per batch, sampled edges per batch, median edges/s, and the
+ratio to DGL both of the median edges/s and as the median of per-batch ratios. Writes
+``sampling-cpu.{json,md}``, with the 1-minute load average before and after each thread count
+(the machine may be shared).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import resource
 import statistics
@@ -45,6 +62,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from ibp_graph import sampler as sampler_module  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
 from ibp_graph.sampler import BACKENDS, NeighborSampler  # noqa: E402
 
@@ -204,6 +222,161 @@ def run(
     print((args.out / f"{name}.md").read_text())
 
 
+def load_dgl():
+    """``dgl``, imported the way ibp-graph's DGL loader imports it (GraphBolt placeholder)."""
+    try:
+        importlib.import_module("ibp_graph.loaders.dgl")  # before dgl: it makes dgl importable
+        dgl = importlib.import_module("dgl")
+    except ImportError as exc:
+        raise SystemExit(f"--compare-dgl needs DGL: pip install 'ibp-graph[dgl]' ({exc})") from exc
+    return dgl
+
+
+def contenders(edge_index: torch.Tensor, args: argparse.Namespace) -> dict:
+    """name -> function(seeds) -> sampled edges, for `compare_dgl`."""
+    dgl = load_dgl()
+    graph = CSRGraph.from_edge_index(edge_index, args.nodes)
+    dg = dgl.graph((edge_index[0], edge_index[1]), num_nodes=args.nodes).formats("csc")
+    dg.create_formats_()
+    dgl_sampler = dgl.dataloading.NeighborSampler(list(reversed(args.fanouts)))
+
+    def dgl_batch(seeds: torch.Tensor) -> int:
+        _, _, blocks = dgl_sampler.sample_blocks(dg, seeds)
+        return sum(block.num_edges() for block in blocks)
+
+    def ours(draw: str, compiled: bool):
+        sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, draw=draw)
+
+        def batch(seeds: torch.Tensor) -> int:
+            before = sampler_module._COMPILED
+            sampler_module._COMPILED = compiled
+            try:
+                return sampler.sample(seeds).num_edges
+            finally:
+                sampler_module._COMPILED = before
+
+        return batch
+
+    return {
+        "dgl": dgl_batch,
+        "ibp-graph once": ours("once", True),
+        "ibp-graph per_hop": ours("per_hop", True),
+        "ibp-graph once, torch ops": ours("once", False),
+    }
+
+
+def compare_dgl(edge_index: torch.Tensor, args: argparse.Namespace, env: dict, info: dict):
+    """Our sampler and DGL's, alternating batch by batch, at each thread count."""
+    t0 = time.perf_counter()
+    fns = contenders(edge_index, args)
+    info["setup_s"] = time.perf_counter() - t0
+    names = list(fns)
+    total = args.warmup + args.batches
+    perm = torch.randperm(args.nodes, generator=torch.Generator().manual_seed(args.seed + 1))
+    seeds = perm[: total * args.batch_size].view(total, args.batch_size)
+    runs = []
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        load_before = os.getloadavg()[0]
+        samples = {name: [] for name in names}
+        for i in range(total):
+            for j in range(len(names)):
+                name = names[(i + j) % len(names)]
+                w0, c0 = time.perf_counter(), time.process_time()
+                edges = fns[name](seeds[i])
+                wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+                if i >= args.warmup:
+                    samples[name].append((wall, cpu, edges))
+        rows = []
+        for name in names:
+            walls, cpus, edges = zip(*samples[name], strict=True)
+            rates = [e / w for e, w in zip(edges, walls, strict=True)]
+            paired = [r / (e / w) for r, (w, _, e) in zip(rates, samples["dgl"], strict=True)]
+            rows.append(
+                {
+                    "contender": name,
+                    "median_batch_s": statistics.median(walls),
+                    "median_cpu_s": statistics.median(cpus),
+                    "mean_sampled_edges": statistics.fmean(edges),
+                    "median_edges_per_s": statistics.median(rates),
+                    "median_paired_ratio_to_dgl": statistics.median(paired),
+                }
+            )
+        base = rows[0]["median_edges_per_s"]
+        for row in rows:
+            row["ratio_to_dgl"] = row["median_edges_per_s"] / base
+        run = {"threads": threads, "load_average_before_after": [load_before, os.getloadavg()[0]]}
+        runs.append({**run, "results": rows})
+        print(f"threads={threads}: {rows}", file=sys.stderr, flush=True)
+    payload = {
+        **env,
+        "mode": "compare-dgl",
+        "graph": info,
+        "batch_size": args.batch_size,
+        "fanouts": args.fanouts,
+        "batches": args.batches,
+        "warmup": args.warmup,
+        "dgl_version": load_dgl().__version__,
+        "numba": sampler_module.sample_cpu.available(),
+        "runs": runs,
+        "peak_rss_gib": peak_rss_gib(),
+    }
+    write_json("sampling-cpu", payload, args.out)
+    (args.out / "sampling-cpu.md").write_text(compare_markdown(env, payload))
+    print((args.out / "sampling-cpu.md").read_text())
+
+
+def compare_markdown(env: dict, payload: dict) -> str:
+    g = payload["graph"]
+    commit = str(env.get("git_commit", "unknown"))
+    lines = [
+        *header_lines("CPU neighbor sampling: ibp-graph against DGL, side by side", env),
+        f"Commit: {commit.removesuffix('-dirty')}"
+        + (" plus uncommitted changes" if commit.endswith("-dirty") else "")
+        + f"; DGL {payload['dgl_version']}; Numba hop: {payload['numba']}.",
+        "",
+        f"Graph: {g['kind']}, {g['num_nodes']:,} nodes, {g['num_edges']:,} edges (generated in "
+        f"{g['generate_s']:.1f} s; CSR and DGL CSC built in {g['setup_s']:.1f} s). Batch size "
+        f"{payload['batch_size']}, fanouts {payload['fanouts']} (DGL: "
+        f"{list(reversed(payload['fanouts']))}), {payload['batches']} batches of distinct random "
+        f"seeds after {payload['warmup']} warm-up batches, every batch sampled by every "
+        "contender in rotating order. Edges/s: sampled edges over wall time per batch; ratio: "
+        "to DGL's median edges/s, and the median of the per-batch ratios. Target: ratio >= 1 at "
+        "1 and 2 threads.",
+        "",
+    ]
+    for run in payload["runs"]:
+        load = run["load_average_before_after"]
+        lines += [
+            f"### torch.set_num_threads({run['threads']}) (1-min load average {load[0]:.2f} "
+            f"before, {load[1]:.2f} after)",
+            "",
+            "| contender | median batch (ms) | median CPU (ms) | edges/batch | median edges/s "
+            "| ratio to DGL | per-batch ratio |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in run["results"]:
+            lines.append(
+                f"| {r['contender']} | {1e3 * r['median_batch_s']:.1f} "
+                f"| {1e3 * r['median_cpu_s']:.1f} | {r['mean_sampled_edges']:,.0f} "
+                f"| {r['median_edges_per_s'] / 1e6:.2f} M | {r['ratio_to_dgl']:.2f}x "
+                f"| {r['median_paired_ratio_to_dgl']:.2f}x |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def parse_threads(text: str) -> list[int]:
+    """``"1,2"`` -> ``[1, 2]`` (argparse type of ``--threads``)."""
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected thread counts like 1,2, got {text!r}")
+    return values
+
+
 def parse_backends(text: str) -> list[str]:
     """``"torch,kernel"`` -> ``["torch", "kernel"]`` (argparse type of ``--backend``)."""
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -250,6 +423,18 @@ def main() -> None:
         help="on CUDA: the graph in GPU memory, in pinned host memory over UVA, or both",
     )
     p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    p.add_argument(
+        "--compare-dgl",
+        action="store_true",
+        help="CPU: time our sampler and DGL's side by side (writes sampling-cpu.{json,md})",
+    )
+    p.add_argument(
+        "--threads",
+        type=parse_threads,
+        default=[1, 2],
+        metavar="1,2",
+        help="with --compare-dgl: the torch.set_num_threads values to run (default: 1,2)",
+    )
     args = p.parse_args()
     if not args.graph_memory or set(args.graph_memory) - {"device", "uva"}:
         p.error(f"--graph-memory: expected device, uva or device,uva, got {args.graph_memory}")
@@ -257,6 +442,8 @@ def main() -> None:
     devices["cuda"] = ["cuda"]
     if args.device == "cpu" and args.backend == ["kernel"]:
         p.error("--backend kernel needs --device cuda (or auto on a machine with a GPU)")
+    if args.compare_dgl and (args.device == "cuda" or args.backend not in (None, ["torch"])):
+        p.error("--compare-dgl times CPU samplers: drop --device cuda and --backend kernel")
     env = environment()
     t0 = time.perf_counter()
     edge_index = power_law_edges(args.nodes, args.edges, args.seed)
@@ -267,6 +454,9 @@ def main() -> None:
         "generate_s": time.perf_counter() - t0,
     }
     print(f"graph generated in {graph_info['generate_s']:.1f} s", file=sys.stderr, flush=True)
+    if args.compare_dgl:
+        compare_dgl(edge_index, args, env, graph_info)
+        return
     for name in devices[args.device]:
         backends = backends_for(name, args.backend)
         if backends:

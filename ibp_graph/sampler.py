@@ -1,11 +1,10 @@
 """Uniform multi-hop neighbor sampling over a `CSRGraph`, with PyG's batch layout.
 
-The sampler is vectorised torch code (a Python loop over hops and, inside a hop, over the
-``fanout`` draws, never over nodes or edges), so it runs unchanged on CPU and CUDA tensors: the
-device is the graph's.
+The sampler is vectorised torch code (a Python loop over hops, never over nodes or edges), so
+it runs unchanged on CPU and CUDA tensors: the device is the graph's.
 
-Semantics follow PyG's ``NeighborLoader`` (pyg-lib's ``neighbor_sample`` with ``csc=True``,
-``replace=False``, ``directed=True``):
+The default semantics follow PyG's ``NeighborLoader`` (pyg-lib's ``neighbor_sample`` with
+``csc=True``, ``replace=False``, ``directed=True``, ``disjoint=False``):
 
 - ``node`` holds the seeds (duplicates included, each at its own position), then the nodes first
   reached in hop 1 in order of discovery, then those of hop 2, and so on.
@@ -18,9 +17,14 @@ Semantics follow PyG's ``NeighborLoader`` (pyg-lib's ``neighbor_sample`` with ``
 - A node with at most ``fanout`` in-neighbors (or any node with ``fanout = -1``) contributes
   all of them; otherwise ``fanout`` distinct ones, every such subset equally likely.
 
-Two backends draw those subsets. ``"torch"`` (the default, any device) uses `floyd_sample` or
-`random_keys_sample`, whichever a per-hop cost model finds cheaper. ``"kernel"`` (graphs on a
-CUDA device; needs CuPy) launches the CUDA kernel of ``cuda/sample_neighbors.cu``
+The other modes of `NeighborSampler` (``replace``, ``disjoint``, ``subgraph_type``, ``draw``)
+change one rule each; its docstring states them.
+
+Two backends draw the subsets. ``"torch"`` (the default, any device) uses torch ops
+(`ibp_graph.sample_draw`), picking per hop the cheapest of a few exact draws; on a CPU graph it
+runs each hop as one compiled pass instead (`ibp_graph.sample_cpu`, Numba, single-threaded,
+the GIL released) whenever Numba imports, except with ``disjoint=True``. ``"kernel"``
+(graphs on a CUDA device; needs CuPy) launches the CUDA kernel of ``cuda/sample_neighbors.cu``
 (`ibp_graph.kernels.sample_neighbors.kernel_sample`) for fanouts up to its ``MAX_K``, and the
 torch path above that. Both are uniform and reproducible for a seed, but they draw different
 neighbors for the same seed. Which one is faster depends on the graph and the GPU;
@@ -29,26 +33,41 @@ neighbors for the same seed. Which one is faster depends on the graph and the GP
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from . import sample_cpu
 from .errors import IBPDeviceError, IBPInputError
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
 from .kernels.sample_neighbors import kernel_sample
+from .sample_draw import (
+    exclusive_cumsum,
+    floyd_sample,
+    randint,
+    random_keys_sample,
+    replace_sample,
+)
+from .sample_index import UNSEEN, KeyIndex, dense_clear, dense_insert, dense_seed
+from .sample_modes import induced_edges, to_bidirectional
 
 __all__ = ["NeighborSampler", "SampledBatch", "floyd_sample", "random_keys_sample"]
 
-#: Random draws are 62-bit integers reduced modulo the range (bias < range / 2**62).
-_RANDOM_BITS = 62
 #: The values of ``NeighborSampler(backend=...)``.
 BACKENDS = ("torch", "kernel")
+#: The values of ``NeighborSampler(subgraph_type=...)``.
+SUBGRAPH_TYPES = ("directional", "bidirectional", "induced")
+#: The values of ``NeighborSampler(draw=...)``.
+DRAWS = ("once", "per_hop")
 #: Per-hop cost model choosing between Floyd's algorithm (about ``rows * k * k / 2``
 #: comparisons) and random keys over whole neighborhoods (a sort of ``sum(degree)`` entries).
 _SORT_COST_PER_ENTRY = 16
+#: Whether CPU graphs use the compiled hop of `ibp_graph.sample_cpu` (when Numba imports).
+_COMPILED = True
 
 
 @dataclass
@@ -66,9 +85,12 @@ class SampledBatch:
         edge: global edge id of every sampled edge (its position in the original
             ``edge_index``, see `CSRGraph.edge_ids`).
         batch_size: number of seeds (``node[:batch_size]`` are the seeds).
-        num_sampled_nodes: nodes added per hop, starting with ``batch_size``.
-        num_sampled_edges: edges sampled per hop.
+        num_sampled_nodes: nodes added per hop, starting with ``batch_size``; None for
+            ``subgraph_type`` ``"bidirectional"`` or ``"induced"``, as in PyG.
+        num_sampled_edges: edges sampled per hop; None where ``num_sampled_nodes`` is.
         input_id: positions of the seeds in the loader's input nodes (default: None).
+        batch: with ``disjoint=True``, the seed (``0 .. batch_size - 1``) whose tree every node
+            belongs to; otherwise None (default: None).
     """
 
     node: torch.Tensor
@@ -76,9 +98,10 @@ class SampledBatch:
     col: torch.Tensor
     edge: torch.Tensor
     batch_size: int
-    num_sampled_nodes: list[int]
-    num_sampled_edges: list[int]
+    num_sampled_nodes: list[int] | None
+    num_sampled_edges: list[int] | None
     input_id: torch.Tensor | None = None
+    batch: torch.Tensor | None = None
 
     @property
     def edge_index(self) -> torch.Tensor:
@@ -132,10 +155,25 @@ def _check_num_neighbors(num_neighbors: object) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    """``value`` (a string, or an enum whose value is one) if it is one of ``allowed``."""
+    if isinstance(value, enum.Enum) and isinstance(value.value, str):
+        value = value.value
+    if not isinstance(value, str) or value not in allowed:
+        got = repr(value) if isinstance(value, str) else f"'{type(value).__name__}'"
+        names = ", ".join(repr(a) for a in allowed[:-1]) + f" or {allowed[-1]!r}"
+        raise IBPInputError(f"{name} must be {names}, got {got}")
+    return value
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise IBPInputError(f"{name} must be a bool, got '{type(value).__name__}'")
+    return bool(value)
+
+
 def _check_backend(backend: object, graph: CSRGraph) -> str:
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        got = repr(backend) if isinstance(backend, str) else f"'{type(backend).__name__}'"
-        raise IBPInputError(f"backend must be 'torch' or 'kernel', got {got}")
+    backend = _check_choice("backend", backend, BACKENDS)
     if backend == "kernel":
         if graph.device.type != "cuda":
             raise IBPDeviceError(
@@ -149,79 +187,8 @@ def _check_backend(backend: object, graph: CSRGraph) -> str:
     return backend
 
 
-def _exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
-    return torch.cumsum(x, 0) - x
-
-
-def _randint(n: int, k: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """``(k, n)`` uniform 62-bit non-negative int64 draws."""
-    return torch.randint(
-        0, 2**_RANDOM_BITS, (k, n), generator=generator, device=device, dtype=torch.int64
-    )
-
-
-def floyd_sample(deg: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
-    """``k`` distinct offsets in ``[0, deg[i])`` per row, uniformly, by Floyd's algorithm.
-
-    Step ``s`` draws ``t`` uniform in ``[0, j]`` with ``j = deg - k + s`` and keeps ``t``, or
-    ``j`` if ``t`` was already taken; this yields every ``k``-subset with equal probability.
-    One vectorised step per draw: ``O(rows * k^2)`` comparisons.
-
-    Args:
-        deg: ``(rows,)`` int64 population sizes, each ``> k``.
-        k: sample size, ``>= 1``.
-        generator: random source on ``deg``'s device.
-
-    Returns:
-        ``(rows, k)`` int64 offsets, ascending within each row.
-    """
-    rows = deg.numel()
-    draws = _randint(rows, k, generator, deg.device)
-    chosen = torch.empty((rows, k), dtype=torch.int64, device=deg.device)
-    for s in range(k):
-        j = deg - (k - s)
-        t = draws[s] % (j + 1)
-        if s:
-            taken = (chosen[:, :s] == t.unsqueeze(1)).any(dim=1)
-            t = torch.where(taken, j, t)
-        chosen[:, s] = t
-    return chosen.sort(dim=1).values
-
-
-def random_keys_sample(
-    deg: torch.Tensor, k: int, generator: torch.Generator, total: int | None = None
-) -> torch.Tensor:
-    """``k`` distinct offsets in ``[0, deg[i])`` per row: the ``k`` smallest of random keys.
-
-    Every entry of every row gets an independent uniform 62-bit key (ties, with probability
-    about ``deg^2 / 2^63``, go to the lower offset); the ``k`` entries with the smallest keys
-    form a uniform random ``k``-subset. Costs a sort of ``sum(deg)`` entries.
-
-    Args:
-        deg: ``(rows,)`` int64 population sizes, each ``> k``.
-        k: sample size, ``>= 1``.
-        generator: random source on ``deg``'s device.
-        total: ``deg.sum()`` if already known.
-
-    Returns:
-        ``(rows, k)`` int64 offsets, ascending within each row.
-    """
-    rows = deg.numel()
-    if total is None:
-        total = int(deg.sum())
-    device = deg.device
-    row = torch.repeat_interleave(torch.arange(rows, device=device), deg, output_size=total)
-    offset = torch.arange(total, device=device) - _exclusive_cumsum(deg)[row]
-    keys = _randint(total, 1, generator, device)[0]
-    order = torch.sort(keys, stable=True).indices
-    order = order[torch.sort(row[order], stable=True).indices]  # by row, then by key
-    # After the sort, position p still belongs to row[p] with rank offset[p] in that row.
-    picked = order[offset < k]
-    return offset[picked].view(rows, k).sort(dim=1).values
-
-
 class NeighborSampler:
-    """Uniform neighbor sampler without replacement, one fanout per hop (PyG semantics).
+    """Uniform multi-hop neighbor sampler, one fanout per hop (PyG's and DGL's semantics).
 
     Example:
         >>> edge_index = torch.tensor([[1, 2, 3, 0], [0, 0, 1, 3]])  # 1->0, 2->0, 3->1, 0->3
@@ -232,18 +199,56 @@ class NeighborSampler:
         >>> batch.num_sampled_nodes, batch.num_sampled_edges
         ([1, 2, 1], [2, 1])
 
+    The default is PyG's ``NeighborLoader`` (see the module docstring). Each mode changes one
+    rule:
+
+    - ``replace=True``: a node with at least one in-neighbor gets exactly ``fanout`` of them,
+      drawn independently and uniformly (repeats possible, adjacent in the output); ``-1`` still
+      takes every in-neighbor once. As pyg-lib and DGL do.
+    - ``disjoint=True``: every seed grows its own tree (PyG's ``disjoint``): a node reached from
+      two seeds, or twice from one seed list position and another, gets one local id per seed,
+      and `SampledBatch.batch` holds the seed index of every node. Within a tree the default
+      rules hold (a node reached twice in one tree keeps its first local id).
+    - ``subgraph_type="bidirectional"``: the sampled edges plus their reverses, each local pair
+      once, sorted by ``(col, row)`` (PyG's ``SamplerOutput.to_bidirectional``). A reversed edge
+      carries the id of the edge it reverses; a pair sampled twice keeps its first id.
+      ``num_sampled_nodes`` and ``num_sampled_edges`` are None, as in PyG.
+    - ``subgraph_type="induced"``: the nodes are sampled as usual, then the edges are every edge
+      of the graph between two sampled nodes, grouped by target in the order of ``node``, in CSR
+      order within a target, with their edge ids (PyG's ``induced``, computed by torch-sparse);
+      ``num_sampled_nodes`` and ``num_sampled_edges`` are None.
+    - ``draw="per_hop"`` (DGL's ``NeighborSampler``, one block per hop): hop ``h`` draws fresh
+      in-neighbors for every node known before it, ``node[:sum(num_sampled_nodes[:h + 1])]``,
+      not only for the nodes added by hop ``h - 1``. Hop ``h``'s ``num_sampled_edges[h]``
+      entries of ``row``/``col``/``edge`` are then one block, whose destination nodes are
+      ``node[:sum(num_sampled_nodes[:h + 1])]`` and whose source nodes are
+      ``node[:sum(num_sampled_nodes[:h + 2])]`` (new nodes appended in order of discovery).
+      ``draw="once"`` (the default, PyG) draws a node's neighbors only in the hop after the one
+      that discovered it.
+
+    ``disjoint=True`` with ``subgraph_type="induced"`` (refused by PyG too), and
+    ``draw="per_hop"`` with a ``subgraph_type`` other than ``"directional"`` (whose edges no
+    longer form blocks), raise `IBPInputError`.
+
     The sampler keeps a ``(num_nodes,)`` int64 scratch map on the graph's device (allocated on
-    first use, cleared after every batch, not pickled), so one instance must not run
+    first use, cleared after every batch, not pickled), and on the compiled CPU path buffers of
+    about 40 bytes per sampled edge reused from batch to batch, so one instance must not run
     `sample` from several threads at once; forked or spawned worker processes each get their
     own. Workers of one process tree start from the same generator state: reseed each with
     `manual_seed`.
 
-    ``backend`` picks how the neighbors of a node with more than ``fanout`` of them are drawn:
-    ``"torch"`` with torch ops (CPU or CUDA), ``"kernel"`` with a CUDA kernel (CUDA graphs,
-    fanouts up to `ibp_graph.kernels.sample_neighbors.MAX_K`; larger fanouts use torch ops).
-    Everything else is the same code. Both draw every subset with equal probability and are
-    reproducible for a seed, but the two draw different neighbors for the same seed. Which is
-    faster depends on the graph and the GPU: ``benchmarks/sampling.py`` measures both.
+    On a CPU graph the hops run compiled (`ibp_graph.sample_cpu`: one pass per hop on one
+    thread, without the GIL, whatever ``torch.set_num_threads`` says) when Numba is installed,
+    and with torch ops otherwise or with ``disjoint=True``; both draw the same distribution,
+    not the same neighbors.
+
+    ``backend`` picks how the neighbors of a node with more than ``fanout`` of them are drawn
+    without replacement: ``"torch"`` with torch ops (CPU or CUDA), ``"kernel"`` with a CUDA
+    kernel (CUDA graphs, fanouts up to `ibp_graph.kernels.sample_neighbors.MAX_K`; larger
+    fanouts and ``replace=True`` use torch ops). Everything else is the same code. Both draw
+    every subset with equal probability and are reproducible for a seed, but the two draw
+    different neighbors for the same seed. Which is faster depends on the graph and the GPU:
+    ``benchmarks/sampling.py`` measures both.
 
     Args:
         graph: the graph; sampling runs on its device.
@@ -251,9 +256,15 @@ class NeighborSampler:
             them, ``0`` none.
         seed: seed of the generator (default: None, a non-deterministic seed).
         backend: ``"torch"`` or ``"kernel"`` (default: ``"torch"``).
+        replace: draw with replacement (default: False).
+        disjoint: one tree per seed, with `SampledBatch.batch` (default: False).
+        subgraph_type: ``"directional"``, ``"bidirectional"`` or ``"induced"`` (PyG's
+            ``SubgraphType`` members are accepted too) (default: ``"directional"``).
+        draw: ``"once"`` (PyG) or ``"per_hop"`` (DGL blocks) (default: ``"once"``).
 
     Raises:
-        IBPInputError: an argument is invalid (an unknown ``backend`` is named).
+        IBPInputError: an argument is invalid (an unknown value is named with the allowed
+            ones), or two arguments do not combine (both are named).
         IBPDeviceError: ``backend="kernel"`` with a graph that is not on a CUDA device.
         ImportError: ``backend="kernel"`` without CuPy.
     """
@@ -265,18 +276,43 @@ class NeighborSampler:
         *,
         seed: int | None = None,
         backend: str = "torch",
+        replace: bool = False,
+        disjoint: bool = False,
+        subgraph_type: str = "directional",
+        draw: str = "once",
     ) -> None:
         if not isinstance(graph, CSRGraph):
             raise IBPInputError(f"graph must be a CSRGraph, got '{type(graph).__name__}'")
         self.graph = graph
         self.num_neighbors = _check_num_neighbors(num_neighbors)
         self.backend = _check_backend(backend, graph)
+        self.replace = _check_bool("replace", replace)
+        self.disjoint = _check_bool("disjoint", disjoint)
+        self.subgraph_type = _check_choice("subgraph_type", subgraph_type, SUBGRAPH_TYPES)
+        self.draw = _check_choice("draw", draw, DRAWS)
+        if self.disjoint and self.subgraph_type == "induced":
+            raise IBPInputError(
+                "disjoint=True does not combine with subgraph_type='induced': an induced "
+                "subgraph joins the seeds' trees (use disjoint=False or another subgraph_type)"
+            )
+        if self.draw == "per_hop" and self.subgraph_type != "directional":
+            raise IBPInputError(
+                f"draw='per_hop' needs subgraph_type='directional', got subgraph_type="
+                f"{self.subgraph_type!r}: per-hop draws form one block per hop, which "
+                "bidirectional or induced edges do not"
+            )
         self.generator = torch.Generator(device=graph.device)
         self.manual_seed(seed)
         self._map: torch.Tensor | None = None
+        self._arange: torch.Tensor | None = None
+        self._work: sample_cpu.Workspace | None = None
 
     def manual_seed(self, seed: int | None) -> None:
-        """Reseed the generator (None: a non-deterministic seed)."""
+        """Reseed the generator (None: a non-deterministic seed).
+
+        Raises:
+            IBPInputError: ``seed`` is neither an int nor None.
+        """
         if seed is None:
             self.seed = self.generator.seed()
             return
@@ -287,22 +323,45 @@ class NeighborSampler:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_map"] = None
+        state["_map"] = state["_arange"] = state["_work"] = None
         state["generator"] = None
-        state["_generator_state"] = self.generator.get_state()
+        # bytes, not a tensor: a tensor made here would be freed before a spawned process
+        # opens its shared memory (torch shares tensors between processes by handle)
+        state["_generator_state"] = self.generator.get_state().numpy().tobytes()
         return state
 
     def __setstate__(self, state: dict) -> None:
         gen_state = state.pop("_generator_state")
-        state.setdefault("backend", "torch")
+        for name, default in (
+            ("backend", "torch"),
+            ("replace", False),
+            ("disjoint", False),
+            ("subgraph_type", "directional"),
+            ("draw", "once"),
+            ("_arange", None),
+            ("_work", None),
+        ):
+            state.setdefault(name, default)
         self.__dict__.update(state)
         self.generator = torch.Generator(device=self.graph.device)
+        if isinstance(gen_state, bytes):
+            gen_state = torch.frombuffer(bytearray(gen_state), dtype=torch.uint8)
         self.generator.set_state(gen_state)
 
     def __repr__(self) -> str:
+        modes = "".join(
+            f", {name}={getattr(self, name)!r}"
+            for name, default in (
+                ("replace", False),
+                ("disjoint", False),
+                ("subgraph_type", "directional"),
+                ("draw", "once"),
+            )
+            if getattr(self, name) != default
+        )
         return (
             f"NeighborSampler({self.graph!r}, num_neighbors={list(self.num_neighbors)}, "
-            f"backend={self.backend!r})"
+            f"backend={self.backend!r}{modes})"
         )
 
     # ----------------------------------------------------------------------------------------
@@ -330,44 +389,71 @@ class NeighborSampler:
     def _scratch(self) -> torch.Tensor:
         if self._map is None:
             self._map = torch.full(
-                (self.graph.num_nodes,), -1, dtype=torch.int64, device=self.graph.device
+                (self.graph.num_nodes,), UNSEEN, dtype=torch.int64, device=self.graph.device
             )
         return self._map
 
+    def _workspace(self) -> sample_cpu.Workspace:
+        if self._work is None:
+            self._work = sample_cpu.Workspace()
+        return self._work
+
+    def _iota(self, n: int) -> torch.Tensor:
+        """``arange(m)`` for some ``m >= n``, kept between batches (never written to)."""
+        iota = self._arange
+        if iota is None or iota.numel() < n:
+            iota = torch.arange(max(n, 2 * (0 if iota is None else iota.numel()), 1024))
+            self._arange = iota = iota.to(self.graph.device)
+        return iota
+
+    def _draw_without_replacement(self, deg: torch.Tensor, fanout: int) -> torch.Tensor:
+        """``fanout`` distinct offsets per row of ``deg`` (each ``> fanout``), ascending."""
+        if self.backend == "kernel" and fanout <= KERNEL_MAX_K:
+            key = randint(1, 1, self.generator, deg.device).view(1)
+            return kernel_sample(deg, fanout, key)
+        floyd_cost = deg.numel() * fanout * fanout // 2
+        sort_entries = int(deg.sum())
+        if floyd_cost > _SORT_COST_PER_ENTRY * sort_entries:
+            return random_keys_sample(deg, fanout, self.generator, sort_entries)
+        return floyd_sample(deg, fanout, self.generator)
+
     def _hop_entries(
-        self, frontier: torch.Tensor, fanout: int
+        self, frontier: torch.Tensor, fanout: int, begin: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """CSR positions of the edges sampled into ``frontier`` and the frontier index of each."""
+        """CSR positions of the edges sampled into ``frontier`` and their targets' local ids.
+
+        ``frontier`` is ``node[begin:begin + len(frontier)]``; the entries are grouped by target
+        in frontier order.
+        """
         g = self.graph
-        device = g.device
         start = g.indptr.index_select(0, frontier)
-        deg = g.indptr.index_select(0, frontier + 1) - start
-        count = deg if fanout < 0 else deg.clamp(max=fanout)
+        deg = g.indptr.index_select(0, frontier + 1).sub_(start)
+        if fanout < 0:
+            count = deg
+        elif self.replace:
+            count = deg.clamp(max=1).mul_(fanout)
+        else:
+            count = deg.clamp(max=fanout)
         total = int(count.sum())
-        target = torch.repeat_interleave(
-            torch.arange(frontier.numel(), device=device), count, output_size=total
+        iota = self._iota(max(total, begin + frontier.numel()))
+        col = torch.repeat_interleave(
+            iota[begin : begin + frontier.numel()], count, output_size=total
         )
-        first = _exclusive_cumsum(count)
-        offset = torch.arange(total, device=device) - first.index_select(0, target)
+        first = exclusive_cumsum(count)
+        # Entry j of a target takes its j-th in-neighbor; sampled targets are overwritten below.
+        pos = torch.repeat_interleave(start - first, count, output_size=total).add_(iota[:total])
         if fanout > 0:
-            big = (deg > fanout).nonzero().squeeze(1)
-            if big.numel():
-                big_deg = deg.index_select(0, big)
-                if self.backend == "kernel" and fanout <= KERNEL_MAX_K:
-                    key = _randint(1, 1, self.generator, device).view(1)
-                    chosen = kernel_sample(big_deg, fanout, key)
+            rows = (deg > (0 if self.replace else fanout)).nonzero().squeeze(1)
+            if rows.numel():
+                rows_deg = deg.index_select(0, rows)
+                if self.replace:
+                    chosen = replace_sample(rows_deg, fanout, self.generator)
                 else:
-                    floyd_cost = big.numel() * fanout * fanout // 2
-                    sort_entries = int(big_deg.sum())
-                    if floyd_cost <= _SORT_COST_PER_ENTRY * sort_entries:
-                        chosen = floyd_sample(big_deg, fanout, self.generator)
-                    else:
-                        chosen = random_keys_sample(big_deg, fanout, self.generator, sort_entries)
-                slots = first.index_select(0, big).unsqueeze(1) + torch.arange(
-                    fanout, device=device
-                )
-                offset.index_copy_(0, slots.view(-1), chosen.view(-1))
-        return start.index_select(0, target) + offset, target
+                    chosen = self._draw_without_replacement(rows_deg, fanout)
+                slots = first.index_select(0, rows).unsqueeze(1) + iota[:fanout]
+                chosen += start.index_select(0, rows).unsqueeze(1)
+                pos.index_copy_(0, slots.view(-1), chosen.view(-1))
+        return pos, col
 
     def sample(self, seeds: torch.Tensor, input_id: torch.Tensor | None = None) -> SampledBatch:
         """Sample the multi-hop in-neighborhood of ``seeds``.
@@ -393,58 +479,155 @@ class NeighborSampler:
                 f"input_id must be a tensor of the seeds' shape {tuple(seeds.shape)}, got "
                 f"{getattr(input_id, 'shape', type(input_id).__name__)}"
             )
+        if self.disjoint:
+            out = self._sample_disjoint(seeds)
+        else:
+            out = self._sample_shared(seeds)
+        out.input_id = input_id
+        if self.subgraph_type == "bidirectional":
+            out.row, out.col, out.edge = to_bidirectional(out.row, out.col, out.edge, out.num_nodes)
+            out.num_sampled_nodes = out.num_sampled_edges = None
+        return out
+
+    def _compiled_hop(self) -> bool:
+        """Whether hops run in `ibp_graph.sample_cpu` (CPU graph, Numba, torch backend)."""
+        return (
+            _COMPILED
+            and self.backend == "torch"
+            and self.graph.device.type == "cpu"
+            and sample_cpu.available()
+        )
+
+    def _sample_shared(self, seeds: torch.Tensor) -> SampledBatch:
+        """One subgraph for all seeds; local ids from the dense scratch map."""
         g = self.graph
-        device = g.device
+        compiled = self._compiled_hop()
         batch_size = seeds.numel()
         local = self._scratch()
-        nodes, rows, cols, edges = [seeds], [], [], []
-        num_nodes, num_edges = [batch_size], []
-        empty = torch.empty(0, dtype=torch.int64, device=device)
+        node = seeds
         ok = False
         try:
-            # The first position of each seed value is its local id.
-            local.scatter_reduce_(
-                0, seeds, torch.arange(batch_size, device=device), "amin", include_self=False
-            )
-            frontier, begin, end = seeds, 0, batch_size
-            for fanout in self.num_neighbors:
-                if fanout == 0 or frontier.numel() == 0:
-                    pos, target = empty, empty
-                else:
-                    pos, target = self._hop_entries(frontier, fanout)
-                nbr = g.indices.index_select(0, pos).long()
-                loc = local.index_select(0, nbr)
-                # Neighbors without a local id yet: mark each value with (its first position
-                # in this hop - a bias), all < -1, then the marked entries that carry their own
-                # position are first occurrences, already in order of discovery.
-                new = (loc < 0).nonzero().squeeze(1)
-                cand = nbr.index_select(0, new)
-                marked = new - (nbr.numel() + 2)
-                local.scatter_reduce_(0, cand, marked, "amin")
-                fresh = cand[local.index_select(0, cand) == marked]
-                local.index_copy_(0, fresh, torch.arange(end, end + fresh.numel(), device=device))
-                loc.index_copy_(0, new, local.index_select(0, cand))
-                rows.append(loc)
-                cols.append(target + begin)
-                edges.append(g.edge_ids.index_select(0, pos))
-                nodes.append(fresh)
-                num_nodes.append(fresh.numel())
-                num_edges.append(pos.numel())
-                frontier, begin, end = fresh, end, end + fresh.numel()
-            node = torch.cat(nodes)
+            if compiled:
+                keys = randint(len(self.num_neighbors), 1, self.generator, seeds.device)
+                node, row, col, edge, num_nodes, num_edges, _ = sample_cpu.sample(
+                    g.indptr, g.indices, g.edge_ids, seeds, self.num_neighbors,
+                    keys.view(-1).tolist(), replace=self.replace,
+                    per_hop=self.draw == "per_hop", local=local, work=self._workspace(),
+                )  # fmt: skip
+            else:
+                node, row, col, edge, num_nodes, num_edges = self._hops_with_torch(seeds, local)
+            if self.subgraph_type == "induced":
+                row, col, edge = induced_edges(g, node, local)
             ok = True
         finally:
-            if ok:
-                local.index_fill_(0, node, -1)
+            if ok and compiled:
+                sample_cpu.clear(local, node)
+            elif ok:
+                dense_clear(local, node)
             else:
                 self._map = None  # a fresh one next time
+        induced = self.subgraph_type == "induced"
         return SampledBatch(
             node=node,
+            row=row,
+            col=col,
+            edge=edge,
+            batch_size=batch_size,
+            num_sampled_nodes=None if induced else num_nodes,
+            num_sampled_edges=None if induced else num_edges,
+        )
+
+    def _hops_with_torch(
+        self, seeds: torch.Tensor, local: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+        """The hops of `_sample_shared` with torch ops (any device)."""
+        g = self.graph
+        batch_size = seeds.numel()
+        nodes, rows, cols, edges = [seeds], [], [], []
+        num_nodes, num_edges = [batch_size], []
+        empty = seeds.new_empty(0)
+        per_hop = self.draw == "per_hop"
+        dense_seed(local, seeds, self._iota(batch_size))
+        node, frontier, begin, end = seeds, seeds, 0, batch_size
+        for fanout in self.num_neighbors:
+            if per_hop:
+                frontier, begin = node, 0
+            if fanout == 0 or frontier.numel() == 0:
+                loc, col, edge, fresh = empty, empty, empty, empty
+            else:
+                pos, col = self._hop_entries(frontier, fanout, begin)
+                nbr = g.indices.index_select(0, pos).long()
+                loc, fresh = dense_insert(local, nbr, end, self._iota(nbr.numel()))
+                edge = g.edge_ids.index_select(0, pos)
+            rows.append(loc)
+            cols.append(col)
+            edges.append(edge)
+            nodes.append(fresh)
+            num_nodes.append(fresh.numel())
+            num_edges.append(loc.numel())
+            if per_hop:
+                node = torch.cat([node, fresh])
+            frontier, begin, end = fresh, end, end + fresh.numel()
+        if not per_hop:
+            node = torch.cat(nodes)
+        return node, torch.cat(rows), torch.cat(cols), torch.cat(edges), num_nodes, num_edges
+
+    def _sample_disjoint(self, seeds: torch.Tensor) -> SampledBatch:
+        """One tree per seed; a node's key is ``seed index * num_nodes + global id``."""
+        g = self.graph
+        if self._compiled_hop():
+            keys = randint(len(self.num_neighbors), 1, self.generator, seeds.device)
+            node, row, col, edge, num_nodes, num_edges, tree = sample_cpu.sample(
+                g.indptr, g.indices, g.edge_ids, seeds, self.num_neighbors,
+                keys.view(-1).tolist(), replace=self.replace, per_hop=self.draw == "per_hop",
+                disjoint=True, local=None, work=self._workspace(),
+            )  # fmt: skip
+            return SampledBatch(
+                node=node,
+                row=row,
+                col=col,
+                edge=edge,
+                batch_size=seeds.numel(),
+                num_sampled_nodes=num_nodes,
+                num_sampled_edges=num_edges,
+                batch=tree,
+            )
+        n = g.num_nodes
+        batch_size = seeds.numel()
+        seed_batch = self._iota(batch_size)[:batch_size].clone()
+        index = KeyIndex(seed_batch * n + seeds)
+        nodes, batches, rows, cols, edges = [seeds], [seed_batch], [], [], []
+        num_nodes, num_edges = [batch_size], []
+        empty = seeds.new_empty(0)
+        per_hop = self.draw == "per_hop"
+        frontier, frontier_batch, begin = seeds, seed_batch, 0
+        for fanout in self.num_neighbors:
+            if per_hop:
+                frontier, frontier_batch, begin = torch.cat(nodes), torch.cat(batches), 0
+            if fanout == 0 or frontier.numel() == 0:
+                pos, col = empty, empty
+            else:
+                pos, col = self._hop_entries(frontier, fanout, begin)
+            nbr = g.indices.index_select(0, pos).long()
+            loc, fresh = index.insert(frontier_batch.index_select(0, col - begin) * n + nbr)
+            fresh_batch = torch.div(fresh, n, rounding_mode="floor")
+            fresh = fresh - fresh_batch * n
+            rows.append(loc)
+            cols.append(col)
+            edges.append(g.edge_ids.index_select(0, pos))
+            begin = sum(num_nodes)
+            nodes.append(fresh)
+            batches.append(fresh_batch)
+            num_nodes.append(fresh.numel())
+            num_edges.append(pos.numel())
+            frontier, frontier_batch = fresh, fresh_batch
+        return SampledBatch(
+            node=torch.cat(nodes),
             row=torch.cat(rows),
             col=torch.cat(cols),
             edge=torch.cat(edges),
             batch_size=batch_size,
             num_sampled_nodes=num_nodes,
             num_sampled_edges=num_edges,
-            input_id=input_id,
+            batch=torch.cat(batches),
         )

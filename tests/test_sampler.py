@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from ibp_graph import sample_cpu
 from ibp_graph import sampler as sampler_mod
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
@@ -21,6 +22,17 @@ from ibp_graph.sampler import (
     floyd_sample,
     random_keys_sample,
 )
+
+
+@pytest.fixture(autouse=True, params=["compiled", "torch-ops"])
+def hop_path(request, monkeypatch):
+    """Every test runs with the compiled CPU hop (Numba) and with the torch-ops hop."""
+    if request.param == "torch-ops":
+        monkeypatch.setattr(sampler_mod, "_COMPILED", False)
+    elif not sample_cpu.available():
+        pytest.skip("the compiled hop needs Numba")
+    return request.param
+
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -424,7 +436,7 @@ def _scipy_stats():
 
 
 @pytest.mark.parametrize("fn", [floyd_sample, random_keys_sample])
-@pytest.mark.parametrize(("deg", "k"), [(10, 3), (6, 5), (7, 1)])
+@pytest.mark.parametrize(("deg", "k"), [(10, 3), (6, 5), (7, 1), (40, 3)])
 def test_selection_exactly_uniform(fn, deg, k):
     stats = _scipy_stats()
     rows = 6000
@@ -533,7 +545,7 @@ def test_scratch_map_cleared_between_batches():
     for i in range(5):
         seeds = torch.arange(i, 100, 13)
         check_batch(s.sample(seeds), ei, 100, seeds, [4, 4])
-        assert (s._map == -1).all()
+        assert (s._map == sampler_mod.UNSEEN).all()
 
 
 # --------------------------------------------------------------------------------------------
