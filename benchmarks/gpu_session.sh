@@ -28,6 +28,8 @@
 #              and the widest vectors (--raw-kernel vector).
 #   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer.
+#   ddp        about 1 min: benchmarks/ddp_gpu_smoke.sh, two data-parallel ranks on the one
+#              GPU pin the same shared host segment and train; "DDP-GPU: PASS" or "FAIL".
 #   synthetic  about 3-5 min: benchmarks/e2e.py on a 20M-node, 300M-edge power-law graph with
 #              8 GB of rows drawn from the derived facebook SVD-100 table.
 #
@@ -37,7 +39,7 @@
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
 # times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; fetch and
 # pages: pages.log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
-# synthetic: synthetic.log + 3 in synthetic/.
+# ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/.
 #
 # The GPU image has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest and hypothesis,
 # so the package is installed without dependencies and no wheel travels (dgl and ogb are
@@ -52,7 +54,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e synthetic)
+ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e ddp synthetic)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -60,6 +62,7 @@ MAX_COMMAND=2000
 files() {
     case "$1" in
     smoke | tests | sanitize) echo 1 ;;
+    ddp) echo 3 ;;
     fetch | pages | sampling) echo 3 ;;
     lanes) echo 5 ;;
     e2e | synthetic) echo 4 ;;
@@ -73,7 +76,7 @@ minutes() {
     tests | sanitize) echo 6 ;;
     fetch) echo 6 ;;
     synthetic) echo 5 ;;
-    pages | sampling | e2e) echo 2 ;;
+    pages | sampling | e2e | ddp) echo 2 ;;
     lanes) echo 3 ;;
     esac
 }
@@ -112,7 +115,7 @@ plan() {
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; 30 minutes of GPU time get through the first three or four).
-CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e" "synthetic" "pages" "lanes")
+CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e ddp" "synthetic" "pages" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -315,6 +318,9 @@ for stage in "${STAGES[@]}"; do
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
             --graphs cora,citeseer --workdir "$WORK" --out "$OUT" || rc=$?
+        ;;
+    ddp)
+        OUT=$OUT run 150 ddp.log bash benchmarks/ddp_gpu_smoke.sh || rc=$?
         ;;
     synthetic)
         if [ -f "$DATA/facebook-svd100-float32.npy" ]; then

@@ -22,7 +22,18 @@ from benchmarks import e2e, fetch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
-STAGES = ("smoke", "tests", "sanitize", "fetch", "pages", "lanes", "sampling", "e2e", "synthetic")
+STAGES = (
+    "smoke",
+    "tests",
+    "sanitize",
+    "fetch",
+    "pages",
+    "lanes",
+    "sampling",
+    "e2e",
+    "ddp",
+    "synthetic",
+)
 MAX_FILES = 8
 MAX_COMMAND = 2000
 
