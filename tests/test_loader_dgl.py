@@ -31,8 +31,18 @@ from ibp_graph.errors import IBPInputError  # noqa: E402
 from ibp_graph.features import IBPFeatures  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
 from ibp_graph.loaders.dgl import DataLoader, NeighborSampler, to_csr  # noqa: E402
+from ibp_graph.loading import ArgumentIgnoredWarning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch) -> None:
+    """One-time warnings show again in every test."""
+    import ibp_graph.loading
+
+    monkeypatch.setattr(ibp_graph.loading, "_WARNED", set())
+
 
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -106,7 +116,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32) if t.dtype == torch.float32 else t
 
 
-def check_blocks(g, fanouts, input_nodes, output_nodes, blocks) -> None:
+def check_blocks(g, fanouts, input_nodes, output_nodes, blocks, draw="per_hop") -> None:
     """The structure of one batch against the graph (everything but the features)."""
     assert len(blocks) == len(fanouts)
     assert torch.equal(blocks[0].srcdata[dgl.NID], input_nodes)
@@ -125,9 +135,16 @@ def check_blocks(g, fanouts, input_nodes, output_nodes, blocks) -> None:
         eid = block.edata[dgl.EID]
         gu, gv = g.find_edges(eid)
         assert torch.equal(src_ids[u], gu) and torch.equal(dst_ids[v], gv)
-        # Fanout per destination node: those first expanded in this block have
-        # min(in_degree, fanout) edges; the earlier ones reuse the next block's draw.
+        assert eid.unique().numel() == eid.numel()  # no edge twice
         deg = block.in_degrees()
+        if draw == "per_hop":  # DGL: every destination node draws min(in_degree, fanout)
+            expected = in_deg[dst_ids]
+            if fanouts[i] >= 0:
+                expected = expected.clamp(max=fanouts[i])
+            assert torch.equal(deg, expected)
+            continue
+        # draw="once": those first expanded in this block have min(in_degree, fanout)
+        # edges; the earlier ones reuse the next block's draw.
         inner = blocks[i + 1].num_dst_nodes() if i + 1 < len(blocks) else 0
         expected = in_deg[dst_ids[inner:]]
         if fanouts[i] >= 0:
@@ -137,7 +154,6 @@ def check_blocks(g, fanouts, input_nodes, output_nodes, blocks) -> None:
             assert torch.equal(deg[:inner], blocks[i + 1].in_degrees())
             prefix = blocks[i + 1].edata[dgl.EID]
             assert torch.equal(eid[: prefix.numel()], prefix)
-        assert eid.unique().numel() == eid.numel()  # no edge twice
 
 
 def batches(loader) -> list[tuple]:
@@ -188,10 +204,9 @@ def test_dgl_imports_through_the_graphbolt_placeholder() -> None:
 
 def test_missing_dgl_names_the_extra(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "dgl", None)
-    spec = importlib.util.spec_from_file_location("_dgl_without_dgl", REPO / "loaders" / "dgl.py")
-    module = importlib.util.module_from_spec(spec)
+    monkeypatch.delitem(sys.modules, "ibp_graph.loaders.dgl")
     with pytest.raises(ImportError, match=re.escape("pip install 'ibp-graph[dgl]'")):
-        spec.loader.exec_module(module)
+        importlib.import_module("ibp_graph.loaders.dgl")
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,16 +214,19 @@ def test_missing_dgl_names_the_extra(monkeypatch) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("draw", ["per_hop", "once"])
 @pytest.mark.parametrize("ibp", [True, False], ids=["ibp", "raw"])
-def test_blocks_rows_and_labels_are_right(graph, ibp) -> None:
+def test_blocks_rows_and_labels_are_right(graph, ibp, draw) -> None:
     g, table = graph
     fanouts = [4, 3, 5]
     indices = torch.arange(0, g.num_nodes(), 7)
-    sampler = NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    sampler = NeighborSampler(
+        fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"], draw=draw
+    )
     loader = DataLoader(g, indices, sampler, batch_size=64, features=table if ibp else None, seed=3)
     seen = []
     for input_nodes, output_nodes, blocks in loader:
-        check_blocks(g, fanouts, input_nodes, output_nodes, blocks)
+        check_blocks(g, fanouts, input_nodes, output_nodes, blocks, draw)
         feat = blocks[0].srcdata["feat"]
         assert feat.dtype == torch.float32
         assert torch.equal(bits(feat), bits(g.ndata["feat"][input_nodes]))  # bit for bit
@@ -265,6 +283,7 @@ def test_dgls_own_neighbor_sampler_is_accepted(rand_graph, rand_table) -> None:
 
 
 def test_more_prefetch_names_and_edge_data(rand_graph) -> None:
+    """The names asked for are there; so is every other field, as in DGL's CPU loader."""
     g = rand_graph
     sampler = NeighborSampler(
         [3, 3],
@@ -279,7 +298,8 @@ def test_more_prefetch_names_and_edge_data(rand_graph) -> None:
         assert torch.equal(blocks[-1].dstdata["train_mask"], g.ndata["train_mask"][output_nodes])
         for block in blocks:
             assert torch.equal(block.edata["w"], g.edata["w"][block.edata[dgl.EID]])
-        assert "label" not in blocks[0].srcdata and "feat" not in blocks[-1].dstdata
+        assert torch.equal(blocks[0].srcdata["label"], g.ndata["label"][input_nodes])
+        assert torch.equal(blocks[-1].dstdata["feat"], g.ndata["feat"][output_nodes])
 
 
 def test_other_names_and_no_features(rand_graph) -> None:
@@ -500,7 +520,8 @@ def test_module_docstring_example_runs(tmp_path, monkeypatch, capsys) -> None:
         ({"edge_dir": "out"}, NotImplementedError, "edge_dir='out'"),
         ({"prob": "p"}, NotImplementedError, "prob='p'"),
         ({"mask": "m"}, NotImplementedError, "mask='m'"),
-        ({"replace": True}, NotImplementedError, "replace=True"),
+        ({"replace": 1}, IBPInputError, "replace must be a bool, got 'int'"),
+        ({"draw": "per_block"}, IBPInputError, "draw must be one of 'per_hop', 'once'"),
         ({"prefetch_node_feats": "feat"}, IBPInputError, "a list of names, got the string"),
         ({"prefetch_labels": [1]}, IBPInputError, "prefetch_labels must be a list of str"),
         ({"prefetch_node_feats": {"_N": ["feat"]}}, NotImplementedError, "heterogeneous"),
@@ -558,11 +579,6 @@ def test_bad_loader_arguments(rand_graph, kwargs, match) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"use_ddp": True}, "use_ddp=True"),
-        ({"use_uva": True}, "use_uva=True"),
-        ({"gpu_cache": {"node": {"feat": 10}}}, "gpu_cache="),
-        ({"num_workers": 2}, "num_workers=2"),
-        ({"persistent_workers": True}, "persistent_workers=True"),
         ({"indices": "train"}, "indices='train'"),
         ({"indices": {"_N": torch.arange(3)}}, "indices={'_N'"),
     ],
@@ -670,9 +686,16 @@ def test_device_graph_memory_is_the_default(rand_graph) -> None:
     assert same_batches(batches(a), batches(b))
 
 
-def test_use_uva_points_to_graph_memory(rand_graph) -> None:
-    with pytest.raises(NotImplementedError, match="graph_memory='uva'"):
-        DataLoader(rand_graph, [0], NeighborSampler([3]), use_uva=True)
+@no_gpu_here
+def test_use_uva_on_the_cpu_warns_once_and_samples_in_host_memory(rand_graph) -> None:
+    kwargs = {"batch_size": 50, "seed": 1}
+    plain = DataLoader(rand_graph, torch.arange(100), NeighborSampler([3]), **kwargs)
+    with pytest.warns(ArgumentIgnoredWarning, match="use_uva=True: UVA needs a CUDA device"):
+        uva = DataLoader(
+            rand_graph, torch.arange(100), NeighborSampler([3]), use_uva=True, **kwargs
+        )
+    assert uva.use_uva is True and uva.graph_memory == "device" and uva.csr.device.type == "cpu"
+    assert same_batches(batches(plain), batches(uva))
 
 
 @no_gpu_here
@@ -714,7 +737,7 @@ def test_sampler_backend_is_checked_at_construction(rand_graph) -> None:
     from ibp_graph.errors import IBPDeviceError
 
     loader = DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="torch")
-    assert loader.sampler.backend == "torch"
+    assert loader.node_sampler.backend == "torch"
     with pytest.raises(IBPInputError, match="backend must be 'torch' or 'kernel', got 'gpu'"):
         DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="gpu")
     with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
