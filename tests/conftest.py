@@ -359,3 +359,30 @@ def homophilous_graph(
     pick = (torch.rand(e, generator=gen) * counts[y[dst]]).long()
     src = by_class[starts[y[dst]] + pick]
     return x, y, src, dst, gen
+
+
+@pytest.fixture(params=["compiled", "torch-ops"])
+def hop_path(request, monkeypatch) -> str:
+    """Run a sampler test with the compiled CPU hop (Numba), then with the torch-ops hop."""
+    from ibp_graph import sample_cpu
+    from ibp_graph import sampler as sampler_mod
+
+    if request.param == "torch-ops":
+        monkeypatch.setattr(sampler_mod, "_COMPILED", False)
+    elif not sample_cpu.available():
+        pytest.skip("the compiled hop needs Numba")
+    return request.param
+
+
+def random_graph(seed: int, n: int = 60, e: int = 400, isolated: int = 5) -> torch.Tensor:
+    """A random multigraph edge_index on ``n`` nodes; the last ``isolated`` nodes have no edges."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n - isolated, (2, e), generator=gen)
+
+
+def in_lists(edge_index: torch.Tensor, n: int) -> list[list[tuple[int, int]]]:
+    """For each node, its (source, edge id) pairs in edge (CSR) order."""
+    out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for e, (u, v) in enumerate(edge_index.t().tolist()):
+        out[v].append((u, e))
+    return out

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import in_lists, random_graph
 
-from ibp_graph import sample_cpu
 from ibp_graph import sampler as sampler_mod
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
@@ -23,34 +23,13 @@ from ibp_graph.sampler import (
     random_keys_sample,
 )
 
-
-@pytest.fixture(autouse=True, params=["compiled", "torch-ops"])
-def hop_path(request, monkeypatch):
-    """Every test runs with the compiled CPU hop (Numba) and with the torch-ops hop."""
-    if request.param == "torch-ops":
-        monkeypatch.setattr(sampler_mod, "_COMPILED", False)
-    elif not sample_cpu.available():
-        pytest.skip("the compiled hop needs Numba")
-    return request.param
+# Every test runs with the compiled CPU hop (Numba) and with the torch-ops hop.
+pytestmark = pytest.mark.usefixtures("hop_path")
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def random_graph(seed: int, n: int = 60, e: int = 400, isolated: int = 5) -> torch.Tensor:
-    """A random multigraph edge_index on ``n`` nodes; the last ``isolated`` nodes have no edges."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, n - isolated, (2, e), generator=gen)
-
-
-def in_lists(edge_index: torch.Tensor, n: int) -> list[list[tuple[int, int]]]:
-    """For each node, its (source, edge id) pairs in edge order."""
-    out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for e, (u, v) in enumerate(edge_index.t().tolist()):
-        out[v].append((u, e))
-    return out
 
 
 def reference_full(edge_index: torch.Tensor, n: int, seeds: list[int], hops: int):
