@@ -409,6 +409,19 @@ def _read_into(path: str, f: IO[bytes], info: SectionInfo) -> np.ndarray:
     return out
 
 
+def _section_info(header: IBPHeader, name: str) -> SectionInfo:
+    """The header's entry for section ``name``.
+
+    Raises:
+        IBPFormatError: no section has this name.
+    """
+    info = header.sections.get(name)
+    if info is None:
+        names = ", ".join(repr(n) for n in header.sections) or "none"
+        _fail(header.path, f"no section {name!r} (sections present: {names})")
+    return info
+
+
 def load_section(
     header: IBPHeader, name: str, *, mmap: bool = True, verify: bool = True
 ) -> np.ndarray:
@@ -429,10 +442,7 @@ def load_section(
             the checksum does not match.
     """
     path = header.path
-    info = header.sections.get(name)
-    if info is None:
-        names = ", ".join(repr(n) for n in header.sections) or "none"
-        _fail(path, f"no section {name!r} (sections present: {names})")
+    info = _section_info(header, name)
     with _open_checked(header) as f:
         if info.nbytes == 0:
             arr = np.empty(info.shape, dtype=info.dtype)
@@ -517,10 +527,7 @@ def read_section(
             a value is refused by ``check``, or the checksum does not match.
     """
     path = header.path
-    info = header.sections.get(name)
-    if info is None:
-        names = ", ".join(repr(n) for n in header.sections) or "none"
-        _fail(path, f"no section {name!r} (sections present: {names})")
+    info = _section_info(header, name)
     with _open_checked(header) as f:
         if info.nbytes > _SCAN_CHUNK:  # a bounded first pass before the big allocation
             crc = _scan(path, f, info, None, check() if check is not None else None)
