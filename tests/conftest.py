@@ -10,9 +10,12 @@ Hypothesis runs derandomized (the same examples on every run and every machine) 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
+import struct
 import subprocess
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -386,3 +389,46 @@ def in_lists(edge_index: torch.Tensor, n: int) -> list[list[tuple[int, int]]]:
     for e, (u, v) in enumerate(edge_index.t().tolist()):
         out[v].append((u, e))
     return out
+
+
+def reference_sample(edge_index, n, seeds, hops, *, disjoint=False, per_hop=False):
+    """Plain-Python sampling with every fanout -1, as pyg-lib (disjoint) and DGL (per_hop) do."""
+    adj = in_lists(edge_index, n)
+    keys = [(i if disjoint else 0, s) for i, s in enumerate(seeds)]
+    local: dict[tuple[int, int], int] = {}
+    for i, k in enumerate(keys):
+        local.setdefault(k, i)
+    row, col, edge, nsn, nse = [], [], [], [len(seeds)], []
+    begin, end = 0, len(keys)
+    for _ in range(hops):
+        count = 0
+        for t in range(0 if per_hop else begin, end):
+            b, v = keys[t]
+            for u, e in adj[v]:
+                if (b, u) not in local:
+                    local[(b, u)] = len(keys)
+                    keys.append((b, u))
+                row.append(local[(b, u)])
+                col.append(t)
+                edge.append(e)
+                count += 1
+        nsn.append(len(keys) - end)
+        nse.append(count)
+        begin, end = end, len(keys)
+    node = [v for _, v in keys]
+    batch = [b for b, _ in keys]
+    return node, batch, row, col, edge, nsn, nse
+
+
+def set_header_stats(path: Path, stats: object) -> None:
+    """Rewrite the ``meta.stats`` of the ``.ibp`` file at ``path``, with a valid header CRC."""
+    from ibp_graph.container import read_header
+
+    hdr = read_header(path)
+    raw = path.read_bytes()
+    header = json.loads(raw[24 : hdr.data_start].decode())
+    header["meta"]["stats"] = stats
+    text = json.dumps(header).encode()
+    text += b" " * (hdr.data_start - 24 - len(text))
+    crc = struct.pack("<IQ", zlib.crc32(text), len(text))
+    path.write_bytes(raw[:12] + crc + text + raw[hdr.data_start :])

@@ -5,20 +5,19 @@ from __future__ import annotations
 import json
 import os
 import stat
-import struct
 import subprocess
 import sys
 import warnings
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import set_header_stats
 from test_cli import assert_one_line_error, run_cli, sha256, sparse_table
 
 import ibp_graph
-from ibp_graph.container import IBPWriter, read_header
+from ibp_graph.container import IBPWriter
 from ibp_graph.errors import IBPInputError
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -278,21 +277,10 @@ ODD_STATS = [
 ]
 
 
-def _set_stats(path: Path, stats: object) -> None:
-    hdr = read_header(path)
-    raw = path.read_bytes()
-    header = json.loads(raw[24 : hdr.data_start].decode())
-    header["meta"]["stats"] = stats
-    text = json.dumps(header).encode()
-    text += b" " * (hdr.data_start - 24 - len(text))
-    crc = struct.pack("<IQ", zlib.crc32(text), len(text))
-    path.write_bytes(raw[:12] + crc + text + raw[hdr.data_start :])
-
-
 @pytest.mark.parametrize("stats", ODD_STATS, ids=[json.dumps(s)[:30] for s in ODD_STATS])
 def test_inspect_odd_stats(capsys, table, stats: object) -> None:
     _, ibp, _ = table
-    _set_stats(ibp, stats)
+    set_header_stats(ibp, stats)
     code, out, err = run_cli(capsys, "inspect", ibp)
     assert code == 0 and err == "" and "shape" in out
     code, out, err = run_cli(capsys, "inspect", ibp, "--json")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import set_header_stats
 
 import ibp_graph
 from ibp_graph.container import SECTION_ALIGN, read_header
@@ -224,15 +225,7 @@ def test_odd_stats_do_not_break_the_table(tmp_path: Path, stats: object) -> None
     x = np.eye(6, dtype=np.float32)
     path = tmp_path / "s.ibp"
     ibp_graph.compress(x, path).close()
-    hdr = read_header(path)
-    raw = path.read_bytes()
-    header = json.loads(raw[24 : hdr.data_start].decode())
-    header["meta"]["stats"] = stats
-    text = json.dumps(header).encode()
-    text += b" " * (hdr.data_start - 24 - len(text))
-    path.write_bytes(
-        raw[:12] + struct.pack("<IQ", zlib.crc32(text), len(text)) + text + raw[hdr.data_start :]
-    )
+    set_header_stats(path, stats)
     with ibp_graph.open(path) as table:
         assert isinstance(table.stats, dict)
         assert np.array_equal(table.read(), x)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import in_lists, random_graph
+from conftest import in_lists, random_graph, reference_sample
 
 from ibp_graph import sampler as sampler_mod
 from ibp_graph.errors import IBPInputError
@@ -30,32 +30,6 @@ pytestmark = pytest.mark.usefixtures("hop_path")
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def reference_full(edge_index: torch.Tensor, n: int, seeds: list[int], hops: int):
-    """Plain-Python PyG sampling with every fanout -1 (deterministic: the exact batch)."""
-    adj = in_lists(edge_index, n)
-    node = list(seeds)
-    local: dict[int, int] = {}
-    for i, s in enumerate(seeds):
-        local.setdefault(s, i)
-    row, col, edge, nsn, nse = [], [], [], [len(seeds)], []
-    begin, end = 0, len(seeds)
-    for _ in range(hops):
-        count = 0
-        for t in range(begin, end):
-            for u, e in adj[node[t]]:
-                if u not in local:
-                    local[u] = len(node)
-                    node.append(u)
-                row.append(local[u])
-                col.append(t)
-                edge.append(e)
-                count += 1
-        nsn.append(len(node) - end)
-        nse.append(count)
-        begin, end = end, len(node)
-    return node, row, col, edge, nsn, nse
 
 
 def check_batch(
@@ -309,7 +283,7 @@ def test_full_fanout_matches_reference(seed, hops):
     gen = torch.Generator().manual_seed(seed)
     seeds = torch.randint(0, 80, (7,), generator=gen)  # may repeat, may be isolated
     batch = NeighborSampler(g, [-1] * hops, seed=seed).sample(seeds)
-    node, row, col, edge, nsn, nse = reference_full(ei, 80, seeds.tolist(), hops)
+    node, _, row, col, edge, nsn, nse = reference_sample(ei, 80, seeds.tolist(), hops)
     assert batch.node.tolist() == node
     assert batch.row.tolist() == row
     assert batch.col.tolist() == col

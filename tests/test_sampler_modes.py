@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import in_lists, random_graph
+from conftest import in_lists, random_graph, reference_sample
 
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
@@ -17,35 +17,6 @@ from ibp_graph.sampler import NeighborSampler, SampledBatch
 
 # Every test runs with the compiled CPU hop (Numba) and with the torch-ops hop.
 pytestmark = pytest.mark.usefixtures("hop_path")
-
-
-def reference(edge_index, n, seeds, hops, *, disjoint=False, per_hop=False):
-    """Plain-Python sampling with every fanout -1, as pyg-lib (disjoint) and DGL (per_hop) do."""
-    adj = in_lists(edge_index, n)
-    keys = [(i if disjoint else 0, s) for i, s in enumerate(seeds)]
-    local: dict[tuple[int, int], int] = {}
-    for i, k in enumerate(keys):
-        local.setdefault(k, i)
-    row, col, edge, nsn, nse = [], [], [], [len(seeds)], []
-    begin, end = 0, len(keys)
-    for _ in range(hops):
-        count = 0
-        for t in range(0 if per_hop else begin, end):
-            b, v = keys[t]
-            for u, e in adj[v]:
-                if (b, u) not in local:
-                    local[(b, u)] = len(keys)
-                    keys.append((b, u))
-                row.append(local[(b, u)])
-                col.append(t)
-                edge.append(e)
-                count += 1
-        nsn.append(len(keys) - end)
-        nse.append(count)
-        begin, end = end, len(keys)
-    node = [v for _, v in keys]
-    batch = [b for b, _ in keys]
-    return node, batch, row, col, edge, nsn, nse
 
 
 def assert_batch(batch: SampledBatch, node, row, col, edge, nsn, nse) -> None:
@@ -91,7 +62,7 @@ def test_replace_gives_exactly_fanout_per_node_with_neighbors(seed):
         assert (r, c) in pairs and tuple(ei[:, e].tolist()) == (r, c)
     # -1 still takes every in-neighbor once.
     full = NeighborSampler(g, [-1, -1], seed=0, replace=True).sample(seeds)
-    node, _, row, col, edge, nsn, nse = reference(ei, 50, seeds.tolist(), 2)
+    node, _, row, col, edge, nsn, nse = reference_sample(ei, 50, seeds.tolist(), 2)
     assert_batch(full, node, row, col, edge, nsn, nse)
 
 
@@ -128,7 +99,7 @@ def test_disjoint_full_matches_reference(seed, per_hop):
     seeds[3] = seeds[1]  # a repeated seed grows its own tree
     draw = "per_hop" if per_hop else "once"
     batch = NeighborSampler(g, [-1, -1], seed=0, disjoint=True, draw=draw).sample(seeds)
-    node, b, row, col, edge, nsn, nse = reference(
+    node, b, row, col, edge, nsn, nse = reference_sample(
         ei, 40, seeds.tolist(), 2, disjoint=True, per_hop=per_hop
     )
     assert_batch(batch, node, row, col, edge, nsn, nse)
@@ -256,7 +227,7 @@ def test_per_hop_full_matches_reference(seed):
     g = CSRGraph.from_edge_index(ei, 50)
     seeds = torch.tensor([4, 9, 4, 17])
     batch = NeighborSampler(g, [-1, -1, -1], seed=0, draw="per_hop").sample(seeds)
-    node, _, row, col, edge, nsn, nse = reference(ei, 50, seeds.tolist(), 3, per_hop=True)
+    node, _, row, col, edge, nsn, nse = reference_sample(ei, 50, seeds.tolist(), 3, per_hop=True)
     assert_batch(batch, node, row, col, edge, nsn, nse)
     assert batch.batch is None
 
