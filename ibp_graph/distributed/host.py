@@ -48,6 +48,17 @@ def _one_per_host(
     return seg
 
 
+def _filled(name: str, nbytes: int, fill: Callable[[SharedSegment], None]) -> SharedSegment:
+    """A new segment of ``nbytes`` passed to ``fill`` (closed and removed if that fails)."""
+    seg = SharedSegment.create(name, nbytes)
+    try:
+        fill(seg)
+    except BaseException:
+        seg.close()
+        raise
+    return seg
+
+
 def open_shared_table(ctx: DistContext, path: str | os.PathLike[str]) -> SharedIBPTable:
     """The table at ``path`` with its rows in this host's one shared segment.
 
@@ -63,13 +74,7 @@ def open_shared_table(ctx: DistContext, path: str | os.PathLike[str]) -> SharedI
 
     def create() -> SharedSegment:
         with IBPTable(path, mmap=True, verify=True) as src:
-            seg = SharedSegment.create(name, segment_size(src))
-            try:
-                fill_rows(src, seg)
-            except BaseException:
-                seg.close()
-                raise
-        return seg
+            return _filled(name, segment_size(src), lambda seg: fill_rows(src, seg))
 
     seg = _one_per_host(ctx, name, create)
     try:
@@ -120,12 +125,6 @@ def share_host_graph(ctx: DistContext, build: Callable[[], CSRGraph]) -> CSRGrap
 
     def create() -> SharedSegment:
         graph = build().to("cpu")
-        seg = SharedSegment.create(name, graph_segment_size(graph))
-        try:
-            share_graph(graph, seg)
-        except BaseException:
-            seg.close()
-            raise
-        return seg
+        return _filled(name, graph_segment_size(graph), lambda seg: share_graph(graph, seg))
 
     return attach_graph(_one_per_host(ctx, name, create))
