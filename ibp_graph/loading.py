@@ -64,6 +64,7 @@ __all__ = [
     "BaseNodeLoader",
     "check_batch_size",
     "check_bool",
+    "check_choice",
     "check_graph_memory",
     "check_prefetch",
     "input_nodes",
@@ -199,16 +200,25 @@ def check_prefetch(prefetch: object) -> int:
     return prefetch
 
 
+def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``allowed``.
+
+    Raises:
+        IBPInputError: it is not (naming ``name`` and the allowed values).
+    """
+    if not isinstance(value, str) or value not in allowed:
+        names = ", ".join(repr(a) for a in allowed)
+        raise IBPInputError(f"{name} must be one of {names}, got {value!r}")
+    return value
+
+
 def check_graph_memory(graph_memory: object) -> str:
     """``graph_memory`` if it is one of `GRAPH_MEMORY`.
 
     Raises:
         IBPInputError: it is not.
     """
-    if not isinstance(graph_memory, str) or graph_memory not in GRAPH_MEMORY:
-        allowed = ", ".join(repr(m) for m in GRAPH_MEMORY)
-        raise IBPInputError(f"graph_memory must be one of {allowed}, got {graph_memory!r}")
-    return graph_memory
+    return check_choice("graph_memory", graph_memory, GRAPH_MEMORY)
 
 
 def place_graph(graph: CSRGraph, device: torch.device, graph_memory: str = "device") -> CSRGraph:

@@ -38,7 +38,7 @@ import torch
 
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import type_name, unsupported
+from ibp_graph.loading import check_choice, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
 
 from .dgl_blocks import DRAWS, to_blocks
@@ -48,7 +48,6 @@ __all__ = [
     "MultiLayerFullNeighborSampler",
     "MultiLayerNeighborSampler",
     "NeighborSampler",
-    "check_draw",
     "to_csr",
 ]
 
@@ -86,18 +85,6 @@ def to_csr(graph: Any, *, indices_dtype: torch.dtype = torch.int64) -> CSRGraph:
     return CSRGraph.from_edge_index(
         torch.stack([src, dst]), graph.num_nodes(), indices_dtype=indices_dtype
     )
-
-
-def check_draw(draw: object) -> str:
-    """``draw`` if it is one of `DRAWS`.
-
-    Raises:
-        IBPInputError: it is not.
-    """
-    if not isinstance(draw, str) or draw not in DRAWS:
-        allowed = ", ".join(repr(d) for d in DRAWS)
-        raise IBPInputError(f"draw must be one of {allowed}, got {draw!r}")
-    return draw
 
 
 def _check_fanouts(fanouts: object) -> list[int]:
@@ -207,7 +194,7 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
         self.prob = None
         self.replace = replace
         self.fused = fused
-        self.draw = check_draw(draw)
+        self.draw = check_choice("draw", draw, DRAWS)
         self._graph: Any = None
         self._sampler: CSRNeighborSampler | None = None
 
