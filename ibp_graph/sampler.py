@@ -23,7 +23,7 @@ change one rule each; its docstring states them.
 Two backends draw the subsets. ``"torch"`` (the default, any device) uses torch ops
 (`ibp_graph.sample_draw`), picking per hop the cheapest of a few exact draws; on a CPU graph it
 runs each hop as one compiled pass instead (`ibp_graph.sample_cpu`, Numba, single-threaded,
-the GIL released) whenever Numba imports, except with ``disjoint=True``. ``"kernel"``
+the GIL released) whenever Numba imports. ``"kernel"``
 (graphs on a CUDA device; needs CuPy) launches the CUDA kernel of ``cuda/sample_neighbors.cu``
 (`ibp_graph.kernels.sample_neighbors.kernel_sample`) for fanouts up to its ``MAX_K``, and the
 torch path above that. Both are uniform and reproducible for a seed, but they draw different
@@ -239,8 +239,7 @@ class NeighborSampler:
 
     On a CPU graph the hops run compiled (`ibp_graph.sample_cpu`: one pass per hop on one
     thread, without the GIL, whatever ``torch.set_num_threads`` says) when Numba is installed,
-    and with torch ops otherwise or with ``disjoint=True``; both draw the same distribution,
-    not the same neighbors.
+    and with torch ops otherwise; both draw the same distribution, not the same neighbors.
 
     ``backend`` picks how the neighbors of a node with more than ``fanout`` of them are drawn
     without replacement: ``"torch"`` with torch ops (CPU or CUDA), ``"kernel"`` with a CUDA
