@@ -36,11 +36,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from . import sample_cpu
 from .errors import IBPDeviceError, IBPInputError
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
@@ -55,6 +56,9 @@ from .sample_draw import (
 from .sample_index import UNSEEN, KeyIndex, dense_clear, dense_insert, dense_seed
 from .sample_modes import induced_edges, to_bidirectional
 
+if TYPE_CHECKING:
+    from .sample_cpu import Workspace
+
 __all__ = ["NeighborSampler", "SampledBatch", "floyd_sample", "random_keys_sample"]
 
 #: The values of ``NeighborSampler(backend=...)``.
@@ -68,6 +72,16 @@ DRAWS = ("once", "per_hop")
 _SORT_COST_PER_ENTRY = 16
 #: Whether CPU graphs use the compiled hop of `ibp_graph.sample_cpu` (when Numba imports).
 _COMPILED = True
+
+
+def _cpu_hops() -> ModuleType:
+    """`ibp_graph.sample_cpu`, imported on first use.
+
+    Importing Numba takes a fraction of a second that GPU-only runs need not pay.
+    """
+    from . import sample_cpu
+
+    return sample_cpu
 
 
 @dataclass
@@ -304,7 +318,7 @@ class NeighborSampler:
         self.manual_seed(seed)
         self._map: torch.Tensor | None = None
         self._arange: torch.Tensor | None = None
-        self._work: sample_cpu.Workspace | None = None
+        self._work: Workspace | None = None
 
     def manual_seed(self, seed: int | None) -> None:
         """Reseed the generator (None: a non-deterministic seed).
@@ -392,9 +406,9 @@ class NeighborSampler:
             )
         return self._map
 
-    def _workspace(self) -> sample_cpu.Workspace:
+    def _workspace(self) -> Workspace:
         if self._work is None:
-            self._work = sample_cpu.Workspace()
+            self._work = _cpu_hops().Workspace()
         return self._work
 
     def _iota(self, n: int) -> torch.Tensor:
@@ -494,8 +508,21 @@ class NeighborSampler:
             _COMPILED
             and self.backend == "torch"
             and self.graph.device.type == "cpu"
-            and sample_cpu.available()
+            and _cpu_hops().available()
         )
+
+    def _sample_compiled(self, seeds: torch.Tensor, local: torch.Tensor | None) -> tuple:
+        """All hops in `ibp_graph.sample_cpu`, local ids in the dense map ``local``.
+
+        With ``local=None`` the trees are disjoint (local ids keyed by seed index and node).
+        """
+        g = self.graph
+        keys = randint(len(self.num_neighbors), 1, self.generator, seeds.device)
+        return _cpu_hops().sample(
+            g.indptr, g.indices, g.edge_ids, seeds, self.num_neighbors, keys.view(-1).tolist(),
+            replace=self.replace, per_hop=self.draw == "per_hop", disjoint=local is None,
+            local=local, work=self._workspace(),
+        )  # fmt: skip
 
     def _sample_shared(self, seeds: torch.Tensor) -> SampledBatch:
         """One subgraph for all seeds; local ids from the dense scratch map."""
@@ -507,12 +534,7 @@ class NeighborSampler:
         ok = False
         try:
             if compiled:
-                keys = randint(len(self.num_neighbors), 1, self.generator, seeds.device)
-                node, row, col, edge, num_nodes, num_edges, _ = sample_cpu.sample(
-                    g.indptr, g.indices, g.edge_ids, seeds, self.num_neighbors,
-                    keys.view(-1).tolist(), replace=self.replace,
-                    per_hop=self.draw == "per_hop", local=local, work=self._workspace(),
-                )  # fmt: skip
+                node, row, col, edge, num_nodes, num_edges, _ = self._sample_compiled(seeds, local)
             else:
                 node, row, col, edge, num_nodes, num_edges = self._hops_with_torch(seeds, local)
             if self.subgraph_type == "induced":
@@ -520,7 +542,7 @@ class NeighborSampler:
             ok = True
         finally:
             if ok and compiled:
-                sample_cpu.clear(local, node)
+                _cpu_hops().clear(local, node)
             elif ok:
                 dense_clear(local, node)
             else:
@@ -575,12 +597,7 @@ class NeighborSampler:
         """One tree per seed; a node's key is ``seed index * num_nodes + global id``."""
         g = self.graph
         if self._compiled_hop():
-            keys = randint(len(self.num_neighbors), 1, self.generator, seeds.device)
-            node, row, col, edge, num_nodes, num_edges, tree = sample_cpu.sample(
-                g.indptr, g.indices, g.edge_ids, seeds, self.num_neighbors,
-                keys.view(-1).tolist(), replace=self.replace, per_hop=self.draw == "per_hop",
-                disjoint=True, local=None, work=self._workspace(),
-            )  # fmt: skip
+            node, row, col, edge, num_nodes, num_edges, tree = self._sample_compiled(seeds, None)
             return SampledBatch(
                 node=node,
                 row=row,
