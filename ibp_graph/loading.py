@@ -472,6 +472,8 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         self.seed = resolve_seed(seed, kwargs.get("generator"))
         if isinstance(ddp_seed, bool) or not isinstance(ddp_seed, (int, np.integer)):
             raise IBPInputError(f"ddp_seed must be an int, got '{type_name(ddp_seed)}'")
+        if ddp_seed < 0:  # SeedSequence refuses it, at the first shuffled epoch
+            raise IBPInputError(f"ddp_seed must be an int >= 0, got {ddp_seed}")
         self.ddp_seed = int(ddp_seed)
         self._rank, self._world_size = 0, 1
         if self.use_ddp:

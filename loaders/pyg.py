@@ -109,7 +109,8 @@ class NeighborLoader(BaseNodeLoader):
     node-level attribute of ``data`` (``y``, masks, ...) sliced by ``n_id``, every edge-level
     one sliced by ``e_id``, and ``data``'s other attributes as they are. ``data`` is read when
     each epoch starts, so attributes deleted, added or replaced after construction are
-    honoured (PyG's ``reddit.py`` deletes ``subgraph_loader.data.x``).
+    honoured (PyG's ``reddit.py`` deletes ``subgraph_loader.data.x``). Persistent workers
+    (``persistent_workers=True``) keep ``data`` as it was when they started, as PyG's do.
 
     It is a ``torch.utils.data.DataLoader``, as PyG's is: ``loader.dataset`` holds the
     positions of the seeds, ``loader.collate_fn(positions)`` returns their batch, and every

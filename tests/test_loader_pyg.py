@@ -572,6 +572,7 @@ def test_hetero_and_store_inputs_are_not_supported(rand_data) -> None:
         ({"filter_per_worker": 1}, "filter_per_worker must be a bool"),
         ({"input_id": torch.arange(3)}, "input_id has 3 entries, there are 300 input nodes"),
         ({"ddp_seed": 1.5}, "ddp_seed must be an int"),
+        ({"ddp_seed": -1}, "ddp_seed must be an int >= 0, got -1"),
         ({"use_ddp": True}, "use_ddp=True shares the seeds between the ranks"),
         ({"generator": 5}, "generator must be a torch.Generator"),
     ],
