@@ -17,7 +17,7 @@ from .container import IBPWriter, resolve_output
 from .dtypes import as_table, rows_to_words, words_per_row
 from .errors import IBPInputError
 from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit
-from .sources import TableSource, check_dense, open_source
+from .sources import TableSource, open_source
 from .table import IBPTable
 
 #: Words encoded per batch on the CPU: small enough for the temporaries to stay in cache.
@@ -174,7 +174,6 @@ def compress(
     if isinstance(data, TableSource):
         array, name, what = data.array, data.dtype_name, data.description
     else:
-        check_dense(data, "input")
         array, name = as_table(data)
         what = f"{type(data).__module__}.{type(data).__name__}"
     out = Path(path)

@@ -96,10 +96,19 @@ def storage_dtype(name: str) -> np.dtype:
 def as_table(data: Any, *, what: str = "input") -> tuple[np.ndarray, str]:
     """Return ``(array, dtype_name)``: a 2-D NumPy view of a table and its element type.
 
-    Accepts NumPy arrays (memmaps included) and torch tensors. Nothing is copied unless the
-    tensor lives on a GPU or its bits need a byte-order swap (done chunk by chunk later).
+    Accepts NumPy arrays (memmaps included) and dense torch tensors. Nothing is copied unless
+    the tensor lives on a GPU or its bits need a byte-order swap (done chunk by chunk later).
+
+    Raises:
+        IBPInputError: ``data`` (named ``what``) is not a non-empty 2-D table of a supported
+            dtype, or is a sparse tensor.
     """
     if isinstance(data, torch.Tensor):
+        if data.layout != torch.strided:
+            raise IBPInputError(
+                f"{what}: holds a {data.layout} tensor; only dense tables are supported: pass "
+                f"x.to_dense() (or save that)"
+            )
         name = _named(data.dtype, what)
         tensor = data.detach()
         if tensor.device.type != "cpu":

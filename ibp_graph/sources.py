@@ -75,23 +75,6 @@ def _npy(path: Path) -> TableSource:
     return TableSource(array, name, f"{path} (memory-mapped)", path.resolve())
 
 
-def check_dense(obj: object, what: str) -> None:
-    """Refuse a sparse or otherwise non-strided tensor with a message saying what to pass.
-
-    Args:
-        obj: the candidate table.
-        what: how to name it in the message (a path, ``"input"``).
-
-    Raises:
-        IBPInputError: ``obj`` is a torch tensor whose layout is not ``torch.strided``.
-    """
-    if isinstance(obj, torch.Tensor) and obj.layout != torch.strided:
-        raise IBPInputError(
-            f"{what}: holds a {obj.layout} tensor; only dense tables are supported: pass "
-            f"x.to_dense() (or save that)"
-        )
-
-
 def _torch_load(path: Path) -> object:
     try:
         with warnings.catch_warnings():
@@ -123,7 +106,6 @@ def _pt(path: Path, key: str | None) -> TableSource:
         raise IBPInputError(f"{path}: holds a {type(obj).__name__}, not a dict with key {key!r}")
     if not isinstance(obj, torch.Tensor):
         raise IBPInputError(f"{path}: holds a {type(obj).__name__}, not a tensor")
-    check_dense(obj, str(path))
     array, name = as_table(obj, what=str(path))
     return TableSource(array, name, f"{path}", path.resolve())
 

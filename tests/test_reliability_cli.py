@@ -18,6 +18,7 @@ from test_cli import assert_one_line_error, run_cli, sha256, sparse_table
 
 import ibp_graph
 from ibp_graph.container import IBPWriter
+from ibp_graph.dtypes import as_table
 from ibp_graph.errors import IBPInputError
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -148,6 +149,12 @@ def test_sparse_pt_is_one_line(capsys, tmp_path: Path, layout: str) -> None:
     assert_one_line_error(code, err, 1, str(src), "sparse", "to_dense()")
     with pytest.raises(IBPInputError, match="to_dense"):
         ibp_graph.compress(x.to_sparse(), tmp_path / "s.ibp")
+
+
+def test_every_table_reader_refuses_a_sparse_tensor() -> None:
+    # as_table is where tensors become tables: compress, .pt files and PinnedRawTable.
+    with pytest.raises(IBPInputError, match=r"^rows: holds a torch.sparse_coo tensor.*to_dense"):
+        as_table(torch.eye(4).to_sparse(), what="rows")
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
