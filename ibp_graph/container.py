@@ -57,6 +57,7 @@ __all__ = [
     "IBPWriter",
     "SectionInfo",
     "load_section",
+    "named_os_error",
     "read_header",
     "read_section",
     "resolve_output",
@@ -553,9 +554,7 @@ def read_elements(header: IBPHeader, name: str, indices: list[int]) -> np.ndarra
         IBPFormatError: No such section, or the file changed since the header was read.
         IBPInputError: The section is not one-dimensional or an index is out of range.
     """
-    info = header.sections.get(name)
-    if info is None:
-        _fail(header.path, f"no section {name!r}")
+    info = _section_info(header, name)
     if len(info.shape) != 1 or not all(0 <= i < info.shape[0] for i in indices):
         raise IBPInputError(f"elements {indices} do not lie in section {name!r} {info.shape}")
     size = info.dtype.itemsize
@@ -636,7 +635,7 @@ class IBPWriter:
                 prefix=f".{base}.", suffix=".rows.tmp", dir=directory
             )
         except OSError as e:
-            raise _named_os_error(e, self.path) from None
+            raise named_os_error(e, self.path) from None
         self._rows: IO[bytes] | None = os.fdopen(fd, "w+b")
         self._rows_crc = 0
         self._rows_nbytes = 0
@@ -685,7 +684,7 @@ class IBPWriter:
         try:
             rows.write(data)
         except OSError as e:
-            raise _named_os_error(e, self.path) from None
+            raise named_os_error(e, self.path) from None
         self._rows_crc = zlib.crc32(data, self._rows_crc)
         self._rows_nbytes += data.nbytes
 
@@ -743,7 +742,7 @@ class IBPWriter:
             rows.seek(0)
             fd = os.open(partial, flags, 0o666)  # a data file: rw for whom the umask allows
         except OSError as e:
-            raise _named_os_error(e, self.path) from None
+            raise named_os_error(e, self.path) from None
         try:
             with os.fdopen(fd, "wb") as out:
                 fixed = (MAGIC, FORMAT_VERSION, zlib.crc32(header), data_start - _FIXED_SIZE)
@@ -764,7 +763,7 @@ class IBPWriter:
             os.replace(partial, self._target)
         except OSError as e:
             _remove(partial)
-            raise _named_os_error(e, self.path) from None
+            raise named_os_error(e, self.path) from None
         except BaseException:
             _remove(partial)
             raise
@@ -852,7 +851,7 @@ def resolve_output(path: str | os.PathLike[str]) -> str:
     return target
 
 
-def _named_os_error(exc: OSError, path: str) -> OSError:
+def named_os_error(exc: OSError, path: str) -> OSError:
     """The same error naming ``path`` (what the user asked for) instead of a temporary file."""
     return OSError(exc.errno, f"cannot write the output ({exc.strerror or exc})", path)
 

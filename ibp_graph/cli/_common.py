@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..codec import ALIGNMENTS
-from ..container import resolve_output
+from ..container import named_os_error, resolve_output
 from ..errors import IBPError, IBPInputError
 
 #: Environment variable that makes runtime errors raise with their traceback.
@@ -194,10 +194,7 @@ def atomic_output(path: Path) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         if isinstance(exc, OSError):
-            reason = exc.strerror or str(exc)
-            raise OSError(
-                exc.errno, f"cannot write the output ({reason})", os.fspath(path)
-            ) from None
+            raise named_os_error(exc, os.fspath(path)) from None
         raise
 
 
