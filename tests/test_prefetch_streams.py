@@ -175,7 +175,7 @@ def test_fetch_time_starts_at_the_first_kernel_not_at_the_python_before_it(
     def fetch(i: int, stream: FakeStream) -> Batch:
         fake_cuda.log.append(("python", i))  # host work before the first kernel
         if i % 2 == 0:
-            note_launch(stream)  # what every launcher does (runtime.cupy_stream)
+            note_launch(stream)  # what every launcher does right before its kernel
             note_launch(stream)  # later launches do not move the start
         return Batch(i)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel
+from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel, note_launch
 
 SOURCE = "fetch_decode.cu"
 WARP = 32
@@ -299,4 +299,5 @@ def fetch_decode(
             np.int32(codec.row_bytes),
             np.int32(plan.buf_words),
         )
+        note_launch(stream)
         fn((grid,), (threads,), args, shared_mem=plan.bytes_per_block)

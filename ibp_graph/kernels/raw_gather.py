@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from .fetch_decode import WARP, check_error, check_launch
-from .runtime import as_cupy, cupy_stream, grid_size, kernel
+from .runtime import as_cupy, cupy_stream, grid_size, kernel, note_launch
 
 SOURCE = "raw_gather.cu"
 WARPS_PER_BLOCK = 8
@@ -108,4 +108,5 @@ def raw_gather(
             np.int64(num_rows),
             np.int64(row_bytes),
         )
+        note_launch(stream)
         fn((grid,), (threads,), args)

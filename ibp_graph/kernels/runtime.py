@@ -94,12 +94,11 @@ _LAUNCH_MARKS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
 def launch_marks() -> Iterator[list]:
     """Collect a timing event recorded just before the first kernel launched inside.
 
-    The list yielded is empty until a launcher (through `cupy_stream`, or `note_launch`)
-    starts its first kernel; then it holds one ``torch.cuda.Event`` recorded on the launch
-    stream right before that kernel. Timing from it, rather than from an event recorded
-    before the Python code that prepares the launch, keeps host time out of a GPU interval
-    when the stream is idle (the event would complete at once and the interval would count
-    the Python code too).
+    The list yielded is empty until a launcher calls `note_launch` right before its first
+    kernel; then it holds one ``torch.cuda.Event`` recorded on the launch stream there. Timing
+    from it, rather than from an event recorded before the Python code that prepares the
+    launch, keeps host time out of a GPU interval when the stream is idle (the event would
+    complete at once and the interval would count the Python code too).
     """
     marks: list = []
     token = _LAUNCH_MARKS.set(marks)
@@ -144,7 +143,6 @@ def cupy_stream(stream: torch.cuda.Stream | None, device: torch.device) -> Itera
         where = torch.device(torch_stream.device)
         if where.type != "cuda" or _device_index(where) != index:
             raise ValueError(f"stream must be a CUDA stream on cuda:{index}, got one on {where}")
-        note_launch(torch_stream)
         # Stream.from_external takes the device from the current one: create it in here.
         if hasattr(cp.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
             cupy_view = cp.cuda.Stream.from_external(torch_stream)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel
+from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel, note_launch
 
 SOURCE = "sample_neighbors.cu"
 #: Sizes of the per-thread array of picks of the kernel's entry points, smallest first.
@@ -94,5 +94,6 @@ def kernel_sample(
             threads=THREADS_PER_BLOCK,
         )
         args = (as_cupy(deg), as_cupy(key), as_cupy(out), np.int64(rows), np.int32(k))
+        note_launch(stream)
         fn((grid,), (THREADS_PER_BLOCK,), args)
     return out
