@@ -255,10 +255,11 @@ def grid_size(
     """
     props = torch.cuda.get_device_properties(device)
     sms = int(props.multi_processor_count)
-    resident = occupancy(kernel_fn, threads, smem, props) * sms
-    if max_blocks is None:
-        max_blocks = BLOCKS_PER_SM * sms
-    return max(1, min(int(blocks), int(max_blocks), resident))
+    cap = BLOCKS_PER_SM * sms if max_blocks is None else int(max_blocks)
+    grid = min(int(blocks), cap)
+    if grid > sms:  # one block per SM always fits; ask the occupancy only beyond that
+        grid = min(grid, occupancy(kernel_fn, threads, smem, props) * sms)
+    return max(1, grid)
 
 
 def describe(x: object) -> str:
