@@ -18,14 +18,15 @@ start-up hook off.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import types
-from collections.abc import Sequence
-from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: importing typing at every start-up costs ~2 ms
+if TYPE_CHECKING:
+    import importlib.machinery
+    from collections.abc import Sequence
+    from pathlib import Path
 
 __all__ = ["PLACEHOLDER_DOC", "GraphboltFinder", "graphbolt_loadable", "install", "is_placeholder"]
 
@@ -41,6 +42,8 @@ def graphbolt_loadable(graphbolt_dir: Path) -> bool:
     Args:
         graphbolt_dir: the ``dgl/graphbolt`` folder.
     """
+    import importlib.util
+
     import torch  # dgl has imported it already when dgl.graphbolt is imported
 
     version = torch.__version__.split("+", maxsplit=1)[0]
@@ -52,8 +55,8 @@ def graphbolt_loadable(graphbolt_dir: Path) -> bool:
         return False
 
 
-class _PlaceholderLoader(importlib.abc.Loader):
-    """Creates the placeholder ``dgl.graphbolt``."""
+class _PlaceholderLoader:
+    """Creates the placeholder ``dgl.graphbolt`` (an ``importlib.abc.Loader``, duck-typed)."""
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name, PLACEHOLDER_DOC)
@@ -77,8 +80,12 @@ class _PlaceholderLoader(importlib.abc.Loader):
         """Nothing to run: the placeholder has no code."""
 
 
-class GraphboltFinder(importlib.abc.MetaPathFinder):
-    """Finds the placeholder for ``dgl.graphbolt`` when the real one cannot load."""
+class GraphboltFinder:
+    """Finds the placeholder for ``dgl.graphbolt`` when the real one cannot load.
+
+    An ``importlib.abc.MetaPathFinder`` by its ``find_spec``: subclassing it would import
+    ``importlib.abc`` (and ``typing``'s machinery behind it) at every interpreter start-up.
+    """
 
     def find_spec(
         self,
@@ -89,6 +96,9 @@ class GraphboltFinder(importlib.abc.MetaPathFinder):
         """The placeholder's spec for ``dgl.graphbolt`` if GraphBolt cannot load, else None."""
         if fullname != "dgl.graphbolt" or not path:
             return None
+        import importlib.util
+        from pathlib import Path
+
         if graphbolt_loadable(Path(next(iter(path))) / "graphbolt"):
             return None
         return importlib.util.spec_from_loader(fullname, _PlaceholderLoader())
