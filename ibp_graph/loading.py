@@ -360,8 +360,8 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
        after which torch forbids setting ``batch_size``, ``sampler``, ``batch_sampler``,
        ``drop_last``, ``dataset`` and ``persistent_workers``.
 
-    A subclass implements `_fetch`, and may override `_deliver` (what the user receives),
-    `_sample` (how seeds are sampled) and `_refresh` (re-read the graph's data at the start
+    A subclass implements `_fetch`, and may override `_deliver` (what the user receives)
+    and `_refresh` (re-read the graph's data at the start
     of every epoch) and set ``_fetch_in_worker = False`` to join features in the loading
     process rather than in the workers.
 
@@ -487,7 +487,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
             self._rank, self._world_size = int(dist.get_rank()), int(dist.get_world_size())
         self._torch_kwargs = kwargs
 
-    def _start_pipeline(self, node_sampler: NeighborSampler | None = None) -> None:
+    def _start_pipeline(self, node_sampler: NeighborSampler) -> None:
         """Initialise the torch ``DataLoader``, the counters and, on a GPU, the side stream.
 
         Call it last in ``__init__``, after ``input_nodes`` and ``device`` are set. On a GPU
@@ -496,17 +496,12 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         after the stream current when iteration starts.
 
         Args:
-            node_sampler: the neighbor sampler (default: the one the subclass stored as
-                ``self.sampler``, which becomes ``self.node_sampler``).
+            node_sampler: the neighbor sampler (``self.node_sampler``).
 
         Raises:
             ValueError: torch's ``DataLoader`` refuses a keyword's value (for example
                 ``persistent_workers=True`` with ``num_workers=0``).
         """
-        if node_sampler is None:
-            node_sampler = self.__dict__.pop("sampler", None)
-        if node_sampler is None:
-            raise TypeError(f"{type(self).__name__} built no node sampler")
         self.node_sampler = node_sampler
         self.stats = LoaderStats()
         self._stream = None
@@ -637,7 +632,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
 
     def _sample_positions(self, positions: torch.Tensor) -> SampledBatch:
         input_id = positions if self._input_id is None else self._input_id[positions]
-        return self._sample(self.input_nodes[positions], input_id)
+        return self.node_sampler.sample(self.input_nodes[positions], input_id)
 
     def _work(self, epoch: int, batches: list[torch.Tensor]) -> Iterator[SampledBatch]:
         for index, positions in enumerate(batches):
@@ -645,7 +640,6 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
 
     def _from_workers(self, results: Iterator[WorkerResult]) -> Iterator[Any]:
         """Batches from torch's worker iterator, their counters added to `stats`."""
-        results = iter(results)
         while True:
             t0 = time.perf_counter()
             try:
@@ -741,14 +735,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         state["_DataLoader__multiprocessing_context"] = None
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     # -- hooks -----------------------------------------------------------------------------
-    def _sample(self, seeds: torch.Tensor, input_id: torch.Tensor) -> SampledBatch:
-        """Sample the neighborhoods of ``seeds`` (default: ``node_sampler.sample``)."""
-        return self.node_sampler.sample(seeds, input_id)
-
     def _refresh(self) -> None:  # noqa: B027 - an optional hook with nothing to do by default
         """Re-read what the batches take from the graph's data (each epoch; default: nothing)."""
 

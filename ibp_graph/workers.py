@@ -23,7 +23,7 @@ and memory-mapped `IBPTable` rows are shared with the parent, not copied). With 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,13 +143,12 @@ class EpochBatches(Sampler):
     """The batches of the epoch a loader planned, as `BatchTask` objects (its batch sampler).
 
     Args:
-        length: called by ``len()``: batches per epoch (a bound method is held weakly, see
-            `CollateFn`).
+        length: the loader's bound method called by ``len()``: batches per epoch (held
+            weakly, see `CollateFn`).
     """
 
-    def __init__(self, length: Any) -> None:
-        self._length = weakref.WeakMethod(length) if hasattr(length, "__self__") else None
-        self._fixed = None if self._length is not None else length
+    def __init__(self, length: Callable[[], int]) -> None:
+        self._length: weakref.WeakMethod | None = weakref.WeakMethod(length)
         self._plan: tuple[int, Sequence[torch.Tensor]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -178,7 +177,7 @@ class EpochBatches(Sampler):
             yield BatchTask(epoch, index, positions.numpy())
 
     def __len__(self) -> int:
-        length = self._length() if self._length is not None else self._fixed
+        length = self._length() if self._length is not None else None
         return int(length()) if length is not None else 0
 
 
