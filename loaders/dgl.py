@@ -355,11 +355,9 @@ class DataLoader(BaseNodeLoader):
         if self.labels is None and settings.prefetch_labels:
             self._node_names.append(self.label_key)
         self._edge_names = list(settings.prefetch_edge_feats)
-        for kind, names in (("node", self._node_names), ("edge", self._edge_names)):
-            frame = (graph.ndata if kind == "node" else graph.edata) if is_dgl else {}
-            for name in names:
-                if name not in frame:
-                    raise IBPInputError(self._missing(kind, name, is_dgl))
+        missing = self._first_missing(graph if is_dgl else None)
+        if missing is not None:
+            raise IBPInputError(self._missing(*missing, is_dgl))
 
         self._warn_dgl_options(dev)
         if use_uva is True and dev.type == "cuda":
@@ -415,6 +413,15 @@ class DataLoader(BaseNodeLoader):
                 "CPU block's srcdata): install a CUDA build of DGL, or use the CPU "
                 "(device='cpu' and features=ibp_graph.open(path) or a CPU tensor)"
             )
+
+    def _first_missing(self, graph: Any) -> tuple[str, str] | None:
+        """(kind, name) of the first prefetch name not in ``graph``'s data (None: a CSRGraph)."""
+        for kind, names in (("node", self._node_names), ("edge", self._edge_names)):
+            frame = {} if graph is None else graph.ndata if kind == "node" else graph.edata
+            for name in names:
+                if name not in frame:
+                    return kind, name
+        return None
 
     @staticmethod
     def _missing(kind: str, name: str, is_dgl: bool, keyword: str | None = None) -> str:
@@ -493,17 +500,12 @@ class DataLoader(BaseNodeLoader):
         """``(input_nodes, output_nodes, blocks)``, the blocks taking ``g``'s data as it is now."""
         sampled = batch.sampled
         graph = self.graph if isinstance(self.graph, dgl.DGLGraph) else None
-        if graph is not None:
-            for kind, names, frame in (
-                ("node", self._node_names, graph.ndata),
-                ("edge", self._edge_names, graph.edata),
-            ):
-                missing = [name for name in names if name not in frame]
-                if missing:
-                    raise IBPInputError(
-                        self._missing(kind, missing[0], True) + " (it was removed from the "
-                        "graph after the loader was built)"
-                    )
+        missing = self._first_missing(graph) if graph is not None else None
+        if missing is not None:
+            raise IBPInputError(
+                self._missing(*missing, True) + " (it was removed from the graph after the "
+                "loader was built)"
+            )
         blocks = to_blocks(graph, sampled, draw=self.graph_sampler.draw)
         rows = batch.rows
         if rows is None and graph is not None:

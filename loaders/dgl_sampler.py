@@ -38,7 +38,7 @@ import torch
 
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import check_choice, type_name, unsupported
+from ibp_graph.loading import check_choice, resolve_seed, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
 
 from .dgl_blocks import DRAWS, to_blocks
@@ -272,8 +272,7 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
             )
         if self._graph is not g:
             csr = to_csr(g).to(g.device)
-            seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
-            self._sampler = self.csr_sampler(csr, seed=seed)
+            self._sampler = self.csr_sampler(csr, seed=resolve_seed(None))
             self._graph = g
         seeds = torch.as_tensor(seed_nodes)
         sampled = self._sampler.sample(seeds)
