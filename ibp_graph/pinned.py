@@ -37,7 +37,8 @@ class PinningError(IBPError, RuntimeError):
     """Host memory could not be pinned; the message says what to change."""
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
+    """``n`` bytes in GiB, for messages: ``"1.50 GiB"``."""
     return f"{n / 2**30:.2f} GiB"
 
 
@@ -81,16 +82,16 @@ def default_pages() -> str:
 def memlock_limit() -> str:
     """The soft RLIMIT_MEMLOCK, readable."""
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return "unlimited" if soft == resource.RLIM_INFINITY else _gib(soft)
+    return "unlimited" if soft == resource.RLIM_INFINITY else gib(soft)
 
 
 def pinning_advice(nbytes: int, what: str, cause: str) -> str:
     """The message for a failed pin: what failed, the limits in force, and what to change."""
     avail = available_memory()
     return (
-        f"{what}: could not pin {_gib(nbytes)} of host memory ({cause}); locked-memory limit "
+        f"{what}: could not pin {gib(nbytes)} of host memory ({cause}); locked-memory limit "
         f"(ulimit -l) is {memlock_limit()}, available memory "
-        f"{_gib(avail) if avail is not None else 'unknown'}. Raise the limit (ulimit -l "
+        f"{gib(avail) if avail is not None else 'unknown'}. Raise the limit (ulimit -l "
         f"unlimited; in Docker --ulimit memlock=-1), free host memory, or compress the table "
         f"further (more clusters) so that it needs less."
     )
@@ -174,7 +175,7 @@ class PinnedBuffer:
         limit = total_memory()
         if limit is not None and total > limit:
             raise PinningError(
-                pinning_advice(total, what, f"the machine has only {_gib(limit)} of memory")
+                pinning_advice(total, what, f"the machine has only {gib(limit)} of memory")
             )
         release_deferred()  # buffers dropped earlier: unpin them before pinning more
         try:

@@ -29,9 +29,6 @@ from .shm import SharedSegment
 
 __all__ = ["SharedIBPTable", "fill_rows", "segment_size"]
 
-#: Bytes copied per step, so that a large table is not staged in memory twice.
-_COPY_CHUNK = 64 << 20
-
 
 def segment_size(table: IBPTable) -> int:
     """Bytes of the segment that holds ``table``'s rows: the rows, the tail, whole pages."""
@@ -57,9 +54,7 @@ def fill_rows(table: IBPTable, segment: SharedSegment) -> None:
     _check_fits(table, segment)
     src = table.rows_section.view(np.uint8)[: table.stored_bytes]
     dst = segment.array
-    for s in range(0, src.size, _COPY_CHUNK):
-        part = src[s : s + _COPY_CHUNK]
-        dst[s : s + part.size] = part
+    dst[: src.size] = src  # page by page from the mapped file: no staging copy
     dst[src.size :] = 0
 
 

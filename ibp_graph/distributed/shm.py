@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import IBPError, IBPInputError
+from ..pinned import gib
 
 __all__ = [
     "SHM_DIR",
@@ -50,10 +51,6 @@ _WATCHDOG = 'cat >/dev/null; rm -f -- "$1"'
 
 class SharedMemoryError(IBPError, RuntimeError):
     """A shared-memory segment cannot be created or mapped; the message says what to change."""
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 def _check_name(name: object) -> str:
@@ -89,8 +86,8 @@ def check_shm_space(nbytes: int, shm_dir: str | os.PathLike[str] = SHM_DIR) -> N
     avail = shm_available(shm_dir)
     if nbytes > avail:
         raise SharedMemoryError(
-            f"{shm_dir}: the shared table needs {_gib(nbytes)} ({nbytes} bytes), only "
-            f"{_gib(avail)} ({avail} bytes) is available; raise it (sudo mount -o "
+            f"{shm_dir}: the shared table needs {gib(nbytes)} ({nbytes} bytes), only "
+            f"{gib(avail)} ({avail} bytes) is available; raise it (sudo mount -o "
             f"remount,size={-(-nbytes // 2**30) + 1}G {shm_dir}; in Docker --shm-size="
             f"{-(-nbytes // 2**30) + 1}g) or free space there"
         )
@@ -110,8 +107,8 @@ def check_memlock(nbytes: int, what: str) -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     if soft != resource.RLIM_INFINITY and nbytes > soft:
         raise SharedMemoryError(
-            f"{what}: pinning needs {_gib(nbytes)} ({nbytes} bytes) of locked memory, the "
-            f"limit (ulimit -l) is {_gib(soft)} ({soft} bytes); raise it (ulimit -l unlimited; "
+            f"{what}: pinning needs {gib(nbytes)} ({nbytes} bytes) of locked memory, the "
+            f"limit (ulimit -l) is {gib(soft)} ({soft} bytes); raise it (ulimit -l unlimited; "
             f"in Docker --ulimit memlock=-1; for a service LimitMEMLOCK=infinity)"
         )
 
@@ -185,8 +182,8 @@ class SharedSegment:
                 if exc.errno not in (errno.ENOSPC, errno.EFBIG):
                     raise
                 raise SharedMemoryError(
-                    f"{path}: could not reserve {_gib(nbytes)} ({exc.strerror}); "
-                    f"{_gib(shm_available(shm_dir))} is available"
+                    f"{path}: could not reserve {gib(nbytes)} ({exc.strerror}); "
+                    f"{gib(shm_available(shm_dir))} is available"
                 ) from None
             mapping = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             seg = cls(path, mapping, nbytes, owner=True)
