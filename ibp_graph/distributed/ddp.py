@@ -79,8 +79,10 @@ def world_from_env() -> tuple[int, int, int, int, int] | None:
     return rank, world, local_rank, local_world, node
 
 
-#: Words in the messages of gloo's, NCCL's and c10d's communication errors.
-_GROUP_WORDS = ("gloo", "nccl", "c10d", "connection", "timed out", "timeout", "peer", "socket")
+#: Words in the messages of gloo's, NCCL's and c10d's communication errors that are not
+#: ``torch.distributed.DistError``s (generic words such as "timeout" or "peer" also occur in
+#: local errors, CUDA's "peer access" among them, which must not blame another rank).
+_GROUP_WORDS = ("gloo", "nccl", "c10d")
 
 
 def _from_the_group(exc: BaseException) -> bool:
