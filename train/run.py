@@ -588,12 +588,14 @@ def _shared_features(
     from ibp_graph.distributed.host import open_shared_table, pin_shared_table
 
     info = None
-    if ctx.is_local_main:
+
+    def source() -> ibp_graph.IBPTable:  # local rank 0 only, before the others attach
+        nonlocal info
         table, info = prepare_table(ds.x, ds.name, cfg, workdir, say)
-        table.close()
-    ctx.barrier()
+        return table
+
     path = table_path(ds.name, cfg, workdir)
-    shared = open_shared_table(ctx, path)
+    shared = open_shared_table(ctx, path, source)
     opened.append(shared)
     say(
         f"features: {shared.segment.nbytes} bytes of rows in one shared segment per host "

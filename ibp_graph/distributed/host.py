@@ -59,10 +59,16 @@ def _filled(name: str, nbytes: int, fill: Callable[[SharedSegment], None]) -> Sh
     return seg
 
 
-def open_shared_table(ctx: DistContext, path: str | os.PathLike[str]) -> SharedIBPTable:
+def open_shared_table(
+    ctx: DistContext,
+    path: str | os.PathLike[str],
+    source: Callable[[], IBPTable] | None = None,
+) -> SharedIBPTable:
     """The table at ``path`` with its rows in this host's one shared segment.
 
-    Local rank 0 opens the file with every check (checksums included) and copies its rows.
+    Local rank 0 copies the rows of ``source()``, a table it opens (or writes) at ``path``
+    (default: ``IBPTable(path)``, every check and checksum included); the other local ranks
+    call nothing until it has.
 
     Raises:
         SharedMemoryError: ``/dev/shm`` is too small (on local rank 0; the message names the
@@ -73,7 +79,7 @@ def open_shared_table(ctx: DistContext, path: str | os.PathLike[str]) -> SharedI
     name = ctx.segment_name("rows")
 
     def create() -> SharedSegment:
-        with IBPTable(path, mmap=True, verify=True) as src:
+        with source() if source is not None else IBPTable(path, verify=True) as src:
             return _filled(name, segment_size(src), lambda seg: fill_rows(src, seg))
 
     seg = _one_per_host(ctx, name, create)
