@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from .graph import CSRGraph
-from .sample_draw import exclusive_cumsum
 from .sample_index import KNOWN
 
 __all__ = ["induced_edges", "to_bidirectional"]
@@ -45,32 +44,23 @@ def to_bidirectional(
 
 
 def induced_edges(
-    graph: CSRGraph, node: torch.Tensor, local: torch.Tensor
+    graph: CSRGraph, pos: torch.Tensor, target: torch.Tensor, local: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every edge of ``graph`` whose two ends are sampled nodes.
 
-    Grouped by target in the order of ``node`` (a target listed twice, e.g. a repeated seed,
-    gets its in-edges at each position), in CSR order within a target; the source is referred
-    to by its local id.
-
     Args:
         graph: the graph.
-        node: global ids of the sampled nodes.
+        pos: CSR positions of every in-edge of the sampled nodes, grouped by target in the
+            order of the sampled nodes (a target listed twice, e.g. a repeated seed, has its
+            in-edges at each position), in CSR order within a target: the sampler's hop
+            entries with fanout -1.
+        target: the local id of each entry's target.
         local: the sampler's dense map (`ibp_graph.sample_index`) holding the sampled nodes.
 
     Returns:
-        ``(row, col, edge)``: local source, local target and global edge id of every edge.
+        ``(row, col, edge)``: local source, local target and global edge id of every edge
+        whose source is sampled too, in the order of ``pos``.
     """
-    device = node.device
-    start = graph.indptr.index_select(0, node)
-    deg = graph.indptr.index_select(0, node + 1) - start
-    total = int(deg.sum())
-    target = torch.repeat_interleave(
-        torch.arange(node.numel(), device=device), deg, output_size=total
-    )
-    pos = torch.arange(total, device=device) + (start - exclusive_cumsum(deg)).index_select(
-        0, target
-    )
     src = local.index_select(0, graph.indices.index_select(0, pos).long())
     inside = (src < 0).nonzero().squeeze(1)  # the map holds a sampled node's id as id - KNOWN
     pos = pos.index_select(0, inside)

@@ -538,7 +538,7 @@ class NeighborSampler:
             else:
                 node, row, col, edge, num_nodes, num_edges = self._hops_with_torch(seeds, local)
             if self.subgraph_type == "induced":
-                row, col, edge = induced_edges(g, node, local)
+                row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)
             ok = True
         finally:
             if ok and compiled:
