@@ -569,10 +569,10 @@ class NeighborSampler:
         empty = seeds.new_empty(0)
         per_hop = self.draw == "per_hop"
         dense_seed(local, seeds, self._iota(batch_size))
-        node, frontier, begin, end = seeds, seeds, 0, batch_size
+        frontier, begin, end = seeds, 0, batch_size
         for fanout in self.num_neighbors:
-            if per_hop:
-                frontier, begin = node, 0
+            if per_hop:  # every node known so far
+                frontier, begin = torch.cat(nodes), 0
             if fanout == 0 or frontier.numel() == 0:
                 loc, col, edge, fresh = empty, empty, empty, empty
             else:
@@ -586,12 +586,9 @@ class NeighborSampler:
             nodes.append(fresh)
             num_nodes.append(fresh.numel())
             num_edges.append(loc.numel())
-            if per_hop:
-                node = torch.cat([node, fresh])
             frontier, begin, end = fresh, end, end + fresh.numel()
-        if not per_hop:
-            node = torch.cat(nodes)
-        return node, torch.cat(rows), torch.cat(cols), torch.cat(edges), num_nodes, num_edges
+        node, row, col, edge = (torch.cat(x) for x in (nodes, rows, cols, edges))
+        return node, row, col, edge, num_nodes, num_edges
 
     def _sample_disjoint(self, seeds: torch.Tensor) -> SampledBatch:
         """One tree per seed; a node's key is ``seed index * num_nodes + global id``."""
