@@ -90,11 +90,11 @@ def _encoder_device(device: str) -> tuple[Any, Any, AbstractContextManager[Any]]
         return _identity, _identity, contextlib.nullcontext()
     if dev.type != "cuda":
         raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
-    from .kernels.runtime import cupy, require_cuda
+    from .kernels.runtime import cupy, device_index, require_cuda
 
     require_cuda("compress(device='cuda')")
     cp = cupy()
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    index = device_index(dev)
     count = cp.cuda.runtime.getDeviceCount()
     if not 0 <= index < count:
         raise IBPInputError(f"device {device!r}: there are {count} CUDA device(s)")

@@ -26,10 +26,6 @@ _INT32_MAX = 2**31 - 1
 _UVA_BUFFERS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
-def _device_index_of(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
 def _uva_host_copy(t: torch.Tensor) -> torch.Tensor | None:
     """A CPU copy of a UVA tensor made by `CSRGraph.to_uva`, read from host memory.
 
@@ -329,15 +325,15 @@ class CSRGraph:
         Raises:
             IBPDeviceError: without a CUDA GPU.
         """
-        from .kernels.runtime import cupy, require_cuda
+        from .kernels.runtime import cupy, device_index, require_cuda
         from .pinned import PinnedBuffer
 
         require_cuda("CSRGraph.to_uva")
         dev = torch.device(device)
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        index = device_index(dev)
         cp = cupy()
 
-        if self.is_uva() and _device_index_of(self.device) == index:
+        if self.is_uva() and device_index(self.device) == index:
             return self
 
         def mapped(t: torch.Tensor) -> torch.Tensor:

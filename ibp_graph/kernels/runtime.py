@@ -121,7 +121,8 @@ def note_launch(stream: Any) -> None:
         marks.append(event)
 
 
-def _device_index(device: torch.device) -> int:
+def device_index(device: torch.device) -> int:
+    """The index of a CUDA ``device`` (torch's current one for a bare ``cuda``)."""
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
@@ -137,11 +138,11 @@ def cupy_stream(stream: torch.cuda.Stream | None, device: torch.device) -> Itera
         ValueError: ``stream`` belongs to another device.
     """
     cp = cupy()
-    index = _device_index(device)
+    index = device_index(device)
     with torch.cuda.device(index), cp.cuda.Device(index):
         torch_stream = stream if stream is not None else torch.cuda.current_stream(index)
         where = torch.device(torch_stream.device)
-        if where.type != "cuda" or _device_index(where) != index:
+        if where.type != "cuda" or device_index(where) != index:
             raise ValueError(f"stream must be a CUDA stream on cuda:{index}, got one on {where}")
         # Stream.from_external takes the device from the current one: create it in here.
         if hasattr(cp.cuda.Stream, "from_external") and hasattr(torch_stream, "__cuda_stream__"):
