@@ -62,6 +62,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from ibp_graph import sample_cpu  # noqa: E402
 from ibp_graph import sampler as sampler_module  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
 from ibp_graph.sampler import BACKENDS, NeighborSampler  # noqa: E402
@@ -317,7 +318,7 @@ def compare_dgl(edge_index: torch.Tensor, args: argparse.Namespace, env: dict, i
         "batches": args.batches,
         "warmup": args.warmup,
         "dgl_version": load_dgl().__version__,
-        "numba": sampler_module.sample_cpu.available(),
+        "numba": sample_cpu.available(),
         "runs": runs,
         "peak_rss_gib": peak_rss_gib(),
     }
