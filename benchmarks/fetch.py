@@ -31,6 +31,16 @@ delivered (decoded) GB/s = batch rows x row bytes / time of:
   (the fused fetch + decode kernel, or the raw gather when the table is stored raw);
 - ``decode_only``: the same launch with the compressed rows in GPU memory (no PCIe).
 
+``--sort-ids`` adds, in the same run, the sorted-order fetch that the tables' ``sort_ids``
+option does, each measured right after its unsorted counterpart on the same ids: ``raw
+sorted`` and ``ibp sorted`` (one ``torch.sort`` of the ids on the device, then the launch on
+the sorted ids with the permutation as output positions, so pinned rows are read in address
+order and written back in the batch's order; the sort's time is included), and ``sort`` (the
+``torch.sort`` alone, in ms). Their outputs are checked against the unsorted ones (in
+``bit_identical`` / ``raw_gather_correct``); the markdown shows each sorted rate with its
+ratio to the unsorted one. A dry run with ``--sort-ids`` also decodes the tiled rows in
+sorted order and writes them back by the permutation.
+
 Pinned memory is allocated as ``--pages`` says (`ibp_graph.pinned.PAGE_KINDS`): "huge"
 (the library's default) or "small" 4 KiB pages, whose GPU TLB misses on random rows over
 GiBs this measures, or "cuda" (cudaHostAlloc); a run with other than "huge" writes
@@ -327,9 +337,24 @@ def slug(device_name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "gpu"
 
 
+def _num(value: float | None, digits: int = 1) -> str:
+    """A rate or time for a table cell ("n/a" when missing or not finite)."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def _vs(value: float | None, base: float) -> str:
+    """A sorted-order rate and its ratio to the unsorted one: "45.1 (1.07x)"."""
+    if value is None or not math.isfinite(value) or not base > 0:
+        return _num(value)
+    return f"{value:.1f} ({value / base:.2f}x)"
+
+
 def markdown(payload: dict) -> str:
     rows = payload["cases"]
     s = payload["settings"]
+    sort = bool(s.get("sort_ids"))
     lines = [
         *header_lines("GPU fetch throughput", payload),
         f"Tables of {s['table_gb']:g} GiB of raw rows (compressed blocks tiled in pinned "
@@ -342,18 +367,33 @@ def markdown(payload: dict) -> str:
         "",
         "Delivered (decoded) GB/s. Target cells: value, met or MISSED by how much (fraction of "
         "the goal; for the last, cost above 2%); in parentheses where the target does not "
-        "apply. ibp bound = min(ratio x raw, decode-only): the most the fetch can deliver.",
+        "apply. ibp bound = min(ratio x raw, decode-only): the most the fetch can deliver."
+        + (
+            " Sorted: the ids sorted on the GPU (the sort included), rows written back by the "
+            "permutation; in parentheses, the ratio to the unsorted rate."
+            if sort
+            else ""
+        ),
         "",
         "| case | row B | ratio | batch rows | memcpy | torch | raw | ibp | decode only "
-        "| ibp / bound | " + " | ".join(TARGET_TITLES.values()) + " | bit-identical |",
-        "|---|" + "---|" * (14),
+        + ("| raw sorted | ibp sorted | sort ms " if sort else "")
+        + "| ibp / bound | "
+        + " | ".join(TARGET_TITLES.values())
+        + " | bit-identical |",
+        "|---|" + "---|" * (14 + 3 * sort),
     ]
     for r in rows:
         t = r["targets"]
+        ordered = (
+            f"| {_vs(r.get('raw_sorted_gbps'), r['raw_gbps'])} "
+            f"| {_vs(r.get('ibp_sorted_gbps'), r['ibp_gbps'])} | {_num(r.get('sort_ms'), 3)} "
+            if sort
+            else ""
+        )
         lines.append(
             f"| {r['case']}{' (raw)' if r['bypass'] else ''} | {r['row_bytes']:,} "
             f"| {r['ratio']:.3f} | {r['batch']:,} | {r['memcpy_gbps']:.1f} | {r['torch_gbps']:.1f} "
-            f"| {r['raw_gbps']:.1f} | {r['ibp_gbps']:.1f} | {r['decode_only_gbps']:.1f} "
+            f"| {r['raw_gbps']:.1f} | {r['ibp_gbps']:.1f} | {r['decode_only_gbps']:.1f} {ordered}"
             f"| {r['ibp_vs_bound']:.2f} | {_cell(t['raw_vs_memcpy'])} | {_cell(t['ibp_vs_ideal'])} "
             f"| {_cell(t['decode_vs_pcie'])} | {_cell(t['no_compress_cost'], cost=True)} "
             f"| {r['bit_identical']} |"
@@ -445,6 +485,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "vector (the widest vector dividing the row)",
     )
     p.add_argument(
+        "--sort-ids",
+        action="store_true",
+        help="also measure raw and ibp with the ids sorted on the GPU and rows written back by "
+        "the permutation (the tables' sort_ids), beside the unsorted ones",
+    )
+    p.add_argument(
         "--tag", default="", help="appended to the results' name (fetch-<device>[-...]-<tag>)"
     )
     p.add_argument("--seed", type=int, default=0)
@@ -486,6 +532,7 @@ def settings(args: argparse.Namespace) -> dict:
         "kinds": args.kinds,
         "block_rows": args.block_rows,
         "max_blocks": args.max_blocks,
+        "sort_ids": args.sort_ids,
         "seed": args.seed,
         "min_sample_s": MIN_SAMPLE_S,
     }
@@ -508,10 +555,14 @@ def build_cases(args: argparse.Namespace) -> tuple[list[Case], str]:
 # --------------------------------------------------------------------------------------------
 
 
-def check_tiled_on_cpu(table: ibp_graph.IBPTable, rows: np.ndarray, times: int, seed: int) -> int:
+def check_tiled_on_cpu(
+    table: ibp_graph.IBPTable, rows: np.ndarray, times: int, seed: int, sort_ids: bool = False
+) -> int:
     """Decode random rows of ``times`` tiled copies of ``table`` with the CPU decoder.
 
-    Returns the rows checked; raises AssertionError when one differs from ``rows``.
+    With ``sort_ids``, as the sorted columns fetch them: in ascending id order, each row then
+    written back to its position by the sort's permutation. Returns the rows checked; raises
+    AssertionError when one differs from ``rows``.
     """
     block = stored_block(table)
     offsets = tiled_offsets(table.offsets, times).astype(np.int64)
@@ -520,9 +571,11 @@ def check_tiled_on_cpu(table: ibp_graph.IBPTable, rows: np.ndarray, times: int, 
     n = offsets.size - 1
     ids = np.random.default_rng(seed).integers(0, n, min(n, 2048))
     ids = np.concatenate([ids, [0, n - 1]])
-    starts = offsets[ids] * table.align
-    lengths = offsets[ids + 1] * table.align - starts
-    got = decode(buf.view(np.uint64), starts, lengths, table.params, None)
+    order = np.argsort(ids, kind="stable") if sort_ids else np.arange(ids.size)
+    starts = offsets[ids[order]] * table.align
+    lengths = offsets[ids[order] + 1] * table.align - starts
+    got = np.empty((ids.size, table.params.num_words), dtype=table.params.masks.dtype)
+    got[order] = decode(buf.view(np.uint64), starts, lengths, table.params, None)
     want = rows_to_words(rows[ids % rows.shape[0]], table.dtype_name, table.word_bytes)
     if not np.array_equal(got, want):
         bad = int(np.flatnonzero((got != want).any(axis=1))[0])
@@ -542,7 +595,9 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
             table = ibp_graph.compress(case.rows, Path(tmp) / "block.ibp", progress=False)
             compress_s = time.perf_counter() - t0
             times = tiles(args.table_bytes, case.rows.shape[0], case.row_bytes)
-            checked = check_tiled_on_cpu(table, case.rows, min(times, 3), args.seed)
+            checked = check_tiled_on_cpu(
+                table, case.rows, min(times, 3), args.seed, sort_ids=args.sort_ids
+            )
             stored = times * stored_block(table).size
             peak = max(peak, stored)
             item = {
@@ -560,13 +615,15 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
                 ],
                 "compress_s": compress_s,
                 "rows_checked": checked,
+                "sort_ids": args.sort_ids,
             }
             plan.append(item)
             print(
                 f"{case.name:26s} {case.row_bytes:6,} B  ratio {item['ratio']:8.3f}"
                 f"{' (stored raw)' if item['bypass'] else '':13s} {item['rows']:>12,} rows, "
                 f"{item['stored_gb']:6.2f} GB pinned, batches {item['batches']}, compressed in "
-                f"{compress_s:.1f} s; tiled layout checked on {checked} rows",
+                f"{compress_s:.1f} s; tiled layout checked on {checked} rows"
+                f"{' (sorted, written back)' if args.sort_ids else ''}",
                 flush=True,
             )
             table.close()
@@ -754,16 +811,62 @@ class Bench:
         self._baselines[key] = (gbps(nbytes, memcpy_s), gbps(nbytes, torch_s))
         return self._baselines[key]
 
-    def raw_fetch(self, row_bytes: int, ids: torch.Tensor, out: torch.Tensor) -> Callable[[], None]:
-        """One raw gather of rows ``ids`` of the raw buffer viewed at ``row_bytes``."""
+    def raw_fetch(
+        self, row_bytes: int, ids: torch.Tensor, out: torch.Tensor, *, sort: bool = False
+    ) -> Callable[[], None]:
+        """One raw gather of rows ``ids`` of the raw buffer viewed at ``row_bytes``.
+
+        With ``sort``, as `sort_ids` tables gather: the ids sorted first (see `sorted_fetch`).
+        """
         from ibp_graph.kernels import raw_gather as launcher
 
         n = self.args.table_bytes // row_bytes
         ptr, err, cap = self.raw_ptr, self.error, self.args.max_blocks
         lines = None if self.args.raw_kernel == "auto" else False
-        return lambda: launcher.raw_gather(
-            ptr, n, row_bytes, ids, out, err, max_blocks=cap, line_aligned=lines
-        )
+
+        def gather(idx: torch.Tensor, out_pos: torch.Tensor | None = None) -> None:
+            launcher.raw_gather(
+                ptr,
+                n,
+                row_bytes,
+                idx,
+                out,
+                err,
+                out_pos=out_pos,
+                max_blocks=cap,
+                line_aligned=lines,
+            )
+
+        return sorted_fetch(gather, ids) if sort else partial(gather, ids)
+
+
+def _launch_into(
+    launch_fetch: Callable[..., None],
+    codec: Any,
+    bypass: bool,
+    out: torch.Tensor,
+    error: torch.Tensor,
+    max_blocks: int | None,
+    idx: torch.Tensor,
+    out_pos: torch.Tensor | None = None,
+) -> None:
+    """`ibp_graph.cuda_table.launch_fetch` of rows ``idx`` into ``out`` at ``out_pos``."""
+    launch_fetch(codec, bypass, idx, out, error, out_pos=out_pos, max_blocks=max_blocks)
+
+
+def sorted_fetch(launch: Callable[..., None], ids: torch.Tensor) -> Callable[[], None]:
+    """``launch(idx, out_pos)`` as the tables' ``sort_ids`` runs it, as one call to time.
+
+    ``torch.sort(ids)`` on the current stream, then the launch on the sorted ids with the
+    sort's permutation as the output positions: rows read in ascending id order, written
+    where the batch has them.
+    """
+
+    def run() -> None:
+        ordered, perm = torch.sort(ids)
+        launch(ordered, perm)
+
+    return run
 
 
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
@@ -824,7 +927,16 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             raw = gbps(nbytes, gpu_seconds(bench.raw_fetch(rb, ids, out), reps, guard, device))
             _, host = bench.raw_rows(rb)
             k = min(n, 4096)
-            raw_ok = torch.equal(out[:k].cpu(), host[ids_cpu[:k]].view(torch.uint8).reshape(k, rb))
+            raw_want = host[ids_cpu[:k]].view(torch.uint8).reshape(k, rb)
+            raw_ok = torch.equal(out[:k].cpu(), raw_want)
+            sorted_rates: dict[str, float] = {}
+            if args.sort_ids:  # B right after A, on the same ids
+                out.zero_()
+                raw_sorted_s = gpu_seconds(
+                    bench.raw_fetch(rb, ids, out, sort=True), reps, guard, device
+                )
+                raw_ok = raw_ok and torch.equal(out[:k].cpu(), raw_want)
+                sorted_rates["raw_sorted_gbps"] = gbps(nbytes, raw_sorted_s)
             err.zero_()
             out.zero_()
             ibp_s = gpu_seconds(
@@ -835,6 +947,14 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             )
             want = ref.index_select(0, ids % nb)
             same = torch.equal(out, want)
+            if args.sort_ids:
+                out.zero_()
+                ibp_launch = partial(_launch_into, launch_fetch, codec, bypass, out, err, cap)
+                ibp_sorted_s = gpu_seconds(sorted_fetch(ibp_launch, ids), reps, guard, device)
+                same = same and torch.equal(out, want)
+                sorted_rates["ibp_sorted_gbps"] = gbps(nbytes, ibp_sorted_s)
+                sort_s = gpu_seconds(partial(torch.sort, ids), reps, guard, device)
+                sorted_rates["sort_ms"] = sort_s * 1e3
             out.zero_()
             dec_s = gpu_seconds(
                 partial(launch_fetch, gpu_codec, bypass, ids, out, err, max_blocks=cap),
@@ -868,6 +988,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 "ibp_gbps": ibp,
                 "ibp_pcie_gbps": ibp * batch_stored / nbytes,
                 "decode_only_gbps": dec,
+                **sorted_rates,
                 "ibp_bound_gbps": bound,
                 "ibp_vs_bound": ibp / bound if bound > 0 else math.nan,
                 "bit_identical": bool(same and same_on_gpu),
@@ -879,10 +1000,16 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             }
             r["targets"] = targets(r)
             results.append(r)
+            ordered = (
+                " sorted: raw {raw_sorted_gbps:.1f}, ibp {ibp_sorted_gbps:.1f} GB/s, sort "
+                "{sort_ms:.3f} ms;".format(**sorted_rates)
+                if args.sort_ids
+                else ""
+            )
             log(
                 f"  {case.name} batch {n:,}: memcpy {memcpy:.1f}, torch {torch_rate:.1f}, raw "
-                f"{raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s; ratio {ratio:.3f}; "
-                f"bit-identical {same} (pinned), {same_on_gpu} (GPU memory)"
+                f"{raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s;{ordered} ratio "
+                f"{ratio:.3f}; bit-identical {same} (pinned), {same_on_gpu} (GPU memory)"
             )
             del out
         return results

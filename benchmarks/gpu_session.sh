@@ -20,13 +20,15 @@
 #   sanitize   about 4-6 min: compute-sanitizer memcheck, racecheck and synccheck over the
 #              kernel tests (tests/test_gpu_kernels.py, not slow), at most 150 s per tool.
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
-#              real tables; no case starts after 330 s.
+#              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
+#              unsorted ones: the tables' sort_ids); no case starts after 330 s.
 #   pages      about 2 min: the fetch benchmark's 512 B cases with small (4 KiB) pages, to
 #              compare with the huge pages of `fetch`.
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
 #              1,028 B, 5,732 B like Cora's), run twice: whole 16-byte loads (the default)
 #              and the widest vectors (--raw-kernel vector).
-#   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs).
+#   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
+#              and fused-kernel hops; time, host CPU, GPU busy and ops per batch).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer.
 #   ddp        about 1 min: benchmarks/ddp_gpu_smoke.sh, two data-parallel ranks on the one
 #              GPU pin the same shared host segment and train; "DDP-GPU: PASS" or "FAIL".
@@ -294,7 +296,7 @@ for stage in "${STAGES[@]}"; do
         ;;
     fetch)
         run 420 fetch.log python3 benchmarks/fetch.py --table-gb 4 --batch 100000,1000000 \
-            --max-batch-gb 1 --repeats 10 --torch-repeats 3 --time-budget 330 \
+            --max-batch-gb 1 --repeats 10 --torch-repeats 3 --time-budget 330 --sort-ids \
             --out "$OUT" || rc=$?
         ;;
     pages)

@@ -28,7 +28,13 @@ same seed batches. ``--backend`` lists the backends (default: ``torch`` on CPU, 
 over UVA (``CSRGraph.to_uva``, the loaders' ``graph_memory="uva"``) beside the graph in GPU
 memory (``--graph-memory``, default both). Reported, one row per index width, graph memory and
 backend: the median batch time, the median of per-batch sampled edges per second and the total
-edges / total time. Threads: torch's default (all visible cores).
+edges / total time; also the sampling thread's CPU time per batch (``time.thread_time``
+inside ``sample()``) and, on CUDA, the GPU's busy time per batch (the summed durations of the
+kernels and copies of 5 profiled batches) and the ratio of the two: host time per batch
+against the batch's GPU time; and the torch ops, hop-kernel launches and host reads of one more
+batch (`benchmarks/sampling_ops.py`). The ``kernel`` backend runs every hop with fanout up to
+256 as three launches and one host read (`ibp_graph.sample_hop`). Threads: torch's default
+(all visible cores).
 
 ``--compare-dgl`` (CPU only) times our sampler against DGL's C++ sampler side by side in one
 process instead: DGL's multi-layer sampling as ``dgl.dataloading.NeighborSampler.sample_blocks``
@@ -108,19 +114,40 @@ def measure(
     total = args.warmup + args.batches
     perm = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(args.seed + 1))
     seeds = perm[: total * args.batch_size].view(total, args.batch_size).to(device)
-    times, edges, nodes = [], [], []
+    times, edges, nodes, host, spans = [], [], [], [], []
+    cuda = device.type == "cuda"
     for i in range(total):
         sync(device)
-        t0 = time.perf_counter()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        c0, t0 = time.thread_time(), time.perf_counter()
         batch = sampler.sample(seeds[i])
+        cpu = time.thread_time() - c0
+        if cuda:
+            end.record()
         sync(device)
         dt = time.perf_counter() - t0
         if i >= args.warmup:
             times.append(dt)
+            host.append(cpu)
             edges.append(batch.num_edges)
             nodes.append(batch.num_nodes)
+            if cuda:
+                spans.append(start.elapsed_time(end) / 1e3)
     rates = [e / t for e, t in zip(edges, times, strict=True)]
+    gpu = gpu_busy_per_batch(sampler, seeds[args.warmup : args.warmup + 5]) if cuda else None
+    from benchmarks.sampling_ops import count  # the counts of one more batch, untimed
+
+    ops = count(sampler, seeds[args.warmup])
     return {
+        "torch_ops_per_batch": ops["torch_ops"],
+        "kernel_launches_per_batch": ops["kernel_launches"],
+        "host_reads_per_batch": ops["host_reads"],
+        "median_host_cpu_s": statistics.median(host),
+        "median_gpu_span_s": statistics.median(spans) if spans else None,
+        "gpu_busy_s": gpu,
+        "host_over_gpu_busy": statistics.median(host) / gpu if gpu else None,
         "indices": label,
         "graph_memory": memory,
         "backend": backend,
@@ -132,6 +159,31 @@ def measure(
         "mean_sampled_nodes": sum(nodes) / len(nodes),
         "median_batches_per_s": 1.0 / statistics.median(times),
     }
+
+
+def gpu_busy_per_batch(sampler: NeighborSampler, seeds: torch.Tensor) -> float | None:
+    """Mean GPU time per batch of the kernels and copies sampling ``seeds`` (rows) ran.
+
+    From the torch profiler (CUPTI records CuPy's launches too): the sum of the durations of
+    every device activity, so idle gaps between them do not count. None where profiling fails.
+    """
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for row in seeds:
+                sampler.sample(row)
+            torch.cuda.synchronize()
+        busy_us = sum(
+            e.time_range.elapsed_us()
+            for e in prof.events()
+            if str(getattr(e, "device_type", "")).endswith("CUDA")
+        )
+    except Exception as exc:  # profiling is an extra: report and go on
+        print(f"GPU busy time not measured: {exc}", file=sys.stderr, flush=True)
+        return None
+    return busy_us / 1e6 / len(seeds) if busy_us else None
 
 
 def peak_rss_gib() -> float:
@@ -152,16 +204,34 @@ def markdown(env: dict, payload: dict) -> str:
         f"peak RSS {payload['peak_rss_gib']:.2f} GiB.",
         "",
         "| CSR indices | graph in | backend | CSR build (s) | median batch (ms) "
-        "| median edges/s | total edges/s | edges/batch | nodes/batch |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| median edges/s | total edges/s | edges/batch | nodes/batch "
+        "| host CPU/batch (ms) | GPU busy/batch (ms) | host / GPU busy "
+        "| torch ops / hop launches / host reads per batch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{1e3 * x:.2f}"
+
     for r in payload["results"]:
+        ratio = r.get("host_over_gpu_busy")
         lines.append(
             f"| {r['indices']} | {r['graph_memory']} | {r['backend']} | {r['csr_build_s']:.2f} "
             f"| {1e3 * r['median_batch_s']:.1f} "
             f"| {r['median_edges_per_s'] / 1e6:.2f} M | {r['total_edges_per_s'] / 1e6:.2f} M "
-            f"| {r['mean_sampled_edges']:,.0f} | {r['mean_sampled_nodes']:,.0f} |"
+            f"| {r['mean_sampled_edges']:,.0f} | {r['mean_sampled_nodes']:,.0f} "
+            f"| {ms(r.get('median_host_cpu_s'))} | {ms(r.get('gpu_busy_s'))} "
+            f"| {'-' if ratio is None else f'{ratio:.2f}'} "
+            f"| {r.get('torch_ops_per_batch', '-')} / {r.get('kernel_launches_per_batch', '-')}"
+            f" / {r.get('host_reads_per_batch', '-')} |"
         )
+    if payload["sample_device"] == "cuda":
+        lines += [
+            "",
+            "Host CPU/batch: the sampling thread's CPU time inside `sample()` (the fused hops "
+            "sleep while they wait for a size; torch's own host reads may spin). GPU busy: the "
+            "summed durations of the kernels and copies of 5 batches (torch profiler), per batch.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -9,11 +9,14 @@
 // stored raw are copied through. Decoded words are written to a row-major output of
 // `row_bytes` bytes per row.
 //
-// Out-of-range ids are never read: their output row is zero-filled and `error[0]` receives
-// 1 + the smallest position holding one (whatever the order in which warps find them). A row
-// whose fields run past its stored length (a corrupt file) is zero-filled too and sets
-// `error[1]` the same way. An output row is therefore always written: the decoded row, or
-// zeros with the error slot set.
+// Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
+// host may pass the ids sorted (rows then read in address order) with `out_pos` the
+// permutation that puts each row back at its caller's position (a permutation of 0..n-1, not
+// checked here). Out-of-range ids are never read: their output row is zero-filled and
+// `error[0]` receives 1 + the smallest `p` holding one, the caller's position (whatever the
+// order in which warps find them). A row whose fields run past its stored length (a corrupt
+// file) is zero-filled too and sets `error[1]` the same way. An output row is therefore
+// always written: the decoded row, or zeros with the error slot set.
 //
 // Blocks have at most IBP_FETCH_THREADS threads (`__launch_bounds__`); the host sizes the
 // grid from the kernel's occupancy (ibp_graph/kernels/runtime.py).
@@ -132,9 +135,10 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
                              const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
                              const u32* __restrict__ code_prefix,
                              const u32* __restrict__ free_prefix,
-                             const i64* __restrict__ idx, u8* __restrict__ out,
-                             int* __restrict__ error, i64 n, i64 num_rows, int V, int E,
-                             int align, int row_bytes, int buf_words) {
+                             const i64* __restrict__ idx, const i64* __restrict__ out_pos,
+                             u8* __restrict__ out, int* __restrict__ error, i64 n,
+                             i64 num_rows, int V, int E, int align, int row_bytes,
+                             int buf_words) {
     IBP_DYNAMIC_SMEM(u32, smem);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -150,11 +154,12 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
 
     for (i64 r = (i64)blockIdx.x * warps + warp; r < n; r += (i64)gridDim.x * warps) {
         const i64 row = idx[r];
+        const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
+        u8* out_row = out + p * (i64)row_bytes;
         if (row < 0 || row >= num_rows) {
-            if (lane == 0) record_first(&error[0], r);
-            u8* bad_row = out + r * (i64)row_bytes;
+            if (lane == 0) record_first(&error[0], p);
             for (int j = lane; j < V; j += 32) {
-                store_word<W>(bad_row, j, W(0), row_bytes, word_aligned);
+                store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
             }
             continue;
         }
@@ -170,7 +175,6 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         __syncwarp();
 
         const u32 base = (u32)(start - first) * 8u;
-        u8* out_row = out + r * (i64)row_bytes;
         if (len >= (u64)raw_bytes) {
             for (int j = lane; j < V; j += 32) {
                 const W word = (W)read_field(buf, base + (u32)j * TB, TB);
@@ -248,7 +252,7 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
                 end = cursor + __shfl_sync(FULL_MASK, incl, 31);
             }
             if (end - base > (u32)(len * 8)) {  // warp-uniform: `end` is the warp's total
-                if (lane == 0) record_first(&error[1], r);
+                if (lane == 0) record_first(&error[1], p);
                 corrupt = true;
                 break;
             }
@@ -278,11 +282,12 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         const u8* __restrict__ cluster_ids, const W* __restrict__ masks,                     \
         const u8* __restrict__ code_bits, const W* __restrict__ bitvals,                     \
         const u32* __restrict__ code_prefix, const u32* __restrict__ free_prefix,            \
-        const i64* __restrict__ idx, u8* __restrict__ out, int* __restrict__ error, i64 n,   \
-        i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {               \
+        const i64* __restrict__ idx, const i64* __restrict__ out_pos, u8* __restrict__ out,  \
+        int* __restrict__ error, i64 n, i64 num_rows, int V, int E, int align, int row_bytes, \
+        int buf_words) {                                                                     \
         fetch_decode<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, \
-                           free_prefix, idx, out, error, n, num_rows, V, E, align, row_bytes,  \
-                           buf_words);                                                       \
+                           free_prefix, idx, out_pos, out, error, n, num_rows, V, E, align,    \
+                           row_bytes, buf_words);                                            \
     }
 
 IBP_FETCH_DECODE(ibp_fetch_decode_w4_o4, u32, u32)

@@ -1,8 +1,11 @@
-// Raw zero-copy gather: out[r] = table[idx[r]] for rows of `row_bytes` bytes, one warp per
-// row, lanes moving VEC-byte vectors (the host picks the widest VEC that divides row_bytes
-// and the pointers' alignment). The table may live in pinned host memory (read over UVA) or
-// in device memory. Out-of-range ids are never read: their output row is zero-filled and
-// error[0] gets 1 + the smallest position holding one.
+// Raw zero-copy gather: out[p] = table[idx[r]] with p = out_pos ? out_pos[r] : r, for rows
+// of `row_bytes` bytes, one warp per row, lanes moving VEC-byte vectors (the host picks the
+// widest VEC that divides row_bytes and the pointers' alignment). The table may live in
+// pinned host memory (read over UVA) or in device memory. `out_pos` (a permutation of
+// 0..n-1, not checked here) lets the host pass the ids sorted, so rows are read in address
+// order, and still write each row at its caller's position. Out-of-range ids are never read:
+// their output row is zero-filled and error[0] gets 1 + the smallest p holding one (the
+// caller's position).
 //
 // Rows whose width is a multiple of 4 but not of 16 start anywhere in a 16-byte chunk, and
 // lanes moving 4- or 8-byte vectors then straddle 128-byte lines. `ibp_raw_gather_lines`
@@ -40,17 +43,18 @@ __device__ __forceinline__ void record_first(int* slot, i64 r) {
 
 template <typename V>
 __device__ void raw_gather(const u8* __restrict__ table, const i64* __restrict__ idx,
-                           u8* __restrict__ out, int* __restrict__ error, i64 n, i64 num_rows,
-                           i64 row_bytes) {
+                           const i64* __restrict__ out_pos, u8* __restrict__ out,
+                           int* __restrict__ error, i64 n, i64 num_rows, i64 row_bytes) {
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
     const i64 per_row = row_bytes / (i64)sizeof(V);
     for (i64 r = (i64)blockIdx.x * warps + warp; r < n; r += (i64)gridDim.x * warps) {
         const i64 row = idx[r];
-        V* dst = reinterpret_cast<V*>(out + r * row_bytes);
+        const i64 p = out_pos ? out_pos[r] : r;
+        V* dst = reinterpret_cast<V*>(out + p * row_bytes);
         if (row < 0 || row >= num_rows) {
-            if (lane == 0) record_first(&error[0], r);
+            if (lane == 0) record_first(&error[0], p);
             const V zero{};
             for (i64 q = lane; q < per_row; q += 32) dst[q] = zero;
             continue;
@@ -65,17 +69,18 @@ __device__ __forceinline__ void store_if(u32* dst, i64 k, i64 words, u32 v) {
 }
 
 __device__ void raw_gather_lines(const u8* __restrict__ table, const i64* __restrict__ idx,
-                                 u8* __restrict__ out, int* __restrict__ error, i64 n,
-                                 i64 num_rows, i64 row_bytes) {
+                                 const i64* __restrict__ out_pos, u8* __restrict__ out,
+                                 int* __restrict__ error, i64 n, i64 num_rows, i64 row_bytes) {
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
     const i64 words = row_bytes >> 2;
     for (i64 r = (i64)blockIdx.x * warps + warp; r < n; r += (i64)gridDim.x * warps) {
         const i64 row = idx[r];
-        u32* dst = reinterpret_cast<u32*>(out + r * row_bytes);
+        const i64 p = out_pos ? out_pos[r] : r;
+        u32* dst = reinterpret_cast<u32*>(out + p * row_bytes);
         if (row < 0 || row >= num_rows) {
-            if (lane == 0) record_first(&error[0], r);
+            if (lane == 0) record_first(&error[0], p);
             for (i64 q = lane; q < words; q += 32) dst[q] = 0u;
             continue;
         }
@@ -97,9 +102,10 @@ __device__ void raw_gather_lines(const u8* __restrict__ table, const i64* __rest
 
 #define IBP_RAW_GATHER(NAME, V)                                                                \
     extern "C" __global__ void __launch_bounds__(IBP_GATHER_THREADS, IBP_GATHER_MIN_BLOCKS)    \
-        NAME(const u8* __restrict__ table, const i64* __restrict__ idx, u8* __restrict__ out, \
-             int* __restrict__ error, i64 n, i64 num_rows, i64 row_bytes) {                   \
-        raw_gather<V>(table, idx, out, error, n, num_rows, row_bytes);                         \
+        NAME(const u8* __restrict__ table, const i64* __restrict__ idx,                       \
+             const i64* __restrict__ out_pos, u8* __restrict__ out, int* __restrict__ error,  \
+             i64 n, i64 num_rows, i64 row_bytes) {                                            \
+        raw_gather<V>(table, idx, out_pos, out, error, n, num_rows, row_bytes);                \
     }
 
 IBP_RAW_GATHER(ibp_raw_gather_v16, uint4)
@@ -110,7 +116,7 @@ IBP_RAW_GATHER(ibp_raw_gather_v1, u8)
 
 extern "C" __global__ void __launch_bounds__(IBP_GATHER_THREADS, IBP_GATHER_MIN_BLOCKS)
     ibp_raw_gather_lines(const u8* __restrict__ table, const i64* __restrict__ idx,
-                         u8* __restrict__ out, int* __restrict__ error, i64 n, i64 num_rows,
-                         i64 row_bytes) {
-    raw_gather_lines(table, idx, out, error, n, num_rows, row_bytes);
+                         const i64* __restrict__ out_pos, u8* __restrict__ out,
+                         int* __restrict__ error, i64 n, i64 num_rows, i64 row_bytes) {
+    raw_gather_lines(table, idx, out_pos, out, error, n, num_rows, row_bytes);
 }

@@ -5,7 +5,8 @@
 // Selection is Floyd's algorithm: step s (0-based) draws t uniform in [0, j], j = deg - k + s,
 // and takes t, or j when t was taken before. The picks are kept sorted in a per-thread array: a
 // linear scan finds t's place (or t itself), and j, larger than every earlier pick, goes last,
-// so no separate sort is needed. O(k^2) per row.
+// so no separate sort is needed. O(k^2) per row. With replacement (the hop kernels below), the k
+// draws are independent, t uniform in [0, deg), insertion-sorted.
 //
 // Randomness is counter-based (no state survives a launch): row i of a launch with key K uses
 // the SplitMix64 sequence seeded with mix(K ^ mix(i)), draw s being mix(seed + (s+1) * GAMMA).
@@ -19,7 +20,9 @@
 // with k outside [1, CAP] writes nothing.
 //
 // Entry points (extern "C"): ibp_sample_neighbors_k{32,256}, CAP = the suffix, the size of the
-// per-thread array of picks (local memory), so the smaller one is for the common fanouts.
+// per-thread array of picks (local memory), so the smaller one is for the common fanouts; and
+// the hop kernels at the end of this file (ibp_hop_draw_k{32,256}_i{32,64}, ibp_hop_all_i{32,64},
+// ibp_hop_flags, ibp_hop_emit; i32/i64: the CSR index width).
 // Blocks have at most IBP_SAMPLE_THREADS threads (`__launch_bounds__`).
 
 typedef unsigned long long u64;
@@ -33,6 +36,47 @@ __device__ __forceinline__ u64 splitmix64_mix(u64 z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+// Row `i`'s random stream under launch key `base`: draw s (0-based) is mix(seed + (s+1) * GAMMA).
+__device__ __forceinline__ u64 row_seed(u64 base, i64 i) {
+    return splitmix64_mix(base ^ splitmix64_mix((u64)i));
+}
+
+// `k` distinct offsets in [0, n) (n > k, k <= CAP) by Floyd's algorithm, ascending in picked[].
+template <int CAP>
+__device__ __forceinline__ void draw_distinct(u64 base, i64 i, i64 n, int k, i64* picked) {
+    u64 state = row_seed(base, i);
+    for (int s = 0; s < k; ++s) {
+        const i64 j = n - k + s;
+        state += IBP_SPLITMIX_GAMMA;
+        const i64 t = (i64)__umul64hi(splitmix64_mix(state), (u64)j + 1ull);
+        int p = 0;
+        while (p < s && picked[p] < t) ++p;
+        if (p < s && picked[p] == t) {
+            picked[s] = j;
+            continue;
+        }
+        for (int q = s; q > p; --q) picked[q] = picked[q - 1];
+        picked[p] = t;
+    }
+}
+
+// `k` independent uniform offsets in [0, n) (n >= 1, k <= CAP), ascending in picked[] (repeats
+// adjacent).
+template <int CAP>
+__device__ __forceinline__ void draw_replace(u64 base, i64 i, i64 n, int k, i64* picked) {
+    u64 state = row_seed(base, i);
+    for (int s = 0; s < k; ++s) {
+        state += IBP_SPLITMIX_GAMMA;
+        const i64 t = (i64)__umul64hi(splitmix64_mix(state), (u64)n);
+        int p = s;
+        while (p > 0 && picked[p - 1] > t) {
+            picked[p] = picked[p - 1];
+            --p;
+        }
+        picked[p] = t;
+    }
 }
 
 template <int CAP>
@@ -49,20 +93,7 @@ __device__ void sample_neighbors(const i64* __restrict__ deg, const i64* __restr
             continue;
         }
         i64 picked[CAP];
-        u64 state = splitmix64_mix(base ^ splitmix64_mix((u64)i));
-        for (int s = 0; s < k; ++s) {
-            const i64 j = n - k + s;
-            state += IBP_SPLITMIX_GAMMA;
-            const i64 t = (i64)__umul64hi(splitmix64_mix(state), (u64)j + 1ull);
-            int p = 0;
-            while (p < s && picked[p] < t) ++p;
-            if (p < s && picked[p] == t) {
-                picked[s] = j;
-                continue;
-            }
-            for (int q = s; q > p; --q) picked[q] = picked[q - 1];
-            picked[p] = t;
-        }
+        draw_distinct<CAP>(base, i, n, k, picked);
         for (int s = 0; s < k; ++s) dst[s] = picked[s];
     }
 }
@@ -76,3 +107,160 @@ __device__ void sample_neighbors(const i64* __restrict__ deg, const i64* __restr
 
 IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k32, 32)
 IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
+
+
+// ---------------------------------------------------------------------------------------------
+// One sampling hop in three launches (ibp_graph/sample_hop.py drives them)
+// ---------------------------------------------------------------------------------------------
+//
+// The hop expands `rows` frontier nodes (global ids `frontier[i]`, local ids `begin + i`) into
+// slots: slot e holds one sampled in-neighbor, its global id `nbr[e]` and CSR position
+// `pos[e]`, or -1 in both (an unused slot). Two layouts:
+//   - fanout k > 0 (`ibp_hop_draw_*`): row i owns slots i*k .. i*k+k-1. A row with at most k
+//     in-neighbors (and replace == 0) takes all of them, in CSR order, then -1s; otherwise the
+//     draw above (distinct, or with replacement when `replace` != 0), offsets ascending.
+//     Rows with no in-neighbor take nothing, also with replacement;
+//   - all in-neighbors (`ibp_hop_all_*`): row i owns slots slot_start[i] .. slot_start[i+1]-1
+//     (an exclusive prefix sum of the degrees, rows + 1 entries), in CSR order; no slot is unused.
+//
+// Local ids live in the sampler's dense map (ibp_graph/sample_index.py): `local[v]` is
+// UNSEEN (INT64_MAX) for a node not in the batch and `id - IBP_KNOWN` (negative) for a node with local
+// id `id`. Every used slot e does atomicMin(&local[nbr[e]], e): afterwards a node that was
+// unseen holds the first slot that reached it, and a known node keeps its negative entry.
+//
+// `ibp_hop_flags` then marks slot e fresh (the first slot of a node new to the batch) and used,
+// as int64 pairs flags[2e], flags[2e+1]; the driver takes their inclusive prefix sums (`cum`,
+// same layout) and reads the two totals. `ibp_hop_emit` writes, for used slot e, at position
+// cum[2e+1] - 1 of the hop's edges: row = the neighbor's local id (a fresh node numbered
+// `end + cum[2v] - 1` after its first slot v, so in order of first occurrence), col = its
+// target's local id, edge = edge_ids[pos[e]]; a fresh slot also appends its node to `fresh`
+// and enters it in the map. A node's entry is read by several threads while its first slot
+// rewrites it; both values (its first slot, or its final id) give the same local id.
+
+#define IBP_KNOWN (1ll << 62)
+
+// Row of slot `e`: e / k in the fixed layout (k > 0), else the last i with slot_start[i] <= e.
+__device__ __forceinline__ i64 slot_row(i64 e, int k, const i64* __restrict__ slot_start,
+                                        i64 rows) {
+    if (k > 0) return e / k;
+    i64 lo = 0, hi = rows;  // slot_start[lo] <= e < slot_start[hi]
+    while (hi - lo > 1) {
+        const i64 mid = lo + ((hi - lo) >> 1);
+        if (slot_start[mid] <= e) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+template <typename I>
+__device__ __forceinline__ void claim_slot(const I* __restrict__ indices, i64 p, i64 e,
+                                           long long* local, i64* __restrict__ nbr,
+                                           i64* __restrict__ pos) {
+    const i64 v = (i64)indices[p];
+    nbr[e] = v;
+    pos[e] = p;
+    atomicMin(local + v, (long long)e);
+}
+
+template <int CAP, typename I>
+__device__ void hop_draw(const i64* __restrict__ indptr, const I* __restrict__ indices,
+                         const i64* __restrict__ frontier, const i64* __restrict__ key,
+                         long long* local, i64* __restrict__ nbr, i64* __restrict__ pos,
+                         i64 rows, int k, int replace) {
+    if (k < 1 || k > CAP) return;
+    const u64 base = (u64)key[0];
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += stride) {
+        const i64 v = frontier[i];
+        const i64 start = indptr[v];
+        const i64 n = indptr[v + 1] - start;
+        const i64 e0 = i * k;
+        int taken = 0;
+        if (n > 0 && (replace || n > k)) {
+            i64 picked[CAP];
+            if (replace) draw_replace<CAP>(base, i, n, k, picked);
+            else draw_distinct<CAP>(base, i, n, k, picked);
+            for (; taken < k; ++taken) {
+                claim_slot<I>(indices, start + picked[taken], e0 + taken, local, nbr, pos);
+            }
+        } else {
+            for (; taken < n; ++taken) {
+                claim_slot<I>(indices, start + taken, e0 + taken, local, nbr, pos);
+            }
+        }
+        for (int s = taken; s < k; ++s) {
+            nbr[e0 + s] = -1;
+            pos[e0 + s] = -1;
+        }
+    }
+}
+
+template <typename I>
+__device__ void hop_all(const i64* __restrict__ indptr, const I* __restrict__ indices,
+                        const i64* __restrict__ frontier, const i64* __restrict__ slot_start,
+                        long long* local, i64* __restrict__ nbr, i64* __restrict__ pos,
+                        i64 rows) {
+    const i64 slots = slot_start[rows];
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
+        const i64 i = slot_row(e, 0, slot_start, rows);
+        claim_slot<I>(indices, indptr[frontier[i]] + (e - slot_start[i]), e, local, nbr, pos);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
+    ibp_hop_flags(const i64* __restrict__ nbr, const long long* __restrict__ local,
+                  i64* __restrict__ flags, i64 slots) {
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
+        const i64 v = nbr[e];
+        flags[2 * e] = v >= 0 && local[v] == e;
+        flags[2 * e + 1] = v >= 0;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
+    ibp_hop_emit(const i64* __restrict__ nbr, const i64* __restrict__ pos,
+                 const i64* __restrict__ edge_ids, const i64* __restrict__ cum,
+                 const i64* __restrict__ slot_start, long long* local, i64* __restrict__ fresh,
+                 i64* __restrict__ row, i64* __restrict__ col, i64* __restrict__ edge, i64 slots,
+                 i64 rows, int k, i64 begin, i64 end) {
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
+        const i64 v = nbr[e];
+        if (v < 0) continue;
+        const i64 at = cum[2 * e + 1] - 1;
+        const i64 seen = *(volatile long long*)(local + v);
+        const i64 id = seen < 0 ? seen + IBP_KNOWN : end + cum[2 * seen] - 1;
+        if (seen == e) {
+            fresh[cum[2 * e] - 1] = v;
+            local[v] = id - IBP_KNOWN;
+        }
+        row[at] = id;
+        col[at] = begin + slot_row(e, k, slot_start, rows);
+        edge[at] = edge_ids[pos[e]];
+    }
+}
+
+#define IBP_HOP_DRAW(NAME, CAP, I)                                                           \
+    extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)                         \
+        NAME(const i64* __restrict__ indptr, const I* __restrict__ indices,                  \
+             const i64* __restrict__ frontier, const i64* __restrict__ key, long long* local, \
+             i64* __restrict__ nbr, i64* __restrict__ pos, i64 rows, int k, int replace) {   \
+        hop_draw<CAP, I>(indptr, indices, frontier, key, local, nbr, pos, rows, k, replace); \
+    }
+
+#define IBP_HOP_ALL(NAME, I)                                                                 \
+    extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)                         \
+        NAME(const i64* __restrict__ indptr, const I* __restrict__ indices,                  \
+             const i64* __restrict__ frontier, const i64* __restrict__ slot_start,           \
+             long long* local, i64* __restrict__ nbr, i64* __restrict__ pos, i64 rows) {     \
+        hop_all<I>(indptr, indices, frontier, slot_start, local, nbr, pos, rows);            \
+    }
+
+IBP_HOP_DRAW(ibp_hop_draw_k32_i32, 32, int)
+IBP_HOP_DRAW(ibp_hop_draw_k32_i64, 32, i64)
+IBP_HOP_DRAW(ibp_hop_draw_k256_i32, 256, int)
+IBP_HOP_DRAW(ibp_hop_draw_k256_i64, 256, i64)
+IBP_HOP_ALL(ibp_hop_all_i32, int)
+IBP_HOP_ALL(ibp_hop_all_i64, i64)

@@ -37,7 +37,8 @@ def open(  # noqa: A001
             pins the rows in host memory and decodes on that GPU (default: ``"cpu"``).
         mmap: CPU tables: map the row section rather than read it (default: True).
         verify: check the checksums of every section first (default: True).
-        **kwargs: CUDA tables: ``max_blocks`` and ``progress`` (see `CudaIBPTable`).
+        **kwargs: CUDA tables: the keywords of `CudaIBPTable` (``max_blocks``, ``progress``,
+            ``host_rows``, ``pages``, ``sort_ids``).
     """
     if torch.device(device).type == "cpu":
         if kwargs:

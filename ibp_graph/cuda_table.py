@@ -127,12 +127,14 @@ def launch_fetch(
     out: torch.Tensor,
     error: torch.Tensor,
     *,
+    out_pos: torch.Tensor | None = None,
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
 ) -> None:
     """Launch one fetch of rows ``idx`` into ``out``; does not synchronise.
 
     The fused fetch + decode kernel, or the raw gather when ``bypass`` (see `raw_bypass`).
+    Row ``idx[r]`` goes to row ``out_pos[r]`` of ``out`` (``r`` when ``out_pos`` is None).
     """
     if bypass:
         raw_gather(
@@ -142,11 +144,12 @@ def launch_fetch(
             idx,
             out,
             error,
+            out_pos=out_pos,
             stream=stream,
             max_blocks=max_blocks,
         )
         return
-    fetch_decode(codec, idx, out, error, stream=stream, max_blocks=max_blocks)
+    fetch_decode(codec, idx, out, error, out_pos=out_pos, stream=stream, max_blocks=max_blocks)
 
 
 def raw_bypass(table: IBPTable) -> bool:
@@ -162,16 +165,24 @@ def raw_bypass(table: IBPTable) -> bool:
 
 
 class _CudaTableBase:
-    """Shared fetch logic: id handling, output allocation, error checks, lifetime."""
+    """Shared fetch logic: id handling, output allocation, error checks, lifetime.
+
+    With ``sort_ids`` a fetch sorts its ids on its stream (``torch.sort``) and launches on the
+    sorted ids with the sort's permutation as the kernel's output positions, so rows are read
+    from pinned memory in address order and written back in the caller's order.
+    """
 
     path: str
     shape: tuple[int, int]
     dtype: torch.dtype
     device: torch.device
 
-    def __init__(self, device: torch.device, max_blocks: int | None):
+    def __init__(self, device: torch.device, max_blocks: int | None, sort_ids: bool = False):
         self.device = device
         self.max_blocks = max_blocks
+        if not isinstance(sort_ids, bool):
+            raise IBPInputError(f"sort_ids must be True or False, got {sort_ids!r}")
+        self.sort_ids = sort_ids
         self._pinned: PinnedBuffer | None = None
         # Held while a launch reads the pinned memory, so that `close` cannot free it between
         # the check that the table is open and the launch.
@@ -184,8 +195,25 @@ class _CudaTableBase:
     def _row_bytes(self) -> int:
         raise NotImplementedError
 
-    def _launch(self, idx: torch.Tensor, out: torch.Tensor, error: torch.Tensor, stream) -> None:
+    def _launch(
+        self,
+        idx: torch.Tensor,
+        out: torch.Tensor,
+        error: torch.Tensor,
+        stream,
+        out_pos: torch.Tensor | None = None,
+    ) -> None:
         raise NotImplementedError
+
+    def _sorted(self, idx: torch.Tensor, stream) -> tuple[torch.Tensor, torch.Tensor]:
+        """``torch.sort(idx)`` on ``stream``, after the work queued on the current stream."""
+        if stream is not None:
+            current = torch.cuda.current_stream(self.device)
+            if stream != current:
+                stream.wait_stream(current)  # idx was presumably made on the current stream
+        with torch.cuda.stream(stream):
+            ids, perm = torch.sort(idx)
+        return ids, perm
 
     def fetch(
         self,
@@ -198,7 +226,9 @@ class _CudaTableBase:
         """Rows ``idx`` (a CUDA int64 tensor) as a CUDA tensor, launched on ``stream``.
 
         ``stream`` first waits for the work queued on torch's current stream (where ``idx``
-        was presumably made); ``out`` is allocated for ``stream``.
+        was presumably made); ``out`` is allocated for ``stream``. With ``sort_ids`` (see the
+        table's constructor) the ids are sorted on ``stream`` first; ``out`` and the errors
+        are the same, bit for bit, and errors name positions in ``idx``.
 
         Args:
             idx: row ids, a contiguous 1-D int64 tensor on this table's device.
@@ -230,10 +260,13 @@ class _CudaTableBase:
         # (unchecked) fetch, no race with a fetch on another stream.
         with torch.cuda.stream(stream):
             error = torch.zeros(2, dtype=torch.int32, device=self.device)
+        # Sorted ids read the pinned rows in address order; the permutation writes each row
+        # at its position in idx, and the kernel reports that position in the error slots.
+        run, out_pos = self._sorted(idx, stream) if self.sort_ids else (idx, None)
         with self._lock:
             if self._pinned is None:
                 raise IBPInputError(f"{self.path}: the table is closed")
-            self._launch(idx, out, error, stream)
+            self._launch(run, out, error, stream, out_pos)
         if check:
             _raise_errors(error, stream, self.path, idx, self.shape[0])
         return out
@@ -284,6 +317,12 @@ class CudaIBPTable(_CudaTableBase):
             e.g. one shared-memory segment that every rank of a host pins for its own GPU.
             Its bytes must equal the row section followed by zeros; they are not copied,
             checked or freed (default: None).
+        sort_ids: sort each fetch's ids on the device (one ``torch.sort`` on the fetch's
+            stream) and have the kernel write every row back to its caller's position, so
+            the GPU reads the pinned rows in address order (GPU TLB and host page locality)
+            rather than at random. Rows and errors are the same, bit for bit; the sort costs
+            one more operation per fetch. Off until measured on a GPU
+            (``benchmarks/fetch.py --sort-ids``) (default: False).
     """
 
     def __init__(
@@ -296,11 +335,12 @@ class CudaIBPTable(_CudaTableBase):
         progress: bool | None = None,
         host_rows: np.ndarray | None = None,
         pages: str | None = None,
+        sort_ids: bool = False,
     ):
         dev = _device(device)
         cp = cupy()
         cpu = IBPTable(path, mmap=True, verify=verify)
-        super().__init__(dev, max_blocks)
+        super().__init__(dev, max_blocks, sort_ids)
         self.path = cpu.path
         self.shape = cpu.shape
         self.dtype = cpu.dtype
@@ -353,9 +393,23 @@ class CudaIBPTable(_CudaTableBase):
     def _row_bytes(self) -> int:
         return self.codec.row_bytes
 
-    def _launch(self, idx: torch.Tensor, out: torch.Tensor, error: torch.Tensor, stream) -> None:
+    def _launch(
+        self,
+        idx: torch.Tensor,
+        out: torch.Tensor,
+        error: torch.Tensor,
+        stream,
+        out_pos: torch.Tensor | None = None,
+    ) -> None:
         launch_fetch(
-            self.codec, self.bypass, idx, out, error, stream=stream, max_blocks=self.max_blocks
+            self.codec,
+            self.bypass,
+            idx,
+            out,
+            error,
+            out_pos=out_pos,
+            stream=stream,
+            max_blocks=self.max_blocks,
         )
 
     def __repr__(self) -> str:
@@ -378,6 +432,8 @@ class PinnedRawTable(_CudaTableBase):
         progress: show a progress bar while pinning.
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").
+        sort_ids: gather each fetch's rows in ascending id order and write them back to the
+            caller's positions, as :class:`CudaIBPTable`'s ``sort_ids`` (default: False).
     """
 
     def __init__(
@@ -388,11 +444,12 @@ class PinnedRawTable(_CudaTableBase):
         max_blocks: int | None = None,
         progress: bool | None = None,
         pages: str | None = None,
+        sort_ids: bool = False,
     ):
         dev = _device(device)
         cp = cupy()
         array, name = as_table(data)
-        super().__init__(dev, max_blocks)
+        super().__init__(dev, max_blocks, sort_ids)
         self.path = f"<raw {name} table>"
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = torch_dtype(name)
@@ -412,7 +469,14 @@ class PinnedRawTable(_CudaTableBase):
     def _row_bytes(self) -> int:
         return self.row_bytes
 
-    def _launch(self, idx: torch.Tensor, out: torch.Tensor, error: torch.Tensor, stream) -> None:
+    def _launch(
+        self,
+        idx: torch.Tensor,
+        out: torch.Tensor,
+        error: torch.Tensor,
+        stream,
+        out_pos: torch.Tensor | None = None,
+    ) -> None:
         raw_gather(
             self.rows_ptr,
             self.shape[0],
@@ -420,6 +484,7 @@ class PinnedRawTable(_CudaTableBase):
             idx,
             out,
             error,
+            out_pos=out_pos,
             stream=stream,
             max_blocks=self.max_blocks,
         )

@@ -127,6 +127,8 @@ class CSRGraph:
             t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or t.dim() != 1:
                 raise IBPInputError(f"{name} must be a 1-D torch.Tensor, got {t!r:.80}")
+            if not t.is_contiguous():  # the kernels read them as flat arrays
+                object.__setattr__(self, name, t.contiguous())
         if self.indptr.dtype != torch.int64 or self.indptr.numel() != n + 1:
             raise IBPInputError(
                 f"indptr must be int64 of length num_nodes + 1 = {n + 1}, got "

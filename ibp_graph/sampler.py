@@ -20,19 +20,21 @@ The default semantics follow PyG's ``NeighborLoader`` (pyg-lib's ``neighbor_samp
 The other modes of `NeighborSampler` (``replace``, ``disjoint``, ``subgraph_type``, ``draw``)
 change one rule each; its docstring states them.
 
-Two backends draw the subsets. ``"torch"`` (the default, any device) uses torch ops
+Two backends run the hops. ``"torch"`` (the default, any device) uses torch ops
 (`ibp_graph.sample_draw`), picking per hop the cheapest of a few exact draws; on a CPU graph it
 runs each hop as one compiled pass instead (`ibp_graph.sample_cpu`, Numba, single-threaded,
-the GIL released) whenever Numba imports. ``"kernel"``
-(graphs on a CUDA device; needs CuPy) launches the CUDA kernel of ``cuda/sample_neighbors.cu``
-(`ibp_graph.kernels.sample_neighbors.kernel_sample`) for fanouts up to its ``MAX_K``, and the
-torch path above that. Both are uniform and reproducible for a seed, but they draw different
-neighbors for the same seed. Which one is faster depends on the graph and the GPU;
-``benchmarks/sampling.py`` compares them.
+the GIL released) whenever Numba imports. ``"kernel"`` (graphs on a CUDA device; needs CuPy)
+runs each hop with fanout up to ``MAX_K`` (or ``-1``) as the three kernels of
+``cuda/sample_neighbors.cu`` driven by `ibp_graph.sample_hop.fused_hop`, and the torch path
+above that; with ``disjoint=True`` it keeps the torch hop and draws with the kernel
+`ibp_graph.kernels.sample_neighbors.kernel_sample`. Both are uniform and reproducible for a
+seed, but they draw different neighbors for the same seed. Which one is faster depends on the
+graph and the GPU; ``benchmarks/sampling.py`` compares them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ import torch
 from .errors import IBPDeviceError, IBPInputError
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
-from .kernels.sample_neighbors import kernel_sample
+from .kernels.sample_neighbors import CudaHopKernels, kernel_sample
 from .sample_draw import (
     exclusive_cumsum,
     floyd_sample,
@@ -53,6 +55,7 @@ from .sample_draw import (
     random_keys_sample,
     replace_sample,
 )
+from .sample_hop import HopKernels, fused_hop, read_counts
 from .sample_index import UNSEEN, KeyIndex, dense_clear, dense_insert, dense_seed
 from .sample_modes import induced_edges, to_bidirectional
 
@@ -255,13 +258,13 @@ class NeighborSampler:
     thread, without the GIL, whatever ``torch.set_num_threads`` says) when Numba is installed,
     and with torch ops otherwise; both draw the same distribution, not the same neighbors.
 
-    ``backend`` picks how the neighbors of a node with more than ``fanout`` of them are drawn
-    without replacement: ``"torch"`` with torch ops (CPU or CUDA), ``"kernel"`` with a CUDA
-    kernel (CUDA graphs, fanouts up to `ibp_graph.kernels.sample_neighbors.MAX_K`; larger
-    fanouts and ``replace=True`` use torch ops). Everything else is the same code. Both draw
-    every subset with equal probability and are reproducible for a seed, but the two draw
-    different neighbors for the same seed. Which is faster depends on the graph and the GPU:
-    ``benchmarks/sampling.py`` measures both.
+    ``backend`` picks how a hop runs: ``"torch"`` with torch ops (CPU or CUDA); ``"kernel"``
+    (CUDA graphs) with the fused hop of `ibp_graph.sample_hop`, three CUDA kernels and one
+    host read per hop, for fanouts up to `ibp_graph.kernels.sample_neighbors.MAX_K` or ``-1``
+    (larger fanouts use torch ops; with ``disjoint=True`` the kernel only draws the neighbors
+    of nodes with more than ``fanout``). Both draw every subset with equal probability and are
+    reproducible for a seed, but the two draw different neighbors for the same seed. Which is
+    faster depends on the graph and the GPU: ``benchmarks/sampling.py`` measures both.
 
     Args:
         graph: the graph; sampling runs on its device.
@@ -319,6 +322,9 @@ class NeighborSampler:
         self._map: torch.Tensor | None = None
         self._arange: torch.Tensor | None = None
         self._work: Workspace | None = None
+        self._hop_kernels: HopKernels | None = (
+            CudaHopKernels(graph.device) if self.backend == "kernel" else None
+        )
 
     def manual_seed(self, seed: int | None) -> None:
         """Reseed the generator (None: a non-deterministic seed).
@@ -356,6 +362,9 @@ class NeighborSampler:
         ):
             state.setdefault(name, default)
         self.__dict__.update(state)
+        if "_hop_kernels" not in state:
+            kernel = self.backend == "kernel"
+            self._hop_kernels = CudaHopKernels(self.graph.device) if kernel else None
         self.generator = torch.Generator(device=self.graph.device)
         if isinstance(gen_state, bytes):
             gen_state = torch.frombuffer(bytearray(gen_state), dtype=torch.uint8)
@@ -391,8 +400,8 @@ class NeighborSampler:
         seeds = seeds.to(self.graph.device, torch.int64)
         n = self.graph.num_nodes
         if seeds.numel():
-            lo, hi = torch.aminmax(seeds)
-            if int(lo) < 0 or int(hi) >= n:
+            lo, hi = read_counts(torch.stack(torch.aminmax(seeds)))  # one host read
+            if lo < 0 or hi >= n:
                 i = int(((seeds < 0) | (seeds >= n)).nonzero()[0, 0])
                 raise IBPInputError(
                     f"seeds[{i}] = {int(seeds[i])} is out of range for a graph of {n} nodes"
@@ -506,6 +515,7 @@ class NeighborSampler:
         """Whether hops run in `ibp_graph.sample_cpu` (CPU graph, Numba, torch backend)."""
         return (
             _COMPILED
+            and self._hop_kernels is None
             and self.backend == "torch"
             and self.graph.device.type == "cpu"
             and _cpu_hops().available()
@@ -536,7 +546,7 @@ class NeighborSampler:
             if compiled:
                 node, row, col, edge, num_nodes, num_edges, _ = self._sample_compiled(seeds, local)
             else:
-                node, row, col, edge, num_nodes, num_edges = self._hops_with_torch(seeds, local)
+                node, row, col, edge, num_nodes, num_edges = self._hops_with_ops(seeds, local)
             if self.subgraph_type == "induced":
                 row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)
             ok = True
@@ -558,35 +568,48 @@ class NeighborSampler:
             num_sampled_edges=None if induced else num_edges,
         )
 
-    def _hops_with_torch(
+    def _hops_with_ops(
         self, seeds: torch.Tensor, local: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
-        """The hops of `_sample_shared` with torch ops (any device)."""
+        """The hops of `_sample_shared` with torch ops, or with the hop kernels (any device).
+
+        With the ``"kernel"`` backend a hop whose fanout the kernels draw (``-1`` or up to
+        their ``MAX_K``) is one `ibp_graph.sample_hop.fused_hop`; the others use torch ops.
+        """
         g = self.graph
         batch_size = seeds.numel()
         nodes, rows, cols, edges = [seeds], [], [], []
         num_nodes, num_edges = [batch_size], []
         empty = seeds.new_empty(0)
         per_hop = self.draw == "per_hop"
+        kernels = self._hop_kernels
+        if kernels is not None:  # every hop's key at once: one op, no host read
+            keys = randint(len(self.num_neighbors), 1, self.generator, g.device).view(-1)
         dense_seed(local, seeds, self._iota(batch_size))
         frontier, begin, end = seeds, 0, batch_size
-        for fanout in self.num_neighbors:
-            if per_hop:  # every node known so far
-                frontier, begin = torch.cat(nodes), 0
-            if fanout == 0 or frontier.numel() == 0:
-                loc, col, edge, fresh = empty, empty, empty, empty
-            else:
-                pos, col = self._hop_entries(frontier, fanout, begin)
-                nbr = g.indices.index_select(0, pos).long()
-                loc, fresh = dense_insert(local, nbr, end, self._iota(nbr.numel()))
-                edge = g.edge_ids.index_select(0, pos)
-            rows.append(loc)
-            cols.append(col)
-            edges.append(edge)
-            nodes.append(fresh)
-            num_nodes.append(fresh.numel())
-            num_edges.append(loc.numel())
-            frontier, begin, end = fresh, end, end + fresh.numel()
+        with kernels.launching() if kernels is not None else contextlib.nullcontext():
+            for hop, fanout in enumerate(self.num_neighbors):
+                if per_hop:  # every node known so far
+                    frontier, begin = torch.cat(nodes), 0
+                if fanout == 0 or frontier.numel() == 0:
+                    loc, col, edge, fresh = empty, empty, empty, empty
+                elif kernels is not None and fanout <= KERNEL_MAX_K:
+                    loc, col, edge, fresh = fused_hop(
+                        kernels, g, local, frontier, begin=begin, end=end, fanout=fanout,
+                        replace=self.replace, key=keys[hop : hop + 1],
+                    )  # fmt: skip
+                else:
+                    pos, col = self._hop_entries(frontier, fanout, begin)
+                    nbr = g.indices.index_select(0, pos).long()
+                    loc, fresh = dense_insert(local, nbr, end, self._iota(nbr.numel()))
+                    edge = g.edge_ids.index_select(0, pos)
+                rows.append(loc)
+                cols.append(col)
+                edges.append(edge)
+                nodes.append(fresh)
+                num_nodes.append(fresh.numel())
+                num_edges.append(loc.numel())
+                frontier, begin, end = fresh, end, end + fresh.numel()
         node, row, col, edge = (torch.cat(x) for x in (nodes, rows, cols, edges))
         return node, row, col, edge, num_nodes, num_edges
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
 import struct
-import subprocess
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,8 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from simt.host_hops import HarnessBuildError
+from simt.host_hops import build as build_harness
 
 from ibp_graph.bitops import exclusive_cumsum
 from ibp_graph.codec import CodecParams, EncodedChunk, align_up, best_clusters, decode, encode
@@ -276,37 +276,15 @@ def sparse_table() -> np.ndarray:
     return (gen.random((200, 1433)) < 0.013).astype(np.float32)
 
 
-#: The host harness of the CUDA kernels (see simt/simt_host.h).
-SIMT = Path(__file__).resolve().parent / "simt"
-
-
 @pytest.fixture(scope="session")
 def lib(tmp_path_factory) -> ctypes.CDLL:
     """The kernels of ``cuda/*.cu`` built for the host by g++ with the SIMT harness."""
-    cxx = shutil.which("g++")
-    if cxx is None:
-        pytest.skip("no g++ to build the host harness of the CUDA kernels")
-    out = tmp_path_factory.mktemp("simt") / "libsimt.so"
-    cmd = [
-        cxx,
-        "-O1",
-        "-std=c++20",
-        "-shared",
-        "-fPIC",
-        "-pthread",
-        "-Wall",
-        "-Werror",
-        "-Wno-unknown-pragmas",
-        "-o",
-        str(out),
-        str(SIMT / "simt_kernels.cpp"),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        if "c++20" in done.stderr or "barrier" in done.stderr:
-            pytest.skip(f"g++ cannot build C++20 here: {done.stderr[:200]}")
-        pytest.fail(f"the kernels do not build on the host:\n{done.stderr}")
-    return ctypes.CDLL(str(out))
+    try:
+        return build_harness(tmp_path_factory.mktemp("simt") / "libsimt.so")
+    except HarnessBuildError as exc:
+        if exc.unsupported:
+            pytest.skip(str(exc)[:300])
+        pytest.fail(str(exc))
 
 
 def run_docstring_example(doc: str, stop: str, name: str) -> None:

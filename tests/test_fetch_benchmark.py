@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +25,7 @@ from ibp_graph import cuda_table
 from ibp_graph.codec import CodecParams, decode
 from ibp_graph.kernels import fetch_decode as fused
 from ibp_graph.kernels import raw_gather as gather
-from ibp_graph.kernels.fetch_decode import check_error, check_launch
+from ibp_graph.kernels.fetch_decode import check_error, check_launch, check_out_pos
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,6 +47,7 @@ def test_defaults_follow_the_spec() -> None:
     assert args.table_gb >= 2 and args.table_bytes == int(args.table_gb * 2**30)
     assert args.batch == [100_000, 1_000_000]
     assert args.real and not args.dry_run and args.out == fetch.RESULTS
+    assert not args.sort_ids
     assert args.time_budget < 540  # a case started before the budget ends in the stage limit
 
 
@@ -141,11 +143,12 @@ def test_fill_tiled() -> None:
         fetch.fill_tiled(dst, np.array([1, 2, 3], dtype=np.uint8), 4)
 
 
+@pytest.mark.parametrize("sort_ids", [False, True])
 @pytest.mark.parametrize("kind", ["dense-normal", "sparse-5pct", "random-bits"])
-def test_tiled_table_decodes_to_the_tiled_rows(kind: str, tmp_path: Path) -> None:
+def test_tiled_table_decodes_to_the_tiled_rows(kind: str, sort_ids: bool, tmp_path: Path) -> None:
     rows = fetch.synthetic_block(kind, 512, 300, np.random.default_rng(1))
     with ibp_graph.compress(rows, tmp_path / "t.ibp", progress=False) as table:
-        assert fetch.check_tiled_on_cpu(table, rows, 7, seed=0) > 0
+        assert fetch.check_tiled_on_cpu(table, rows, 7, seed=0, sort_ids=sort_ids) > 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,22 +332,35 @@ def memory(ptr: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr))
 
 
-def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, stream=None,
-                     max_blocks=None, line_aligned=None) -> None:  # fmt: skip
+def _positions(idx: torch.Tensor, out_pos: torch.Tensor | None) -> np.ndarray:
+    """Where each requested row goes: ``out_pos`` (checked to be a permutation) or in order."""
+    if out_pos is None:
+        return np.arange(idx.numel())
+    pos = out_pos.numpy()
+    assert np.array_equal(np.sort(pos), np.arange(idx.numel())), "out_pos is no permutation"
+    return pos
+
+
+def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, out_pos=None,
+                     stream=None, max_blocks=None, line_aligned=None) -> None:  # fmt: skip
     gather.entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)  # its checks
     check_launch(idx, out, row_bytes, error.device)
+    check_out_pos(out_pos, idx, error.device)
     check_error(error, error.device)
     ids = idx.numpy()
+    pos = _positions(idx, out_pos)
     bad = np.flatnonzero(ids >= num_rows)
     if bad.size:
-        error[0] = int(bad[0]) + 1
+        error[0] = int(pos[bad].min()) + 1
         return
     table = memory(table_ptr, num_rows * row_bytes).reshape(num_rows, row_bytes)
-    out.view(torch.uint8).reshape(ids.size, row_bytes).numpy()[:] = table[ids]
+    out.view(torch.uint8).reshape(ids.size, row_bytes).numpy()[pos] = table[ids]
 
 
-def numpy_fetch_decode(codec, idx, out, error, *, stream=None, max_blocks=None) -> None:
+def numpy_fetch_decode(codec, idx, out, error, *, out_pos=None, stream=None,
+                       max_blocks=None) -> None:  # fmt: skip
     check_launch(idx, out, codec.row_bytes, error.device)
+    check_out_pos(out_pos, idx, error.device)
     check_error(error, error.device)
     assert codec.rows_ptr % 16 == 0 and codec.cluster_ids is None
     assert codec.offsets.dtype in (torch.int32, torch.int64)
@@ -366,7 +382,7 @@ def numpy_fetch_decode(codec, idx, out, error, *, stream=None, max_blocks=None) 
     lengths = offsets[ids + 1] * codec.align - starts
     got = decode(rows, starts, lengths, params, None)
     raw = got.view(np.uint8).reshape(ids.size, -1)[:, : codec.row_bytes]
-    out.view(torch.uint8).reshape(ids.size, codec.row_bytes).numpy()[:] = raw
+    out.view(torch.uint8).reshape(ids.size, codec.row_bytes).numpy()[_positions(idx, out_pos)] = raw
 
 
 @pytest.fixture
@@ -403,8 +419,60 @@ def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
             assert r[key] > 0
         assert r["bypass"] == r["case"].startswith("random-bits")
         assert r["batch_ratio"] > 0 and set(r["targets"]) == set(fetch.TARGET_TITLES)
+        assert "raw_sorted_gbps" not in r and "ibp_sorted_gbps" not in r  # no --sort-ids
     md = (tmp_path / "fetch-fake.md").read_text()
     assert "Incomplete" not in md and "| sparse-5pct-512B |" in md
+    assert "sorted" not in md
+
+
+def test_gpu_run_with_sorted_ids_beside_the_unsorted(numpy_kernels, monkeypatch, tmp_path) -> None:
+    calls: list[tuple[str, bool, bool]] = []  # (kernel, out_pos given, ids ascending)
+
+    def recording(fn, idx_at: int):
+        def launch(*args, out_pos=None, **kw):
+            idx = args[idx_at]
+            ascending = bool((idx[1:] >= idx[:-1]).all())
+            calls.append((fn.__name__, out_pos is not None, ascending))
+            return fn(*args, out_pos=out_pos, **kw)
+
+        return launch
+
+    monkeypatch.setattr(gather, "raw_gather", recording(numpy_raw_gather, 3))
+    monkeypatch.setattr(cuda_table, "raw_gather", recording(numpy_raw_gather, 3))
+    monkeypatch.setattr(cuda_table, "fetch_decode", recording(numpy_fetch_decode, 1))
+    argv = [*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids", "--out", str(tmp_path)]
+    args = fetch.parse_args(argv)
+    assert args.sort_ids
+    cases, note = fetch.build_cases(args)
+    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
+    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
+                                args, "Fake GPU", note)  # fmt: skip
+    try:
+        fetch.run_cases(bench, cases, payload, "fetch-fake")
+    finally:
+        bench.close()
+    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    assert doc["complete"] and doc["settings"]["sort_ids"] is True
+    assert len(doc["cases"]) == 2 * 2 * 2  # 2 widths x 2 kinds x 2 batches, one run
+    for r in doc["cases"]:
+        assert r["bit_identical"] and r["raw_gather_correct"] and r["errors"] == [0, 0]
+        for key in ("raw_gbps", "raw_sorted_gbps", "ibp_gbps", "ibp_sorted_gbps", "sort_ms"):
+            assert r[key] > 0, key
+    # Both kernels ran both ways; every launch with output positions had its ids sorted.
+    assert {(name, pos) for name, pos, _ in calls} == {
+        ("numpy_raw_gather", False),
+        ("numpy_raw_gather", True),
+        ("numpy_fetch_decode", False),
+        ("numpy_fetch_decode", True),
+    }
+    assert all(ascending for _, pos, ascending in calls if pos)
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "| decode only | raw sorted | ibp sorted | sort ms | ibp / bound |" in md
+    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert len(lines) == 2 + len(doc["cases"])
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+    assert re.search(r"\| \d+\.\d \(\d+\.\d\dx\) \|", md)  # a sorted rate and its ratio
+    assert "Sorted: the ids sorted on the GPU" in md
 
 
 def test_time_budget_stops_before_a_case(numpy_kernels, tmp_path: Path) -> None:
@@ -436,7 +504,12 @@ def test_main_without_a_gpu(monkeypatch, capsys) -> None:
     ]
     assert all(p["rows_checked"] > 0 for p in plan)
     assert [p["bypass"] for p in plan] == [False, True, False, True]
+    assert not any(p["sort_ids"] for p in plan)
     assert "The measurements need a CUDA GPU" in capsys.readouterr().out
+    plan = fetch.main([*SMALL, "--dry-run", "--kinds", "sparse-5pct", "--sort-ids"])
+    assert [p["case"] for p in plan] == ["sparse-5pct-256B", "sparse-5pct-512B"]
+    assert all(p["sort_ids"] and p["rows_checked"] > 0 for p in plan)
+    assert "(sorted, written back)" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------------------------

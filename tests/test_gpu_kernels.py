@@ -2,9 +2,10 @@
 
 Kernel variants (8-byte offsets, wide rows with more than 48 KB of shared memory, every
 alignment, 8-bit codes, 255 clusters), grids far smaller than the work, error slots (the
-first bad position, zero-filled rows), rows in device memory, the ends of mapped memory,
-streams (two at once, ``record_stream`` under allocator reuse, overlap with training), UVA
-graphs, pinned page kinds and outputs over 2 GiB. `benchmarks/gpu_session.sh` runs them in
+first bad position, zero-filled rows), sorted ids written back to the caller's positions
+(``sort_ids``), rows in device memory, the ends of mapped memory, streams (two at once,
+``record_stream`` under allocator reuse, overlap with training), UVA graphs, pinned page
+kinds and outputs over 2 GiB. `benchmarks/gpu_session.sh` runs them in
 its ``tests`` stage, and the ones not marked ``slow`` under compute-sanitizer (``sanitize``).
 Skipped without a GPU.
 """
@@ -206,6 +207,46 @@ def test_bad_ids_on_pinned_raw_tables_and_the_raw_bypass(tmp_path) -> None:
             out = table.fetch(ids, check=False).cpu()
             assert (out[[1, 3]].view(torch.int32) == 0).all()
             assert _bits_equal(out[[0, 2, 4]], noise[[3, 4, 5]])
+
+
+def test_sorted_ids_give_the_same_bits_and_name_the_callers_position(tmp_path) -> None:
+    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+
+    rng = np.random.default_rng(15)
+    x = np.concatenate([_sparse(rng, 3000, 48), rng.standard_normal((1000, 48))]).astype(
+        np.float32
+    )  # sparse and dense rows
+    noise = rng.integers(0, 2**32, (500, 40), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    ibp_graph.compress(x, tmp_path / "x.ibp", progress=False)
+    ibp_graph.compress(noise.view(np.float32), tmp_path / "n.ibp", align=16, progress=False)
+    side = torch.cuda.Stream()
+    for make, rows in (
+        (lambda **kw: CudaIBPTable(tmp_path / "x.ibp", device=CUDA, **kw), x),
+        (lambda **kw: CudaIBPTable(tmp_path / "n.ibp", device=CUDA, **kw), noise),  # bypass
+        (lambda **kw: PinnedRawTable(x, device=CUDA, **kw), x),
+        (lambda **kw: PinnedRawTable(noise, device=CUDA, max_blocks=1, **kw), noise),
+    ):
+        with make() as plain, make(sort_ids=True) as ordered:
+            assert ordered.sort_ids and not plain.sort_ids
+            ids = _ids(rng, rows.shape[0], 20_000)
+            got = ordered.fetch(ids)
+            assert torch.equal(got.view(torch.uint8), plain.fetch(ids).view(torch.uint8))
+            assert _bits_equal(got, rows[ids.cpu().numpy()])
+            torch.cuda.synchronize()
+            on_side = ordered.fetch(ids, stream=side)  # ids made on the current stream
+            torch.cuda.synchronize()
+            assert torch.equal(on_side.view(torch.uint8), got.view(torch.uint8))
+            # Sorted, -1 (position 15000) comes first and n (position 9000) last: the error
+            # names the caller's first bad position, not the first in sorted order.
+            bad = ids.clone()
+            bad[[9000, 15000]] = torch.tensor([rows.shape[0], -1], device=CUDA)
+            n = rows.shape[0]
+            with pytest.raises(IBPInputError, match=rf"row index {n} \(at position 9000\)"):
+                ordered.fetch(bad)
+            out = ordered.fetch(bad, check=False)
+            want = plain.fetch(bad, check=False)
+            assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))
+            assert (out[[9000, 15000]].view(torch.uint8) == 0).all()
 
 
 def test_a_corrupt_row_sets_its_slot_and_is_zero_filled(tmp_path) -> None:

@@ -124,6 +124,7 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     full, small_pages, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
     assert full.pages == "huge" and small_pages.pages == "small"
     assert full.raw_kernel == "auto" and lanes.raw_kernel == "vector"
+    assert full.sort_ids and not small_pages.sort_ids and not lanes.sort_ids
     assert "for raw_kernel in auto vector; do" in SCRIPT.read_text()
     assert all(w % 16 for w in lanes.widths) and lanes.tag == "lanes"
     for args in (full, small_pages, lanes):

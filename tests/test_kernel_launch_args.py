@@ -510,7 +510,10 @@ def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatc
         idx = empty((n,), torch.int64)
         out = empty((n, row_bytes // 4), torch.float32)
         error = empty((2,), torch.int32)
-        module.fetch_decode(codec, idx, out, error)
+        # Output positions (the sorted-ids path) or none; none only beside cluster ids, so
+        # that the two null pointers never meet in one launch (their values would be equal).
+        out_pos = empty((n,), torch.int64) if not clusters or num_words == 12 else None
+        module.fetch_decode(codec, idx, out, error, out_pos=out_pos)
         plan = module.smem_plan(
             num_words, word_bytes, align, FAKE_PROPS.shared_memory_per_block_optin
         )
@@ -526,6 +529,7 @@ def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatc
                     "code_prefix": codec.prefix_tensors[0],
                     "free_prefix": codec.prefix_tensors[1],
                     "idx": idx,
+                    "out_pos": 0 if out_pos is None else out_pos,
                     "out": out,
                     "error": error,
                     "n": n,
@@ -544,24 +548,30 @@ def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatc
 def launch_raw_gather(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> list:
     n, num_rows, table_ptr = 5, 1000, 0x1000
     expected = []
-    # Row widths picking each vector width: 16, 8, 4, 2 and 1 bytes, then the lines kernel.
-    for row_bytes, lines in (
-        (64, False),
-        (24, False),
-        (12, False),
-        (6, None),
-        (7, None),
-        (12, None),
+    # Row widths picking each vector width: 16, 8, 4, 2 and 1 bytes, then the lines kernel
+    # twice; with output positions (the sorted-ids path) or without.
+    for row_bytes, lines, sorted_ids in (
+        (64, False, True),
+        (24, False, False),
+        (12, False, True),
+        (6, None, False),
+        (7, None, True),
+        (12, None, False),
+        (12, None, True),
     ):
         idx = empty((n,), torch.int64)
         out = empty((n, row_bytes), torch.uint8)
         error = empty((2,), torch.int32)
-        module.raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, line_aligned=lines)
+        out_pos = empty((n,), torch.int64) if sorted_ids else None
+        module.raw_gather(
+            table_ptr, num_rows, row_bytes, idx, out, error, out_pos=out_pos, line_aligned=lines
+        )
         expected.append(
             distinct(
                 {
                     "table": table_ptr,
                     "idx": idx,
+                    "out_pos": 0 if out_pos is None else out_pos,
                     "out": out,
                     "error": error,
                     "n": n,
@@ -586,6 +596,40 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
         deg, key = empty((rows,), torch.int64), empty((1,), torch.int64)
         out = module.kernel_sample(deg, k, key)
         expected.append(distinct({"deg": deg, "key": key, "out": out, "rows": rows, "k": k}))
+    # The hop kernels (raw addresses; each parameter must get its own tensor).
+    monkeypatch.setattr(module, "device_index", lambda device: 0)
+    hop = module.CudaHopKernels(CPU)
+    with hop.launching():  # as the sampler calls them
+        i64 = torch.int64
+        indptr, local = empty((101,), i64), empty((100,), i64)
+        edge_ids, key = empty((500,), i64), empty((1,), i64)
+        for (k, replace), index_dtype in itertools.product(
+            ((2, True), (32, False), (33, True), (module.MAX_K, False)), (torch.int32, i64)
+        ):
+            indices, frontier = empty((500,), index_dtype), empty((rows,), i64)
+            nbr, pos = empty((rows * k,), i64), empty((rows * k,), i64)
+            hop.draw(indptr, indices, frontier, key, local, nbr, pos, k, replace)
+            tensors = {"indptr": indptr, "indices": indices, "frontier": frontier, "key": key}
+            tensors |= {"local": local, "nbr": nbr, "pos": pos}
+            expected.append(distinct({**tensors, "rows": rows, "k": k, "replace": int(replace)}))
+        slots = 77
+        nbr, pos, start = empty((slots,), i64), empty((slots,), i64), empty((rows + 1,), i64)
+        for index_dtype in (torch.int32, i64):
+            indices, frontier = empty((500,), index_dtype), empty((rows,), i64)
+            hop.take_all(indptr, indices, frontier, start, local, nbr, pos, slots)
+            tensors = {"indptr": indptr, "indices": indices, "frontier": frontier}
+            tensors |= {"slot_start": start, "local": local, "nbr": nbr, "pos": pos}
+            expected.append(distinct({**tensors, "rows": rows}))
+        cum = empty((slots, 2), i64)
+        hop.flags(nbr, local, cum)
+        expected.append(distinct({"nbr": nbr, "local": local, "flags": cum, "slots": slots}))
+        fresh, row, col, edge = (empty((n,), i64) for n in (9, 50, 50, 50))
+        hop.emit(nbr, pos, edge_ids, cum, start, local, fresh, row, col, edge,
+                 rows=rows, k=3, begin=5, end=60)  # fmt: skip
+        tensors = {"nbr": nbr, "pos": pos, "edge_ids": edge_ids, "cum": cum, "slot_start": start}
+        tensors |= {"local": local, "fresh": fresh, "row": row, "col": col, "edge": edge}
+        values = {"slots": slots, "rows": rows, "k": 3, "begin": 5, "end": 60}
+        expected.append(distinct({**tensors, **values}))
     return expected
 
 
@@ -656,6 +700,7 @@ def test_macros_are_expanded_into_typed_parameters() -> None:
     assert got == [
         ("table", "unsigned char", 1),
         ("idx", "long long", 1),
+        ("out_pos", "long long", 1),
         ("out", "unsigned char", 1),
         ("error", "int", 1),
         ("n", "long long", 0),
@@ -712,14 +757,14 @@ def test_a_mismatch_is_reported(monkeypatch) -> None:
         return "\n".join(check_launch(Launch(**fields)))
 
     swapped = list(args)
-    swapped[11], swapped[13] = swapped[13], swapped[11]  # i64 n <-> int V
+    swapped[12], swapped[14] = swapped[14], swapped[12]  # i64 n <-> int V
     msg = problems(tuple(swapped))
-    assert "parameter 11 `i64 n` takes np.int64, got np.int32" in msg
-    assert "parameter 13 `int V` takes np.int32, got np.int64" in msg
+    assert "parameter 12 `i64 n` takes np.int64, got np.int32" in msg
+    assert "parameter 14 `int V` takes np.int32, got np.int64" in msg
     swapped = list(args)
-    swapped[8], swapped[9] = swapped[9], swapped[8]  # idx <-> out
+    swapped[8], swapped[10] = swapped[10], swapped[8]  # idx <-> out
     assert "parameter 8 `const i64* __restrict__ idx` points to int64" in problems(tuple(swapped))
-    assert "18 parameters, 17 arguments" in problems(args[:-1])
+    assert "19 parameters, 18 arguments" in problems(args[:-1])
     assert "takes np.int32, got a Python int" in problems((*args[:-1], 7))
     assert "is a pointer, got np.int64" in problems((np.int64(0), *args[1:]))
     assert "grid must be a tuple" in problems(grid=4)
@@ -731,11 +776,21 @@ def test_a_mismatch_is_reported(monkeypatch) -> None:
         return "\n".join(check_values(Launch(**{**vars(launch), "args": new_args}), expected))
 
     swapped = list(args)
-    swapped[15], swapped[16] = swapped[16], swapped[15]  # int align <-> int row_bytes
+    swapped[16], swapped[17] = swapped[17], swapped[16]  # int align <-> int row_bytes
     assert problems(tuple(swapped)) == ""  # the same type: only the values tell
     msg = wrong_values(tuple(swapped))
-    assert "parameter 15 `int align` should get the value 16, got np.int32 48" in msg
-    assert "parameter 16 `int row_bytes` should get the value 48, got np.int32 16" in msg
+    assert "parameter 16 `int align` should get the value 16, got np.int32 48" in msg
+    assert "parameter 17 `int row_bytes` should get the value 48, got np.int32 16" in msg
+    swapped = list(args)
+    swapped[8], swapped[9] = swapped[9], swapped[8]  # idx <-> out_pos, both int64 arrays
+    assert problems(tuple(swapped)) == ""
+    msg = wrong_values(tuple(swapped))
+    assert "parameter 9 `const i64* __restrict__ out_pos` should get the (5,) torch.int64" in msg
+    nulled = (*args[:9], np.uint64(0), *args[10:])  # out_pos dropped: a null pointer
+    assert problems(nulled) == ""
+    assert "parameter 9 `const i64* __restrict__ out_pos` should get the (5,)" in wrong_values(
+        nulled
+    )
     swapped = list(args)
     swapped[3], swapped[5] = swapped[5], swapped[3]  # masks <-> bitvals, both int32
     assert problems(tuple(swapped)) == ""
@@ -871,6 +926,52 @@ def test_fetch_decode_refuses_what_the_kernel_cannot_use(monkeypatch) -> None:
         with pytest.raises(ValueError, match="error must be a contiguous"):
             module.fetch_decode(codec(), idx, buf[1:].view(n, v), bad)
     assert len(launches) == 1
+
+
+def test_launchers_refuse_bad_out_pos_naming_it(monkeypatch) -> None:
+    from ibp_graph.kernels.fetch_decode import check_out_pos
+
+    fused = importlib.import_module("ibp_graph.kernels.fetch_decode")
+    gather = importlib.import_module("ibp_graph.kernels.raw_gather")
+    launches = record(fused, monkeypatch) + record(gather, monkeypatch)
+    v, n = 4, 4
+    codec = DeviceCodec(
+        rows_ptr=0x10000,
+        offsets=section((11,), "u4"),
+        cluster_ids=None,
+        masks=section((1, v), "u4"),
+        code_bits=section((1, v), "u1"),
+        bitvals=section((1, v, 2), "u4"),
+        num_rows=10,
+        num_words=v,
+        word_bytes=4,
+        align=16,
+        row_bytes=4 * v,
+    )
+    idx = empty((n,), torch.int64)
+    out = empty((n, v), torch.float32)
+    error = torch.zeros(2, dtype=torch.int32)
+    bad = {  # what out_pos is, and how the error describes it
+        "float": (torch.zeros(n), r"torch.float32 \(4,\) on cpu"),
+        "int32": (torch.zeros(n, dtype=torch.int32), r"torch.int32 \(4,\)"),
+        "short": (empty((n - 1,), torch.int64), r"torch.int64 \(3,\)"),
+        "2-D": (empty((n, 1), torch.int64), r"torch.int64 \(4, 1\)"),
+        "strided": (empty((2 * n,), torch.int64)[::2], r"torch.int64 \(4,\) on cpu"),
+        "list": ([0, 1, 2, 3], "list"),
+        "meta": (torch.empty(n, dtype=torch.int64, device="meta"), r"torch.int64 \(4,\) on meta"),
+    }
+    want = "out_pos must be None or a contiguous 1-D int64 tensor of 4 positions on cpu, got "
+    for out_pos, got in bad.values():
+        for launch in (
+            lambda p: fused.fetch_decode(codec, idx, out, error, out_pos=p),
+            lambda p: gather.raw_gather(0x1000, 10, 16, idx, out, error, out_pos=p),
+            lambda p: check_out_pos(p, idx, CPU),
+        ):
+            with pytest.raises(ValueError, match=re.escape(want) + got):
+                launch(out_pos)
+    check_out_pos(None, idx, CPU)
+    check_out_pos(empty((n,), torch.int64), idx, CPU)
+    assert launches == []
 
 
 # --------------------------------------------------------------------------------------------

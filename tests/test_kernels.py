@@ -294,32 +294,38 @@ def test_raw_rows_are_pinned_little_endian_and_row_major() -> None:
 
 
 class _RecordingTable:
-    """A `_CudaTableBase` on the CPU whose "kernel" flags the ids >= its row count."""
+    """A `_CudaTableBase` on the CPU whose "kernel" writes row ``[id, -id]`` for each id, as
+    the kernels do: at ``out_pos[r]`` (or ``r``), zeros and the smallest such position in
+    ``error[0]`` for ids out of range."""
 
     @staticmethod
-    def make(num_rows: int = 10):
+    def make(num_rows: int = 10, sort_ids: bool = False):
         from ibp_graph.cuda_table import _CudaTableBase
 
         class Table(_CudaTableBase):
             path = "t.ibp"
 
             def __init__(self):
-                super().__init__(torch.device("cpu"), None)
+                super().__init__(torch.device("cpu"), None, sort_ids)
                 self.shape = (num_rows, 2)
                 self.dtype = torch.float32
                 self._pinned = object()
                 self.errors_seen: list[list[int]] = []
+                self.launched: list[tuple[torch.Tensor, torch.Tensor | None]] = []
 
             @property
             def _row_bytes(self) -> int:
                 return 8
 
-            def _launch(self, idx, out, error, stream) -> None:
+            def _launch(self, idx, out, error, stream, out_pos=None) -> None:
                 self.errors_seen.append(error.tolist())
-                bad = torch.nonzero((idx < 0) | (idx >= num_rows)).reshape(-1)
-                if bad.numel():
-                    error[0] = int(bad[0]) + 1
-                out.zero_()
+                self.launched.append((idx.clone(), None if out_pos is None else out_pos.clone()))
+                pos = torch.arange(idx.numel()) if out_pos is None else out_pos
+                ok = (idx >= 0) & (idx < num_rows)
+                if not ok.all():
+                    error[0] = int(pos[~ok].min()) + 1
+                rows = torch.stack([idx, -idx], 1).float()
+                out[pos] = torch.where(ok[:, None], rows, 0.0)
 
         return Table()
 
@@ -347,6 +353,25 @@ def test_fetch_checks_its_arguments_and_that_the_table_is_open() -> None:
     table._pinned = None
     with pytest.raises(IBPInputError, match="closed"):
         table.fetch(torch.tensor([1]))
+
+
+def test_sort_ids_launches_the_sorted_ids_and_errors_name_the_callers_position() -> None:
+    plain, ordered = _RecordingTable.make(), _RecordingTable.make(sort_ids=True)
+    assert not plain.sort_ids and ordered.sort_ids
+    ids = torch.tensor([7, 2, 9, 2, 0, 5])
+    got = ordered.fetch(ids)
+    assert torch.equal(got, plain.fetch(ids))  # the same rows, in the caller's order
+    assert torch.equal(got[:, 0], ids.float())
+    run, out_pos = ordered.launched[-1]
+    assert torch.equal(run, torch.tensor([0, 2, 2, 5, 7, 9]))  # one launch, ids ascending
+    assert torch.equal(ids[out_pos], run)  # each row goes back to where the caller had it
+    assert plain.launched[-1][1] is None  # off by default: no sort, no positions
+    bad = torch.tensor([3, 12, 1, -4, 5])  # sorted, -4 (position 3) comes first
+    with pytest.raises(IBPInputError, match=r"row index 12 \(at position 1\)"):
+        ordered.fetch(bad)
+    out = ordered.fetch(bad, check=False)
+    assert torch.equal(out, plain.fetch(bad, check=False))
+    assert (out[[1, 3]] == 0).all() and torch.equal(out[[0, 2, 4], 0], bad[[0, 2, 4]].float())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")

@@ -3,8 +3,8 @@
 `cuda/fetch_decode.cu` and `cuda/raw_gather.cu` are compiled with g++ together with a small
 harness that runs every lane of a warp as a thread (warp shuffles become barriers), and
 launched with the shared-memory plan the real launcher uses. This checks the kernels' logic
-(row staging, header, codes, payloads, raw rows, errors) on machines without a GPU; GPU
-timing and memory ordering are only checked by the `gpu` tests.
+(row staging, header, codes, payloads, raw rows, output positions, errors) on machines
+without a GPU; GPU timing and memory ordering are only checked by the `gpu` tests.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import ctypes
 
 import numpy as np
 import pytest
+import torch
 
 import ibp_graph
 from ibp_graph.cuda_table import raw_bypass
@@ -35,11 +36,13 @@ def fetch_on_host(
     grid: int = 3,
     offsets_dtype: str | None = None,
     warps: int = 2,
+    out_pos: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run the fused kernel over ``ids``: ``(out bytes (n, row_bytes), error slots)``.
 
     ``offsets_dtype`` forces the offsets' width (``"<u8"``: the 8-byte-offset entry points);
-    ``grid`` blocks of at most ``warps`` warps run.
+    ``grid`` blocks of at most ``warps`` warps run; ``out_pos`` (None: identity) says where
+    each row goes in the output.
     """
     params = table.params
     rows = np.zeros(table.stored_bytes + TAIL_PAD, dtype=np.uint8)
@@ -50,6 +53,9 @@ def fetch_on_host(
     width = row_bytes(table.shape[1], table.dtype_name)
     plan = smem_plan(params.num_words, params.word_bytes, table.align, SMEM)
     ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if out_pos is not None:
+        out_pos = np.ascontiguousarray(out_pos, dtype=np.int64)
+        assert out_pos.shape == ids.shape
     code_prefix, free_prefix = codec_prefixes(params.masks, params.code_bits, params.word_bytes)
     out = np.full((ids.size, width), 0xEE, dtype=np.uint8)
     error = np.zeros(2, dtype=np.int32)
@@ -65,6 +71,7 @@ def fetch_on_host(
         _ptr(code_prefix),
         _ptr(free_prefix),
         _ptr(ids),
+        _ptr(out_pos),
         _ptr(out),
         error.ctypes.data_as(ctypes.POINTER(ctypes.c_int)),
         ctypes.c_longlong(ids.size),
@@ -205,13 +212,103 @@ def test_corrupt_row_sets_the_error_slot_and_is_zero_filled(lib, tmp_path) -> No
     assert (out[1:] == 0).all()  # no half-decoded row
 
 
-def _raw_gather_on_host(lib, table: np.ndarray, ids: np.ndarray, out: np.ndarray, vec: int):
+# --------------------------------------------------------------------------------------------
+# Sorted ids written back to the caller's positions (out_pos)
+# --------------------------------------------------------------------------------------------
+
+
+def _orders(rng: np.random.Generator, ids: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """``(name, idx, out_pos)`` launches that must write what the identity launch over ``ids``
+    writes: a random permutation, and the ids sorted as `CudaIBPTable(sort_ids=True)` does."""
+    perm = rng.permutation(ids.size)
+    _, order = torch.sort(torch.from_numpy(ids))
+    order = order.numpy()
+    return [("permutation", ids[perm], perm), ("sorted", ids[order], order)]
+
+
+def _row_kinds(table: ibp_graph.IBPTable, ids: np.ndarray) -> set[str]:
+    """How the kernel meets rows ``ids``: "raw" (copied through), "flat" or "grouped"."""
+    params = table.params
+    offsets = table.offsets.astype(np.int64)
+    starts = offsets[ids] * table.align
+    lengths = offsets[ids + 1] * table.align - starts
+    raw = lengths >= params.num_words * params.word_bytes
+    first = np.asarray(table.rows_section).view(np.uint8)[starts[~raw]] & 1  # the G bit
+    kinds = {"raw"} if raw.any() else set()
+    return kinds | {"grouped" if g else "flat" for g in first.tolist()}
+
+
+@pytest.mark.parametrize(
+    "word_bytes,clusters,offsets_dtype", [(4, 1, None), (8, 1, None), (4, 2, "<u8"), (8, 3, "<u8")]
+)
+def test_fused_kernel_with_out_pos_writes_the_identity_order_bits(
+    lib, tmp_path, word_bytes, clusters, offsets_dtype
+) -> None:
+    rng = np.random.default_rng(30 + word_bytes + clusters)
+    kinds: set[str] = set()
+    for name, x in _tables(rng):
+        table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, clusters=clusters)
+        ids = rng.integers(0, x.shape[0], 97)
+        ids[:4] = [x.shape[0] - 1, 0, 0, 5]  # ends and repeats
+        kinds |= _row_kinds(table, ids)
+        want, error = fetch_on_host(lib, table, ids, offsets_dtype=offsets_dtype)
+        assert error.tolist() == [0, 0], name
+        assert np.array_equal(want, x[ids].view(np.uint8).reshape(ids.size, -1)), name
+        for how, idx, pos in _orders(rng, ids):
+            got, error = fetch_on_host(lib, table, idx, offsets_dtype=offsets_dtype, out_pos=pos)
+            assert error.tolist() == [0, 0], f"{name} ({how})"
+            assert np.array_equal(got, want), f"{name} ({how}): rows differ from identity order"
+        table.close()
+    assert kinds == {"raw", "flat", "grouped"}
+
+
+def test_bad_ids_with_out_pos_report_the_callers_first_position(lib, tmp_path) -> None:
+    rng = np.random.default_rng(31)
+    x = (rng.random((30, 8)) < 0.3).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp")
+    ids = np.arange(40, dtype=np.int64) % 30
+    bad = [7, 12, 33, 39]
+    ids[bad] = [30, -1, 99, 1 << 40]  # sorted, -1 (position 12) comes first and 30 later
+    want, error = fetch_on_host(lib, table, ids, grid=2)
+    assert error.tolist() == [8, 0] and (want[bad] == 0).all()
+    for how, idx, pos in _orders(rng, ids):
+        for grid in (1, 3):
+            got, error = fetch_on_host(lib, table, idx, grid=grid, out_pos=pos)
+            assert error.tolist() == [8, 0], how  # 1 + the caller's first bad position
+            assert np.array_equal(got, want), how  # zeros at the caller's bad positions
+
+
+def test_a_corrupt_row_with_out_pos_reports_the_callers_position(lib, tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    x = (rng.random((40, 64)) < 0.1).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    lengths = np.diff(table.offsets) * table.align
+    encoded = (lengths > 4) & (lengths < 64 * 4)
+    encoded[0] = False
+    row, good = int(np.argmax(encoded)), 0  # rows before `row` keep their bytes
+    table._offsets = table.offsets.copy()
+    table._offsets[row + 1 :] -= 2  # the row's fields now run past its stored length
+    ids = np.array([good, good, row, good, row])
+    reverse = np.arange(ids.size)[::-1].copy()  # the corrupt row at 4 is met first
+    for idx, pos in [(ids[reverse], reverse)] + [(i, p) for _, i, p in _orders(rng, ids)]:
+        out, error = fetch_on_host(lib, table, idx, grid=1, out_pos=pos)
+        assert error.tolist() == [0, 3]
+        assert (out[[2, 4]] == 0).all()
+        assert np.array_equal(out[[0, 1, 3]], x[[good] * 3].view(np.uint8).reshape(3, -1))
+
+
+def _raw_gather_on_host(
+    lib, table: np.ndarray, ids: np.ndarray, out: np.ndarray, vec: int, out_pos=None
+):
     error = np.zeros(2, dtype=np.int32)
     n, width = out.shape
+    if out_pos is not None:
+        out_pos = np.ascontiguousarray(out_pos, dtype=np.int64)
     lib.simt_raw_gather(
         ctypes.c_int(vec),
         _ptr(table),
         _ptr(ids),
+        _ptr(out_pos),
         _ptr(out),
         error.ctypes.data_as(ctypes.POINTER(ctypes.c_int)),
         ctypes.c_longlong(n),
@@ -271,6 +368,30 @@ def test_raw_gather_bad_ids_first_position_and_zero_rows(lib) -> None:
     assert (out[[5, 40, 69]] == 0).all()
     ok = np.setdiff1d(np.arange(70), [5, 40, 69])
     assert np.array_equal(out[ok], table[ids[ok]])
+
+
+@pytest.mark.parametrize(
+    "width,vec", [(512, 16), (24, 8), (12, 4), (6, 2), (7, 1), (20, 0), (5732, 0)]
+)
+def test_raw_gather_with_out_pos_writes_the_identity_order_bytes(lib, width, vec) -> None:
+    rng = np.random.default_rng(width)
+    table = _aligned_table(rng, 100, width)
+    n = 24 if width > 1000 else 77  # each lane is a thread here
+    ids = rng.integers(0, 100, n).astype(np.int64)
+    ids[:3] = [99, 0, 99]
+    bad = [3, n - 5]
+    ids[bad] = [100, -5]  # sorted, -5 (the later position) comes first
+    ok = np.setdiff1d(np.arange(n), bad)
+    want = np.full((n, width), 0xEE, dtype=np.uint8)
+    if vec:
+        assert vector_bytes(width, table.ctypes.data, want.ctypes.data) == vec
+    assert _raw_gather_on_host(lib, table, ids, want, vec).tolist() == [4, 0]
+    assert (want[bad] == 0).all() and np.array_equal(want[ok], table[ids[ok]])
+    for how, idx, pos in _orders(rng, ids):
+        got = np.full((n, width), 0xEE, dtype=np.uint8)
+        error = _raw_gather_on_host(lib, table, idx, got, vec, out_pos=pos)
+        assert error.tolist() == [4, 0], how  # 1 + the caller's first bad position
+        assert np.array_equal(got, want), how
 
 
 def test_incompressible_file_rows_are_the_table(lib, tmp_path) -> None:

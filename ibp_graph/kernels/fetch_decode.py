@@ -206,6 +206,32 @@ def check_launch(idx: torch.Tensor, out: torch.Tensor, row_bytes: int, device: t
         )
 
 
+def check_out_pos(out_pos: torch.Tensor | None, idx: torch.Tensor, device: torch.device) -> None:
+    """Validate the output positions of a fetch: None, or one int64 per id on ``device``.
+
+    The values (a permutation of ``0 .. len(idx) - 1``) are not checked: `sort_ids` makes
+    them with ``torch.sort``, and reading them back would synchronise.
+    """
+    if out_pos is None:
+        return
+    if (
+        not isinstance(out_pos, torch.Tensor)
+        or out_pos.device != device
+        or out_pos.dtype != torch.int64
+        or out_pos.shape != idx.shape
+        or not out_pos.is_contiguous()
+    ):
+        got = (
+            f"{out_pos.dtype} {tuple(out_pos.shape)} on {out_pos.device}"
+            if isinstance(out_pos, torch.Tensor)
+            else type(out_pos).__name__
+        )
+        raise ValueError(
+            f"out_pos must be None or a contiguous 1-D int64 tensor of {idx.shape[0]} "
+            f"positions on {device}, got {got}"
+        )
+
+
 def check_error(error: torch.Tensor, device: torch.device) -> None:
     """Validate the ``(2,)`` int32 error slots of a launch."""
     if not isinstance(error, torch.Tensor) or error.device != device:
@@ -222,23 +248,30 @@ def fetch_decode(
     out: torch.Tensor,
     error: torch.Tensor,
     *,
+    out_pos: torch.Tensor | None = None,
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
 ) -> None:
     """Decode rows ``idx`` of a table into ``out`` on ``stream`` (the current one if None).
 
-    ``idx``, ``out`` and ``error`` live on the device of the codec's tensors. ``error`` is a
-    zeroed ``(2,)`` int32 CUDA tensor: afterwards ``error[0]`` holds 1 + the smallest position
-    of an out-of-range id and ``error[1]`` 1 + the smallest position of a corrupt row (0 when
-    none); the output rows of both are zero-filled, so every row of ``out`` is written. Give
-    every launch its own slots, zeroed on ``stream``. The launch does not synchronise;
-    ``stream`` waits for the work queued on torch's current stream before it starts.
+    Row ``idx[r]`` goes to row ``out_pos[r]`` of ``out`` (row ``r`` when ``out_pos`` is None).
+    ``idx``, ``out``, ``out_pos`` and ``error`` live on the device of the codec's tensors.
+    ``error`` is a zeroed ``(2,)`` int32 CUDA tensor: afterwards ``error[0]`` holds 1 + the
+    smallest output position of an out-of-range id and ``error[1]`` 1 + the smallest output
+    position of a corrupt row (0 when none); the output rows of both are zero-filled, so every
+    row of ``out`` is written. Give every launch its own slots, zeroed on ``stream``. The
+    launch does not synchronise; ``stream`` waits for the work queued on torch's current
+    stream before it starts.
 
     Args:
         codec: the table's device-side description.
         idx: row ids, a contiguous 1-D int64 tensor.
         out: the decoded rows, contiguous, ``len(idx)`` rows of ``codec.row_bytes`` bytes.
         error: the launch's zeroed error slots.
+        out_pos: where each row goes in ``out``, a contiguous 1-D int64 tensor holding a
+            permutation of ``0 .. len(idx) - 1`` (not checked), e.g. the permutation of
+            ``torch.sort(ids)`` with ``idx`` the sorted ids (default: None, row ``r`` to
+            ``r``).
         stream: the torch stream to launch on (default: None, the current one).
         max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM, never
             more than the device holds at once).
@@ -249,6 +282,7 @@ def fetch_decode(
     """
     device = codec.offsets.device
     check_launch(idx, out, codec.row_bytes, device)
+    check_out_pos(out_pos, idx, device)
     check_error(error, device)
     if codec.rows_ptr % 16:
         raise ValueError(f"rows_ptr {codec.rows_ptr:#x} is not 16-byte aligned")
@@ -289,6 +323,7 @@ def fetch_decode(
             code_prefix,
             free_prefix,
             as_cupy(idx),
+            np.uint64(0) if out_pos is None else as_cupy(out_pos),
             as_cupy(out.view(torch.uint8).reshape(-1)),
             as_cupy(error),
             np.int64(n),

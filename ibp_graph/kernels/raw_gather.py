@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .fetch_decode import WARP, check_error, check_launch
+from .fetch_decode import WARP, check_error, check_launch, check_out_pos
 from .runtime import as_cupy, cupy_stream, grid_size, kernel, note_launch
 
 SOURCE = "raw_gather.cu"
@@ -56,17 +56,19 @@ def raw_gather(
     out: torch.Tensor,
     error: torch.Tensor,
     *,
+    out_pos: torch.Tensor | None = None,
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
     line_aligned: bool | None = None,
 ) -> None:
     """Copy rows ``idx`` of a ``(num_rows, row_bytes)`` table at ``table_ptr`` into ``out``.
 
+    Row ``idx[r]`` goes to row ``out_pos[r]`` of ``out`` (row ``r`` when ``out_pos`` is None).
     ``table_ptr`` is an address the device of ``error`` can read (pinned host memory over
-    UVA, or its own memory); ``idx`` and ``out`` live on that device too. ``error[0]``
-    receives 1 + the smallest position of an out-of-range id, whose output row is zero-filled
-    (``error`` zeroed on ``stream``, one per launch). Does not synchronise; ``stream`` waits
-    for torch's current stream first.
+    UVA, or its own memory); ``idx``, ``out`` and ``out_pos`` live on that device too.
+    ``error[0]`` receives 1 + the smallest output position of an out-of-range id, whose output
+    row is zero-filled (``error`` zeroed on ``stream``, one per launch). Does not synchronise;
+    ``stream`` waits for torch's current stream first.
 
     Args:
         table_ptr: device-visible address of the table's first row.
@@ -75,6 +77,10 @@ def raw_gather(
         idx: row ids, a contiguous 1-D int64 tensor.
         out: contiguous output of ``len(idx)`` rows of ``row_bytes`` bytes.
         error: the launch's zeroed ``(2,)`` int32 error slots.
+        out_pos: where each row goes in ``out``, a contiguous 1-D int64 tensor holding a
+            permutation of ``0 .. len(idx) - 1`` (not checked), e.g. the permutation of
+            ``torch.sort(ids)`` with ``idx`` the sorted ids (default: None, row ``r`` to
+            ``r``).
         stream: the torch stream to launch on (default: None, the current one).
         max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM).
         line_aligned: load whole aligned 16-byte chunks (see `entry_point`), reading up to 15
@@ -88,6 +94,7 @@ def raw_gather(
     """
     device = error.device
     check_launch(idx, out, row_bytes, device)
+    check_out_pos(out_pos, idx, device)
     check_error(error, device)
     n = idx.shape[0]
     if n == 0:
@@ -102,6 +109,7 @@ def raw_gather(
         args = (
             np.uint64(table_ptr),
             as_cupy(idx),
+            np.uint64(0) if out_pos is None else as_cupy(out_pos),
             as_cupy(out.view(torch.uint8).reshape(-1)),
             as_cupy(error),
             np.int64(n),

@@ -1,11 +1,18 @@
-"""Launcher of ``cuda/sample_neighbors.cu``: ``k`` distinct uniform offsets per row."""
+"""Launchers of ``cuda/sample_neighbors.cu``: the neighbor draw, and the fused hop kernels.
+
+`kernel_sample` draws ``k`` distinct uniform offsets per row; `CudaHopKernels` launches the
+three kernels of one sampling hop (`ibp_graph.sample_hop` drives them).
+"""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
-from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel, note_launch
+from .runtime import as_cupy, cupy_stream, describe, device_index, grid_size, kernel, note_launch
 
 SOURCE = "sample_neighbors.cu"
 #: Sizes of the per-thread array of picks of the kernel's entry points, smallest first.
@@ -97,3 +104,96 @@ def kernel_sample(
         note_launch(stream)
         fn((grid,), (THREADS_PER_BLOCK,), args)
     return out
+
+
+def _address(t: torch.Tensor | None) -> np.uint64:
+    """The device address of ``t`` as a kernel pointer argument (0 for None)."""
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+class CudaHopKernels:
+    """The hop kernels of ``cuda/sample_neighbors.cu`` on one CUDA device.
+
+    Launches for `ibp_graph.sample_hop.fused_hop`, on torch's current stream, never
+    synchronising. The driver allocates every buffer (contiguous int64, on this device) and
+    the graph is checked once by `ibp_graph.graph.CSRGraph`, so the launches pass raw device
+    addresses instead of exchanging a DLPack view of each tensor. Call them inside
+    `launching`.
+
+    Args:
+        device: the CUDA device of the graph.
+        max_blocks: cap on every grid (default: None, `runtime.BLOCKS_PER_SM` per SM).
+    """
+
+    def __init__(self, device: torch.device, max_blocks: int | None = None) -> None:
+        self.device = torch.device(device)
+        self.max_blocks = max_blocks
+        self._open = 0
+
+    @contextlib.contextmanager
+    def launching(self) -> Iterator[None]:
+        """Make the device and torch's current stream current for CuPy (once per batch)."""
+        with cupy_stream(None, self.device):
+            self._open += 1
+            try:
+                yield
+            finally:
+                self._open -= 1
+
+    def _launch(self, entry: str, work: int, args: tuple) -> None:
+        if not self._open:
+            raise RuntimeError(f"{entry} launched outside CudaHopKernels.launching()")
+        fn = kernel(SOURCE, entry, device_index(self.device))
+        grid = grid_size(
+            -(-work // THREADS_PER_BLOCK),
+            self.device,
+            self.max_blocks,
+            kernel_fn=fn,
+            threads=THREADS_PER_BLOCK,
+        )
+        fn((grid,), (THREADS_PER_BLOCK,), args)
+
+    @staticmethod
+    def _index_bits(indices: torch.Tensor) -> int:
+        return 32 if indices.dtype == torch.int32 else 64
+
+    def draw(self, indptr, indices, frontier, key, local, nbr, pos, k: int, replace: bool):
+        """``ibp_hop_draw_*``: ``k`` slots per frontier row (``k`` in ``[1, MAX_K]``)."""
+        rows = frontier.numel()
+        entry = f"ibp_hop_draw_k{capacity(k)}_i{self._index_bits(indices)}"
+        args = (
+            *map(_address, (indptr, indices, frontier, key, local, nbr, pos)),
+            np.int64(rows),
+            np.int32(k),
+            np.int32(bool(replace)),
+        )
+        self._launch(entry, rows, args)
+
+    def take_all(self, indptr, indices, frontier, slot_start, local, nbr, pos, slots: int):
+        """``ibp_hop_all_*``: every in-neighbor of the frontier rows, ``slots`` in all."""
+        entry = f"ibp_hop_all_i{self._index_bits(indices)}"
+        args = (
+            *map(_address, (indptr, indices, frontier, slot_start, local, nbr, pos)),
+            np.int64(frontier.numel()),
+        )
+        self._launch(entry, slots, args)
+
+    def flags(self, nbr, local, flags):
+        """``ibp_hop_flags``: fresh and used flags of every slot."""
+        slots = nbr.numel()
+        self._launch("ibp_hop_flags", slots, (*map(_address, (nbr, local, flags)), np.int64(slots)))
+
+    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, *,
+             rows: int, k: int, begin: int, end: int):  # fmt: skip
+        """``ibp_hop_emit``: the hop's edges and new nodes (``k = 0`` with ``slot_start``)."""
+        slots = nbr.numel()
+        ptrs = (nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge)
+        args = (
+            *map(_address, ptrs),
+            np.int64(slots),
+            np.int64(rows),
+            np.int32(k),
+            np.int64(begin),
+            np.int64(end),
+        )
+        self._launch("ibp_hop_emit", slots, args)

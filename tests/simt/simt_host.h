@@ -84,6 +84,14 @@ inline int atomicCAS(int* address, int compare, int val) {
     return compare;
 }
 
+inline long long atomicMin(long long* address, long long val) {
+    std::atomic_ref<long long> ref(*address);
+    long long old = ref.load();
+    while (val < old && !ref.compare_exchange_weak(old, val)) {
+    }
+    return old;
+}
+
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }

@@ -1,0 +1,202 @@
+"""Host work per sampled batch: torch ops, kernel launches and host reads, per sampler path.
+
+Usage::
+
+    .venv/bin/python benchmarks/sampling_ops.py              # CPU (kernels run by the harness)
+    .venv/bin/python benchmarks/sampling_ops.py --device cuda
+
+writes benchmarks/results/sampling-ops-<device>.{json,md}.
+
+On a GPU every torch op of the sampler is a launch (or an allocation, or a view) queued by the
+Python thread that also drives training, and every host read of a size waits for the stream.
+This counts them, which needs no GPU: the torch ops the sampler dispatches (torch's dispatcher,
+``TorchDispatchMode``), split into allocations, views and the rest; the hop kernels launched;
+and the host reads (ops that copy a value to the host: ``item``, ``nonzero``, ``tolist``).
+Two paths sample the same seeds of a power-law graph (`benchmarks/sampling.py`'s generator,
+smaller), fanouts [15, 10, 5], batch 1,024:
+
+- ``torch ops``: the hops as torch ops (what ``backend="torch"`` runs on a CUDA graph; on the
+  CPU the compiled Numba hop is switched off to count them);
+- ``fused hops``: `ibp_graph.sample_hop.fused_hop` (``backend="kernel"``). On the CPU its
+  kernels are the ``.cu`` source built for the host (tests/simt, needs g++); on CUDA the real
+  launches.
+
+Counts are per batch, after one warm-up batch; they do not depend on timing, so one batch is
+enough. Times are not measured here (benchmarks/sampling.py does that on a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import ibp_graph.sample_hop as sample_hop  # noqa: E402
+import ibp_graph.sampler as sampler_module  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks.sampling import power_law_edges  # noqa: E402
+from ibp_graph.graph import CSRGraph  # noqa: E402
+from ibp_graph.sampler import NeighborSampler  # noqa: E402
+
+#: Ops that make an empty tensor (no kernel on a GPU, the caching allocator only).
+ALLOCATIONS = {"empty.memory_format", "empty_strided.default", "new_empty.default"}
+#: Ops that copy a value to the host, and so wait for the stream.
+HOST_READS = {"_local_scalar_dense.default", "nonzero.default", "masked_select.default"}
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the torch ops dispatched inside it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.__name__ if hasattr(func, "__name__") else str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class CountingKernels:
+    """Wraps hop kernels, counting their launches."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.launches = inner, 0
+
+    def launching(self):
+        return self.inner.launching()
+
+    def __getattr__(self, name):
+        fn = getattr(self.inner, name)
+
+        def launch(*args, **kwargs):
+            self.launches += 1
+            return fn(*args, **kwargs)
+
+        return launch
+
+
+def host_kernels(workdir: Path):
+    from simt.host_hops import HostHopKernels, build
+
+    return HostHopKernels(build(workdir / "libsimt.so"), grid=4, block=128)
+
+
+def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
+    """Ops, launches and host reads of sampling ``seeds`` once (after a warm-up batch)."""
+    reads = [0]
+    real = sample_hop.read_counts
+
+    def counted_read(t):
+        reads[0] += 1
+        return real(t)
+
+    sampler.sample(seeds)  # warm-up: scratch map, arange, compiled kernels
+    kernels = sampler._hop_kernels
+    if kernels is not None:
+        sampler._hop_kernels = kernels = CountingKernels(kernels)
+    with contextlib.ExitStack() as stack:
+        for module in (sample_hop, sampler_module):
+            stack.callback(setattr, module, "read_counts", real)
+            module.read_counts = counted_read
+        with OpCounter() as counter:
+            batch = sampler.sample(seeds)
+    if kernels is not None:
+        sampler._hop_kernels = kernels.inner
+    ops = counter.ops
+    alloc = sum(n for name, n in ops.items() if name in ALLOCATIONS)
+    views = sum(
+        n
+        for name, n in ops.items()
+        if name.split(".")[0] in {"select", "slice", "view", "unsqueeze", "squeeze", "unbind"}
+    )
+    dispatched_reads = sum(n for name, n in ops.items() if name in HOST_READS)
+    return {
+        "torch_ops": sum(ops.values()),
+        "allocations": alloc,
+        "views": views,
+        "other_ops": sum(ops.values()) - alloc - views,
+        "kernel_launches": 0 if kernels is None else kernels.launches,
+        "host_reads": dispatched_reads + reads[0],
+        "sampled_edges": batch.num_edges,
+        "top_ops": dict(ops.most_common(12)),
+    }
+
+
+def markdown(env: dict, payload: dict) -> str:
+    lines = header_lines(f"Host work per sampled batch ({payload['device']})", env)[:-1]
+    lines += [
+        f"- graph: {payload['graph']}; fanouts {payload['fanouts']}, batch {payload['batch_size']}",
+        f"- hop kernels: {payload['kernels']}",
+        "",
+        "| path | torch ops | of which allocations | of which views | other ops "
+        "| kernel launches | host reads | sampled edges |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in payload["rows"]:
+        lines.append(
+            f"| {r['path']} | {r['torch_ops']} | {r['allocations']} | {r['views']} "
+            f"| {r['other_ops']} | {r['kernel_launches']} | {r['host_reads']} "
+            f"| {r['sampled_edges']:,} |"
+        )
+    lines += ["", "Most frequent ops per path:", ""]
+    for r in payload["rows"]:
+        shown = ", ".join(f"{k} x{v}" for k, v in r["top_ops"].items())
+        lines.append(f"- {r['path']}: {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--nodes", type=int, default=200_000)
+    p.add_argument("--edges", type=int, default=5_000_000)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args()
+    device = torch.device(args.device)
+    graph = CSRGraph.from_edge_index(
+        power_law_edges(args.nodes, args.edges, 0), num_nodes=args.nodes
+    ).to(device)
+    seeds = torch.randperm(args.nodes, generator=torch.Generator().manual_seed(1))
+    seeds = seeds[: args.batch_size].to(device)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sampler_module._COMPILED = False  # count the torch-ops hop on the CPU too
+        torch_path = NeighborSampler(graph, args.fanouts, seed=0)
+        rows.append({"path": "torch ops", **count(torch_path, seeds)})
+        if device.type == "cuda":
+            fused = NeighborSampler(graph, args.fanouts, seed=0, backend="kernel")
+            kernels = "CUDA launches (cuda/sample_neighbors.cu)"
+        else:
+            fused = NeighborSampler(graph, args.fanouts, seed=0)
+            fused._hop_kernels = host_kernels(Path(tmp))
+            kernels = "the .cu source run on the host (tests/simt harness, g++)"
+        rows.append({"path": "fused hops", **count(fused, seeds)})
+    env = environment()
+    payload = {
+        "device": device.type,
+        "graph": f"power law, {args.nodes:,} nodes, {args.edges:,} edges",
+        "fanouts": args.fanouts,
+        "batch_size": args.batch_size,
+        "kernels": kernels,
+        "rows": rows,
+        "environment": env,
+    }
+    name = f"sampling-ops-{device.type}"
+    write_json(name, payload, args.out)
+    (args.out / f"{name}.md").write_text(markdown(env, payload))
+    print(markdown(env, payload))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Building the host harness of the CUDA kernels, and the sampler's hop kernels run by it.
+
+`build` compiles ``cuda/*.cu`` with g++ and the SIMT emulation (``simt_host.h``, the
+``simt_*.cpp`` wrappers) into a shared library; `HostHopKernels` launches its hop kernels on
+CPU tensors for `ibp_graph.sample_hop.fused_hop`, as `CudaHopKernels` does on a GPU. Used by
+the tests (the ``lib`` fixture) and by ``benchmarks/sampling_ops.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+
+from ibp_graph.kernels.sample_neighbors import capacity
+
+HERE = Path(__file__).resolve().parent
+
+
+class HarnessBuildError(RuntimeError):
+    """g++ is missing or cannot build the harness (``unsupported``: no C++20 here)."""
+
+    def __init__(self, message: str, unsupported: bool) -> None:
+        super().__init__(message)
+        self.unsupported = unsupported
+
+
+def build(out: Path) -> ctypes.CDLL:
+    """Compile the harness into the shared library ``out`` and load it.
+
+    Raises:
+        HarnessBuildError: no g++, or the sources do not build.
+    """
+    cxx = shutil.which("g++")
+    if cxx is None:
+        raise HarnessBuildError("no g++ to build the host harness of the CUDA kernels", True)
+    flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-Wall", "-Werror"]
+    cmd = [cxx, *flags, "-Wno-unknown-pragmas", "-o", str(out)]
+    cmd += [str(p) for p in sorted(HERE.glob("simt_*.cpp"))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        old = "c++20" in done.stderr or "barrier" in done.stderr
+        raise HarnessBuildError(f"the kernels do not build on the host:\n{done.stderr}", old)
+    return ctypes.CDLL(str(out))
+
+
+#: Grid and block of the host launches (blocks run one after another, a thread per lane).
+GRID, BLOCK = 3, 64
+
+
+def _p(t: torch.Tensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(0 if t is None else t.data_ptr())
+
+
+class HostHopKernels:
+    """`ibp_graph.sample_hop.HopKernels` on the host: the kernel source run by the harness."""
+
+    def __init__(self, lib: ctypes.CDLL, grid: int = GRID, block: int = BLOCK) -> None:
+        self.lib, self.grid, self.block = lib, ctypes.c_uint(grid), ctypes.c_uint(block)
+        self.launches: list[str] = []
+
+    def launching(self):
+        return contextlib.nullcontext()
+
+    def draw(self, indptr, indices, frontier, key, local, nbr, pos, k, replace):
+        self.launches.append("draw")
+        self.lib.simt_hop_draw(
+            ctypes.c_int(capacity(k)), ctypes.c_int(indices.element_size()),
+            *map(_p, (indptr, indices, frontier, key, local, nbr, pos)),
+            ctypes.c_longlong(frontier.numel()), ctypes.c_int(k), ctypes.c_int(int(replace)),
+            self.grid, self.block,
+        )  # fmt: skip
+
+    def take_all(self, indptr, indices, frontier, slot_start, local, nbr, pos, slots):
+        self.launches.append("take_all")
+        self.lib.simt_hop_all(
+            ctypes.c_int(indices.element_size()),
+            *map(_p, (indptr, indices, frontier, slot_start, local, nbr, pos)),
+            ctypes.c_longlong(frontier.numel()), self.grid, self.block,
+        )  # fmt: skip
+
+    def flags(self, nbr, local, flags):
+        self.launches.append("flags")
+        self.lib.simt_hop_flags(
+            *map(_p, (nbr, local, flags)), ctypes.c_longlong(nbr.numel()), self.grid, self.block
+        )
+
+    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, *,
+             rows, k, begin, end):  # fmt: skip
+        self.launches.append("emit")
+        self.lib.simt_hop_emit(
+            *map(_p, (nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge)),
+            ctypes.c_longlong(nbr.numel()), ctypes.c_longlong(rows), ctypes.c_int(k),
+            ctypes.c_longlong(begin), ctypes.c_longlong(end), self.grid, self.block,
+        )  # fmt: skip

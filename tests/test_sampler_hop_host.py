@@ -1,0 +1,302 @@
+"""The fused sampling hop (`ibp_graph.sample_hop`, the hop kernels of
+``cuda/sample_neighbors.cu``), run on the host (tests/simt).
+
+The kernel source is built with g++ and the SIMT harness (the `lib` fixture of conftest) and
+driven by the same `fused_hop` the GPU runs, on CPU tensors. Each hop is checked bit for bit
+against a plain-Python hop over the same draws (`reference_row`, the transcription of the
+kernel's random stream), and whole batches of a `NeighborSampler` using the hop kernels against
+a plain-Python multi-hop sampler. The `gpu` tests check that the real launches give the same
+bits as the host runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_graph
+from simt.host_hops import HostHopKernels
+from test_sampler_kernel_host import GAMMA, M64, _mix, reference_row
+
+from ibp_graph.graph import CSRGraph
+from ibp_graph.kernels.sample_neighbors import MAX_K
+from ibp_graph.sample_draw import randint
+from ibp_graph.sample_hop import fused_hop
+from ibp_graph.sample_index import KNOWN, UNSEEN
+from ibp_graph.sampler import NeighborSampler
+
+
+def replace_row(key: int, row: int, n: int, k: int) -> list[int]:
+    """The kernel's ``k`` offsets with replacement for row ``row`` of population ``n``."""
+    state = _mix((key & M64) ^ _mix(row))
+    out = []
+    for _ in range(k):
+        state = (state + GAMMA) & M64
+        out.append((_mix(state) * n) >> 64)
+    return sorted(out)
+
+
+def reference_hop(graph, local: dict[int, int], frontier, begin, end, fanout, replace, key):
+    """Plain-Python hop: ``(row, col, edge, fresh)`` lists; enters new nodes in ``local``."""
+    indptr, indices = graph.indptr.tolist(), graph.indices.tolist()
+    edge_ids = graph.edge_ids.tolist()
+    row, col, edge, fresh = [], [], [], []
+    for i, v in enumerate(frontier):
+        start, n = indptr[v], indptr[v + 1] - indptr[v]
+        if fanout < 0 or (n <= fanout and not replace):
+            picks = list(range(n))
+        elif n == 0:
+            picks = []
+        elif replace:
+            picks = replace_row(key, i, n, fanout)
+        else:
+            picks = reference_row(key, i, n, fanout)
+        for p in picks:
+            u = indices[start + p]
+            if u not in local:
+                local[u] = end + len(fresh)
+                fresh.append(u)
+            row.append(local[u])
+            col.append(begin + i)
+            edge.append(edge_ids[start + p])
+    return row, col, edge, fresh
+
+
+def power_graph(seed: int, n: int = 300, index_dtype=torch.int64) -> CSRGraph:
+    """A graph with hubs (degrees far above the fanouts), leaves and isolated nodes."""
+    gen = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, n - 9) ** 1.2
+    src = gen.integers(0, n, 6000)
+    dst = gen.choice(n - 10, 6000, p=weights / weights.sum())  # the last 10 have no in-edges
+    ei = torch.from_numpy(np.stack([src, dst]))
+    return CSRGraph.from_edge_index(ei, num_nodes=n, indices_dtype=index_dtype)
+
+
+def dense_map(graph: CSRGraph, known: dict[int, int]) -> torch.Tensor:
+    local = torch.full((graph.num_nodes,), UNSEEN, dtype=torch.int64)
+    for v, i in known.items():
+        local[v] = i - KNOWN
+    return local
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize(
+    ("fanout", "replace"),
+    [(1, False), (3, False), (32, False), (33, False), (5, True), (-1, False)],
+)
+def test_one_hop_matches_the_python_hop(lib, index_dtype, fanout: int, replace: bool) -> None:
+    g = power_graph(fanout + 8, index_dtype=index_dtype)
+    gen = np.random.default_rng(fanout + 1)
+    known_nodes = gen.choice(g.num_nodes, 40, replace=False).tolist()
+    known = {v: i for i, v in enumerate(known_nodes)}
+    begin, end = 25, 40  # the frontier: the last 15 known nodes, plus hubs and isolated nodes
+    frontier = known_nodes[begin:end]
+    local = dense_map(g, known)
+    key = -(2**50) + 17 * fanout
+    kernels = HostHopKernels(lib)
+    row, col, edge, fresh = fused_hop(
+        kernels, g, local, torch.tensor(frontier), begin=begin, end=end, fanout=fanout,
+        replace=replace, key=torch.tensor([key]),
+    )  # fmt: skip
+    want = reference_hop(g, dict(known), frontier, begin, end, fanout, replace, key)
+    assert [row.tolist(), col.tolist(), edge.tolist(), fresh.tolist()] == list(want)
+    assert len(want[0]) > 0 and len(want[3]) > 0
+    # The map now holds every node of the batch, the new ones numbered from `end`.
+    for v, i in itertools.chain(known.items(), zip(want[3], itertools.count(end))):
+        assert int(local[v]) == i - KNOWN
+    assert int((local != UNSEEN).sum()) == len(known) + len(want[3])
+    first = "take_all" if fanout < 0 else "draw"
+    assert kernels.launches == [first, "flags", "emit"]
+
+
+def test_grid_and_block_do_not_change_the_hop(lib) -> None:
+    g = power_graph(3)
+    frontier = torch.arange(0, 120, 2)
+    runs = []
+    for grid, block in [(1, 32), (2, 64), (5, 96)]:
+        local = dense_map(g, {v: i for i, v in enumerate(frontier.tolist())})
+        out = fused_hop(
+            HostHopKernels(lib, grid, block), g, local, frontier, begin=0, end=60, fanout=4,
+            replace=False, key=torch.tensor([99]),
+        )  # fmt: skip
+        runs.append([t.tolist() for t in out])
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_empty_hops_launch_nothing(lib) -> None:
+    g = power_graph(4)
+    isolated = torch.arange(g.num_nodes - 10, g.num_nodes)
+    kernels = HostHopKernels(lib)
+    for fanout in (3, -1):
+        local = dense_map(g, {})
+        out = fused_hop(
+            kernels, g, local, isolated[:0], begin=0, end=0, fanout=fanout, replace=False,
+            key=torch.tensor([1]),
+        )  # fmt: skip
+        assert all(t.numel() == 0 for t in out)
+    # Isolated nodes: slots exist but none is used.
+    local = dense_map(g, {})
+    out = fused_hop(
+        kernels, g, local, isolated, begin=0, end=10, fanout=3, replace=True,
+        key=torch.tensor([1]),
+    )  # fmt: skip
+    assert all(t.numel() == 0 for t in out)
+    assert kernels.launches == ["draw", "flags", "emit"]
+    assert bool((local == UNSEEN).all())
+
+
+def reference_batch(graph, seeds, fanouts, keys, *, replace=False, per_hop=False):
+    """Plain-Python multi-hop sampling over the kernels' draws (PyG/DGL layout)."""
+    local: dict[int, int] = {}
+    for i, s in enumerate(seeds):
+        local.setdefault(s, i)
+    node = list(seeds)
+    rows, cols, edges, nsn, nse = [], [], [], [len(seeds)], []
+    begin, end = 0, len(seeds)
+    for fanout, key in zip(fanouts, keys, strict=True):
+        lo = 0 if per_hop else begin
+        if fanout == 0:
+            r, c, e, f = [], [], [], []
+        else:
+            r, c, e, f = reference_hop(graph, local, node[lo:end], lo, end, fanout, replace, key)
+        rows += r
+        cols += c
+        edges += e
+        node += f
+        nsn.append(len(f))
+        nse.append(len(r))
+        begin, end = end, len(node)
+    return node, rows, cols, edges, nsn, nse
+
+
+@pytest.mark.parametrize(
+    ("fanouts", "replace", "draw"),
+    [
+        ([5, 3, 2], False, "once"),
+        ([40, -1], False, "once"),
+        ([4, 0, 3], True, "once"),
+        ([3, 2], False, "per_hop"),
+    ],
+)
+def test_sampler_batches_match_the_python_sampler(lib, fanouts, replace, draw) -> None:
+    g = power_graph(11, index_dtype=torch.int32)
+    sampler = NeighborSampler(g, fanouts, seed=5, replace=replace, draw=draw)
+    sampler._hop_kernels = HostHopKernels(lib)
+    gen = torch.Generator().manual_seed(5)
+    for b in range(3):
+        seeds = torch.randint(0, g.num_nodes, (12,), generator=torch.Generator().manual_seed(b))
+        seeds[3] = seeds[0]  # a repeated seed keeps its first position
+        keys = randint(len(fanouts), 1, gen, torch.device("cpu")).view(-1).tolist()
+        out = sampler.sample(seeds)
+        node, row, col, edge, nsn, nse = reference_batch(
+            g, seeds.tolist(), fanouts, keys, replace=replace, per_hop=draw == "per_hop"
+        )
+        assert out.node.tolist() == node
+        assert out.row.tolist() == row
+        assert out.col.tolist() == col
+        assert out.edge.tolist() == edge
+        assert out.num_sampled_nodes == nsn
+        assert out.num_sampled_edges == nse
+        assert bool((sampler._map == UNSEEN).all()), "the map is left empty for the next batch"
+
+
+def test_fanouts_above_the_kernels_use_torch_ops(lib) -> None:
+    g = power_graph(12)
+    sampler = NeighborSampler(g, [MAX_K + 1, 2], seed=1)
+    kernels = sampler._hop_kernels = HostHopKernels(lib)
+    out = sampler.sample(torch.tensor([0, 1, 2]))
+    assert kernels.launches == ["draw", "flags", "emit"]  # the second hop only
+    assert out.num_sampled_edges[0] == int(
+        (g.indptr[1:4] - g.indptr[:3]).clamp(max=MAX_K + 1).sum()
+    )
+
+
+def test_modes_after_the_hops_use_the_kernel_batch(lib) -> None:
+    g = CSRGraph.from_edge_index(random_graph(8), num_nodes=60)
+    for subgraph_type in ("bidirectional", "induced"):
+        sampler = NeighborSampler(g, [3, 3], seed=2, subgraph_type=subgraph_type)
+        sampler._hop_kernels = HostHopKernels(lib)
+        out = sampler.sample(torch.tensor([1, 2, 3]))
+        edges = set(zip(*random_graph(8).tolist(), strict=True))
+        for r, c in zip(out.row.tolist(), out.col.tolist(), strict=True):
+            u, v = out.node[r].item(), out.node[c].item()
+            assert (u, v) in edges or (subgraph_type == "bidirectional" and (v, u) in edges)
+
+
+# --------------------------------------------------------------------------------------------
+# On a GPU: the real launches give the host run's bits
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize(("fanout", "replace"), [(1, False), (15, False), (MAX_K, False),
+                                                 (7, True), (-1, False)])  # fmt: skip
+def test_gpu_hop_matches_the_host_run(lib, index_dtype, fanout: int, replace: bool) -> None:
+    from ibp_graph.kernels.sample_neighbors import CudaHopKernels
+
+    g = power_graph(21, n=3000, index_dtype=index_dtype)
+    frontier = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(1))[:700]
+    known = {v: i for i, v in enumerate(frontier.tolist())}
+    key = torch.tensor([-(2**40) - fanout])
+    host_map = dense_map(g, known)
+    host = fused_hop(HostHopKernels(lib), g, host_map, frontier, begin=0, end=700,
+                     fanout=fanout, replace=replace, key=key)  # fmt: skip
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    dev_map = host_map.new_full(host_map.shape, UNSEEN)
+    dev_map[frontier] = torch.arange(700) - KNOWN
+    dev_map = dev_map.cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kernels = CudaHopKernels(gd.device, max_blocks=2)
+        with kernels.launching():
+            dev = fused_hop(kernels, gd, dev_map, frontier.cuda(), begin=0, end=700,
+                            fanout=fanout, replace=replace, key=key.cuda())  # fmt: skip
+    torch.cuda.current_stream().wait_stream(side)
+    for a, b in zip(host, dev, strict=True):
+        assert torch.equal(a, b.cpu())
+    assert torch.equal(host_map, dev_map.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_sampler_kernel_backend_is_reproducible_and_valid() -> None:
+    g = power_graph(22, n=5000)
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    seeds = torch.randperm(g.num_nodes)[:256].cuda()
+    a = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel").sample(seeds)
+    b = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel").sample(seeds)
+    assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row)
+    assert torch.equal(a.edge, b.edge) and torch.equal(a.col, b.col)
+    # Every edge is a real in-edge, and the local ids point at its endpoints.
+    at = torch.empty_like(g.edge_ids)
+    at[g.edge_ids] = torch.arange(g.edge_ids.numel())  # CSR position of every edge id
+    pos = at[a.edge.cpu()]
+    dst = torch.repeat_interleave(torch.arange(g.num_nodes), g.indptr[1:] - g.indptr[:-1])
+    assert torch.equal(a.node[a.row].cpu(), g.indices[pos].long())
+    assert torch.equal(a.node[a.col].cpu(), dst[pos])
+    assert a.node.unique().numel() == a.node.numel()
+
+
+def test_a_fused_batch_costs_few_ops_and_one_host_read_per_hop(lib) -> None:
+    from benchmarks.sampling_ops import count
+
+    g = power_graph(13, n=2000)
+    seeds = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(0))[:200]
+    fused = NeighborSampler(g, [15, 10, 5], seed=0)
+    fused._hop_kernels = HostHopKernels(lib)
+    got = count(fused, seeds)
+    assert got["kernel_launches"] == 9  # draw, flags, emit per hop
+    assert got["host_reads"] == 4  # the seeds' range, then one per hop
+    assert got["other_ops"] <= 20, got["top_ops"]
+    assert got["sampled_edges"] > 0
+    # Against the torch-ops hops on the same graph (the compiled CPU hop switched off).
+    ops = NeighborSampler(g, [15, 10, 5], seed=0)
+    ops._compiled_hop = lambda: False
+    base = count(ops, seeds)
+    assert base["kernel_launches"] == 0
+    assert base["other_ops"] > 5 * got["other_ops"] and base["host_reads"] > got["host_reads"]
