@@ -13,7 +13,8 @@ cannot apply (`warn_ignored`).
 ``loader.collate_fn(positions)`` samples and fetches the batch of those seeds. On the CPU,
 ``num_workers > 0`` runs sampling and fetching in torch's worker processes
 (`ibp_graph.workers`); otherwise, and always on a GPU, the loading process prepares
-``prefetch`` batches ahead (on a GPU, on a side stream).
+``prefetch`` batches ahead (on a GPU, on a side stream), on a background thread with
+``prefetch_thread=True``.
 
 Reproducibility (the same for every loader): with ``seed`` set, epoch ``e`` of any loader
 built with the same arguments yields the same batches, whatever ``num_workers``, the prefetch
@@ -411,6 +412,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         use_ddp: bool = False,
         ddp_seed: int = 0,
         loader_kwargs: Mapping[str, Any] | None = None,
+        prefetch_thread: bool = False,
     ) -> None:
         """Check and store the loop's arguments (``seed=None`` draws the base seed).
 
@@ -431,6 +433,8 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 replaced by the loader's own (as PyG does); ``sampler`` gives the order of the
                 seed positions every epoch and ``batch_sampler`` the positions of every batch,
                 instead of ``shuffle`` and ``seed``; the rest go to torch as they are.
+            prefetch_thread: without workers, prepare the batches on a background thread
+                (`ibp_graph.prefetch.Prefetcher`'s ``thread``) (default: False).
 
         Raises:
             TypeError: a keyword in ``loader_kwargs`` is not a torch ``DataLoader`` keyword.
@@ -456,6 +460,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         shuffle = False if shuffle is None else shuffle
         self.batch_size = check_batch_size(batch_size)
         self.prefetch = check_prefetch(prefetch)
+        self.prefetch_thread = check_bool("prefetch_thread", prefetch_thread)
         self.shuffle = check_bool("shuffle", shuffle)
         self.drop_last = check_bool("drop_last", drop_last)
         self.progress = check_bool("progress", progress)
@@ -622,6 +627,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 device=self.device,
                 stats=self.stats,
                 stream=self._stream,
+                thread=self.prefetch_thread,
             )
         return self._run(source)
 

@@ -36,11 +36,21 @@ completes at once, and the interval would count host time as fetch time.
 
 When an iteration ends (or is closed), pinned buffers dropped during it, such as those of
 a UVA graph freed mid-epoch, are released (`ibp_graph.pinned.release_deferred`).
+
+With ``thread=True`` the batches are prepared by a background thread
+(`ibp_graph.producer.BackgroundProducer`) instead of inside ``next()``: the host work of
+sampling and fetching, and its waits for sizes read back from the GPU, then overlap the
+training loop (torch ops and CUDA waits release the GIL). Nothing else changes: the same
+streams, events, order, depth (``depth + 1`` batches at most held), errors and statistics.
+The first batch's side stream waits for the stream current at the first ``next()``. The
+thread alone uses the work source (and the sampler behind it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -52,6 +62,7 @@ import torch
 from .errors import IBPInputError
 from .kernels.runtime import launch_marks
 from .pinned import release_deferred
+from .producer import BackgroundProducer
 
 __all__ = ["STAGES", "LoaderStats", "Prefetcher"]
 
@@ -255,6 +266,7 @@ class Prefetcher(Generic[S, T]):
         device: where the work runs; a CUDA device runs it on a side stream (default: CPU).
         stats: counters to add to (default: a fresh `LoaderStats`).
         stream: the side stream to use on a GPU (default: a new one).
+        thread: prepare the batches on a background thread (default: False).
     """
 
     def __init__(
@@ -266,7 +278,10 @@ class Prefetcher(Generic[S, T]):
         device: str | torch.device = "cpu",
         stats: LoaderStats | None = None,
         stream: torch.cuda.Stream | None = None,
+        thread: bool = False,
     ) -> None:
+        if not isinstance(thread, bool):
+            raise IBPInputError(f"thread must be True or False, got {thread!r}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise IBPInputError(f"depth must be an int >= 0, got {depth!r}")
         if not callable(fetch_fn):
@@ -301,10 +316,18 @@ class Prefetcher(Generic[S, T]):
         self._handover: torch.cuda.Event | None = None
         #: Most batches held at once (at most ``depth + 1``).
         self.peak_in_flight = 0
+        #: The consumer's stream at the first ``next()``, which the first batch waits for.
+        self._consumer: torch.cuda.Stream | None = None
+        self._thread = thread
+        self._producer: BackgroundProducer[_Slot[T]] | None = None
+        self._lock = threading.Lock()  # guards _handover and the in-flight count
+        self._produced = self._handed = 0
 
     @property
     def in_flight(self) -> int:
         """Batches prepared and not yet handed over."""
+        if self._producer is not None:
+            return self._producer.pending
         return len(self._queue)
 
     def __iter__(self) -> Prefetcher[S, T]:
@@ -312,14 +335,9 @@ class Prefetcher(Generic[S, T]):
 
     def __next__(self) -> T:
         t0 = time.perf_counter()
-        self._fill()
-        if not self._queue:
-            error, self._error = self._error, None
-            self.close()
-            if error is not None:
-                raise error
-            raise StopIteration
-        slot = self._queue.popleft()
+        if self._cuda and self._consumer is None:
+            self._consumer = torch.cuda.current_stream(self.device)
+        slot = self._take_threaded() if self._thread else self._take()
         out = slot.out
         if slot.ready is not None:
             consumer = torch.cuda.current_stream(self.device)
@@ -327,19 +345,66 @@ class Prefetcher(Generic[S, T]):
             # The stream that waited is the one that reads the batch: the allocator must not
             # hand its memory to the side stream before that stream's work on it is done.
             record_stream(out, consumer)
-            self._handover = consumer.record_event()
+            with self._lock:
+                self._handover = consumer.record_event()
         del slot  # the prefetcher keeps no reference to a handed-over batch
+        if self._producer is not None:
+            with self._lock:
+                self._handed += 1
+            self._producer.release()
         self.stats.batches += 1
         self.stats.add_seconds("wait", time.perf_counter() - t0)
         if self.stats.pending > _RESOLVE_EVERY:
             self.stats.resolve(block=False)
         return out
 
+    def _take(self) -> _Slot[T]:
+        self._fill()
+        if not self._queue:
+            error, self._error = self._error, None
+            self.close()
+            if error is not None:
+                raise error
+            raise StopIteration
+        return self._queue.popleft()
+
+    def _take_threaded(self) -> _Slot[T]:
+        if self._producer is None:
+            if self._source is None:
+                raise StopIteration
+            self._producer = BackgroundProducer(
+                self._produce_one,
+                self.depth + 1,
+                context=self._thread_context,
+                fatal=_DEVICE_ERRORS,
+                name="ibp-graph-prefetch",
+            )
+        try:
+            return self._producer.take()
+        except BaseException:
+            self.close()
+            raise
+
+    def _thread_context(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.device(self.device) if self._cuda else contextlib.nullcontext()
+
+    def _produce_one(self) -> tuple[bool, _Slot[T] | None]:
+        slot = self._produce_cuda() if self._cuda else self._produce_cpu()
+        if slot is None:
+            return False, None
+        with self._lock:
+            self._produced += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._produced - self._handed)
+        return True, slot
+
     def close(self) -> None:
         """Drop prepared batches and stop (also closes a generator source).
 
         On a GPU, pinned buffers dropped while batches were in flight are released now.
         """
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close()  # the thread stops before the source is closed
         self._queue.clear()
         self._error = None
         self._close_source()
@@ -391,12 +456,13 @@ class Prefetcher(Generic[S, T]):
 
     def _produce_cuda(self) -> _Slot[T] | None:
         side = self.stream
+        with self._lock:
+            handover, self._handover = self._handover, None
         if not self._joined:
-            side.wait_stream(torch.cuda.current_stream(self.device))
+            side.wait_stream(self._consumer)
             self._joined = True
-        elif self._handover is not None:
-            side.wait_event(self._handover)
-            self._handover = None
+        elif handover is not None:
+            side.wait_event(handover)
         with torch.cuda.stream(side):
             start = torch.cuda.Event(enable_timing=True)
             start.record(side)

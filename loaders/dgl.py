@@ -108,9 +108,12 @@ argument                    what happens
 ``use_uva``                 with a CUDA ``device``: the graph stays in pinned host memory and
                             is sampled over UVA (``graph_memory="uva"``); on the CPU: a
                             one-time warning, the graph is sampled in host memory
-``use_prefetch_thread``,    a one-time warning when set: batches are prepared ``prefetch``
-``use_alternate_streams``,  ahead, on a side stream on a GPU, in this thread (or in the
-``pin_prefetcher``          workers) on the CPU
+``use_prefetch_thread``     True: without workers, the ``prefetch`` batches ahead are
+                            sampled and fetched on a background thread; None (DGL's
+                            automatic choice) and False: in this thread
+``use_alternate_streams``,  a one-time warning when set: batches are prepared ``prefetch``
+``pin_prefetcher``          ahead, on a side stream on a GPU, in this thread (or in the
+                            workers) on the CPU
 ``gpu_cache``               a one-time warning: there is no GPU feature cache; rows are read
                             from ``features`` every batch
 ``num_workers``,            torch ``DataLoader`` keywords, with torch's meaning: on the CPU
@@ -219,8 +222,9 @@ class DataLoader(BaseNodeLoader):
         batch_size: seeds per batch (default: 1).
         drop_last: drop the last, smaller batch (default: False).
         shuffle: reshuffle the seeds every epoch (default: False).
-        use_prefetch_thread: a one-time warning when not None: batches are prepared
-            ``prefetch`` ahead instead (default: None).
+        use_prefetch_thread: True: without workers, prepare the ``prefetch`` batches ahead
+            on a background thread (`ibp_graph.prefetch.Prefetcher`'s ``thread``); None and
+            False: in this thread (default: None).
         use_alternate_streams: a one-time warning when it asks for something else than
             what happens: on a GPU batches are always prepared on a side stream
             (default: None).
@@ -297,6 +301,7 @@ class DataLoader(BaseNodeLoader):
             use_ddp=use_ddp,
             ddp_seed=ddp_seed,
             loader_kwargs=kwargs,
+            prefetch_thread=False if use_prefetch_thread is None else use_prefetch_thread,
         )
         graph_memory = check_graph_memory(graph_memory)
         is_dgl = isinstance(graph, dgl.DGLGraph)
@@ -370,17 +375,9 @@ class DataLoader(BaseNodeLoader):
     # -- construction helpers ------------------------------------------------------------
     def _warn_dgl_options(self, dev: torch.device) -> None:
         """One-time warnings for DGL's options that cannot apply on ``dev``."""
-        ahead = f"batches are prepared {self.prefetch} ahead (prefetch={self.prefetch})"
-        where = "on a side stream" if dev.type == "cuda" else "in this process or the workers"
         if self.use_uva is True and dev.type != "cuda":
             warn_ignored(
                 "use_uva", True, "UVA needs a CUDA device: the graph is sampled in host memory"
-            )
-        if self.use_prefetch_thread is not None:
-            warn_ignored(
-                "use_prefetch_thread",
-                self.use_prefetch_thread,
-                f"no prefetch thread is used: {ahead} {where}",
             )
         if self.use_alternate_streams is not None and self.use_alternate_streams != (
             dev.type == "cuda"

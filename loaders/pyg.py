@@ -194,9 +194,12 @@ class NeighborLoader(BaseNodeLoader):
         graph_memory: where the graph lives: ``"device"`` (copied to ``device``) or
             ``"uva"`` (pinned host memory read by the GPU over UVA, for graphs larger than
             the GPU; needs a CUDA ``device``) (default: ``"device"``).
-        sampler_backend: how the sampler draws neighbors: ``"torch"`` (torch ops, any
-            device) or ``"kernel"`` (a CUDA kernel; needs a CUDA ``device``), see
+        sampler_backend: how the sampler runs its hops: ``"torch"`` (torch ops, any
+            device) or ``"kernel"`` (CUDA kernels; needs a CUDA ``device``), see
             `ibp_graph.sampler.NeighborSampler` (default: ``"torch"``).
+        prefetch_thread: ours: without workers, sample and fetch the ``prefetch`` batches
+            ahead on a background thread, so that their host work and waits for the GPU
+            overlap the training loop (default: False).
         use_ddp: each rank of ``torch.distributed`` iterates over its own share of the seeds
             (`ibp_graph.distributed.rank_share`), in an order shuffled alike on every rank
             (default: False).
@@ -255,6 +258,7 @@ class NeighborLoader(BaseNodeLoader):
         progress: bool = False,
         graph_memory: str = "device",
         sampler_backend: str = "torch",
+        prefetch_thread: bool = False,
         use_ddp: bool = False,
         ddp_seed: int = 0,
         input_id: torch.Tensor | None = None,
@@ -301,6 +305,7 @@ class NeighborLoader(BaseNodeLoader):
             use_ddp=use_ddp,
             ddp_seed=ddp_seed,
             loader_kwargs=kwargs,
+            prefetch_thread=prefetch_thread,
         )
         self.graph_memory = loading.check_graph_memory(graph_memory)
 

@@ -355,7 +355,6 @@ def test_use_ddp_without_torch_distributed_is_a_clear_error() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"use_prefetch_thread": True}, "use_prefetch_thread=True: no prefetch thread"),
         ({"use_alternate_streams": True}, "use_alternate_streams=True: there are no CUDA"),
         ({"pin_prefetcher": True}, "pin_prefetcher=True: prepared rows are not pinned"),
         ({"gpu_cache": {"node": {"feat": 10}}}, "gpu_cache='...': there is no GPU feature"),
@@ -421,3 +420,16 @@ def test_what_the_products_example_does_with_the_blocks() -> None:
         assert h.shape == (seeds.numel(), 3) and labels[seeds].shape == (seeds.numel(),)
         steps += 1
     assert steps == 3
+
+
+def test_use_prefetch_thread_prepares_the_same_batches_on_a_thread() -> None:
+    g = small_graph(3)
+    runs = []
+    for use in (None, False, True):
+        loader = DataLoader(
+            g, torch.arange(60), NeighborSampler([3, 2]), batch_size=16, seed=2,
+            use_prefetch_thread=use,
+        )  # fmt: skip
+        assert loader.prefetch_thread is (use is True)
+        runs.append([(i.tolist(), o.tolist(), b[0].num_edges()) for i, o, b in loader])
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 4

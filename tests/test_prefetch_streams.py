@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,15 +34,31 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 
 @dataclass
 class FakeCuda:
-    """Streams and events that append what is done with them to ``log``."""
+    """Streams and events that append what is done with them to ``log``.
+
+    The current stream is per thread, as CUDA's: ``consumer`` on the thread that made the
+    stand-in, a ``default`` stream of its own on any other thread.
+    """
 
     device_index: int = 0
     log: list[tuple] = field(default_factory=list)
-    current: Any = None
     ids: Any = field(default_factory=itertools.count)
+    local: Any = field(default_factory=threading.local)
+    owner: Any = field(default_factory=threading.get_ident)
 
     def __post_init__(self) -> None:
-        self.current = self.stream_on("consumer")
+        self.consumer = self.stream_on("consumer")
+
+    @property
+    def current(self) -> FakeStream:
+        if not hasattr(self.local, "stream"):
+            mine = threading.get_ident() == self.owner
+            self.local.stream = self.consumer if mine else self.stream_on("default")
+        return self.local.stream
+
+    @current.setter
+    def current(self, stream: FakeStream) -> None:
+        self.local.stream = stream
 
     def stream_on(self, name: str, device: Any = None) -> FakeStream:
         dev = torch.device("cuda", self.device_index) if device is None else torch.device(device)
@@ -112,6 +130,7 @@ def fake_cuda(monkeypatch) -> FakeCuda:
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: cuda.current)
     monkeypatch.setattr(torch.cuda, "stream", stream)
     monkeypatch.setattr(torch.cuda, "Event", lambda **kw: FakeEvent(cuda, **kw))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(
         prefetch_mod, "record_stream", lambda obj, s: cuda.log.append(("record_stream", obj, s))
     )
@@ -249,9 +268,10 @@ class Boom(RuntimeError):
     pass
 
 
+@pytest.mark.parametrize("thread", [False, True])
 @pytest.mark.parametrize("where", ["sample", "fetch"])
 @pytest.mark.parametrize("depth", [0, 1, 3])
-def test_an_error_is_raised_after_the_batches_prepared_before_it(where, depth) -> None:
+def test_an_error_is_raised_after_the_batches_prepared_before_it(where, depth, thread) -> None:
     closed, sampled = [], []
 
     def work():
@@ -270,7 +290,7 @@ def test_an_error_is_raised_after_the_batches_prepared_before_it(where, depth) -
         return Batch(i)
 
     stats = LoaderStats()
-    pf = Prefetcher(work(), fetch, depth=depth, stats=stats)
+    pf = Prefetcher(work(), fetch, depth=depth, stats=stats, thread=thread)
     got = []
     with pytest.raises(Boom, match="batch 4"):
         for batch in pf:
@@ -281,17 +301,126 @@ def test_an_error_is_raised_after_the_batches_prepared_before_it(where, depth) -
         next(pf)
 
 
-def test_close_forgets_a_pending_error() -> None:
+@pytest.mark.parametrize("thread", [False, True])
+def test_close_forgets_a_pending_error(thread) -> None:
     def fetch(i: int, stream: Any) -> Batch:
         if i == 2:
             raise Boom("never seen")
         return Batch(i)
 
-    pf = Prefetcher(range(5), fetch, depth=3)
+    pf = Prefetcher(range(5), fetch, depth=3, thread=thread)
     assert next(pf).i == 0  # batch 2 failed while batches 1 and 2 were being prepared
     pf.close()
     with pytest.raises(StopIteration):
         next(pf)
+
+
+# --------------------------------------------------------------------------------------------
+# thread=True: the batches are prepared on a background thread
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_a_thread_prepares_the_same_batches_in_order_never_more_than_depth_ahead(depth) -> None:
+    main = threading.get_ident()
+    where, held = set(), []
+    pf: Prefetcher | None = None
+
+    def fetch(i: int, stream: Any) -> Batch:
+        where.add(threading.get_ident())
+        return Batch(i)
+
+    pf = Prefetcher(range(12), fetch, depth=depth, thread=True)
+    got = []
+    for batch in pf:
+        time.sleep(0.002)  # a slow consumer: the thread runs ahead as far as it may
+        held.append(pf.in_flight)
+        got.append(batch.i)
+    assert got == list(range(12))
+    assert where and main not in where, "batches are prepared on the thread"
+    assert max(held) <= depth + 1 and pf.peak_in_flight <= depth + 1
+    assert pf.stats.batches == 12 and pf.stats.sample_s > 0
+    assert not any(t.name == "ibp-graph-prefetch" for t in threading.enumerate())
+
+
+def test_closing_a_threaded_prefetcher_stops_the_thread_and_the_source() -> None:
+    closed, made = [], []
+
+    def work():
+        try:
+            for i in itertools.count():
+                made.append(i)
+                yield i
+        finally:
+            closed.append(True)
+
+    pf = Prefetcher(work(), lambda i, s: Batch(i), depth=2, thread=True)
+    assert [next(pf).i for _ in range(3)] == [0, 1, 2]
+    pf.close()
+    assert closed == [True] and len(made) <= 3 + 3
+    assert not any(t.name == "ibp-graph-prefetch" for t in threading.enumerate())
+    with pytest.raises(StopIteration):
+        next(pf)
+
+
+def test_a_device_error_on_the_thread_is_raised_at_once(monkeypatch) -> None:
+    class DeviceDown(RuntimeError):
+        pass
+
+    monkeypatch.setattr(prefetch_mod, "_DEVICE_ERRORS", (DeviceDown,))
+
+    first_taken = threading.Event()
+
+    def fetch(i: int, stream: Any) -> Batch:
+        if i == 2:
+            first_taken.wait(10)
+            raise DeviceDown("sticky")
+        return Batch(i)
+
+    pf = Prefetcher(range(6), fetch, depth=3, thread=True)
+    assert next(pf).i == 0
+    first_taken.set()
+    deadline = time.monotonic() + 10
+    while pf._producer._fatal is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with pytest.raises(DeviceDown):  # batch 1 is ready, but the device error comes first
+        next(pf)
+    with pytest.raises(StopIteration):
+        next(pf)
+
+
+def test_thread_must_be_a_bool() -> None:
+    with pytest.raises(IBPInputError, match="thread must be True or False, got 1"):
+        Prefetcher(range(3), lambda i, s: i, thread=1)
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_a_thread_keeps_the_stream_discipline(fake_cuda, depth) -> None:
+    log = fake_cuda.log
+    pf = Prefetcher(range(8), _fetch_logging(fake_cuda), depth=depth, device="cuda", thread=True)
+    got = []
+    for batch in pf:
+        got.append(batch.i)
+        log.append(("train", batch.i))
+    assert got == list(range(8))
+    # One join, with the stream current at the first next() (not the thread's own stream),
+    # before the first batch is prepared.
+    joins = [e for e in log if e[0] == "wait_stream"]
+    assert len(joins) == 1 and joins[0][1].name == "side" and joins[0][2].name == "consumer"
+    fetches = [i for i, e in enumerate(log) if e[0] == "fetch"]
+    assert log.index(joins[0]) < fetches[0]
+    # Batch j > depth is prepared after the side stream waited for the handover of batch
+    # j - depth - 1 or a later one (events on the consumer stream, one per handover).
+    handovers = [e[1] for e in log if e[0] == "record" and e[2].name == "consumer"]
+    assert len(handovers) == 8
+    for j, f in enumerate(fetches):
+        if j <= depth:
+            continue
+        waits = [log[i] for i in range(f) if log[i][0] == "wait_event" and log[i][1].name == "side"]
+        assert waits and handovers.index(waits[-1][2]) >= j - depth - 1
+    # Every batch was made ready for the consumer stream, on the consumer's thread.
+    hands = [e for e in log if e[0] == "wait_event" and e[1].name == "consumer"]
+    assert len(hands) == 8 and all(e[2].stream.name == "side" for e in hands)
 
 
 def test_pyg_loader_hands_over_the_batches_before_a_failing_one() -> None:
@@ -412,6 +541,29 @@ def test_gpu_preparing_a_batch_does_not_wait_for_the_step_just_queued() -> None:
     assert any(busy_while_fetching[2:])
 
 
+@gpu
+@needs_gpu
+def test_gpu_a_prefetch_thread_hands_over_batches_written_on_its_side_stream() -> None:
+    dev = torch.device("cuda", torch.cuda.current_device())
+    main, threads = threading.get_ident(), set()
+
+    def fetch(i: int, stream: torch.cuda.Stream) -> dict:
+        threads.add(threading.get_ident())
+        assert torch.cuda.current_stream(dev) == stream
+        torch.cuda._sleep(_CYCLES // 10)  # queued before the write: a late batch shows
+        out = torch.full((1 << 16,), float(i), device=dev)
+        stream.synchronize()  # the sampler's host reads: on the thread, not in next()
+        return {"v": out}
+
+    pf = Prefetcher(range(10), fetch, depth=2, device=dev, thread=True)
+    seen = []
+    for batch in pf:
+        torch.cuda._sleep(_CYCLES // 10)  # the training step on the consumer stream
+        seen.append(batch["v"].sum().item() / (1 << 16))
+    assert seen == [float(i) for i in range(10)]
+    assert threads and main not in threads
+
+
 @pytest.mark.skipif(not hasattr(torch, "AcceleratorError"), reason="torch < 2.8")
 def test_a_device_error_is_raised_at_once() -> None:
     closed = []
@@ -433,3 +585,22 @@ def test_a_device_error_is_raised_at_once() -> None:
     assert closed == [True] and pf.in_flight == 0
     with pytest.raises(StopIteration):
         next(pf)
+
+
+def test_loaders_with_a_prefetch_thread_yield_the_same_batches() -> None:
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Data
+
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    gen = torch.Generator().manual_seed(0)
+    data = Data(x=torch.randn(80, 4, generator=gen), edge_index=torch.randint(0, 80, (2, 400)))
+    runs = []
+    for thread in (False, True):
+        loader = NeighborLoader(
+            data, [3, 2], batch_size=16, shuffle=True, seed=1, prefetch_thread=thread
+        )
+        runs.append([(b.n_id.tolist(), b.edge_index.tolist(), b.x.sum().item()) for b in loader])
+    assert runs[0] == runs[1] and len(runs[0]) == 5
+    with pytest.raises(IBPInputError, match="prefetch_thread must be"):
+        NeighborLoader(data, [3], batch_size=4, prefetch_thread="yes")

@@ -1,0 +1,122 @@
+"""A background thread that produces items ahead of a consumer, a bounded number at a time.
+
+`BackgroundProducer` calls ``produce()`` on a daemon thread and queues what it returns; the
+consumer `take`s them in order and calls `release` once it is done with one, which lets the
+thread produce one more (at most ``capacity`` items produced and not yet released). An
+exception raised by ``produce`` is raised by the `take` that would have returned the item, after
+the items before it; an exception of a ``fatal`` type is raised by the next `take` at once.
+`close` stops the thread after the item it is producing and joins it.
+
+The prefetcher (`ibp_graph.prefetch.Prefetcher`, ``thread=True``) uses it so that sampling,
+its host reads of sizes and the feature fetch launches run beside the training loop instead of
+inside its ``next()``: torch ops and waits for the GPU release the GIL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["BackgroundProducer"]
+
+T = TypeVar("T")
+
+_ITEM, _END, _ERROR = "item", "end", "error"
+
+
+class BackgroundProducer(Generic[T]):
+    """Run ``produce`` on a daemon thread, keeping at most ``capacity`` items unreleased.
+
+    Args:
+        produce: returns ``(True, item)``, or ``(False, None)`` when there is nothing more.
+        capacity: items produced and not yet released, ``>= 1``.
+        context: a context manager factory entered once on the thread around all the calls
+            (e.g. the CUDA device); default: none.
+        fatal: exception types raised by the next `take` at once, before queued items.
+        name: the thread's name.
+    """
+
+    def __init__(
+        self,
+        produce: Callable[[], tuple[bool, T | None]],
+        capacity: int,
+        *,
+        context: Callable[[], contextlib.AbstractContextManager] | None = None,
+        fatal: tuple[type[BaseException], ...] = (),
+        name: str = "ibp-graph-producer",
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self._produce = produce
+        self._context = context or contextlib.nullcontext
+        self._fatal_types = fatal
+        self._fatal: BaseException | None = None
+        self._free = threading.Semaphore(capacity)
+        self._items: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._finished = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with self._context():
+            while True:
+                self._free.acquire()
+                if self._stop.is_set():
+                    return
+                try:
+                    ok, item = self._produce()
+                except BaseException as exc:  # handed to the consumer, in order
+                    if isinstance(exc, self._fatal_types):
+                        self._fatal = exc
+                    self._items.put((_ERROR, exc))
+                    return
+                if not ok:
+                    self._items.put((_END, None))
+                    return
+                self._items.put((_ITEM, item))
+
+    @property
+    def pending(self) -> int:
+        """Items produced and not yet taken."""
+        return self._items.qsize()
+
+    def take(self) -> T:
+        """The next item, waiting for it.
+
+        Raises:
+            StopIteration: nothing more (also after an error was raised).
+            BaseException: what ``produce`` raised.
+        """
+        if self._finished:
+            raise StopIteration
+        kind, payload = self._items.get() if self._fatal is None else (_ERROR, self._fatal)
+        if self._fatal is not None:
+            self._finished = True
+            raise self._fatal
+        if kind == _ITEM:
+            return payload
+        self._finished = True
+        if kind == _END:
+            raise StopIteration
+        raise payload
+
+    def release(self) -> None:
+        """The consumer is done with one item: the thread may produce one more."""
+        self._free.release()
+
+    def close(self) -> None:
+        """Stop after the item being produced, join the thread and drop queued items."""
+        self._stop.set()
+        self._free.release()  # wake the thread if it waits for room
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self._finished = True
+        while True:
+            try:
+                self._items.get_nowait()
+            except queue.Empty:
+                return
