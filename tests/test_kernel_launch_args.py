@@ -487,6 +487,23 @@ def section(shape: tuple[int, ...], dtype: str) -> torch.Tensor:
     return as_signed_tensor(np.zeros(shape, dtype=dtype), CPU)
 
 
+def small_codec(v: int, rows_ptr: int = 0x10000) -> DeviceCodec:
+    """A one-cluster codec of 10 rows of ``v`` 4-byte words (CPU tensors, for argument checks)."""
+    return DeviceCodec(
+        rows_ptr=rows_ptr,
+        offsets=section((11,), "u4"),
+        cluster_ids=None,
+        masks=section((1, v), "u4"),
+        code_bits=section((1, v), "u1"),
+        bitvals=section((1, v, 2), "u4"),
+        num_rows=10,
+        num_words=v,
+        word_bytes=4,
+        align=16,
+        row_bytes=4 * v,
+    )
+
+
 def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> list:
     n, num_rows, k, codes, align, rows_ptr = 5, 1000, 3, 15, 16, 0x7F00_0000_0000
     expected = []
@@ -899,19 +916,7 @@ def test_fetch_decode_refuses_what_the_kernel_cannot_use(monkeypatch) -> None:
     v, n = 12, 3
 
     def codec(rows_ptr: int = 0x10000) -> DeviceCodec:
-        return DeviceCodec(
-            rows_ptr=rows_ptr,
-            offsets=section((11,), "u4"),
-            cluster_ids=None,
-            masks=section((1, v), "u4"),
-            code_bits=section((1, v), "u1"),
-            bitvals=section((1, v, 2), "u4"),
-            num_rows=10,
-            num_words=v,
-            word_bytes=4,
-            align=16,
-            row_bytes=4 * v,
-        )
+        return small_codec(v, rows_ptr)
 
     idx = empty((n,), torch.int64)
     error = torch.zeros(2, dtype=torch.int32)
@@ -935,19 +940,7 @@ def test_launchers_refuse_bad_out_pos_naming_it(monkeypatch) -> None:
     gather = importlib.import_module("ibp_graph.kernels.raw_gather")
     launches = record(fused, monkeypatch) + record(gather, monkeypatch)
     v, n = 4, 4
-    codec = DeviceCodec(
-        rows_ptr=0x10000,
-        offsets=section((11,), "u4"),
-        cluster_ids=None,
-        masks=section((1, v), "u4"),
-        code_bits=section((1, v), "u1"),
-        bitvals=section((1, v, 2), "u4"),
-        num_rows=10,
-        num_words=v,
-        word_bytes=4,
-        align=16,
-        row_bytes=4 * v,
-    )
+    codec = small_codec(v)
     idx = empty((n,), torch.int64)
     out = empty((n, v), torch.float32)
     error = torch.zeros(2, dtype=torch.int32)
