@@ -21,6 +21,10 @@ datasets folder, make the facebook table here and pass the file::
     python benchmarks/e2e.py --synthetic-nodes 20000000 \
         --synthetic-features facebook-svd100-float32.npy
 
+``--sampler-backend kernel`` (CUDA) samples with the fused hop kernels and
+``--prefetch-thread`` prepares the batches on a background thread (the loaders' options of the
+same names); the settings are recorded in the results.
+
 For every graph, the same seeded training run (model initialisation, dropout, shuffle order
 and neighbor draws all from ``--seed``, so every mode trains on the same batches) is repeated
 with three feature sources, each through `ibp_graph.loaders.pyg.NeighborLoader`:
@@ -372,7 +376,13 @@ def train_and_evaluate(
             dropout=hp["dropout"],
         ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
-    common = {"features": features, "device": device, "prefetch": args.prefetch}
+    common = {
+        "features": features,
+        "device": device,
+        "prefetch": args.prefetch,
+        "sampler_backend": args.sampler_backend,
+        "prefetch_thread": args.prefetch_thread,
+    }
     loader = NeighborLoader(
         graph.data,
         hp["fanouts"],
@@ -812,6 +822,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fanouts", type=_ints, default=None, help="e.g. 15,10,5 (default: config)")
     p.add_argument("--hidden", type=int, default=None, help="default: the graph's config")
     p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument(
+        "--sampler-backend",
+        choices=["torch", "kernel"],
+        default="torch",
+        help="the loaders' sampler_backend (kernel: the fused hop kernels; needs CUDA)",
+    )
+    p.add_argument(
+        "--prefetch-thread",
+        action="store_true",
+        help="prepare batches on a background thread (the loaders' prefetch_thread=True)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--threads",
@@ -842,6 +863,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--graphs: unknown graph {g!r} (cora, citeseer)")
     if not args.graph_list and args.synthetic_nodes <= 0:
         p.error("nothing to run: give --graphs or --synthetic-nodes")
+    if args.sampler_backend == "kernel" and args.device == "cpu":
+        p.error("--sampler-backend kernel needs --device cuda (or auto on a machine with a GPU)")
     if args.workdir is None:
         args.workdir = str(default_workdir())
     return args
@@ -891,6 +914,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "epochs": args.epochs,
         "warmup_epochs": WARMUP_EPOCHS,
         "prefetch": args.prefetch,
+        "sampler_backend": args.sampler_backend,
+        "prefetch_thread": args.prefetch_thread,
         "seed": args.seed,
         "deterministic": args.deterministic,
         "torch_threads": torch.get_num_threads(),

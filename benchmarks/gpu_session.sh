@@ -30,6 +30,8 @@
 #   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
 #              and fused-kernel hops; time, host CPU, GPU busy and ops per batch).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer.
+#   fused      about 1-2 min: the same with the fused hop kernels (--sampler-backend kernel)
+#              and the prefetch thread (--prefetch-thread), results in $OUT/fused/.
 #   ddp        about 1 min: benchmarks/ddp_gpu_smoke.sh, two data-parallel ranks on the one
 #              GPU pin the same shared host segment and train; "DDP-GPU: PASS" or "FAIL".
 #   synthetic  about 3-5 min: benchmarks/e2e.py on a 20M-node, 300M-edge power-law graph with
@@ -56,7 +58,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e ddp synthetic)
+ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e fused ddp synthetic)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -67,7 +69,7 @@ files() {
     ddp) echo 3 ;;
     fetch | pages | sampling) echo 3 ;;
     lanes) echo 5 ;;
-    e2e | synthetic) echo 4 ;;
+    e2e | fused | synthetic) echo 4 ;;
     esac
 }
 
@@ -78,7 +80,7 @@ minutes() {
     tests | sanitize) echo 6 ;;
     fetch) echo 6 ;;
     synthetic) echo 5 ;;
-    pages | sampling | e2e | ddp) echo 2 ;;
+    pages | sampling | e2e | fused | ddp) echo 2 ;;
     lanes) echo 3 ;;
     esac
 }
@@ -117,7 +119,7 @@ plan() {
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; 30 minutes of GPU time get through the first three or four).
-CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e ddp" "synthetic" "pages" "lanes")
+CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e ddp" "synthetic" "fused pages" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -320,6 +322,11 @@ for stage in "${STAGES[@]}"; do
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
             --graphs cora,citeseer --workdir "$WORK" --out "$OUT" || rc=$?
+        ;;
+    fused)
+        run 200 fused.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
+            --graphs cora,citeseer --sampler-backend kernel --prefetch-thread \
+            --workdir "$WORK" --out "$OUT/fused" || rc=$?
         ;;
     ddp)
         OUT=$OUT run 150 ddp.log bash benchmarks/ddp_gpu_smoke.sh || rc=$?

@@ -134,3 +134,23 @@ def test_e2e_synthetic_graph_cpu(tmp_path: Path) -> None:
     assert modes["ibp"]["ratio"] > 10
     assert modes["ibp"]["losses"] == modes["raw"]["losses"]
     assert g["checks"]["batches_identical"]
+
+
+def test_e2e_with_a_prefetch_thread_trains_on_the_same_batches(tmp_path: Path) -> None:
+    base = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
+    base += ["--workdir", str(tmp_path / "work")]
+    runs = []
+    for extra in ([], ["--prefetch-thread"]):
+        payload = e2e.main([*base, *extra, "--out", str(tmp_path / f"out{len(extra)}")])
+        assert payload["settings"]["prefetch_thread"] is bool(extra)
+        assert payload["settings"]["sampler_backend"] == "torch"
+        (g,) = payload["graphs"]
+        runs.append({m["mode"]: m.get("fingerprints") for m in g["modes"]})
+    assert runs[0] == runs[1] and runs[0]["ibp"]
+
+
+def test_e2e_kernel_sampler_needs_cuda() -> None:
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--device", "cpu", "--sampler-backend", "kernel"])
+    args = e2e.parse_args(["--device", "cuda", "--sampler-backend", "kernel", "--prefetch-thread"])
+    assert args.sampler_backend == "kernel" and args.prefetch_thread

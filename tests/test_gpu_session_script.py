@@ -31,6 +31,7 @@ STAGES = (
     "lanes",
     "sampling",
     "e2e",
+    "fused",
     "ddp",
     "synthetic",
 )
@@ -60,6 +61,7 @@ def stage_commands() -> dict[str, list[list[str]]]:
             "$WORK": "/tmp/w",
             "$OUT": "/tmp/o",
             "$OUT/synthetic": "/tmp/o/synthetic",
+            "$OUT/fused": "/tmp/o/fused",
             "$features": "f.npy",
             "$raw_kernel": "vector",  # the loop of the lanes stage: auto, then vector
         }
@@ -131,8 +133,12 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
         assert args.table_gb >= 2 and args.time_budget <= 400
         assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
     assert small_pages.widths == [512] and not small_pages.real
-    bundled, synthetic = (e2e.parse_args(c) for c in cmds["e2e"])
+    bundled, fused, synthetic = (e2e.parse_args(c) for c in cmds["e2e"])
     assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
+    assert bundled.sampler_backend == "torch" and not bundled.prefetch_thread
+    assert fused.graph_list == bundled.graph_list and fused.epochs == bundled.epochs
+    assert fused.sampler_backend == "kernel" and fused.prefetch_thread
+    assert str(fused.out) == "/tmp/o/fused"
     assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
     assert synthetic.epochs == 3 and synthetic.device == "cuda"
     assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o/synthetic"
