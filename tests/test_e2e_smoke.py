@@ -20,6 +20,8 @@ from benchmarks import e2e  # noqa: E402
 MODE_FIELDS = (
     "epoch_time_s",
     "stages_s",
+    "pipeline_bound_s",
+    "pipeline_ratio",
     "pcie_bytes_per_epoch",
     "raw_bytes_per_epoch",
     "ratio",
@@ -75,6 +77,9 @@ def test_e2e_cora_cpu_two_epochs(tmp_path: Path) -> None:
         assert set(m["stages_s"]) == {"sample", "fetch", "wait", "train"}
         assert m["epoch_time_s"] > 0 and 0.0 <= m["test_acc"] <= 1.0
         assert m["raw_bytes_per_epoch"] > 0
+        st = m["stages_s"]
+        assert m["pipeline_bound_s"] == max(st["sample"] + st["fetch"], st["train"])
+        assert m["pipeline_ratio"] == m["epoch_time_s"] / m["pipeline_bound_s"]
     # Lossless: the same batches and bit-identical losses and accuracy, IBP on and off.
     assert modes["ibp"]["losses"] == modes["raw"]["losses"]
     assert modes["ibp"]["fingerprints"] == modes["raw"]["fingerprints"]
