@@ -30,6 +30,9 @@
 #   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
 #              and fused-kernel hops; time, host CPU, GPU busy and ops per batch).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer.
+#   overlap    about 2-4 min: benchmarks/overlap.py, fetches on a side stream beside GraphSAGE
+#              training steps (dense and sparse tables, raw and IBP, grid caps, stream
+#              priorities): the steps' slowdown from CUDA event timelines, and a chart.
 #   fused      about 1-2 min: the same with the fused hop kernels (--sampler-backend kernel)
 #              and the prefetch thread (--prefetch-thread), results in $OUT/fused/.
 #   ddp        about 1 min: benchmarks/ddp_gpu_smoke.sh, two data-parallel ranks on the one
@@ -43,7 +46,8 @@
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
 # times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; fetch and
 # pages: pages.log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
-# ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/.
+# ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
+# overlap: overlap.log + overlap-cuda.{json,md,png}; fused: fused.log + 3 in fused/.
 #
 # The GPU image has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest and hypothesis,
 # so the package is installed without dependencies and no wheel travels (dgl and ogb are
@@ -58,7 +62,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e fused ddp synthetic)
+ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e overlap fused ddp synthetic)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -69,7 +73,7 @@ files() {
     ddp) echo 3 ;;
     fetch | pages | sampling) echo 3 ;;
     lanes) echo 5 ;;
-    e2e | fused | synthetic) echo 4 ;;
+    e2e | overlap | fused | synthetic) echo 4 ;;
     esac
 }
 
@@ -80,6 +84,7 @@ minutes() {
     tests | sanitize) echo 6 ;;
     fetch) echo 6 ;;
     synthetic) echo 5 ;;
+    overlap) echo 4 ;;
     pages | sampling | e2e | fused | ddp) echo 2 ;;
     lanes) echo 3 ;;
     esac
@@ -119,7 +124,8 @@ plan() {
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; 30 minutes of GPU time get through the first three or four).
-CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e ddp" "synthetic" "fused pages" "lanes")
+CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e ddp" "overlap" "synthetic" "fused pages"
+    "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -322,6 +328,10 @@ for stage in "${STAGES[@]}"; do
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
             --graphs cora,citeseer --workdir "$WORK" --out "$OUT" || rc=$?
+        ;;
+    overlap)
+        run 300 overlap.log python3 benchmarks/overlap.py --device cuda \
+            --workdir "$WORK/overlap" --out "$OUT" || rc=$?
         ;;
     fused)
         run 200 fused.log python3 benchmarks/e2e.py --device cuda --epochs 5 \

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import e2e, fetch
+from benchmarks import e2e, fetch, overlap
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
@@ -31,6 +31,7 @@ STAGES = (
     "lanes",
     "sampling",
     "e2e",
+    "overlap",
     "fused",
     "ddp",
     "synthetic",
@@ -62,6 +63,7 @@ def stage_commands() -> dict[str, list[list[str]]]:
             "$OUT": "/tmp/o",
             "$OUT/synthetic": "/tmp/o/synthetic",
             "$OUT/fused": "/tmp/o/fused",
+            "$WORK/overlap": "/tmp/w/overlap",
             "$features": "f.npy",
             "$raw_kernel": "vector",  # the loop of the lanes stage: auto, then vector
         }
@@ -122,7 +124,9 @@ def test_files_written_per_stage_match_the_plan() -> None:
 
 def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     cmds = stage_commands()
-    assert set(cmds) == {"fetch", "sampling", "e2e"}
+    assert set(cmds) == {"fetch", "sampling", "e2e", "overlap"}
+    (ov,) = (overlap.parse_args(c) for c in cmds["overlap"])
+    assert ov.device == "cuda" and str(ov.out) == "/tmp/o" and ov.tables == ["dense", "sparse"]
     full, small_pages, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
     assert full.pages == "huge" and small_pages.pages == "small"
     assert full.raw_kernel == "auto" and lanes.raw_kernel == "vector"

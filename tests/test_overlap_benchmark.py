@@ -1,0 +1,53 @@
+"""The overlap benchmark (benchmarks/overlap.py): its timeline arithmetic, and a tiny CPU run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch_geometric", reason="the benchmark trains PyG's GraphSAGE")
+
+from benchmarks import overlap  # noqa: E402
+
+
+def test_only_steps_inside_the_fetches_count_as_beside() -> None:
+    fetches = [(0.0, 2.0), (2.0, 4.0), (4.0, 6.0)]
+    assert overlap.covered((1.0, 3.0), fetches) and overlap.covered((0.0, 6.0), fetches)
+    assert not overlap.covered((5.0, 7.0), fetches) and not overlap.covered((1.0, 2.0), [])
+    alone = [[(0, 2), (2, 4)], [(0, 2), (2, 4.5)]]  # step alone: median of 2, 2, 2, 2.5 = 2
+    beside = [
+        {"steps": [(0, 2.2), (2.2, 4.4), (4.4, 9.0)], "fetches": [(0, 3), (3, 6)]},
+        {"steps": [(0, 2.4)], "fetches": [(0, 3)]},
+    ]
+    got = overlap.case_summary(alone, beside, [[(0, 3), (3, 5)]])
+    assert got["steps_covered"] == 3  # the step ending at 9.0 ran partly alone
+    assert got["step_alone_ms"] == 2.0 and got["step_beside_ms"] == pytest.approx(2.2)
+    assert got["slowdown"] == pytest.approx(1.1)
+    assert got["fetch_alone_ms"] == 2.5 and got["fetch_beside_ms"] == 3.0
+    none = overlap.case_summary(alone, [{"steps": [(5, 7)], "fetches": [(0, 1)]}], [[(0, 1)]])
+    assert none["steps_covered"] == 0 and none["slowdown"] is None
+
+
+def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
+    argv = ["--device", "cpu", "--nodes", "3000", "--steps", "2", "--rounds", "1"]
+    argv += ["--fetch-batches", "2", "--fetches-alone", "2", "--max-fetches", "3"]
+    argv += ["--batch-size", "32", "--hidden", "8", "--tables", "dense", "sparse"]
+    argv += ["--workdir", str(tmp_path / "w"), "--out", str(tmp_path)]
+    payload = overlap.main(argv)
+    assert json.loads((tmp_path / "overlap-cpu.json").read_text()) == payload
+    assert payload["applies"] is False and payload["target_slowdown"] == 1.1
+    cases = payload["cases"]
+    assert [(c["table"], c["fetch"]) for c in cases] == [
+        ("dense", "raw"), ("dense", "ibp"), ("sparse", "raw"), ("sparse", "ibp"),
+    ]  # fmt: skip
+    assert cases[3]["ratio"] > 5 and cases[0]["ratio"] == 1.0
+    for case, timeline in zip(cases, payload["timelines"], strict=True):
+        assert case["step_alone_ms"] > 0 and case["fetch_alone_ms"] > 0
+        assert len(timeline["steps"]) == 2 and 1 <= len(timeline["fetches"]) <= 3
+        assert all(s <= e for s, e in timeline["steps"] + timeline["fetches"])
+    md = (tmp_path / "overlap-cpu.md").read_text()
+    assert "does not apply on the CPU" in md and md.count("| none (CPU) |") == 4
+    with pytest.raises(SystemExit):
+        overlap.parse_args(["--device", "cpu", "--steps", "0"])
