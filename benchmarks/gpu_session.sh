@@ -18,7 +18,8 @@
 #   tests      about 4-6 min: `pytest -m gpu -x` one file at a time (a sticky CUDA fault
 #              ends only its own file), at most 240 s per file.
 #   sanitize   about 4-6 min: compute-sanitizer memcheck, racecheck and synccheck over the
-#              kernel tests (tests/test_gpu_kernels.py, not slow), at most 150 s per tool.
+#              kernel tests (tests/test_gpu_kernels.py, not slow, and the fused sampling hop's
+#              tests/test_sampler_hop_host.py), at most 150 s per tool.
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids); no case starts after 330 s.
@@ -295,7 +296,7 @@ for stage in "${STAGES[@]}"; do
                 trc=0
                 run 150 sanitize.log compute-sanitizer --tool "$tool" --error-exitcode 86 \
                     --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" \
-                    tests/test_gpu_kernels.py || trc=$?
+                    tests/test_gpu_kernels.py tests/test_sampler_hop_host.py || trc=$?
                 if [ "$trc" -ne 0 ]; then rc=1; fi
                 echo "$tool rc=$trc" | tee -a "$SUMMARY"
             done
