@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .dtypes import as_table, row_bytes, storage_dtype, torch_dtype
-from .errors import IBPFormatError, IBPInputError
+from .errors import IBPFormatError, IBPInputError, check_bool
 from .indexing import normalize_ids
 from .kernels.fetch_decode import DeviceCodec, check_idx, check_launch, fetch_decode
 from .kernels.raw_gather import raw_gather
@@ -180,9 +180,7 @@ class _CudaTableBase:
     def __init__(self, device: torch.device, max_blocks: int | None, sort_ids: bool = False):
         self.device = device
         self.max_blocks = max_blocks
-        if not isinstance(sort_ids, bool):
-            raise IBPInputError(f"sort_ids must be True or False, got {sort_ids!r}")
-        self.sort_ids = sort_ids
+        self.sort_ids = check_bool("sort_ids", sort_ids)
         self._pinned: PinnedBuffer | None = None
         # Held while a launch reads the pinned memory, so that `close` cannot free it between
         # the check that the table is open and the launch.

@@ -2,12 +2,20 @@
 
 Every exception raised on purpose by the package derives from :class:`IBPError`, so callers can
 catch all of them at once. The two concrete kinds also derive from :class:`ValueError`, which keeps
-``except ValueError`` working for code that does not know about ibp-graph.
+``except ValueError`` working for code that does not know about ibp-graph. `check_bool` is the
+one check of a flag argument that every layer shares.
 """
 
 from __future__ import annotations
 
-__all__ = ["IBPDeviceError", "IBPError", "IBPFormatError", "IBPIndexError", "IBPInputError"]
+__all__ = [
+    "IBPDeviceError",
+    "IBPError",
+    "IBPFormatError",
+    "IBPIndexError",
+    "IBPInputError",
+    "check_bool",
+]
 
 
 class IBPError(Exception):
@@ -36,3 +44,14 @@ class IBPIndexError(IBPInputError, IndexError):
 
 class IBPDeviceError(IBPError, RuntimeError):
     """The GPU path cannot run here (no CUDA device, or the device cannot do what is asked)."""
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a bool.
+
+    Raises:
+        IBPInputError: it is not (naming ``name`` and the type given).
+    """
+    if not isinstance(value, bool):
+        raise IBPInputError(f"{name} must be a bool, got '{type(value).__name__}'")
+    return value

@@ -43,7 +43,7 @@ import torch
 import torch.utils.data
 
 from .distributed import rank_share, share_size
-from .errors import IBPInputError
+from .errors import IBPInputError, check_bool
 from .graph import CSRGraph
 from .prefetch import LoaderStats, Prefetcher
 from .sampler import NeighborSampler, SampledBatch
@@ -166,17 +166,6 @@ def type_name(x: object) -> str:
 def unsupported(name: str, value: object, why: str) -> NotImplementedError:
     """The error for an option a loader accepts for compatibility but does not implement."""
     return NotImplementedError(f"{name}={value!r} is not supported by ibp_graph's loader: {why}")
-
-
-def check_bool(name: str, value: object) -> bool:
-    """``value`` if it is a bool.
-
-    Raises:
-        IBPInputError: it is not.
-    """
-    if not isinstance(value, bool):
-        raise IBPInputError(f"{name} must be a bool, got '{type_name(value)}'")
-    return value
 
 
 def check_batch_size(batch_size: object) -> int:

@@ -59,7 +59,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from .errors import IBPInputError
+from .errors import IBPInputError, check_bool
 from .kernels.runtime import launch_marks
 from .pinned import release_deferred
 from .producer import BackgroundProducer
@@ -280,8 +280,7 @@ class Prefetcher(Generic[S, T]):
         stream: torch.cuda.Stream | None = None,
         thread: bool = False,
     ) -> None:
-        if not isinstance(thread, bool):
-            raise IBPInputError(f"thread must be True or False, got {thread!r}")
+        thread = check_bool("thread", thread)
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise IBPInputError(f"depth must be an int >= 0, got {depth!r}")
         if not callable(fetch_fn):

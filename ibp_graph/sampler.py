@@ -322,9 +322,7 @@ class NeighborSampler:
         self._map: torch.Tensor | None = None
         self._arange: torch.Tensor | None = None
         self._work: Workspace | None = None
-        self._hop_kernels: HopKernels | None = (
-            CudaHopKernels(graph.device) if self.backend == "kernel" else None
-        )
+        self._hop_kernels = self._kernels_for_backend()
 
     def manual_seed(self, seed: int | None) -> None:
         """Reseed the generator (None: a non-deterministic seed).
@@ -340,9 +338,13 @@ class NeighborSampler:
         self.seed = int(seed)
         self.generator.manual_seed(self.seed)
 
+    def _kernels_for_backend(self) -> HopKernels | None:
+        """The hop kernels of the ``"kernel"`` backend (None for ``"torch"``)."""
+        return CudaHopKernels(self.graph.device) if self.backend == "kernel" else None
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_map"] = state["_arange"] = state["_work"] = None
+        state["_map"] = state["_arange"] = state["_work"] = state["_hop_kernels"] = None
         state["generator"] = None
         # bytes, not a tensor: a tensor made here would be freed before a spawned process
         # opens its shared memory (torch shares tensors between processes by handle)
@@ -362,9 +364,7 @@ class NeighborSampler:
         ):
             state.setdefault(name, default)
         self.__dict__.update(state)
-        if "_hop_kernels" not in state:
-            kernel = self.backend == "kernel"
-            self._hop_kernels = CudaHopKernels(self.graph.device) if kernel else None
+        self._hop_kernels = self._kernels_for_backend()
         self.generator = torch.Generator(device=self.graph.device)
         if isinstance(gen_state, bytes):
             gen_state = torch.frombuffer(bytearray(gen_state), dtype=torch.uint8)

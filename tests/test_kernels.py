@@ -372,7 +372,7 @@ def test_sort_ids_launches_the_sorted_ids_and_errors_name_the_callers_position()
     out = ordered.fetch(bad, check=False)
     assert torch.equal(out, plain.fetch(bad, check=False))
     assert (out[[1, 3]] == 0).all() and torch.equal(out[[0, 2, 4], 0], bad[[0, 2, 4]].float())
-    with pytest.raises(IBPInputError, match="sort_ids must be True or False, got 'yes'"):
+    with pytest.raises(IBPInputError, match="sort_ids must be a bool, got 'str'"):
         _RecordingTable.make(sort_ids="yes")
 
 
