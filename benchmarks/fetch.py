@@ -41,6 +41,17 @@ order and written back in the batch's order; the sort's time is included), and `
 ratio to the unsorted one. A dry run with ``--sort-ids`` also decodes the tiled rows in
 sorted order and writes them back by the permutation.
 
+``--double-buffer`` adds, in the same run, the double-buffered fused kernel (the tables'
+``double_buffer`` option: each warp stages its next row with ``cp.async`` while it decodes
+the current one), each measured right after its one-buffer counterpart on the same ids: ``ibp
+db`` (from the pinned rows) and ``decode_only db`` (from the GPU-memory copy). Their outputs
+are checked bit for bit against the original rows (in ``bit_identical``); the markdown shows
+each with its ratio to the one-buffer rate. A table stored raw is fetched by the raw gather,
+which has one form only: its db columns time that same gather again and are reported as such
+(a ratio near 1.00x). Rows too wide for two staging buffers per warp get no db rates (null in
+the JSON, n/a in the markdown) and a ``double_buffer_note`` saying why; the run goes on. A
+dry run records the flag in its plan (the CPU decoder has one path).
+
 Pinned memory is allocated as ``--pages`` says (`ibp_graph.pinned.PAGE_KINDS`): "huge"
 (the library's default) or "small" 4 KiB pages, whose GPU TLB misses on random rows over
 GiBs this measures, or "cuda" (cudaHostAlloc); a run with other than "huge" writes
@@ -355,6 +366,7 @@ def markdown(payload: dict) -> str:
     rows = payload["cases"]
     s = payload["settings"]
     sort = bool(s.get("sort_ids"))
+    db = bool(s.get("double_buffer"))
     lines = [
         *header_lines("GPU fetch throughput", payload),
         f"Tables of {s['table_gb']:g} GiB of raw rows (compressed blocks tiled in pinned "
@@ -373,14 +385,23 @@ def markdown(payload: dict) -> str:
             "permutation; in parentheses, the ratio to the unsorted rate."
             if sort
             else ""
+        )
+        + (
+            " Db: the double-buffered fused kernel (each warp stages its next row while it "
+            "decodes the current one); in parentheses, the ratio to the one-buffer rate; for a "
+            "table stored raw, its raw gather timed again; n/a: rows too wide for two staging "
+            "buffers."
+            if db
+            else ""
         ),
         "",
         "| case | row B | ratio | batch rows | memcpy | torch | raw | ibp | decode only "
         + ("| raw sorted | ibp sorted | sort ms " if sort else "")
+        + ("| ibp db | decode only db " if db else "")
         + "| ibp / bound | "
         + " | ".join(TARGET_TITLES.values())
         + " | bit-identical |",
-        "|---|" + "---|" * (14 + 3 * sort),
+        "|---|" + "---|" * (14 + 3 * sort + 2 * db),
     ]
     for r in rows:
         t = r["targets"]
@@ -390,10 +411,17 @@ def markdown(payload: dict) -> str:
             if sort
             else ""
         )
+        buffered = (
+            f"| {_vs(r.get('ibp_db_gbps'), r['ibp_gbps'])} "
+            f"| {_vs(r.get('decode_only_db_gbps'), r['decode_only_gbps'])} "
+            if db
+            else ""
+        )
         lines.append(
             f"| {r['case']}{' (raw)' if r['bypass'] else ''} | {r['row_bytes']:,} "
             f"| {r['ratio']:.3f} | {r['batch']:,} | {r['memcpy_gbps']:.1f} | {r['torch_gbps']:.1f} "
             f"| {r['raw_gbps']:.1f} | {r['ibp_gbps']:.1f} | {r['decode_only_gbps']:.1f} {ordered}"
+            f"{buffered}"
             f"| {r['ibp_vs_bound']:.2f} | {_cell(t['raw_vs_memcpy'])} | {_cell(t['ibp_vs_ideal'])} "
             f"| {_cell(t['decode_vs_pcie'])} | {_cell(t['no_compress_cost'], cost=True)} "
             f"| {r['bit_identical']} |"
@@ -402,6 +430,12 @@ def markdown(payload: dict) -> str:
     for key, v in payload["summary"].items():
         missed = f"; missed: {', '.join(v['missed'])}" if v["missed"] else ""
         lines.append(f"- {TARGET_TITLES[key]}: met in {v['met']} of {v['cases']} cases{missed}")
+    unbuffered = sorted({r["case"] for r in rows if r.get("double_buffer_note")})
+    if unbuffered:
+        lines.append(
+            f"- not double-buffered (rows too wide for two staging buffers): "
+            f"{', '.join(unbuffered)}"
+        )
     if payload.get("skipped"):
         lines.append(f"- not run (time budget): {', '.join(payload['skipped'])}")
     return "\n".join(lines) + "\n"
@@ -491,6 +525,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "the permutation (the tables' sort_ids), beside the unsorted ones",
     )
     p.add_argument(
+        "--double-buffer",
+        action="store_true",
+        help="also measure ibp and decode-only with the double-buffered fused kernel (the "
+        "tables' double_buffer), beside the one-buffer ones",
+    )
+    p.add_argument(
         "--tag", default="", help="appended to the results' name (fetch-<device>[-...]-<tag>)"
     )
     p.add_argument("--seed", type=int, default=0)
@@ -533,6 +573,7 @@ def settings(args: argparse.Namespace) -> dict:
         "block_rows": args.block_rows,
         "max_blocks": args.max_blocks,
         "sort_ids": args.sort_ids,
+        "double_buffer": args.double_buffer,
         "seed": args.seed,
         "min_sample_s": MIN_SAMPLE_S,
     }
@@ -616,6 +657,7 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
                 "compress_s": compress_s,
                 "rows_checked": checked,
                 "sort_ids": args.sort_ids,
+                "double_buffer": args.double_buffer,
             }
             plan.append(item)
             print(
@@ -623,7 +665,8 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
                 f"{' (stored raw)' if item['bypass'] else '':13s} {item['rows']:>12,} rows, "
                 f"{item['stored_gb']:6.2f} GB pinned, batches {item['batches']}, compressed in "
                 f"{compress_s:.1f} s; tiled layout checked on {checked} rows"
-                f"{' (sorted, written back)' if args.sort_ids else ''}",
+                f"{' (sorted, written back)' if args.sort_ids else ''}"
+                f"{'; double-buffered timings planned' if args.double_buffer else ''}",
                 flush=True,
             )
             table.close()
@@ -869,6 +912,28 @@ def sorted_fetch(launch: Callable[..., None], ids: torch.Tensor) -> Callable[[],
     return run
 
 
+def double_buffered(
+    launch: Callable[[], None],
+    out: torch.Tensor,
+    want: torch.Tensor,
+    bench: Bench,
+) -> tuple[float, bool, str]:
+    """Time a double-buffered ``launch`` into ``out`` and check ``out`` against ``want``.
+
+    Returns (seconds, bit-identical, note). Rows too wide for two staging buffers per warp
+    (the launch raises ValueError naming "one buffer") give NaN seconds, True (nothing to
+    check) and the reason as the note.
+    """
+    out.zero_()
+    try:
+        seconds = gpu_seconds(launch, bench.args.repeats, bench.guard, bench.device)
+    except ValueError as exc:
+        if "one buffer" not in str(exc):
+            raise
+        return math.nan, True, str(exc)
+    return seconds, torch.equal(out, want), ""
+
+
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     """Compress, tile, pin, measure every batch size of one case; one result per batch."""
     from ibp_graph.cuda_table import as_signed_tensor, launch_fetch, raw_bypass
@@ -923,6 +988,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             nbytes = n * rb
             out = torch.empty((n, rb), dtype=torch.uint8, device=device)
             err, cap, reps, guard = bench.error, args.max_blocks, args.repeats, bench.guard
+            db_fetch = partial(launch_fetch, max_blocks=cap, double_buffer=True)
             memcpy, torch_rate = bench.baselines(rb, ids, ids_cpu)
             raw = gbps(nbytes, gpu_seconds(bench.raw_fetch(rb, ids, out), reps, guard, device))
             _, host = bench.raw_rows(rb)
@@ -947,6 +1013,14 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             )
             want = ref.index_select(0, ids % nb)
             same = torch.equal(out, want)
+            buffered: dict[str, float] = {}
+            db_note = ""
+            if args.double_buffer:  # right after the one-buffer fetch, on the same ids
+                db_s, db_same, db_note = double_buffered(
+                    partial(db_fetch, codec, bypass, ids, out, err), out, want, bench
+                )
+                same = same and db_same
+                buffered["ibp_db_gbps"] = gbps(nbytes, db_s)
             if args.sort_ids:
                 out.zero_()
                 ibp_launch = partial(_launch_into, launch_fetch, codec, bypass, out, err, cap)
@@ -963,6 +1037,13 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 device,
             )
             same_on_gpu = torch.equal(out, want)
+            if args.double_buffer:
+                db_s, db_same, gpu_note = double_buffered(
+                    partial(db_fetch, gpu_codec, bypass, ids, out, err), out, want, bench
+                )
+                db_note = db_note or gpu_note
+                same_on_gpu = same_on_gpu and db_same
+                buffered["decode_only_db_gbps"] = gbps(nbytes, db_s)
             del want
             errors = [int(v) for v in err.tolist()]
             batch_stored = int(sizes[(ids_cpu % nb).numpy()].sum())
@@ -989,6 +1070,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 "ibp_pcie_gbps": ibp * batch_stored / nbytes,
                 "decode_only_gbps": dec,
                 **sorted_rates,
+                **buffered,
                 "ibp_bound_gbps": bound,
                 "ibp_vs_bound": ibp / bound if bound > 0 else math.nan,
                 "bit_identical": bool(same and same_on_gpu),
@@ -998,6 +1080,8 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 "pin_s": pin_s,
                 "note": case.note,
             }
+            if db_note:
+                r["double_buffer_note"] = db_note
             r["targets"] = targets(r)
             results.append(r)
             ordered = (
@@ -1006,9 +1090,16 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 if args.sort_ids
                 else ""
             )
+            db = (
+                f" double-buffered: ibp {_num(buffered['ibp_db_gbps'])}, decode-only "
+                f"{_num(buffered['decode_only_db_gbps'])} GB/s"
+                f"{' (' + db_note + ')' if db_note else ''};"
+                if args.double_buffer
+                else ""
+            )
             log(
                 f"  {case.name} batch {n:,}: memcpy {memcpy:.1f}, torch {torch_rate:.1f}, raw "
-                f"{raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s;{ordered} ratio "
+                f"{raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s;{ordered}{db} ratio "
                 f"{ratio:.3f}; bit-identical {same} (pinned), {same_on_gpu} (GPU memory)"
             )
             del out

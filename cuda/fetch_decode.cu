@@ -1,7 +1,8 @@
 // Fused fetch + decode of IBP rows (docs/FORMAT.md), one warp per requested row.
 //
 // The warp copies its row's stored bytes from the row section (pinned host memory read over
-// UVA, or device memory) into shared memory with aligned 16-byte loads, then decodes it:
+// UVA, or device memory) into shared memory with aligned 16-byte loads (or asynchronous
+// 16-byte copies one row ahead: the double-buffered entry points), then decodes it:
 // header bits, codes, payloads. Fields of fixed width are placed by per-cluster prefix sums
 // computed once per table (`code_prefix`, `free_prefix`: (k, V + 1) u32, entry j the bits of
 // columns 0..j-1): the codes of a flat (ungrouped) row, and the payloads of 32 words none of
@@ -21,7 +22,9 @@
 // Blocks have at most IBP_FETCH_THREADS threads (`__launch_bounds__`); the host sizes the
 // grid from the kernel's occupancy (ibp_graph/kernels/runtime.py).
 //
-// Entry points (extern "C"): ibp_fetch_decode_w{4,8}_o{4,8}, word size x offset width.
+// Entry points (extern "C"): ibp_fetch_decode_w{4,8}_o{4,8}, word size x offset width, and
+// ibp_fetch_decode_db_w{4,8}_o{4,8}, the same with double buffering: each warp stages its next
+// row (asynchronous copies) while it decodes the current one.
 
 typedef unsigned char u8;
 typedef unsigned int u32;
@@ -125,11 +128,192 @@ __device__ __forceinline__ void store_word(u8* out_row, int j, W word, int row_b
     }
 }
 
-// Shared memory per warp: `buf_words` (a multiple of 4) u32 of staged row bytes, then V code
-// bytes and C subgroup bytes, rounded up to 16 bytes; the host sizes it
+// Copies of 16 bytes into shared memory that complete later (cp.async on sm_80 and newer, a
+// plain copy before), in groups: commit closes the group of the copies issued since the last
+// one, wait_one waits until at most one of this thread's groups is still in flight. The
+// host-side test harness (tests/simt/) redefines them, deferring each copy to the wait.
+#ifndef IBP_ASYNC_COPY_DEFINED
+#define IBP_ASYNC_COPY_DEFINED
+__device__ __forceinline__ void copy_async16(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+    const u32 s = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+#else
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void copy_async_wait_one() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
+#endif
+
+// Where a requested row's stored bytes sit: `row` < 0 for an out-of-range id (nothing staged).
+struct Staged {
+    i64 row;
+    u64 start;  // byte offset in the row section
+    u64 len;    // stored bytes
+};
+
+// Stage the 16-byte-aligned span holding the stored row of request `r` into `buf` (u32
+// words), then two zero words for reads that straddle its end. ASYNC: with `copy_async16`
+// (the caller commits and waits); otherwise with plain loads (the caller syncs the warp).
+template <bool ASYNC, typename O>
+__device__ __forceinline__ Staged stage_row(const u8* __restrict__ rows,
+                                            const O* __restrict__ offsets,
+                                            const i64* __restrict__ idx, i64 r, i64 num_rows,
+                                            int align, u32* buf, int lane) {
+    Staged s;
+    s.row = idx[r];
+    s.start = 0;
+    s.len = 0;
+    if (s.row < 0 || s.row >= num_rows) {
+        s.row = -1;
+        return s;
+    }
+    s.start = (u64)offsets[s.row] * (u64)align;
+    s.len = (u64)offsets[s.row + 1] * (u64)align - s.start;
+    const u64 first = s.start & ~15ull;
+    const int chunks = (int)((s.start + s.len - first + 15) >> 4);
+    const uint4* src = reinterpret_cast<const uint4*>(rows + first);
+    uint4* dst = reinterpret_cast<uint4*>(buf);
+    for (int q = lane; q < chunks; q += 32) {
+        if (ASYNC) {
+            copy_async16(dst + q, src + q);
+        } else {
+            dst[q] = src[q];
+        }
+    }
+    if (lane < 2) buf[chunks * 4 + lane] = 0u;
+    return s;
+}
+
+template <typename W>
+__device__ __forceinline__ void zero_row(u8* out_row, int V, int row_bytes, bool word_aligned,
+                                         int lane) {
+    for (int j = lane; j < V; j += 32) store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
+}
+
+// Decode the staged row `s` (its span in `buf`, the warp synced) into `out_row`, or zero it
+// and record output position `p` in `error[1]` when its fields run past its stored length.
+// `codes` (V bytes) and `subs` (C bytes) are the warp's scratch.
+template <typename W>
+__device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
+                           const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
+                           const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
+                           const u32* __restrict__ code_prefix,
+                           const u32* __restrict__ free_prefix, u8* out_row, int* error, i64 p,
+                           int V, int E, int row_bytes, bool word_aligned, int lane) {
+    const int C = (V + 31) >> 5;
+    const int TB = Word<W>::BITS;
+    const int raw_bytes = V * (int)sizeof(W);
+    const u32 base = (u32)(s.start & 15ull) * 8u;
+    const u64 len = s.len;
+    if (len >= (u64)raw_bytes) {
+        for (int j = lane; j < V; j += 32) {
+            const W word = (W)read_field(buf, base + (u32)j * TB, TB);
+            store_word<W>(out_row, j, word, row_bytes, word_aligned);
+        }
+        return;
+    }
+    const int c = cluster_ids ? (int)cluster_ids[s.row] : 0;
+    const size_t col0 = (size_t)c * V;
+    const bool grouped = read_field(buf, base, 1) != 0;
+    u32 cursor = base + 1;
+    if (grouped) {
+        cursor += (u32)C;
+        for (int q0 = 0; q0 < C; q0 += 32) {
+            const int q = q0 + lane;
+            u32 w = 0;
+            if (q < C && read_field(buf, base + 1 + q, 1)) {
+                const int in_chunk = min(32, V - 32 * q);
+                w = (u32)((in_chunk + 7) >> 3);
+            }
+            const u32 incl = warp_inclusive_scan(w, lane);
+            if (q < C) subs[q] = (u8)read_field(buf, cursor + incl - w, (int)w);
+            cursor += __shfl_sync(FULL_MASK, incl, 31);
+        }
+        __syncwarp();
+    }
+    const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
+    if (!grouped) {
+        // Flat row: every code is present, at its column's fixed place (no scan).
+#pragma unroll 1
+        for (int j = lane; j < V; j += 32) {
+            codes[j] =
+                (u8)read_field(buf, cursor + code_prefix[pre0 + j], (int)code_bits[col0 + j]);
+        }
+        cursor += code_prefix[pre0 + V];
+    } else {
+        for (int j0 = 0; j0 < V; j0 += 32) {
+            const int j = j0 + lane;
+            u32 w = 0;
+            if (j < V && ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u)) {
+                w = (u32)code_bits[col0 + j];
+            }
+            const u32 incl = warp_inclusive_scan(w, lane);
+            if (j < V) codes[j] = (u8)read_field(buf, cursor + incl - w, (int)w);
+            cursor += __shfl_sync(FULL_MASK, incl, 31);
+        }
+    }
+    __syncwarp();
+    for (int j0 = 0; j0 < V; j0 += 32) {
+        const int j = j0 + lane;
+        u32 w = 0;
+        u32 code = 0, esc = 0;
+        W mask = 0;
+        if (j < V) {
+            code = codes[j];
+            esc = (1u << code_bits[col0 + j]) - 1u;
+            mask = masks[col0 + j];
+            w = code == esc ? (u32)TB : (u32)(TB - Word<W>::popc(mask));
+        }
+        // No escaped word among these 32: the payloads sit at their columns' fixed places
+        // (free-bit prefix sums); otherwise a warp scan of the widths places them.
+        const unsigned escapes = __ballot_sync(FULL_MASK, j < V && code == esc);
+        u32 at, end;
+        if (escapes == 0) {
+            // One load a lane: the prefix just past its word (w = its free bits).
+            const u32 next = free_prefix[pre0 + min(j + 1, V)];
+            const u32 f0 = __shfl_sync(FULL_MASK, next - w, 0);
+            at = cursor + (next - w) - f0;
+            end = cursor + __shfl_sync(FULL_MASK, next, 31) - f0;
+        } else {
+            const u32 incl = warp_inclusive_scan(w, lane);
+            at = cursor + incl - w;
+            end = cursor + __shfl_sync(FULL_MASK, incl, 31);
+        }
+        if (end - base > (u32)(len * 8)) {  // warp-uniform: `end` is the warp's total
+            if (lane == 0) record_first(&error[1], p);
+            zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+            return;
+        }
+        if (j < V) {
+            const W payload = (W)read_field(buf, at, (int)w);
+            const W word = code == esc ? payload
+                                       : (W)(bitvals[(col0 + j) * (size_t)E + code] |
+                                             pdep<W>(payload, (W)~mask));
+            store_word<W>(out_row, j, word, row_bytes, word_aligned);
+        }
+        cursor = end;
+    }
+}
+
+// Shared memory per warp: BUFFERS staging buffers of `buf_words` (a multiple of 4) u32 of row
+// bytes, then V code bytes and C subgroup bytes, rounded up to 16 bytes; the host sizes it
 // (ibp_graph/kernels/fetch_decode.py). The row section must be readable up to 16 bytes past
 // its end (the loader pads it).
-template <typename W, typename O>
+//
+// BUFFERS 1: each row is staged with plain loads, then decoded. BUFFERS 2 (double
+// buffering): a warp stages its next row with asynchronous copies before it decodes the
+// current one, so the next row's reads (over PCIe) overlap the current row's decoding.
+template <typename W, typename O, int BUFFERS>
 __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ offsets,
                              const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
                              const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
@@ -144,138 +328,52 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     const int warp = threadIdx.x >> 5;
     const int warps = blockDim.x >> 5;
     const int C = (V + 31) >> 5;
-    const int stride_words = (buf_words + ((V + C + 3) >> 2) + 3) & ~3;  // 16-byte aligned
+    // 16-byte aligned share of each warp.
+    const int stride_words = (BUFFERS * buf_words + ((V + C + 3) >> 2) + 3) & ~3;
     u32* buf = smem + (size_t)warp * stride_words;
-    u8* codes = reinterpret_cast<u8*>(buf + buf_words);
+    u8* codes = reinterpret_cast<u8*>(buf + BUFFERS * buf_words);
     u8* subs = codes + V;
-    const int TB = Word<W>::BITS;
-    const int raw_bytes = V * (int)sizeof(W);
-    const bool word_aligned = (row_bytes == raw_bytes);
+    const bool word_aligned = (row_bytes == V * (int)sizeof(W));
+    const i64 step = (i64)gridDim.x * warps;
+    i64 r = (i64)blockIdx.x * warps + warp;
 
-    for (i64 r = (i64)blockIdx.x * warps + warp; r < n; r += (i64)gridDim.x * warps) {
-        const i64 row = idx[r];
+    Staged s = {-1, 0, 0};
+    if (BUFFERS == 2) {
+        if (r < n) s = stage_row<true>(rows, offsets, idx, r, num_rows, align, buf, lane);
+        copy_async_commit();
+    }
+    for (int b = 0; r < n; r += step, b ^= (BUFFERS - 1)) {
+        const u32* cur = buf + b * buf_words;
+        Staged next = s;
+        if (BUFFERS == 2) {
+            // Stage the next row into the other buffer (the warp is done reading it: the
+            // __syncwarp ending the last iteration), then wait for this row's copies: every
+            // group but the one just committed.
+            if (r + step < n) {
+                next = stage_row<true>(rows, offsets, idx, r + step, num_rows, align,
+                                       buf + (b ^ 1) * buf_words, lane);
+            }
+            copy_async_commit();
+            copy_async_wait_one();
+        } else {
+            s = stage_row<false>(rows, offsets, idx, r, num_rows, align, buf, lane);
+        }
         const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
         u8* out_row = out + p * (i64)row_bytes;
-        if (row < 0 || row >= num_rows) {
+        if (s.row < 0) {
             if (lane == 0) record_first(&error[0], p);
-            for (int j = lane; j < V; j += 32) {
-                store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
-            }
-            continue;
-        }
-        const u64 start = (u64)offsets[row] * (u64)align;
-        const u64 len = (u64)offsets[row + 1] * (u64)align - start;
-        // Stage the 16-byte-aligned span holding the row.
-        const u64 first = start & ~15ull;
-        const int chunks = (int)((start + len - first + 15) >> 4);
-        const uint4* src = reinterpret_cast<const uint4*>(rows + first);
-        uint4* dst = reinterpret_cast<uint4*>(buf);
-        for (int q = lane; q < chunks; q += 32) dst[q] = src[q];
-        if (lane < 2) buf[chunks * 4 + lane] = 0u;
-        __syncwarp();
-
-        const u32 base = (u32)(start - first) * 8u;
-        if (len >= (u64)raw_bytes) {
-            for (int j = lane; j < V; j += 32) {
-                const W word = (W)read_field(buf, base + (u32)j * TB, TB);
-                store_word<W>(out_row, j, word, row_bytes, word_aligned);
-            }
-            __syncwarp();
-            continue;
-        }
-        const int c = cluster_ids ? (int)cluster_ids[row] : 0;
-        const size_t col0 = (size_t)c * V;
-        const bool grouped = read_field(buf, base, 1) != 0;
-        u32 cursor = base + 1;
-        if (grouped) {
-            cursor += (u32)C;
-            for (int q0 = 0; q0 < C; q0 += 32) {
-                const int q = q0 + lane;
-                u32 w = 0;
-                if (q < C && read_field(buf, base + 1 + q, 1)) {
-                    const int in_chunk = min(32, V - 32 * q);
-                    w = (u32)((in_chunk + 7) >> 3);
-                }
-                const u32 incl = warp_inclusive_scan(w, lane);
-                if (q < C) subs[q] = (u8)read_field(buf, cursor + incl - w, (int)w);
-                cursor += __shfl_sync(FULL_MASK, incl, 31);
-            }
-            __syncwarp();
-        }
-        const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
-        if (!grouped) {
-            // Flat row: every code is present, at its column's fixed place (no scan).
-#pragma unroll 1
-            for (int j = lane; j < V; j += 32) {
-                codes[j] = (u8)read_field(buf, cursor + code_prefix[pre0 + j],
-                                          (int)code_bits[col0 + j]);
-            }
-            cursor += code_prefix[pre0 + V];
+            zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
         } else {
-            for (int j0 = 0; j0 < V; j0 += 32) {
-                const int j = j0 + lane;
-                u32 w = 0;
-                if (j < V && ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u)) {
-                    w = (u32)code_bits[col0 + j];
-                }
-                const u32 incl = warp_inclusive_scan(w, lane);
-                if (j < V) codes[j] = (u8)read_field(buf, cursor + incl - w, (int)w);
-                cursor += __shfl_sync(FULL_MASK, incl, 31);
-            }
+            __syncwarp();  // the staged bytes (and zero words) of every lane are visible
+            decode_row<W>(cur, codes, subs, s, cluster_ids, masks, code_bits, bitvals,
+                          code_prefix, free_prefix, out_row, error, p, V, E, row_bytes,
+                          word_aligned, lane);
         }
-        __syncwarp();
-        bool corrupt = false;
-        for (int j0 = 0; j0 < V; j0 += 32) {
-            const int j = j0 + lane;
-            u32 w = 0;
-            u32 code = 0, esc = 0;
-            W mask = 0;
-            if (j < V) {
-                code = codes[j];
-                esc = (1u << code_bits[col0 + j]) - 1u;
-                mask = masks[col0 + j];
-                w = code == esc ? (u32)TB : (u32)(TB - Word<W>::popc(mask));
-            }
-            // No escaped word among these 32: the payloads sit at their columns' fixed places
-            // (free-bit prefix sums); otherwise a warp scan of the widths places them.
-            const unsigned escapes = __ballot_sync(FULL_MASK, j < V && code == esc);
-            u32 at, end;
-            if (escapes == 0) {
-                // One load a lane: the prefix just past its word (w = its free bits).
-                const u32 next = free_prefix[pre0 + min(j + 1, V)];
-                const u32 f0 = __shfl_sync(FULL_MASK, next - w, 0);
-                at = cursor + (next - w) - f0;
-                end = cursor + __shfl_sync(FULL_MASK, next, 31) - f0;
-            } else {
-                const u32 incl = warp_inclusive_scan(w, lane);
-                at = cursor + incl - w;
-                end = cursor + __shfl_sync(FULL_MASK, incl, 31);
-            }
-            if (end - base > (u32)(len * 8)) {  // warp-uniform: `end` is the warp's total
-                if (lane == 0) record_first(&error[1], p);
-                corrupt = true;
-                break;
-            }
-            if (j < V) {
-                const W payload = (W)read_field(buf, at, (int)w);
-                const W word = code == esc
-                                   ? payload
-                                   : (W)(bitvals[(col0 + j) * (size_t)E + code] |
-                                         pdep<W>(payload, (W)~mask));
-                store_word<W>(out_row, j, word, row_bytes, word_aligned);
-            }
-            cursor = end;
-        }
-        if (corrupt) {
-            for (int j = lane; j < V; j += 32) {
-                store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
-            }
-        }
-        __syncwarp();
+        __syncwarp();  // done with `cur` and the scratch before they are written again
+        s = next;
     }
 }
-
-#define IBP_FETCH_DECODE(NAME, W, O)                                                         \
+#define IBP_FETCH_DECODE(NAME, W, O, BUFFERS)                                                \
     extern "C" __global__ void                                                               \
     __launch_bounds__(IBP_FETCH_THREADS, IBP_FETCH_MIN_BLOCKS) NAME(                         \
         const u8* __restrict__ rows, const O* __restrict__ offsets,                          \
@@ -285,12 +383,16 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         const i64* __restrict__ idx, const i64* __restrict__ out_pos, u8* __restrict__ out,  \
         int* __restrict__ error, i64 n, i64 num_rows, int V, int E, int align, int row_bytes, \
         int buf_words) {                                                                     \
-        fetch_decode<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, \
-                           free_prefix, idx, out_pos, out, error, n, num_rows, V, E, align,    \
-                           row_bytes, buf_words);                                            \
+        fetch_decode<W, O, BUFFERS>(rows, offsets, cluster_ids, masks, code_bits, bitvals,   \
+                                    code_prefix, free_prefix, idx, out_pos, out, error, n,   \
+                                    num_rows, V, E, align, row_bytes, buf_words);            \
     }
 
-IBP_FETCH_DECODE(ibp_fetch_decode_w4_o4, u32, u32)
-IBP_FETCH_DECODE(ibp_fetch_decode_w4_o8, u32, u64)
-IBP_FETCH_DECODE(ibp_fetch_decode_w8_o4, u64, u32)
-IBP_FETCH_DECODE(ibp_fetch_decode_w8_o8, u64, u64)
+IBP_FETCH_DECODE(ibp_fetch_decode_w4_o4, u32, u32, 1)
+IBP_FETCH_DECODE(ibp_fetch_decode_w4_o8, u32, u64, 1)
+IBP_FETCH_DECODE(ibp_fetch_decode_w8_o4, u64, u32, 1)
+IBP_FETCH_DECODE(ibp_fetch_decode_w8_o8, u64, u64, 1)
+IBP_FETCH_DECODE(ibp_fetch_decode_db_w4_o4, u32, u32, 2)
+IBP_FETCH_DECODE(ibp_fetch_decode_db_w4_o8, u32, u64, 2)
+IBP_FETCH_DECODE(ibp_fetch_decode_db_w8_o4, u64, u32, 2)
+IBP_FETCH_DECODE(ibp_fetch_decode_db_w8_o8, u64, u64, 2)

@@ -38,7 +38,7 @@ def open(  # noqa: A001
         mmap: CPU tables: map the row section rather than read it (default: True).
         verify: check the checksums of every section first (default: True).
         **kwargs: CUDA tables: the keywords of `CudaIBPTable` (``max_blocks``, ``progress``,
-            ``host_rows``, ``pages``, ``sort_ids``).
+            ``host_rows``, ``pages``, ``sort_ids``, ``double_buffer``).
     """
     if torch.device(device).type == "cpu":
         if kwargs:

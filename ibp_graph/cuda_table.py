@@ -130,11 +130,13 @@ def launch_fetch(
     out_pos: torch.Tensor | None = None,
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
+    double_buffer: bool = False,
 ) -> None:
     """Launch one fetch of rows ``idx`` into ``out``; does not synchronise.
 
-    The fused fetch + decode kernel, or the raw gather when ``bypass`` (see `raw_bypass`).
-    Row ``idx[r]`` goes to row ``out_pos[r]`` of ``out`` (``r`` when ``out_pos`` is None).
+    The fused fetch + decode kernel (double-buffered with ``double_buffer``), or the raw
+    gather when ``bypass`` (see `raw_bypass`). Row ``idx[r]`` goes to row ``out_pos[r]`` of
+    ``out`` (``r`` when ``out_pos`` is None).
     """
     if bypass:
         raw_gather(
@@ -149,7 +151,16 @@ def launch_fetch(
             max_blocks=max_blocks,
         )
         return
-    fetch_decode(codec, idx, out, error, out_pos=out_pos, stream=stream, max_blocks=max_blocks)
+    fetch_decode(
+        codec,
+        idx,
+        out,
+        error,
+        out_pos=out_pos,
+        stream=stream,
+        max_blocks=max_blocks,
+        double_buffer=double_buffer,
+    )
 
 
 def raw_bypass(table: IBPTable) -> bool:
@@ -321,6 +332,12 @@ class CudaIBPTable(_CudaTableBase):
             rather than at random. Rows and errors are the same, bit for bit; the sort costs
             one more operation per fetch. Off until measured on a GPU
             (``benchmarks/fetch.py --sort-ids``) (default: False).
+        double_buffer: decode with the double-buffered kernel, in which each warp stages
+            its next row with asynchronous copies while it decodes the current one, so reads
+            over PCIe overlap decoding (twice the staging shared memory; rows too wide for
+            that raise ``ValueError`` at the first fetch). Rows and errors are the same, bit
+            for bit. Off until measured on a GPU (``benchmarks/fetch.py --double-buffer``)
+            (default: False).
     """
 
     def __init__(
@@ -334,7 +351,9 @@ class CudaIBPTable(_CudaTableBase):
         host_rows: np.ndarray | None = None,
         pages: str | None = None,
         sort_ids: bool = False,
+        double_buffer: bool = False,
     ):
+        self.double_buffer = check_bool("double_buffer", double_buffer)
         dev = _device(device)
         cp = cupy()
         cpu = IBPTable(path, mmap=True, verify=verify)
@@ -408,6 +427,7 @@ class CudaIBPTable(_CudaTableBase):
             out_pos=out_pos,
             stream=stream,
             max_blocks=self.max_blocks,
+            double_buffer=self.double_buffer,
         )
 
     def __repr__(self) -> str:
@@ -443,7 +463,9 @@ class PinnedRawTable(_CudaTableBase):
         progress: bool | None = None,
         pages: str | None = None,
         sort_ids: bool = False,
+        double_buffer: bool = False,
     ):
+        self.double_buffer = check_bool("double_buffer", double_buffer)
         dev = _device(device)
         cp = cupy()
         array, name = as_table(data)

@@ -47,7 +47,10 @@ def test_defaults_follow_the_spec() -> None:
     assert args.table_gb >= 2 and args.table_bytes == int(args.table_gb * 2**30)
     assert args.batch == [100_000, 1_000_000]
     assert args.real and not args.dry_run and args.out == fetch.RESULTS
-    assert not args.sort_ids
+    assert not args.sort_ids and not args.double_buffer
+    assert fetch.settings(args)["double_buffer"] is False
+    assert fetch.parse_args(["--double-buffer"]).double_buffer
+    assert fetch.settings(fetch.parse_args(["--double-buffer"]))["double_buffer"] is True
     assert args.time_budget < 540  # a case started before the budget ends in the stage limit
 
 
@@ -274,6 +277,58 @@ def test_results_files(tmp_path: Path) -> None:
     assert "0.60 **MISSED by 25%**" not in text  # 256 B rows: the raw target does not apply
     assert "(0.60)" in text and "0.84 met" in text
     assert "met in 3 of 3 cases" in text
+    assert "ibp db" not in text and "Db:" not in text  # no --double-buffer
+
+
+def test_results_files_show_double_buffered_rates_beside_one_buffer(tmp_path: Path) -> None:
+    rows = [
+        fake_row(case="dense-normal-512B", ibp_db_gbps=88.0, decode_only_db_gbps=540.0),
+        fake_row(case="wide-4096B", ibp_db_gbps=math.nan, decode_only_db_gbps=math.nan,
+                 double_buffer_note="rows need ...; use the raw gather or one buffer"),
+        fake_row(case="random-bits-512B", ratio=1.0, bypass=True, ibp_gbps=40.0,
+                 ibp_db_gbps=40.0, decode_only_db_gbps=600.0),
+    ]  # fmt: skip
+    payload = fake_payload(rows)
+    payload["settings"]["double_buffer"] = True
+    js, md = fetch.write_results(payload, tmp_path, "fetch-db")
+    doc = json.loads(js.read_text())
+    assert doc["settings"]["double_buffer"] is True
+    assert doc["cases"][0]["ibp_db_gbps"] == 88.0
+    assert doc["cases"][1]["ibp_db_gbps"] is None  # NaN is not JSON
+    assert "one buffer" in doc["cases"][1]["double_buffer_note"]
+    text = md.read_text()
+    assert "| decode only | ibp db | decode only db | ibp / bound |" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert len(lines) == 2 + len(rows)
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+    assert "| 600.0 | 88.0 (1.10x) | 540.0 (0.90x) |" in text
+    assert "| 600.0 | n/a | n/a |" in text
+    assert "| random-bits-512B (raw) |" in text and "| 40.0 (1.00x) | 600.0 (1.00x) |" in text
+    assert "Db: the double-buffered fused kernel" in text
+    assert "- not double-buffered (rows too wide for two staging buffers): wide-4096B" in text
+
+
+def test_double_buffered_timing_notes_rows_too_wide_and_raises_other_errors() -> None:
+    bench = SimpleNamespace(args=SimpleNamespace(repeats=2), guard=None, device=torch.device("cpu"))
+    want = torch.arange(8, dtype=torch.uint8)
+    out = torch.zeros(8, dtype=torch.uint8)
+
+    def too_wide() -> None:
+        raise ValueError("double-buffered rows ... use the raw gather or one buffer")
+
+    seconds, same, note = fetch.double_buffered(too_wide, out, want, bench)
+    assert math.isnan(seconds) and same and "one buffer" in note
+    assert math.isnan(fetch.gbps(1e9, seconds))
+
+    def bad_tensor() -> None:
+        raise ValueError("idx must be int64")
+
+    with pytest.raises(ValueError, match="int64"):
+        fetch.double_buffered(bad_tensor, out, want, bench)
+    seconds, same, note = fetch.double_buffered(lambda: out.copy_(want), out, want, bench)
+    assert seconds > 0 and same and note == ""
+    seconds, same, note = fetch.double_buffered(lambda: out.fill_(1), out, want, bench)
+    assert not same and note == ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,7 +413,7 @@ def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, out_pos
 
 
 def numpy_fetch_decode(codec, idx, out, error, *, out_pos=None, stream=None,
-                       max_blocks=None) -> None:  # fmt: skip
+                       max_blocks=None, double_buffer=False) -> None:  # fmt: skip
     check_launch(idx, out, codec.row_bytes, error.device)
     check_out_pos(out_pos, idx, error.device)
     check_error(error, error.device)
@@ -420,9 +475,11 @@ def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
         assert r["bypass"] == r["case"].startswith("random-bits")
         assert r["batch_ratio"] > 0 and set(r["targets"]) == set(fetch.TARGET_TITLES)
         assert "raw_sorted_gbps" not in r and "ibp_sorted_gbps" not in r  # no --sort-ids
+        assert "ibp_db_gbps" not in r and "decode_only_db_gbps" not in r  # no --double-buffer
+    assert doc["settings"]["double_buffer"] is False
     md = (tmp_path / "fetch-fake.md").read_text()
     assert "Incomplete" not in md and "| sparse-5pct-512B |" in md
-    assert "sorted" not in md
+    assert "sorted" not in md and "ibp db" not in md
 
 
 def test_gpu_run_with_sorted_ids_beside_the_unsorted(numpy_kernels, monkeypatch, tmp_path) -> None:
@@ -475,6 +532,74 @@ def test_gpu_run_with_sorted_ids_beside_the_unsorted(numpy_kernels, monkeypatch,
     assert "Sorted: the ids sorted on the GPU" in md
 
 
+def test_gpu_run_with_double_buffer_beside_one_buffer(numpy_kernels, monkeypatch, tmp_path):
+    """Db launches follow the one-buffer ones; rows too wide for two buffers give no db rate."""
+    calls: list[tuple[int, int, bool]] = []  # (row bytes, rows address, double-buffered)
+
+    def staged(codec, idx, out, error, *, double_buffer=False, **kw):
+        calls.append((codec.row_bytes, codec.rows_ptr, double_buffer))
+        if double_buffer and codec.row_bytes > 256:
+            raise ValueError("double-buffered rows ... use the raw gather or one buffer")
+        return numpy_fetch_decode(codec, idx, out, error, double_buffer=double_buffer, **kw)
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", staged)
+    argv = [*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids", "--double-buffer",
+            "--out", str(tmp_path)]  # fmt: skip
+    args = fetch.parse_args(argv)
+    assert args.double_buffer and args.sort_ids
+    cases, note = fetch.build_cases(args)
+    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
+    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
+                                args, "Fake GPU", note)  # fmt: skip
+    try:
+        fetch.run_cases(bench, cases, payload, "fetch-fake")
+    finally:
+        bench.close()
+    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    assert doc["complete"] and doc["settings"]["double_buffer"] is True
+    assert len(doc["cases"]) == 2 * 2 * 2  # 2 widths x 2 kinds x 2 batches, one run
+    for r in doc["cases"]:
+        assert r["bit_identical"] and r["raw_gather_correct"] and r["errors"] == [0, 0]
+        assert r["ibp_sorted_gbps"] > 0  # beside --sort-ids
+        wide = r["row_bytes"] > 256 and not r["bypass"]
+        for key in ("ibp_db_gbps", "decode_only_db_gbps"):
+            assert (r[key] is None) if wide else (r[key] > 0), (r["case"], key)
+        assert ("one buffer" in r.get("double_buffer_note", "")) == wide
+    # The fused kernel ran double-buffered from both the pinned rows and the GPU copy.
+    for width in (256, 512):
+        one = {ptr for w, ptr, db in calls if w == width and not db}
+        assert len(one) == 2 and {ptr for w, ptr, db in calls if w == width and db} == one
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "| sort ms | ibp db | decode only db | ibp / bound |" in md
+    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert len(lines) == 2 + len(doc["cases"])
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+    assert "| n/a | n/a |" in md
+    assert "not double-buffered (rows too wide for two staging buffers): sparse-5pct-512B" in md
+
+
+def test_gpu_run_double_buffered_output_is_checked(numpy_kernels, monkeypatch, tmp_path) -> None:
+    def wrong_when_staged(codec, idx, out, error, *, double_buffer=False, **kw):
+        numpy_fetch_decode(codec, idx, out, error, **kw)
+        if double_buffer:
+            out.view(torch.uint8).view(-1)[0] ^= 1
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", wrong_when_staged)
+    argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--double-buffer", "--out",
+            str(tmp_path)]  # fmt: skip
+    args = fetch.parse_args(argv)
+    cases, note = fetch.build_cases(args)
+    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
+    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
+                                args, "Fake GPU", note)  # fmt: skip
+    try:
+        fetch.run_cases(bench, cases, payload, "fetch-fake")
+    finally:
+        bench.close()
+    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    assert doc["cases"] and not any(r["bit_identical"] for r in doc["cases"])
+
+
 def test_time_budget_stops_before_a_case(numpy_kernels, tmp_path: Path) -> None:
     args = fetch.parse_args([*SMALL, "--out", str(tmp_path), "--time-budget", "0"])
     cases, note = fetch.build_cases(args)
@@ -504,12 +629,15 @@ def test_main_without_a_gpu(monkeypatch, capsys) -> None:
     ]
     assert all(p["rows_checked"] > 0 for p in plan)
     assert [p["bypass"] for p in plan] == [False, True, False, True]
-    assert not any(p["sort_ids"] for p in plan)
+    assert not any(p["sort_ids"] or p["double_buffer"] for p in plan)
     assert "The measurements need a CUDA GPU" in capsys.readouterr().out
     plan = fetch.main([*SMALL, "--dry-run", "--kinds", "sparse-5pct", "--sort-ids"])
     assert [p["case"] for p in plan] == ["sparse-5pct-256B", "sparse-5pct-512B"]
     assert all(p["sort_ids"] and p["rows_checked"] > 0 for p in plan)
     assert "(sorted, written back)" in capsys.readouterr().out
+    plan = fetch.main([*SMALL, "--dry-run", "--kinds", "sparse-5pct", "--double-buffer"])
+    assert all(p["double_buffer"] and not p["sort_ids"] and p["rows_checked"] > 0 for p in plan)
+    assert "double-buffered timings planned" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------------------------

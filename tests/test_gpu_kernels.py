@@ -3,10 +3,11 @@
 Kernel variants (8-byte offsets, wide rows with more than 48 KB of shared memory, every
 alignment, 8-bit codes, 255 clusters), grids far smaller than the work, error slots (the
 first bad position, zero-filled rows), sorted ids written back to the caller's positions
-(``sort_ids``), rows in device memory, the ends of mapped memory, streams (two at once,
-``record_stream`` under allocator reuse, overlap with training), UVA graphs, pinned page
-kinds and outputs over 2 GiB. `benchmarks/gpu_session.sh` runs them in
-its ``tests`` stage, and the ones not marked ``slow`` under compute-sanitizer (``sanitize``).
+(``sort_ids``), the double-buffered kernel (``double_buffer``), rows in device memory, the
+ends of mapped memory, streams (two at once, ``record_stream`` under allocator reuse,
+overlap with training), UVA graphs, pinned page kinds and outputs over 2 GiB.
+`benchmarks/gpu_session.sh` runs them in its ``tests`` stage, and the ones not marked
+``slow`` under compute-sanitizer (``sanitize``).
 Skipped without a GPU.
 """
 
@@ -46,8 +47,11 @@ def _table(x: np.ndarray, tmp_path, name: str = "t.ibp", **kw):
     from ibp_graph.cuda_table import CudaIBPTable
 
     max_blocks = kw.pop("max_blocks", None)
+    double_buffer = kw.pop("double_buffer", False)
     ibp_graph.compress(x, tmp_path / name, progress=False, **kw)
-    return CudaIBPTable(tmp_path / name, device=CUDA, max_blocks=max_blocks)
+    return CudaIBPTable(
+        tmp_path / name, device=CUDA, max_blocks=max_blocks, double_buffer=double_buffer
+    )
 
 
 def _ids(rng: np.random.Generator, num_rows: int, n: int) -> torch.Tensor:
@@ -56,13 +60,13 @@ def _ids(rng: np.random.Generator, num_rows: int, n: int) -> torch.Tensor:
     return torch.from_numpy(ids).to(CUDA)
 
 
-def _launch(codec, idx: torch.Tensor, *, max_blocks=None):
+def _launch(codec, idx: torch.Tensor, *, max_blocks=None, double_buffer=False):
     """Launch the fused kernel directly: (out bytes, error slots) after a synchronise."""
     from ibp_graph.kernels.fetch_decode import fetch_decode
 
     out = torch.full((idx.numel(), codec.row_bytes), 0xEE, dtype=torch.uint8, device=CUDA)
     error = torch.zeros(2, dtype=torch.int32, device=CUDA)
-    fetch_decode(codec, idx, out, error, max_blocks=max_blocks)
+    fetch_decode(codec, idx, out, error, max_blocks=max_blocks, double_buffer=double_buffer)
     torch.cuda.synchronize()
     return out, error.tolist()
 
@@ -136,6 +140,64 @@ def test_255_clusters(tmp_path) -> None:
         assert int(table.codec.cluster_ids.max()) >= 250
         idx = _ids(np.random.default_rng(0), x.shape[0], 4000)
         assert _bits_equal(table.fetch(idx), x[idx.cpu().numpy()])
+
+
+# --------------------------------------------------------------------------------------------
+# Double buffering: the next row staged with cp.async while the current one decodes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("word_bytes,offsets", [(4, torch.int32), (8, torch.int64)])
+def test_double_buffered_kernel_gives_the_one_buffer_bits(tmp_path, word_bytes, offsets) -> None:
+    rng = np.random.default_rng(20 + word_bytes)
+    dense = rng.standard_normal((1500, 64)).astype(np.float32)
+    for name, x in [
+        ("sparse", _sparse(rng, 3000, 61)),
+        ("dense and sparse", np.concatenate([_sparse(rng, 1500, 64), dense])),
+        ("wide bag of words", (rng.random((400, 3000)) < 0.02).astype(np.float32)),
+    ]:
+        with _table(x, tmp_path, word_bytes=word_bytes) as table:
+            codec = dataclasses.replace(table.codec, offsets=table.codec.offsets.to(offsets))
+            stored = _stored_bytes(table)
+            on_gpu = torch.zeros(stored.size + 16, dtype=torch.uint8, device=CUDA)
+            on_gpu[: stored.size] = torch.from_numpy(stored.copy()).to(CUDA)
+            ids = _ids(rng, x.shape[0], 6000)
+            bad = ids.clone()
+            bad[[0, 777, 5999]] = torch.tensor([-1, x.shape[0], 1 << 40], device=CUDA)
+            for rows_ptr in (codec.rows_ptr, on_gpu.data_ptr()):  # pinned, device memory
+                where = dataclasses.replace(codec, rows_ptr=rows_ptr)
+                for max_blocks in (None, 1, 2):  # 1 and 2: hundreds of rows a warp
+                    for idx in (ids, bad):
+                        want = _launch(where, idx, max_blocks=max_blocks)
+                        got = _launch(where, idx, max_blocks=max_blocks, double_buffer=True)
+                        assert got[1] == want[1], (name, max_blocks)
+                        assert torch.equal(got[0], want[0]), (name, max_blocks)
+                assert got[1] == [1, 0] and (got[0][[0, 777, 5999]] == 0).all()
+                want = x[ids.cpu().numpy()]
+                assert _bits_equal(_launch(where, ids, double_buffer=True)[0], want)
+
+
+def test_double_buffered_tables_fetch_the_same_rows_and_errors(tmp_path) -> None:
+    rng = np.random.default_rng(23)
+    x = _sparse(rng, 64, 4096, p=0.02)  # 16 KiB rows: two buffers a warp, well over 48 KB
+    with _table(x, tmp_path, double_buffer=True) as table:
+        assert table.double_buffer
+        props = torch.cuda.get_device_properties(0)
+        assert table.codec.plan(props.shared_memory_per_block_optin, 2).bytes_per_block > (
+            48 * 1024
+        )
+        idx = _ids(rng, 64, 500)
+        assert _bits_equal(table.fetch(idx), x[idx.cpu().numpy()])
+        idx[300] = 64
+        with pytest.raises(IBPInputError, match=r"row index 64 \(at position 300\)"):
+            table.fetch(idx)
+    wide = _sparse(rng, 4, 36_000, p=0.01)  # 141 KB rows: one buffer fits, two do not
+    with _table(wide, tmp_path, name="w.ibp", double_buffer=True) as table:
+        with pytest.raises(ValueError, match="double-buffered rows .* one buffer"):
+            table.fetch(torch.zeros(1, dtype=torch.int64, device=CUDA))
+        table.double_buffer = False
+        idx = torch.tensor([3, 0, 2], device=CUDA)
+        assert _bits_equal(table.fetch(idx), wide[[3, 0, 2]])
 
 
 # --------------------------------------------------------------------------------------------

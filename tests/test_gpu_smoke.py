@@ -43,10 +43,15 @@ def test_install_sees_the_gpu_and_builds_every_kernel() -> None:
 
     assert torch.cuda.is_available() and cupy.cuda.runtime.getDeviceCount() >= 1
     entries = {
-        "fetch_decode.cu": [f"ibp_fetch_decode_w{w}_o{o}" for w in (4, 8) for o in (4, 8)],
+        "fetch_decode.cu": [
+            f"ibp_fetch_decode_{db}w{w}_o{o}" for db in ("", "db_") for w in (4, 8) for o in (4, 8)
+        ],
         "raw_gather.cu": [f"ibp_raw_gather_v{v}" for v in (16, 8, 4, 2, 1)]
         + ["ibp_raw_gather_lines"],
-        "sample_neighbors.cu": ["ibp_sample_neighbors_k32", "ibp_sample_neighbors_k256"],
+        "sample_neighbors.cu": ["ibp_sample_neighbors_k32", "ibp_sample_neighbors_k256"]
+        + [f"ibp_hop_draw_k{k}_i{i}" for k in (32, 256) for i in (32, 64)]
+        + [f"ibp_hop_all_i{i}" for i in (32, 64)]
+        + ["ibp_hop_flags", "ibp_hop_emit"],
     }
     for source, names in entries.items():
         for name in names:
@@ -85,8 +90,11 @@ def test_fused_fetch_is_bit_identical_to_the_numpy_decoder(cora_table) -> None:
         assert not gpu.bypass  # Cora compresses: this is the fused kernel
         ids = torch.randint(0, gpu.shape[0], (5000,), generator=torch.Generator().manual_seed(1))
         got = gpu.fetch(ids.cuda()).cpu()
+        gpu.double_buffer = True  # the double-buffered kernel (cp.async staging)
+        got_db = gpu.fetch(ids.cuda()).cpu()
     want = torch.as_tensor(np.asarray(cpu[ids.numpy()]))
     assert got.dtype == want.dtype and torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert torch.equal(got_db.view(torch.int32), want.view(torch.int32))
 
 
 def test_one_gpu_sampler_batch(cora) -> None:

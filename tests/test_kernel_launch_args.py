@@ -507,8 +507,10 @@ def small_codec(v: int, rows_ptr: int = 0x10000) -> DeviceCodec:
 def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> list:
     n, num_rows, k, codes, align, rows_ptr = 5, 1000, 3, 15, 16, 0x7F00_0000_0000
     expected = []
-    variants = itertools.product((4, 8), ("u4", "u8"), (False, True), (12, 20000))
-    for word_bytes, offsets_dtype, clusters, num_words in variants:
+    variants = itertools.product((4, 8), ("u4", "u8"), (False, True), (12, 20000), (False, True))
+    for word_bytes, offsets_dtype, clusters, num_words, double_buffer in variants:
+        if double_buffer and num_words > 12:
+            num_words = 8000  # two staging buffers of 8-byte words still fit a block
         words = f"u{word_bytes}"
         row_bytes = num_words * word_bytes
         codec = DeviceCodec(
@@ -530,9 +532,13 @@ def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatc
         # Output positions (the sorted-ids path) or none; none only beside cluster ids, so
         # that the two null pointers never meet in one launch (their values would be equal).
         out_pos = empty((n,), torch.int64) if not clusters or num_words == 12 else None
-        module.fetch_decode(codec, idx, out, error, out_pos=out_pos)
+        module.fetch_decode(codec, idx, out, error, out_pos=out_pos, double_buffer=double_buffer)
         plan = module.smem_plan(
-            num_words, word_bytes, align, FAKE_PROPS.shared_memory_per_block_optin
+            num_words,
+            word_bytes,
+            align,
+            FAKE_PROPS.shared_memory_per_block_optin,
+            2 if double_buffer else 1,
         )
         expected.append(
             distinct(
@@ -727,10 +733,10 @@ def test_macros_are_expanded_into_typed_parameters() -> None:
     fused = signatures("fetch_decode.cu")
     offsets = {name: params[1].base for name, params in fused.items()}
     assert offsets == {
-        "ibp_fetch_decode_w4_o4": "unsigned int",
-        "ibp_fetch_decode_w4_o8": "unsigned long long",
-        "ibp_fetch_decode_w8_o4": "unsigned int",
-        "ibp_fetch_decode_w8_o8": "unsigned long long",
+        f"ibp_fetch_decode_{db}w{w}_o{o}": "unsigned int" if o == 4 else "unsigned long long"
+        for db in ("", "db_")
+        for w in (4, 8)
+        for o in (4, 8)
     }
 
 

@@ -73,6 +73,44 @@ def test_smem_plan_rejects_rows_too_wide() -> None:
         smem_plan(num_words=100_000, word_bytes=4, align=16, max_smem=48 * 1024)
 
 
+def test_smem_plan_double_buffering_stages_two_rows_a_warp() -> None:
+    one = smem_plan(num_words=1433, word_bytes=4, align=16, max_smem=227 * 1024)
+    two = smem_plan(num_words=1433, word_bytes=4, align=16, max_smem=227 * 1024, buffers=2)
+    assert (one.buffers, two.buffers) == (1, 2) and two.buf_words == one.buf_words
+    # a second buffer of the same size, the codes and subgroup bytes once
+    assert two.bytes_per_warp - one.bytes_per_warp == 4 * one.buf_words
+    assert two.bytes_per_warp % 16 == 0
+    assert two.warps_per_block == min(8, 227 * 1024 // two.bytes_per_warp)
+    with pytest.raises(ValueError, match="double-buffered rows of 120000 bytes .* one buffer"):
+        smem_plan(num_words=30_000, word_bytes=4, align=16, max_smem=227 * 1024, buffers=2)
+    smem_plan(num_words=30_000, word_bytes=4, align=16, max_smem=227 * 1024)  # one fits
+    with pytest.raises(ValueError, match="buffers must be 1 or 2, got 3"):
+        smem_plan(num_words=8, word_bytes=4, align=16, max_smem=48 * 1024, buffers=3)
+
+
+def test_launch_fetch_passes_double_buffering_to_the_fused_kernel_only(monkeypatch) -> None:
+    from ibp_graph import cuda_table
+
+    calls = []
+    monkeypatch.setattr(cuda_table, "fetch_decode", lambda *a, **kw: calls.append(("fused", kw)))
+    monkeypatch.setattr(cuda_table, "raw_gather", lambda *a, **kw: calls.append(("raw", kw)))
+    codec = types.SimpleNamespace(rows_ptr=16, num_rows=4, row_bytes=8)
+    for bypass, double_buffer in [(False, True), (False, False), (True, True)]:
+        cuda_table.launch_fetch(codec, bypass, None, None, None, double_buffer=double_buffer)
+    assert [(kind, kw.get("double_buffer")) for kind, kw in calls] == [
+        ("fused", True),
+        ("fused", False),
+        ("raw", None),  # rows stored raw are gathered, not decoded
+    ]
+
+
+def test_double_buffer_must_be_a_bool(tmp_path) -> None:
+    from ibp_graph.cuda_table import CudaIBPTable
+
+    with pytest.raises(IBPInputError, match="double_buffer must be a bool, got 'int'"):
+        CudaIBPTable(tmp_path / "t.ibp", double_buffer=1)
+
+
 def test_vector_width() -> None:
     assert vector_bytes(512, 4096) == 16
     assert vector_bytes(24, 4096) == 8

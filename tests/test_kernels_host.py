@@ -37,12 +37,14 @@ def fetch_on_host(
     offsets_dtype: str | None = None,
     warps: int = 2,
     out_pos: np.ndarray | None = None,
+    double_buffer: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run the fused kernel over ``ids``: ``(out bytes (n, row_bytes), error slots)``.
 
     ``offsets_dtype`` forces the offsets' width (``"<u8"``: the 8-byte-offset entry points);
     ``grid`` blocks of at most ``warps`` warps run; ``out_pos`` (None: identity) says where
-    each row goes in the output.
+    each row goes in the output; ``double_buffer`` runs the ``ibp_fetch_decode_db_*`` entry
+    points (their copies as `copy_mode` sets them).
     """
     params = table.params
     rows = np.zeros(table.stored_bytes + TAIL_PAD, dtype=np.uint8)
@@ -51,7 +53,9 @@ def fetch_on_host(
         table.offsets.astype(offsets_dtype or table.header.sections["offsets"].dtype)
     )
     width = row_bytes(table.shape[1], table.dtype_name)
-    plan = smem_plan(params.num_words, params.word_bytes, table.align, SMEM)
+    plan = smem_plan(
+        params.num_words, params.word_bytes, table.align, SMEM, 2 if double_buffer else 1
+    )
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if out_pos is not None:
         out_pos = np.ascontiguousarray(out_pos, dtype=np.int64)
@@ -60,6 +64,7 @@ def fetch_on_host(
     out = np.full((ids.size, width), 0xEE, dtype=np.uint8)
     error = np.zeros(2, dtype=np.int32)
     lib.simt_fetch_decode(
+        ctypes.c_int(plan.buffers),
         ctypes.c_int(params.word_bytes),
         ctypes.c_int(offsets.itemsize),
         _ptr(rows),
@@ -295,6 +300,78 @@ def test_a_corrupt_row_with_out_pos_reports_the_callers_position(lib, tmp_path) 
         assert error.tolist() == [0, 3]
         assert (out[[2, 4]] == 0).all()
         assert np.array_equal(out[[0, 1, 3]], x[[good] * 3].view(np.uint8).reshape(3, -1))
+
+
+# --------------------------------------------------------------------------------------------
+# Double buffering (ibp_fetch_decode_db_*): the next row staged while the current one decodes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["copies at wait", "copies at issue"])
+def copy_mode(request, lib):
+    """Run the asynchronous copies when their group is waited for (a read before the wait
+    sees stale bytes), or at once (a buffer overwritten while lanes read it can show)."""
+    lib.simt_set_copy_at_issue(ctypes.c_int(request.param == "copies at issue"))
+    yield request.param
+    lib.simt_set_copy_at_issue(ctypes.c_int(0))
+
+
+@pytest.mark.parametrize(
+    "word_bytes,align,clusters,offsets_dtype",
+    [(4, "auto", 1, None), (8, 16, 3, None), (4, 1, 2, "<u8"), (8, 4, 1, "<u8")],
+)
+def test_double_buffered_kernel_matches_the_numpy_decoder(
+    lib, tmp_path, copy_mode, word_bytes, align, clusters, offsets_dtype
+) -> None:
+    rng = np.random.default_rng(40 + word_bytes + clusters)
+    kinds: set[str] = set()
+    for name, x in _tables(rng):
+        table = ibp_graph.compress(
+            x, tmp_path / "t.ibp", word_bytes=word_bytes, align=align, clusters=clusters
+        )
+        ids = rng.integers(0, x.shape[0], 90)
+        ids[:3] = [0, x.shape[0] - 1, 0]  # ends and a repeat
+        kinds |= _row_kinds(table, ids)
+        # One block of two warps: 45 rows a warp, each staged while the one before decodes.
+        out, error = fetch_on_host(
+            lib, table, ids, grid=1, offsets_dtype=offsets_dtype, double_buffer=True
+        )
+        assert error.tolist() == [0, 0], name
+        want = np.ascontiguousarray(x[ids]).view(np.uint8).reshape(ids.size, -1)
+        assert np.array_equal(out, want), f"{name} ({copy_mode}): rows differ from the table"
+        table.close()
+    assert kinds == {"raw", "flat", "grouped"}
+
+
+def test_double_buffered_kernel_writes_what_the_one_buffer_kernel_writes(
+    lib, tmp_path, copy_mode
+) -> None:
+    """Bad ids, a corrupt row, output positions, warps with 0, 1 or many rows: same bytes."""
+    rng = np.random.default_rng(41)
+    x = (rng.random((40, 64)) < 0.1).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    lengths = np.diff(table.offsets) * table.align
+    encoded = (lengths > 4) & (lengths < 64 * 4)
+    encoded[0] = False
+    corrupt = int(np.argmax(encoded))
+    table._offsets = table.offsets.copy()
+    table._offsets[corrupt + 1 :] -= 2  # the row's fields now run past its stored length
+    ids = rng.integers(0, corrupt, 70)  # rows before `corrupt` keep their bytes
+    ids[[0, 9, 33, 69]] = [40, -1, corrupt, 1 << 40]  # bad first and last, a corrupt row
+    seen = set()
+    for n in (1, 2, 3, 5, 70):  # 4 warps: some with no row, one row, or many
+        part = ids[:n]
+        for how, idx, pos in [("identity", part, None), *_orders(rng, part)]:
+            want, want_err = fetch_on_host(lib, table, idx, grid=2, out_pos=pos)
+            got, err = fetch_on_host(lib, table, idx, grid=2, out_pos=pos, double_buffer=True)
+            assert err.tolist() == want_err.tolist(), f"{n} ids, {how}"
+            assert np.array_equal(got, want), f"{n} ids, {how}: rows differ"
+            seen.add(tuple(err.tolist()))
+    assert {(1, 0), (1, 34)} <= seen  # a bad id first; then a corrupt row as well
+    got, err = fetch_on_host(lib, table, ids, grid=1, warps=1, double_buffer=True)
+    assert err.tolist() == [1, 34] and (got[[0, 9, 33, 69]] == 0).all()
+    good = np.setdiff1d(np.arange(70), [0, 9, 33, 69])
+    assert np.array_equal(got[good], x[ids[good]].view(np.uint8).reshape(good.size, -1))
 
 
 def _raw_gather_on_host(

@@ -24,6 +24,7 @@ class SmemPlan:
     buf_words: int  # u32 words staging one row (16-byte chunks plus zeroed slack)
     bytes_per_warp: int
     warps_per_block: int
+    buffers: int = 1  # staging buffers per warp (2: double buffering)
 
     @property
     def bytes_per_block(self) -> int:
@@ -31,28 +32,37 @@ class SmemPlan:
         return self.bytes_per_warp * self.warps_per_block
 
 
-def smem_plan(num_words: int, word_bytes: int, align: int, max_smem: int) -> SmemPlan:
-    """Size the per-warp staging buffer for rows of ``num_words`` words.
+def smem_plan(
+    num_words: int, word_bytes: int, align: int, max_smem: int, buffers: int = 1
+) -> SmemPlan:
+    """Size the per-warp staging buffers for rows of ``num_words`` words.
 
     A stored row is at most ``align_up(V*T, align)`` bytes and may start anywhere in a 16-byte
     chunk, so it spans at most ``ceil((15 + that) / 16)`` chunks; two zero words follow for
-    reads that straddle the end. The V code bytes and C subgroup bytes come after.
+    reads that straddle the end. A warp has ``buffers`` such buffers (2: double buffering),
+    then the V code bytes and C subgroup bytes.
 
     Raises:
         ValueError: when one warp's share exceeds ``max_smem``.
     """
+    if buffers not in (1, 2):
+        raise ValueError(f"buffers must be 1 or 2, got {buffers!r}")
     raw = -(-num_words * word_bytes // align) * align
     chunks = -(-(15 + raw) // 16)
     buf_words = 4 * chunks + 4
     extra_words = -(-(num_words + -(-num_words // 32)) // 4)
-    per_warp = ((buf_words + extra_words + 3) & ~3) * 4
+    per_warp = ((buffers * buf_words + extra_words + 3) & ~3) * 4
     if per_warp > max_smem:
+        staged = "double-buffered " if buffers == 2 else ""
         raise ValueError(
-            f"rows of {num_words * word_bytes} bytes need {per_warp} bytes of shared memory "
-            f"per warp, more than the {max_smem} this GPU gives a block; use the raw gather"
+            f"{staged}rows of {num_words * word_bytes} bytes need {per_warp} bytes of shared "
+            f"memory per warp, more than the {max_smem} this GPU gives a block; use the raw "
+            "gather" + (" or one buffer" if buffers == 2 else "")
         )
     warps = max(1, min(MAX_WARPS_PER_BLOCK, max_smem // per_warp))
-    return SmemPlan(buf_words=buf_words, bytes_per_warp=per_warp, warps_per_block=warps)
+    return SmemPlan(
+        buf_words=buf_words, bytes_per_warp=per_warp, warps_per_block=warps, buffers=buffers
+    )
 
 
 def codec_prefixes(
@@ -167,19 +177,22 @@ class DeviceCodec:
             )
         )
 
-    def plan(self, max_smem: int) -> SmemPlan:
+    def plan(self, max_smem: int, buffers: int = 1) -> SmemPlan:
         """The shared-memory plan of this table for a block limit of ``max_smem`` (cached)."""
-        return _cached_plan(self.num_words, self.word_bytes, self.align, int(max_smem))
+        return _cached_plan(self.num_words, self.word_bytes, self.align, int(max_smem), buffers)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_plan(num_words: int, word_bytes: int, align: int, max_smem: int) -> SmemPlan:
-    return smem_plan(num_words, word_bytes, align, max_smem)
+def _cached_plan(
+    num_words: int, word_bytes: int, align: int, max_smem: int, buffers: int
+) -> SmemPlan:
+    return smem_plan(num_words, word_bytes, align, max_smem, buffers)
 
 
-def _entry(codec: DeviceCodec) -> str:
+def _entry(codec: DeviceCodec, double_buffer: bool) -> str:
     o = 8 if codec.offsets.dtype == torch.int64 else 4
-    return f"ibp_fetch_decode_w{codec.word_bytes}_o{o}"
+    db = "db_" if double_buffer else ""
+    return f"ibp_fetch_decode_{db}w{codec.word_bytes}_o{o}"
 
 
 def check_idx(idx: torch.Tensor, device: torch.device) -> None:
@@ -251,6 +264,7 @@ def fetch_decode(
     out_pos: torch.Tensor | None = None,
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
+    double_buffer: bool = False,
 ) -> None:
     """Decode rows ``idx`` of a table into ``out`` on ``stream`` (the current one if None).
 
@@ -275,6 +289,10 @@ def fetch_decode(
         stream: the torch stream to launch on (default: None, the current one).
         max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM, never
             more than the device holds at once).
+        double_buffer: launch the double-buffered kernel (default: False): each warp stages
+            its next row with asynchronous copies (``cp.async``, sm_80 and newer) while it
+            decodes the current one, in twice the staging shared memory. Same output and
+            errors, bit for bit.
 
     Raises:
         ValueError: a tensor has the wrong device, type, shape or alignment (named), or a row
@@ -296,13 +314,13 @@ def fetch_decode(
         return
     props = torch.cuda.get_device_properties(device)
     max_smem = int(getattr(props, "shared_memory_per_block_optin", DEFAULT_SMEM))
-    plan = codec.plan(max_smem)
+    plan = codec.plan(max_smem, 2 if double_buffer else 1)
     threads = WARP * plan.warps_per_block
     offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, free_prefix = codec.const_args
     # The kernel, its attribute, the DLPack views and the launch all in device's context, on
     # the launch stream (see runtime.cupy_stream).
     with cupy_stream(stream, device):
-        fn = kernel(SOURCE, _entry(codec), device.index)
+        fn = kernel(SOURCE, _entry(codec, double_buffer), device.index)
         if plan.bytes_per_block > DEFAULT_SMEM:
             fn.max_dynamic_shared_size_bytes = plan.bytes_per_block
         grid = grid_size(

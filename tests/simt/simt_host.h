@@ -92,6 +92,38 @@ inline long long atomicMin(long long* address, long long val) {
     return old;
 }
 
+// Asynchronous copies (cuda/fetch_decode.cu's copy_async16 / commit / wait_one). Each lane
+// keeps its committed groups; by default a copy happens only when a wait retires its group,
+// so a kernel that reads a staged buffer before waiting for it reads stale bytes. With
+// `simt_copy_at_issue` a copy happens at once instead, so a kernel that overwrites a buffer
+// other lanes are still reading (a missing __syncwarp) can show.
+#define IBP_ASYNC_COPY_DEFINED
+struct PendingCopy {
+    void* dst;
+    const void* src;
+};
+inline thread_local std::vector<PendingCopy> simt_open_group;
+inline thread_local std::vector<std::vector<PendingCopy>> simt_groups;
+inline bool simt_copy_at_issue = false;
+
+inline void copy_async16(void* dst, const void* src) {
+    if (simt_copy_at_issue) {
+        std::memcpy(dst, src, 16);
+    } else {
+        simt_open_group.push_back({dst, src});
+    }
+}
+inline void copy_async_commit() {
+    simt_groups.push_back(std::move(simt_open_group));
+    simt_open_group.clear();
+}
+inline void copy_async_wait_one() {
+    while (simt_groups.size() > 1) {
+        for (const PendingCopy& c : simt_groups.front()) std::memcpy(c.dst, c.src, 16);
+        simt_groups.erase(simt_groups.begin());
+    }
+}
+
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }

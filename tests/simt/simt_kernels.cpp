@@ -4,7 +4,11 @@
 #include "../../cuda/fetch_decode.cu"
 #include "../../cuda/raw_gather.cu"
 
-extern "C" void simt_fetch_decode(int word_bytes, int offset_bytes, const void* rows,
+// Copies of the double-buffered kernel: at once (1) or when waited for (0, the default).
+extern "C" void simt_set_copy_at_issue(int at_issue) { simt_copy_at_issue = at_issue != 0; }
+
+// buffers: 1 (ibp_fetch_decode_*) or 2 (ibp_fetch_decode_db_*).
+extern "C" void simt_fetch_decode(int buffers, int word_bytes, int offset_bytes, const void* rows,
                                   const void* offsets, const void* cluster_ids,
                                   const void* masks, const void* code_bits,
                                   const void* bitvals, const void* code_prefix,
@@ -21,24 +25,24 @@ extern "C" void simt_fetch_decode(int word_bytes, int offset_bytes, const void* 
     auto o = static_cast<u8*>(out);
     auto cp = static_cast<const u32*>(code_prefix);
     auto fp = static_cast<const u32*>(free_prefix);
+#define IBP_SIMT_FETCH(NAME, W, O)                                                           \
+    NAME(r, (const O*)offsets, cid, (const W*)masks, cb, (const W*)bitvals, cp, fp, ix, op, o, \
+         error, n, num_rows, V, E, align, row_bytes, buf_words)
     simt_launch(grid, block, shared, [&] {
-        if (word_bytes == 4 && offset_bytes == 4)
-            ibp_fetch_decode_w4_o4(r, (const u32*)offsets, cid, (const u32*)masks, cb,
-                                   (const u32*)bitvals, cp, fp, ix, op, o, error, n, num_rows, V,
-                                   E, align, row_bytes, buf_words);
-        else if (word_bytes == 4)
-            ibp_fetch_decode_w4_o8(r, (const u64*)offsets, cid, (const u32*)masks, cb,
-                                   (const u32*)bitvals, cp, fp, ix, op, o, error, n, num_rows, V,
-                                   E, align, row_bytes, buf_words);
-        else if (offset_bytes == 4)
-            ibp_fetch_decode_w8_o4(r, (const u32*)offsets, cid, (const u64*)masks, cb,
-                                   (const u64*)bitvals, cp, fp, ix, op, o, error, n, num_rows, V,
-                                   E, align, row_bytes, buf_words);
-        else
-            ibp_fetch_decode_w8_o8(r, (const u64*)offsets, cid, (const u64*)masks, cb,
-                                   (const u64*)bitvals, cp, fp, ix, op, o, error, n, num_rows, V,
-                                   E, align, row_bytes, buf_words);
+        const int variant = (buffers == 2 ? 4 : 0) + (word_bytes == 8 ? 2 : 0) +
+                            (offset_bytes == 8 ? 1 : 0);
+        switch (variant) {
+            case 0: IBP_SIMT_FETCH(ibp_fetch_decode_w4_o4, u32, u32); break;
+            case 1: IBP_SIMT_FETCH(ibp_fetch_decode_w4_o8, u32, u64); break;
+            case 2: IBP_SIMT_FETCH(ibp_fetch_decode_w8_o4, u64, u32); break;
+            case 3: IBP_SIMT_FETCH(ibp_fetch_decode_w8_o8, u64, u64); break;
+            case 4: IBP_SIMT_FETCH(ibp_fetch_decode_db_w4_o4, u32, u32); break;
+            case 5: IBP_SIMT_FETCH(ibp_fetch_decode_db_w4_o8, u32, u64); break;
+            case 6: IBP_SIMT_FETCH(ibp_fetch_decode_db_w8_o4, u64, u32); break;
+            default: IBP_SIMT_FETCH(ibp_fetch_decode_db_w8_o8, u64, u64); break;
+        }
     });
+#undef IBP_SIMT_FETCH
 }
 
 // vec: 16, 8, 4, 2 or 1 (the vector entry points), 0 for ibp_raw_gather_lines; out_pos may
