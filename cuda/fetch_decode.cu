@@ -161,24 +161,26 @@ struct Staged {
     u64 len;    // stored bytes
 };
 
-// Stage the 16-byte-aligned span holding the stored row of request `r` into `buf` (u32
-// words), then two zero words for reads that straddle its end. ASYNC: with `copy_async16`
-// (the caller commits and waits); otherwise with plain loads (the caller syncs the warp).
-template <bool ASYNC, typename O>
-__device__ __forceinline__ Staged stage_row(const u8* __restrict__ rows,
-                                            const O* __restrict__ offsets,
-                                            const i64* __restrict__ idx, i64 r, i64 num_rows,
-                                            int align, u32* buf, int lane) {
-    Staged s;
-    s.row = idx[r];
-    s.start = 0;
-    s.len = 0;
-    if (s.row < 0 || s.row >= num_rows) {
-        s.row = -1;
-        return s;
+// The stored span of row `id` (its two offsets read), or row -1 when `id` is out of range.
+template <typename O>
+__device__ __forceinline__ Staged locate_row(const O* __restrict__ offsets, i64 id,
+                                             i64 num_rows, int align) {
+    Staged s = {-1, 0, 0};
+    if (id >= 0 && id < num_rows) {
+        s.row = id;
+        s.start = (u64)offsets[id] * (u64)align;
+        s.len = (u64)offsets[id + 1] * (u64)align - s.start;
     }
-    s.start = (u64)offsets[s.row] * (u64)align;
-    s.len = (u64)offsets[s.row + 1] * (u64)align - s.start;
+    return s;
+}
+
+// Stage the 16-byte-aligned span holding row `s` (nothing for row -1) into `buf` (u32 words),
+// then two zero words for reads that straddle its end. ASYNC: with `copy_async16` (the caller
+// commits and waits); otherwise with plain loads (the caller syncs the warp).
+template <bool ASYNC>
+__device__ __forceinline__ void stage_row(const u8* __restrict__ rows, const Staged& s,
+                                          u32* buf, int lane) {
+    if (s.row < 0) return;
     const u64 first = s.start & ~15ull;
     const int chunks = (int)((s.start + s.len - first + 15) >> 4);
     const uint4* src = reinterpret_cast<const uint4*>(rows + first);
@@ -191,7 +193,6 @@ __device__ __forceinline__ Staged stage_row(const u8* __restrict__ rows,
         }
     }
     if (lane < 2) buf[chunks * 4 + lane] = 0u;
-    return s;
 }
 
 template <typename W>
@@ -337,26 +338,34 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     const i64 step = (i64)gridDim.x * warps;
     i64 r = (i64)blockIdx.x * warps + warp;
 
-    Staged s = {-1, 0, 0};
+    // BUFFERS 2 runs a software pipeline over the warp's requests r, r + step, ...: while
+    // request r decodes, the copies of r + step are in flight (its offsets were read one
+    // request earlier) and so are the offsets of r + 2 step (its id read one request earlier)
+    // and the id of r + 3 step, so no dependent load waits between two decodes.
+    Staged s = {-1, 0, 0}, s1 = {-1, 0, 0};
+    i64 id2 = -1;
     if (BUFFERS == 2) {
-        if (r < n) s = stage_row<true>(rows, offsets, idx, r, num_rows, align, buf, lane);
+        if (r < n) s = locate_row(offsets, idx[r], num_rows, align);
+        if (r + step < n) s1 = locate_row(offsets, idx[r + step], num_rows, align);
+        if (r + 2 * step < n) id2 = idx[r + 2 * step];
+        stage_row<true>(rows, s, buf, lane);
         copy_async_commit();
     }
     for (int b = 0; r < n; r += step, b ^= (BUFFERS - 1)) {
         const u32* cur = buf + b * buf_words;
-        Staged next = s;
+        Staged s2 = {-1, 0, 0};
         if (BUFFERS == 2) {
-            // Stage the next row into the other buffer (the warp is done reading it: the
-            // __syncwarp ending the last iteration), then wait for this row's copies: every
-            // group but the one just committed.
-            if (r + step < n) {
-                next = stage_row<true>(rows, offsets, idx, r + step, num_rows, align,
-                                       buf + (b ^ 1) * buf_words, lane);
-            }
+            // Stage the next request into the other buffer (the warp is done reading it: the
+            // __syncwarp ending the last iteration) and read ahead, then wait for this row's
+            // copies: every group but the one just committed.
+            stage_row<true>(rows, s1, buf + (b ^ 1) * buf_words, lane);
             copy_async_commit();
+            if (r + 2 * step < n) s2 = locate_row(offsets, id2, num_rows, align);
+            id2 = r + 3 * step < n ? idx[r + 3 * step] : -1;
             copy_async_wait_one();
         } else {
-            s = stage_row<false>(rows, offsets, idx, r, num_rows, align, buf, lane);
+            s = locate_row(offsets, idx[r], num_rows, align);
+            stage_row<false>(rows, s, buf, lane);
         }
         const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
         u8* out_row = out + p * (i64)row_bytes;
@@ -370,7 +379,8 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
                           word_aligned, lane);
         }
         __syncwarp();  // done with `cur` and the scratch before they are written again
-        s = next;
+        s = s1;
+        s1 = s2;
     }
 }
 #define IBP_FETCH_DECODE(NAME, W, O, BUFFERS)                                                \

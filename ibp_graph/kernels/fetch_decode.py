@@ -291,8 +291,8 @@ def fetch_decode(
             more than the device holds at once).
         double_buffer: launch the double-buffered kernel (default: False): each warp stages
             its next row with asynchronous copies (``cp.async``, sm_80 and newer) while it
-            decodes the current one, in twice the staging shared memory. Same output and
-            errors, bit for bit.
+            decodes the current one, and reads the ids and offsets of the rows after it
+            ahead, in twice the staging shared memory. Same output and errors, bit for bit.
 
     Raises:
         ValueError: a tensor has the wrong device, type, shape or alignment (named), or a row
