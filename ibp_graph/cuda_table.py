@@ -138,29 +138,11 @@ def launch_fetch(
     gather when ``bypass`` (see `raw_bypass`). Row ``idx[r]`` goes to row ``out_pos[r]`` of
     ``out`` (``r`` when ``out_pos`` is None).
     """
+    where = {"out_pos": out_pos, "stream": stream, "max_blocks": max_blocks}
     if bypass:
-        raw_gather(
-            codec.rows_ptr,
-            codec.num_rows,
-            codec.row_bytes,
-            idx,
-            out,
-            error,
-            out_pos=out_pos,
-            stream=stream,
-            max_blocks=max_blocks,
-        )
-        return
-    fetch_decode(
-        codec,
-        idx,
-        out,
-        error,
-        out_pos=out_pos,
-        stream=stream,
-        max_blocks=max_blocks,
-        double_buffer=double_buffer,
-    )
+        raw_gather(codec.rows_ptr, codec.num_rows, codec.row_bytes, idx, out, error, **where)
+    else:
+        fetch_decode(codec, idx, out, error, double_buffer=double_buffer, **where)
 
 
 def raw_bypass(table: IBPTable) -> bool:

@@ -448,6 +448,20 @@ def numpy_kernels(monkeypatch):
     monkeypatch.setattr(cuda_table, "fetch_decode", numpy_fetch_decode)
 
 
+def fake_gpu_run(argv: list[str], tmp_path: Path, start: float | None = None) -> dict:
+    """`fetch.run_cases` over the cases of ``argv`` with the stand-in CUDA: the JSON written."""
+    args = fetch.parse_args([*argv, "--out", str(tmp_path)])
+    cases, note = fetch.build_cases(args)
+    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
+    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
+                                args, "Fake GPU", note)  # fmt: skip
+    try:
+        fetch.run_cases(bench, cases, payload, "fetch-fake", start=start)
+    finally:
+        bench.close()
+    return json.loads((tmp_path / "fetch-fake.json").read_text())
+
+
 def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
     args = fetch.parse_args([*SMALL, "--out", str(tmp_path)])
     cases, note = fetch.build_cases(args)
@@ -497,18 +511,7 @@ def test_gpu_run_with_sorted_ids_beside_the_unsorted(numpy_kernels, monkeypatch,
     monkeypatch.setattr(gather, "raw_gather", recording(numpy_raw_gather, 3))
     monkeypatch.setattr(cuda_table, "raw_gather", recording(numpy_raw_gather, 3))
     monkeypatch.setattr(cuda_table, "fetch_decode", recording(numpy_fetch_decode, 1))
-    argv = [*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids", "--out", str(tmp_path)]
-    args = fetch.parse_args(argv)
-    assert args.sort_ids
-    cases, note = fetch.build_cases(args)
-    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
-    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
-                                args, "Fake GPU", note)  # fmt: skip
-    try:
-        fetch.run_cases(bench, cases, payload, "fetch-fake")
-    finally:
-        bench.close()
-    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    doc = fake_gpu_run([*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids"], tmp_path)
     assert doc["complete"] and doc["settings"]["sort_ids"] is True
     assert len(doc["cases"]) == 2 * 2 * 2  # 2 widths x 2 kinds x 2 batches, one run
     for r in doc["cases"]:
@@ -543,19 +546,9 @@ def test_gpu_run_with_double_buffer_beside_one_buffer(numpy_kernels, monkeypatch
         return numpy_fetch_decode(codec, idx, out, error, double_buffer=double_buffer, **kw)
 
     monkeypatch.setattr(cuda_table, "fetch_decode", staged)
-    argv = [*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids", "--double-buffer",
-            "--out", str(tmp_path)]  # fmt: skip
-    args = fetch.parse_args(argv)
-    assert args.double_buffer and args.sort_ids
-    cases, note = fetch.build_cases(args)
-    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
-    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
-                                args, "Fake GPU", note)  # fmt: skip
-    try:
-        fetch.run_cases(bench, cases, payload, "fetch-fake")
-    finally:
-        bench.close()
-    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    argv = [*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids", "--double-buffer"]
+    doc = fake_gpu_run(argv, tmp_path)
+    assert doc["settings"]["sort_ids"] is True
     assert doc["complete"] and doc["settings"]["double_buffer"] is True
     assert len(doc["cases"]) == 2 * 2 * 2  # 2 widths x 2 kinds x 2 batches, one run
     for r in doc["cases"]:
@@ -585,32 +578,14 @@ def test_gpu_run_double_buffered_output_is_checked(numpy_kernels, monkeypatch, t
             out.view(torch.uint8).view(-1)[0] ^= 1
 
     monkeypatch.setattr(cuda_table, "fetch_decode", wrong_when_staged)
-    argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--double-buffer", "--out",
-            str(tmp_path)]  # fmt: skip
-    args = fetch.parse_args(argv)
-    cases, note = fetch.build_cases(args)
-    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
-    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
-                                args, "Fake GPU", note)  # fmt: skip
-    try:
-        fetch.run_cases(bench, cases, payload, "fetch-fake")
-    finally:
-        bench.close()
-    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--double-buffer"]
+    doc = fake_gpu_run(argv, tmp_path)
     assert doc["cases"] and not any(r["bit_identical"] for r in doc["cases"])
 
 
 def test_time_budget_stops_before_a_case(numpy_kernels, tmp_path: Path) -> None:
-    args = fetch.parse_args([*SMALL, "--out", str(tmp_path), "--time-budget", "0"])
-    cases, note = fetch.build_cases(args)
-    bench = fetch.Bench(args, torch.device("cpu"), FakeCuda())
-    payload = fetch.new_payload({"device": "h", "git_commit": "x", "date": "d", "command": "c"},
-                                args, "Fake GPU", note)  # fmt: skip
-    try:
-        fetch.run_cases(bench, cases, payload, "fetch-fake", start=0.0)
-    finally:
-        bench.close()
-    doc = json.loads((tmp_path / "fetch-fake.json").read_text())
+    doc = fake_gpu_run([*SMALL, "--time-budget", "0"], tmp_path, start=0.0)
+    cases, _ = fetch.build_cases(fetch.parse_args(SMALL))
     assert not doc["complete"] and doc["cases"] == []
     assert doc["skipped"] == [c.name for c in cases] and "time budget" in doc["stopped"]
     assert "not run (time budget)" in (tmp_path / "fetch-fake.md").read_text()

@@ -283,16 +283,26 @@ def test_bad_ids_with_out_pos_report_the_callers_first_position(lib, tmp_path) -
             assert np.array_equal(got, want), how  # zeros at the caller's bad positions
 
 
-def test_a_corrupt_row_with_out_pos_reports_the_callers_position(lib, tmp_path) -> None:
-    rng = np.random.default_rng(4)
+def _with_a_corrupt_row(tmp_path, seed: int) -> tuple[ibp_graph.IBPTable, np.ndarray, int]:
+    """A table of 40 rows, one of them (not row 0) encoded and cut 2 bytes short, so that its
+    fields run past its stored length: ``(table, rows, that row)``. Rows before it keep their
+    bytes."""
+    rng = np.random.default_rng(seed)
     x = (rng.random((40, 64)) < 0.1).astype(np.float32)
     table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
     lengths = np.diff(table.offsets) * table.align
     encoded = (lengths > 4) & (lengths < 64 * 4)
     encoded[0] = False
-    row, good = int(np.argmax(encoded)), 0  # rows before `row` keep their bytes
+    row = int(np.argmax(encoded))
     table._offsets = table.offsets.copy()
-    table._offsets[row + 1 :] -= 2  # the row's fields now run past its stored length
+    table._offsets[row + 1 :] -= 2
+    return table, x, row
+
+
+def test_a_corrupt_row_with_out_pos_reports_the_callers_position(lib, tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    table, x, row = _with_a_corrupt_row(tmp_path, 4)
+    good = 0
     ids = np.array([good, good, row, good, row])
     reverse = np.arange(ids.size)[::-1].copy()  # the corrupt row at 4 is met first
     for idx, pos in [(ids[reverse], reverse)] + [(i, p) for _, i, p in _orders(rng, ids)]:
@@ -348,14 +358,7 @@ def test_double_buffered_kernel_writes_what_the_one_buffer_kernel_writes(
 ) -> None:
     """Bad ids, a corrupt row, output positions, warps with 0, 1 or many rows: same bytes."""
     rng = np.random.default_rng(41)
-    x = (rng.random((40, 64)) < 0.1).astype(np.float32)
-    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
-    lengths = np.diff(table.offsets) * table.align
-    encoded = (lengths > 4) & (lengths < 64 * 4)
-    encoded[0] = False
-    corrupt = int(np.argmax(encoded))
-    table._offsets = table.offsets.copy()
-    table._offsets[corrupt + 1 :] -= 2  # the row's fields now run past its stored length
+    table, x, corrupt = _with_a_corrupt_row(tmp_path, 41)
     ids = rng.integers(0, corrupt, 70)  # rows before `corrupt` keep their bytes
     ids[[0, 9, 33, 69]] = [40, -1, corrupt, 1 << 40]  # bad first and last, a corrupt row
     seen = set()
