@@ -22,7 +22,21 @@
 #              tests/test_sampler_hop_host.py), at most 150 s per tool.
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
-#              unsorted ones: the tables' sort_ids); no case starts after 330 s.
+#              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
+#              also with the double-buffered kernel: the tables' double_buffer): 8 GPU
+#              timings per batch besides the baselines, 2 of them double-buffered (about 1-2 s
+#              more per case, so the last real tables may not start); no case starts after
+#              330 s.
+#   profile    about 3-5 min: Nsight Compute (ncu --clock-control none) over
+#              benchmarks/profile_fetch.py: on 4 tables of 1 GiB (dense, sparse and bf16 512 B
+#              rows; 5,732 B bag-of-words rows) one batch of 100,000 ids each, fetched by the
+#              raw gather, the fused fetch one-buffer and double-buffered, and both from GPU
+#              memory: 20 launches, each after an unprofiled warm-up. Sections SpeedOfLight,
+#              MemoryWorkloadAnalysis, WarpStateStats, SchedulerStats, Occupancy, LaunchStats,
+#              InstructionStats, plus PCIe reads and each stall reason's share of active warp
+#              cycles (run again without those metrics if this ncu refuses one); then
+#              profile.md: per launch, duration, throughputs, occupancy, registers, top stalls,
+#              instructions per row.
 #   pages      about 2 min: the fetch benchmark's 512 B cases with small (4 KiB) pages, to
 #              compare with the huge pages of `fetch`.
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
@@ -47,6 +61,7 @@
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
 # times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; fetch and
 # pages: pages.log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
+# profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
 # overlap: overlap.log + overlap-cuda.{json,md,png}; fused: fused.log + 3 in fused/.
 #
@@ -63,7 +78,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch pages lanes sampling e2e overlap fused ddp synthetic)
+ALL_STAGES=(smoke tests sanitize fetch profile pages lanes sampling e2e overlap fused ddp synthetic)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -73,7 +88,7 @@ files() {
     smoke | tests | sanitize) echo 1 ;;
     ddp) echo 3 ;;
     fetch | pages | sampling) echo 3 ;;
-    lanes) echo 5 ;;
+    lanes | profile) echo 5 ;;
     e2e | overlap | fused | synthetic) echo 4 ;;
     esac
 }
@@ -84,7 +99,7 @@ minutes() {
     smoke) echo 2 ;;
     tests | sanitize) echo 6 ;;
     fetch) echo 6 ;;
-    synthetic) echo 5 ;;
+    synthetic | profile) echo 5 ;;
     overlap) echo 4 ;;
     pages | sampling | e2e | fused | ddp) echo 2 ;;
     lanes) echo 3 ;;
@@ -125,8 +140,8 @@ plan() {
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; 30 minutes of GPU time get through the first three or four).
-CALLS=("smoke tests" "sanitize" "fetch sampling" "e2e ddp" "overlap" "synthetic" "fused pages"
-    "lanes")
+CALLS=("smoke tests" "sanitize" "fetch sampling" "profile" "e2e ddp" "overlap" "synthetic"
+    "fused pages" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -247,10 +262,9 @@ fi
 # The limit is cut so that the whole script ends DEADLINE seconds after its start (the
 # device kills a command at 600 s); a command with no time left is not started (rc 124).
 run() {
-    local limit=$1 log=$2 left
+    local limit log=$2
+    limit=$(capped "$1")
     shift 2
-    left=$((DEADLINE - SECONDS - 25))
-    if [ "$left" -lt "$limit" ]; then limit=$left; fi
     if [ "$limit" -le 10 ]; then
         echo "not started, no time left before the ${DEADLINE} s deadline: $*" |
             tee -a "$OUT/$log"
@@ -259,12 +273,65 @@ run() {
     timeout -s INT -k 15 "$limit" "$@" 2>&1 | tee -a "$OUT/$log"
 }
 
+# capped SECONDS: SECONDS, or less so that the script ends DEADLINE seconds after its start.
+capped() {
+    local left=$((DEADLINE - SECONDS - 25))
+    if [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+
+# find_ncu: the Nsight Compute command line (on the PATH, or where CUDA images put it).
+find_ncu() {
+    local c
+    for c in "$(command -v ncu)" /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+        if [ -n "$c" ] && [ -x "$c" ]; then
+            echo "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# ncu_csv NCU REPORT CSV: the report's details page as CSV into CSV (with the sections'
+# bodies where this ncu prints them: --print-details), ncu's errors into profile.log.
+ncu_csv() {
+    local ncu=$1 report=$2 csv=$3 limit details
+    limit=$(capped 120)
+    if [ "$limit" -le 10 ]; then
+        echo "not started, no time left: the CSV of $report" | tee -a "$OUT/profile.log"
+        return 124
+    fi
+    for details in all ""; do
+        if timeout -k 10 "$limit" "$ncu" --import "$report" --csv --page details \
+            --print-units base ${details:+--print-details "$details"} \
+            >"$csv" 2>>"$OUT/profile.log"; then
+            return 0
+        fi
+    done
+    return 1
+}
+
 # gpu_test_files: the test files holding gpu-marked tests (the smoke file has its stage).
 gpu_test_files() {
     grep -l "pytest.mark.gpu" tests/test_*.py | grep -v "tests/test_gpu_smoke.py"
 }
 
 PYTEST=(python3 -m pytest -p no:cacheprovider -q -rfEs)
+# The profile stage's ncu: the clocks left alone (--clock-control none); only launches inside
+# benchmarks/profile_fetch.py's cudaProfilerStart/Stop windows (--profile-from-start off), so
+# not its warm-ups, and of those only the fetch kernels.
+NCU_ARGS=(--clock-control none --profile-from-start off --target-processes all
+    --kernel-name "regex:ibp_(fetch_decode|raw_gather)" --section SpeedOfLight
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats
+    --section Occupancy --section LaunchStats --section InstructionStats)
+# Besides the sections: PCIe reads, DRAM reads, and each stall reason's share of active warp
+# cycles.
+NCU_METRICS=pcie__read_bytes.sum,pcie__read_bytes.sum.per_second
+NCU_METRICS+=,pcie__read_bytes.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum
+for reason in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle \
+    long_scoreboard math_pipe_throttle membar mio_throttle misc no_instruction not_selected \
+    short_scoreboard sleeping tex_throttle wait; do
+    NCU_METRICS+=,smsp__warp_issue_stalled_${reason}_per_warp_active.pct
+done
 status=0
 for stage in "${STAGES[@]}"; do
     echo "== $stage" | tee -a "$SUMMARY"
@@ -306,7 +373,41 @@ for stage in "${STAGES[@]}"; do
     fetch)
         run 420 fetch.log python3 benchmarks/fetch.py --table-gb 4 --batch 100000,1000000 \
             --max-batch-gb 1 --repeats 10 --torch-repeats 3 --time-budget 330 --sort-ids \
-            --out "$OUT" || rc=$?
+            --double-buffer --out "$OUT" || rc=$?
+        ;;
+    profile)
+        if ! ncu=$(find_ncu); then
+            echo "profile: ncu (Nsight Compute) is not on the PATH" | tee -a "$OUT/profile.log"
+            rc=4
+        else
+            "$ncu" --version 2>&1 | tail -1 | tee -a "$SUMMARY"
+            rm -f "$OUT/ncu-fetch.ncu-rep"
+            nrc=0
+            run 360 profile.log "$ncu" "${NCU_ARGS[@]}" --metrics "$NCU_METRICS" \
+                --export "$OUT/ncu-fetch" --force-overwrite \
+                python3 benchmarks/profile_fetch.py --manifest "$OUT/profile-manifest.json" ||
+                nrc=$?
+            if [ ! -s "$OUT/ncu-fetch.ncu-rep" ] &&
+                grep -qi "==ERROR==.*metric" "$OUT/profile.log"; then
+                # A metric this ncu does not know stops it before any result.
+                echo "-- ncu rc=$nrc, no report: again with the sections alone" |
+                    tee -a "$OUT/profile.log"
+                nrc=0
+                run 300 profile.log "$ncu" "${NCU_ARGS[@]}" --export "$OUT/ncu-fetch" \
+                    --force-overwrite python3 benchmarks/profile_fetch.py \
+                    --manifest "$OUT/profile-manifest.json" || nrc=$?
+            fi
+            if [ "$nrc" -ne 0 ]; then rc=1; fi
+            if [ -s "$OUT/ncu-fetch.ncu-rep" ]; then
+                ncu_csv "$ncu" "$OUT/ncu-fetch.ncu-rep" "$OUT/ncu-fetch.csv" || rc=1
+                run 60 profile.log python3 benchmarks/profile_fetch.py --summarise \
+                    "$OUT/ncu-fetch.csv" "$OUT/profile-manifest.json" --out "$OUT/profile.md" ||
+                    rc=$?
+            else
+                echo "profile: ncu wrote no report (see profile.log)" | tee -a "$SUMMARY"
+                rc=1
+            fi
+        fi
         ;;
     pages)
         run 200 pages.log python3 benchmarks/fetch.py --pages small --table-gb 4 \

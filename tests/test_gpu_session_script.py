@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import e2e, fetch, overlap
+from benchmarks import e2e, fetch, overlap, profile_fetch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
@@ -27,6 +27,7 @@ STAGES = (
     "tests",
     "sanitize",
     "fetch",
+    "profile",
     "pages",
     "lanes",
     "sampling",
@@ -56,19 +57,27 @@ def stage_commands() -> dict[str, list[list[str]]]:
     """The python benchmark command lines of each stage, with the script's variables filled."""
     text = SCRIPT.read_text().replace("\\\n", " ")
     found: dict[str, list[list[str]]] = {}
-    for m in re.finditer(r"python3 benchmarks/(\w+)\.py (.*?)\|\|\s*rc", text, re.S):
+    for m in re.finditer(r"python3 benchmarks/(\w+)\.py (.*?)\|\|\s*\w*rc=", text, re.S):
         argv = shlex.split(m.group(2))
         subst = {
             "$WORK": "/tmp/w",
-            "$OUT": "/tmp/o",
-            "$OUT/synthetic": "/tmp/o/synthetic",
-            "$OUT/fused": "/tmp/o/fused",
             "$WORK/overlap": "/tmp/w/overlap",
             "$features": "f.npy",
             "$raw_kernel": "vector",  # the loop of the lanes stage: auto, then vector
         }
-        found.setdefault(m.group(1), []).append([subst.get(a, a) for a in argv])
+        found.setdefault(m.group(1), []).append(
+            ["/tmp/o" + a[4:] if a.startswith("$OUT") else subst.get(a, a) for a in argv]
+        )
     return found
+
+
+def written_paths(argv: list[str]) -> list[str]:
+    """The files or folders a benchmark command line writes or reads under $OUT."""
+    paths = [argv[i + 1] for i, a in enumerate(argv) if a in ("--out", "--manifest")]
+    if "--summarise" in argv:
+        i = argv.index("--summarise")
+        paths += argv[i + 1 : i + 3]
+    return paths
 
 
 def test_syntax_and_every_stage_is_handled() -> None:
@@ -117,20 +126,33 @@ def test_files_written_per_stage_match_the_plan() -> None:
     # Benchmarks write straight under $OUT (results come back even when a stage is cut off).
     for name, argvs in stage_commands().items():
         for argv in argvs:
-            out = argv[argv.index("--out") + 1]
-            assert out.startswith("/tmp/o"), f"{name} writes to {out}, not under $OUT"
-            assert out.count("/") - "/tmp/o".count("/") <= 1  # at most one folder down
+            paths = written_paths(argv)
+            assert paths, f"{name} {argv} names no output"
+            for out in paths:
+                assert out.startswith("/tmp/o"), f"{name} writes to {out}, not under $OUT"
+                assert out.count("/") - "/tmp/o".count("/") <= 1  # at most one folder down
 
 
 def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     cmds = stage_commands()
-    assert set(cmds) == {"fetch", "sampling", "e2e", "overlap"}
+    assert set(cmds) == {"fetch", "sampling", "e2e", "overlap", "profile_fetch"}
+    driver, again, summarise = (profile_fetch.parse_args(c) for c in cmds["profile_fetch"])
+    for run in (driver, again):  # with the extra metrics, then with the sections alone
+        assert str(run.manifest) == "/tmp/o/profile-manifest.json" and not run.dry_run
+        assert run.cases == list(profile_fetch.CASES) and run.table_gb == 1.0
+        assert run.batch == 100_000 and run.summarise is None
+    assert [str(p) for p in summarise.summarise] == [
+        "/tmp/o/ncu-fetch.csv",
+        "/tmp/o/profile-manifest.json",
+    ]
+    assert str(summarise.out) == "/tmp/o/profile.md"
     (ov,) = (overlap.parse_args(c) for c in cmds["overlap"])
     assert ov.device == "cuda" and str(ov.out) == "/tmp/o" and ov.tables == ["dense", "sparse"]
     full, small_pages, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
     assert full.pages == "huge" and small_pages.pages == "small"
     assert full.raw_kernel == "auto" and lanes.raw_kernel == "vector"
     assert full.sort_ids and not small_pages.sort_ids and not lanes.sort_ids
+    assert full.double_buffer and not small_pages.double_buffer and not lanes.double_buffer
     assert "for raw_kernel in auto vector; do" in SCRIPT.read_text()
     assert all(w % 16 for w in lanes.widths) and lanes.tag == "lanes"
     for args in (full, small_pages, lanes):
@@ -200,6 +222,9 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
         covered |= set(stages)
     assert covered == set(STAGES)
     assert calls[0].endswith("smoke tests")  # the smoke test comes first
+    stages_of = [c.split("gpu_session.sh", 1)[1].split() for c in calls]
+    fetch_call = next(i for i, st in enumerate(stages_of) if "fetch" in st)
+    assert stages_of[fetch_call + 1] == ["profile"]  # the profile right after the fetch
     assert "prepare" in script("prepare", "smoke").stderr
 
 
@@ -244,3 +269,96 @@ def test_without_a_gpu_the_script_logs_the_machine_and_stops_clearly(tmp_path: P
     assert "commit: abc1234" in summary and "Stand-in, 1.0" in summary
     assert "torch 2." in summary or "torch sees no CUDA device" in summary
     assert sorted(p.name for p in out.iterdir()) == ["summary.txt"]
+
+
+def stand_in_tools(tmp_path: Path, csv_text: str) -> Path:
+    """python3, nvidia-smi and ncu stand-ins for the profile stage, in a folder for $PATH.
+
+    python3: pip and the GPU check pass; the driver plans (a dry run of one small case)
+    instead of profiling. ncu: runs the command it is given and writes a report; refuses
+    ``--metrics`` (as an ncu that does not know one does) when $NCU_REFUSE_METRICS is set;
+    ``--import`` prints ``csv_text``.
+    """
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "ncu.csv").write_text(csv_text)
+    py = shlex.quote(sys.executable)
+    fixture = shlex.quote(str(tmp_path / "ncu.csv"))
+    tools = {
+        "python3": (
+            'if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi\n'
+            'if [ "$1" = "-c" ]; then exit 0; fi\n'
+            'if [ "$1" = benchmarks/profile_fetch.py ] && [ "$2" = --manifest ]; then\n'
+            f'    exec {py} "$@" --dry-run --cases sparse-5pct-512B --table-gb 0.002 '
+            "--batch 500 --block-rows 64\n"
+            "fi\n"
+            f'exec {py} "$@"\n'
+        ),
+        "nvidia-smi": "echo 'name, driver_version'\necho 'Stand-in, 1.0'\n",
+        "ncu": (
+            'if [ "$1" = --version ]; then echo "ncu stand-in"; exit 0; fi\n'
+            f'if [ "$1" = --import ]; then cat {fixture}; exit 0; fi\n'
+            'echo "ncu $*" >>"$OUT/ncu-calls.txt"\n'
+            'if [ -n "$NCU_REFUSE_METRICS" ] && [[ " $* " == *" --metrics "* ]]; then\n'
+            '    echo "==ERROR== Failed to find metric regex:^nonesuch$"\n'
+            "    exit 1\n"
+            "fi\n"
+            'args=("$@")\n'
+            'for i in "${!args[@]}"; do\n'
+            '    case "${args[$i]}" in\n'
+            "    --export) report=${args[$((i + 1))]} ;;\n"
+            '    python3) "${args[@]:$i}" || exit $?; break ;;\n'
+            "    esac\n"
+            "done\n"
+            'echo report >"$report.ncu-rep"\n'
+        ),
+    }
+    for name, body in tools.items():
+        tool = bin_dir / name
+        tool.write_text("#!/usr/bin/env bash\n" + body)
+        tool.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("refuse_metrics", [False, True])
+def test_profile_stage_with_stand_in_tools(refuse_metrics: bool, tmp_path: Path) -> None:
+    """The profile stage end to end: ncu over the driver, the CSV, the summary, the files."""
+    csv_text = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+        '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+        '"Metric Value"\n'
+        '"0","1","python3","h","ibp_raw_gather_v16","1","7","(256, 1, 1)","(132, 1, 1)","0",'
+        '"9.0","GPU Speed Of Light Throughput","Duration","nsecond","10,000"\n'
+    )
+    bin_dir = stand_in_tools(tmp_path, csv_text)
+    out = tmp_path / "out"
+    env = {"NCU_REFUSE_METRICS": "1"} if refuse_metrics else {}
+    done = script(
+        "profile",
+        OUT=str(out),
+        IBP_GPU_WORK=str(tmp_path / "w"),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        **env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = (out / "ncu-calls.txt").read_text().splitlines()
+    (out / "ncu-calls.txt").unlink()  # the stand-in's record, not the stage's
+    assert len(calls) == (2 if refuse_metrics else 1)
+    assert "--metrics" in calls[0] and "--clock-control none" in calls[0]
+    assert ("--metrics" in calls[-1]) == (not refuse_metrics)
+    assert all("--profile-from-start off" in c for c in calls)
+    log = (out / "profile.log").read_text()
+    assert ("again with the sections alone" in log) == refuse_metrics
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(
+        ["summary.txt", "profile.log", "profile-manifest.json", "ncu-fetch.ncu-rep",
+         "ncu-fetch.csv", "profile.md"]
+    )  # fmt: skip
+    assert len(files) == _files(["profile"])
+    md = (out / "profile.md").read_text()
+    assert "| 0 | sparse-5pct-512B | raw | ibp_raw_gather_v16 | 500 | 512 | 10.0 | 25.6 |" in md
+    assert "ncu has 1 results and the manifest 5 profiled launches" in md
+    summary = (out / "summary.txt").read_text()
+    assert "ncu stand-in" in summary and "profile rc=0" in summary
