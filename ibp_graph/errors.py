@@ -2,11 +2,16 @@
 
 Every exception raised on purpose by the package derives from :class:`IBPError`, so callers can
 catch all of them at once. The two concrete kinds also derive from :class:`ValueError`, which keeps
-``except ValueError`` working for code that does not know about ibp-graph. `check_bool` is the
-one check of a flag argument that every layer shares.
+``except ValueError`` working for code that does not know about ibp-graph. `check_bool` and
+`check_choice` are the one check of a flag argument and of a named choice that every layer
+shares, so each kind of mistake is reported in one format.
 """
 
 from __future__ import annotations
+
+import enum
+
+import numpy as np
 
 __all__ = [
     "IBPDeviceError",
@@ -15,6 +20,7 @@ __all__ = [
     "IBPIndexError",
     "IBPInputError",
     "check_bool",
+    "check_choice",
 ]
 
 
@@ -47,11 +53,31 @@ class IBPDeviceError(IBPError, RuntimeError):
 
 
 def check_bool(name: str, value: object) -> bool:
-    """``value`` if it is a bool.
+    """``value`` as a plain bool if it is a bool or a ``numpy.bool_``.
 
     Raises:
-        IBPInputError: it is not (naming ``name`` and the type given).
+        IBPInputError: it is neither, e.g. ``"replace must be a bool, got 'int'"``.
     """
-    if not isinstance(value, bool):
+    if not isinstance(value, (bool, np.bool_)):
         raise IBPInputError(f"{name} must be a bool, got '{type(value).__name__}'")
+    return bool(value)
+
+
+def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``allowed``.
+
+    An enum member whose value is a string (such as PyG's ``SubgraphType``) counts as that
+    string, which is what is returned.
+
+    Raises:
+        IBPInputError: it is not, listing ``allowed`` and naming a string given by its repr
+            and anything else by its type, e.g. ``"draw must be one of 'once', 'per_hop',
+            got 'block'"`` or ``"draw must be one of 'once', 'per_hop', got 'int'"``.
+    """
+    if isinstance(value, enum.Enum) and isinstance(value.value, str):
+        value = value.value
+    if not isinstance(value, str) or value not in allowed:
+        got = repr(value) if isinstance(value, str) else f"'{type(value).__name__}'"
+        names = ", ".join(repr(a) for a in allowed)
+        raise IBPInputError(f"{name} must be one of {names}, got {got}")
     return value

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import IBPInputError
+from .errors import IBPInputError, check_bool
 
 __all__ = ["CSRGraph"]
 
@@ -183,8 +183,7 @@ class CSRGraph:
                 ``num_nodes < 1``.
         """
         ei = _as_edge_index(edge_index)
-        if not isinstance(add_reverse, bool):
-            raise IBPInputError(f"add_reverse must be a bool, got '{_type_name(add_reverse)}'")
+        add_reverse = check_bool("add_reverse", add_reverse)
         if indices_dtype not in _INDEX_DTYPES:
             raise IBPInputError(
                 f"indices_dtype must be torch.int64 or torch.int32, got {indices_dtype!r}"

@@ -43,7 +43,7 @@ import torch
 import torch.utils.data
 
 from .distributed import rank_share, share_size
-from .errors import IBPInputError, check_bool
+from .errors import IBPInputError, check_bool, check_choice
 from .graph import CSRGraph
 from .prefetch import LoaderStats, Prefetcher
 from .sampler import NeighborSampler, SampledBatch
@@ -188,18 +188,6 @@ def check_prefetch(prefetch: object) -> int:
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
         raise IBPInputError(f"prefetch must be an int >= 0, got {prefetch!r}")
     return prefetch
-
-
-def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    """``value`` if it is one of the strings ``allowed``.
-
-    Raises:
-        IBPInputError: it is not (naming ``name`` and the allowed values).
-    """
-    if not isinstance(value, str) or value not in allowed:
-        names = ", ".join(repr(a) for a in allowed)
-        raise IBPInputError(f"{name} must be one of {names}, got {value!r}")
-    return value
 
 
 def check_graph_memory(graph_memory: object) -> str:

@@ -59,7 +59,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from .errors import IBPInputError, check_bool
+from .errors import IBPInputError, check_bool, check_choice
 from .kernels.runtime import launch_marks
 from .pinned import release_deferred
 from .producer import BackgroundProducer
@@ -116,14 +116,12 @@ class LoaderStats:
     # -- counting ----------------------------------------------------------------------
     def add_seconds(self, stage: str, seconds: float) -> None:
         """Add host-measured seconds to ``stage`` (one of `STAGES`)."""
-        if stage not in STAGES:
-            raise IBPInputError(f"stage must be one of {STAGES}, got {stage!r}")
+        stage = check_choice("stage", stage, STAGES)
         setattr(self, f"{stage}_s", getattr(self, f"{stage}_s") + seconds)
 
     def add_interval(self, stage: str, start: torch.cuda.Event, end: torch.cuda.Event) -> None:
         """Add the time between two recorded timing events to ``stage``, read lazily."""
-        if stage not in STAGES:
-            raise IBPInputError(f"stage must be one of {STAGES}, got {stage!r}")
+        stage = check_choice("stage", stage, STAGES)
         self._pending.append((end, stage, start))
 
     def add_fetch(self, rows: int, stored: int | torch.Tensor, decoded: int) -> None:

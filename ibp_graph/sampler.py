@@ -35,7 +35,6 @@ graph and the GPU; ``benchmarks/sampling.py`` compares them.
 from __future__ import annotations
 
 import contextlib
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .errors import IBPDeviceError, IBPInputError
+from .errors import IBPDeviceError, IBPInputError, check_bool, check_choice
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
 from .kernels.sample_neighbors import CudaHopKernels, kernel_sample
@@ -172,25 +171,8 @@ def _check_num_neighbors(num_neighbors: object) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    """``value`` (a string, or an enum whose value is one) if it is one of ``allowed``."""
-    if isinstance(value, enum.Enum) and isinstance(value.value, str):
-        value = value.value
-    if not isinstance(value, str) or value not in allowed:
-        got = repr(value) if isinstance(value, str) else f"'{type(value).__name__}'"
-        names = ", ".join(repr(a) for a in allowed[:-1]) + f" or {allowed[-1]!r}"
-        raise IBPInputError(f"{name} must be {names}, got {got}")
-    return value
-
-
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise IBPInputError(f"{name} must be a bool, got '{type(value).__name__}'")
-    return bool(value)
-
-
 def _check_backend(backend: object, graph: CSRGraph) -> str:
-    backend = _check_choice("backend", backend, BACKENDS)
+    backend = check_choice("backend", backend, BACKENDS)
     if backend == "kernel":
         if graph.device.type != "cuda":
             raise IBPDeviceError(
@@ -302,10 +284,10 @@ class NeighborSampler:
         self.graph = graph
         self.num_neighbors = _check_num_neighbors(num_neighbors)
         self.backend = _check_backend(backend, graph)
-        self.replace = _check_bool("replace", replace)
-        self.disjoint = _check_bool("disjoint", disjoint)
-        self.subgraph_type = _check_choice("subgraph_type", subgraph_type, SUBGRAPH_TYPES)
-        self.draw = _check_choice("draw", draw, DRAWS)
+        self.replace = check_bool("replace", replace)
+        self.disjoint = check_bool("disjoint", disjoint)
+        self.subgraph_type = check_choice("subgraph_type", subgraph_type, SUBGRAPH_TYPES)
+        self.draw = check_choice("draw", draw, DRAWS)
         if self.disjoint and self.subgraph_type == "induced":
             raise IBPInputError(
                 "disjoint=True does not combine with subgraph_type='induced': an induced "

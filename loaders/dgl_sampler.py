@@ -38,7 +38,7 @@ import torch
 
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import check_choice, resolve_seed, type_name, unsupported
+from ibp_graph.loading import check_bool, check_choice, resolve_seed, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
 
 from .dgl_blocks import DRAWS, to_blocks
@@ -181,8 +181,7 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
                 raise unsupported(
                     name, value, "sampling is uniform over all in-edges; drop the argument"
                 )
-        if not isinstance(replace, bool):
-            raise IBPInputError(f"replace must be a bool, got '{type_name(replace)}'")
+        replace = check_bool("replace", replace)
         super().__init__(
             prefetch_node_feats=_check_names("prefetch_node_feats", prefetch_node_feats),
             prefetch_labels=_check_names("prefetch_labels", prefetch_labels),

@@ -66,11 +66,11 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
     ) from _exc
 
 from ibp_graph import loading
-from ibp_graph.errors import IBPInputError
+from ibp_graph.errors import IBPInputError, check_choice
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
 from ibp_graph.loading import BaseNodeLoader, type_name, unsupported, warn_ignored
-from ibp_graph.sampler import NeighborSampler, SampledBatch
+from ibp_graph.sampler import SUBGRAPH_TYPES, NeighborSampler, SampledBatch
 
 __all__ = ["IBPFeatureStore", "NeighborLoader"]
 
@@ -88,13 +88,7 @@ def _subgraph_type(value: Any, directed: bool) -> str:
     """
     if not directed:
         return "induced"
-    value = getattr(value, "value", value)
-    if not isinstance(value, str):
-        raise IBPInputError(
-            "subgraph_type must be 'directional', 'bidirectional' or 'induced', got "
-            f"'{type_name(value)}'"
-        )
-    return value
+    return check_choice("subgraph_type", value, SUBGRAPH_TYPES)
 
 
 class NeighborLoader(BaseNodeLoader):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ import ibp_graph
 from ibp_graph import IBPError, IBPFormatError, IBPInputError
 from ibp_graph.container import FORMAT_VERSION, read_header
 from ibp_graph.dtypes import storage_dtype, torch_dtype
+from ibp_graph.errors import check_bool, check_choice
 
 STAT_KEYS = {
     "raw_bytes",
@@ -267,6 +269,32 @@ def test_input_errors_are_ibp_and_value_errors(tmp_path: Path) -> None:
         ibp_graph.compress(np.zeros(3), tmp_path / "x.ibp")
     with pytest.raises(ValueError):
         ibp_graph.compress(np.zeros(3), tmp_path / "x.ibp")
+
+
+def test_check_bool_takes_bools_and_numpy_bools() -> None:
+    assert check_bool("flag", True) is True
+    out = check_bool("flag", np.bool_(False))
+    assert out is False and type(out) is bool
+    for bad, name in ((1, "int"), ("yes", "str"), (None, "NoneType"), (np.int64(1), "int64")):
+        with pytest.raises(IBPInputError) as info:
+            check_bool("flag", bad)
+        assert str(info.value) == f"flag must be a bool, got '{name}'"
+
+
+def test_check_choice_takes_strings_and_string_enums() -> None:
+    class Mode(enum.Enum):
+        ONCE = "once"
+        BLOCK = "block"
+
+    allowed = ("once", "per_hop", "twice")
+    assert check_choice("draw", "per_hop", allowed) == "per_hop"
+    out = check_choice("draw", Mode.ONCE, allowed)
+    assert out == "once" and type(out) is str
+    cases = (("block", "'block'"), (Mode.BLOCK, "'block'"), (3, "'int'"), (None, "'NoneType'"))
+    for bad, got in cases:
+        with pytest.raises(IBPInputError) as info:
+            check_choice("draw", bad, allowed)
+        assert str(info.value) == f"draw must be one of 'once', 'per_hop', 'twice', got {got}"
 
 
 # --------------------------------------------------------------------------------------------

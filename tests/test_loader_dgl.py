@@ -651,9 +651,14 @@ def test_gpu_loader_matches_cpu_rows_or_refuses_a_cpu_only_dgl(rand_graph, rand_
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("graph_memory", ["gpu", "UVA", "", None, 1])
-def test_unknown_graph_memory_names_the_argument_and_the_choices(rand_graph, graph_memory) -> None:
-    msg = f"graph_memory must be one of 'device', 'uva', got {graph_memory!r}"
+@pytest.mark.parametrize(
+    ("graph_memory", "got"),
+    [("gpu", "'gpu'"), ("UVA", "'UVA'"), ("", "''"), (None, "'NoneType'"), (1, "'int'")],
+)
+def test_unknown_graph_memory_names_the_argument_and_the_choices(
+    rand_graph, graph_memory, got
+) -> None:
+    msg = f"graph_memory must be one of 'device', 'uva', got {got}"
     with pytest.raises(IBPInputError, match=re.escape(msg)):
         DataLoader(rand_graph, [0], NeighborSampler([3]), graph_memory=graph_memory)
 
@@ -738,7 +743,7 @@ def test_sampler_backend_is_checked_at_construction(rand_graph) -> None:
 
     loader = DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="torch")
     assert loader.node_sampler.backend == "torch"
-    with pytest.raises(IBPInputError, match="backend must be 'torch' or 'kernel', got 'gpu'"):
+    with pytest.raises(IBPInputError, match="backend must be one of 'torch', 'kernel', got 'gpu'"):
         DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="gpu")
     with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
         DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="kernel")

@@ -567,7 +567,10 @@ def test_hetero_and_store_inputs_are_not_supported(rand_data) -> None:
         ({"transform_sampler_output": 3}, "transform_sampler_output must be callable"),
         ({"neighbor_sampler": object()}, "neighbor_sampler must be an ibp_graph NeighborSampler"),
         ({"subgraph_type": "both"}, "got 'both'"),
-        ({"subgraph_type": 2}, "subgraph_type must be 'directional', 'bidirectional' or"),
+        (
+            {"subgraph_type": 2},
+            "subgraph_type must be one of 'directional', 'bidirectional', 'induced', got 'int'",
+        ),
         ({"directed": "no"}, "directed must be a bool"),
         ({"filter_per_worker": 1}, "filter_per_worker must be a bool"),
         ({"input_id": torch.arange(3)}, "input_id has 3 entries, there are 300 input nodes"),
@@ -714,7 +717,8 @@ def test_prefetcher_and_stats_reject_bad_arguments() -> None:
         Prefetcher([], lambda i, s: i, depth=-1)
     with pytest.raises(IBPInputError, match="fetch_fn must be callable"):
         Prefetcher([], None)
-    with pytest.raises(IBPInputError, match="stage must be one of"):
+    stages = "'sample', 'fetch', 'wait'"
+    with pytest.raises(IBPInputError, match=f"stage must be one of {stages}, got 'decode'"):
         LoaderStats().add_seconds("decode", 1.0)
 
 
@@ -874,9 +878,14 @@ def test_gpu_prefetcher_orders_streams_and_does_not_leak() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("graph_memory", ["gpu", "UVA", "", None, 1])
-def test_unknown_graph_memory_names_the_argument_and_the_choices(rand_data, graph_memory) -> None:
-    msg = f"graph_memory must be one of 'device', 'uva', got {graph_memory!r}"
+@pytest.mark.parametrize(
+    ("graph_memory", "got"),
+    [("gpu", "'gpu'"), ("UVA", "'UVA'"), ("", "''"), (None, "'NoneType'"), (1, "'int'")],
+)
+def test_unknown_graph_memory_names_the_argument_and_the_choices(
+    rand_data, graph_memory, got
+) -> None:
+    msg = f"graph_memory must be one of 'device', 'uva', got {got}"
     with pytest.raises(IBPInputError, match=re.escape(msg)):
         NeighborLoader(rand_data, [3], graph_memory=graph_memory)
 
@@ -965,7 +974,7 @@ def test_sampler_backend_is_checked_at_construction(rand_data) -> None:
 
     loader = NeighborLoader(rand_data, [3], batch_size=8, sampler_backend="torch")
     assert loader.node_sampler.backend == "torch"
-    with pytest.raises(IBPInputError, match="backend must be 'torch' or 'kernel', got 'cuda'"):
+    with pytest.raises(IBPInputError, match="backend must be one of 'torch', 'kernel', got 'cuda'"):
         NeighborLoader(rand_data, [3], sampler_backend="cuda")
     with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
         NeighborLoader(rand_data, [3], sampler_backend="kernel")

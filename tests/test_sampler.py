@@ -579,7 +579,7 @@ def test_kernel_backend_needs_a_cuda_graph():
 @pytest.mark.parametrize(
     ("backend", "match"),
     [
-        ("cuda", "backend must be 'torch' or 'kernel', got 'cuda'"),
+        ("cuda", "backend must be one of 'torch', 'kernel', got 'cuda'"),
         ("Kernel", "got 'Kernel'"),
         (None, "got 'NoneType'"),
     ],

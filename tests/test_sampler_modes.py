@@ -294,12 +294,16 @@ def test_per_hop_draws_again_for_known_nodes():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"subgraph_type": "undirected"}, "subgraph_type must be 'directional', 'bidirectional'"),
+        (
+            {"subgraph_type": "undirected"},
+            "subgraph_type must be one of 'directional', 'bidirectional', 'induced', "
+            "got 'undirected'",
+        ),
         ({"subgraph_type": 3}, "subgraph_type must be .* got 'int'"),
-        ({"draw": "block"}, "draw must be 'once' or 'per_hop', got 'block'"),
+        ({"draw": "block"}, "draw must be one of 'once', 'per_hop', got 'block'"),
         ({"replace": 1}, "replace must be a bool, got 'int'"),
         ({"disjoint": "yes"}, "disjoint must be a bool, got 'str'"),
-        ({"backend": "cuda"}, "backend must be 'torch' or 'kernel', got 'cuda'"),
+        ({"backend": "cuda"}, "backend must be one of 'torch', 'kernel', got 'cuda'"),
         (
             {"disjoint": True, "subgraph_type": "induced"},
             "disjoint=True does not combine with subgraph_type='induced'",

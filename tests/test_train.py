@@ -118,11 +118,11 @@ def test_unknown_key_is_named_with_the_valid_ones(tmp_path: Path) -> None:
         ("fanouts=[10,x]", "fanouts must be a list of integers"),
         ("align=3", "align must be 'auto' or one of 1, 2, 4, 8, 16, 32, got 3"),
         ("device=gpu", "device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
-        ("model=gcn", "model must be one of sage, gat, got 'gcn'"),
-        ("backend=jax", "backend must be one of pyg, dgl, got 'jax'"),
-        ("backend=PyG", "backend must be one of pyg, dgl, got 'PyG'"),
-        ("graph_memory=gpu", "graph_memory must be one of device, uva, got 'gpu'"),
-        ("sampler_backend=cuda", "sampler_backend must be one of torch, kernel, got 'cuda'"),
+        ("model=gcn", "model must be one of 'sage', 'gat', got 'gcn'"),
+        ("backend=jax", "backend must be one of 'pyg', 'dgl', got 'jax'"),
+        ("backend=PyG", "backend must be one of 'pyg', 'dgl', got 'PyG'"),
+        ("graph_memory=gpu", "graph_memory must be one of 'device', 'uva', got 'gpu'"),
+        ("sampler_backend=cuda", "sampler_backend must be one of 'torch', 'kernel', got 'cuda'"),
         ("dropout=1", "dropout must be in [0, 1), got 1.0"),
         ("epochs=0", "epochs must be an integer >= 1, got 0"),
         ("dataset=imagenet", "unknown dataset 'imagenet'; known: cora, citeseer"),
@@ -178,10 +178,10 @@ def test_backend_key_defaults_to_pyg_and_is_checked_in_files(tmp_path: Path) -> 
     path = write(tmp_path / "b.yaml", "dataset: cora\nbackend: tensorflow\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value) == f"{path}: backend must be one of pyg, dgl, got 'tensorflow'"
+    assert str(info.value) == f"{path}: backend must be one of 'pyg', 'dgl', got 'tensorflow'"
     with pytest.raises(ConfigError, match="backend must be a string, got 3"):
         load_config(write(tmp_path / "c.yaml", "dataset: cora\nbackend: 3\n"))
-    with pytest.raises(IBPInputError, match="backend must be one of pyg, dgl, got 'mxnet'"):
+    with pytest.raises(IBPInputError, match="backend must be one of 'pyg', 'dgl', got 'mxnet'"):
         get_backend("mxnet")
 
 
@@ -231,7 +231,7 @@ def test_build_model_gives_logits(name: str) -> None:
 def test_build_model_rejects_bad_specs() -> None:
     cfg = TrainConfig(dataset="cora")
     cfg.model = "gcn"
-    with pytest.raises(IBPInputError, match="model must be one of sage, gat"):
+    with pytest.raises(IBPInputError, match="model must be one of 'sage', 'gat', got 'gcn'"):
         build_model(cfg, 8, 2)
     cfg.model, cfg.hidden, cfg.heads = "gat", 10, 4
     with pytest.raises(IBPInputError, match="multiple of heads"):

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from ibp_graph.errors import IBPInputError
+from ibp_graph.errors import check_choice
 
 from .models import BACKENDS, ModelSpec, _dgl_loaders, build_model
 
@@ -348,6 +348,7 @@ def get_backend(name: str) -> Backend:
         IBPInputError: an unknown name.
         ImportError: the framework is not installed (naming the extra to install).
     """
+    name = check_choice("backend", name, BACKENDS)
     if name == "pyg":
         try:
             import torch_geometric  # noqa: F401
@@ -356,6 +357,4 @@ def get_backend(name: str) -> Backend:
                 f"backend: pyg needs PyTorch Geometric: pip install 'ibp-graph[pyg]' ({exc})"
             ) from exc
         return PyGBackend()
-    if name == "dgl":
-        return DGLBackend()
-    raise IBPInputError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    return DGLBackend()  # name == "dgl"

@@ -32,7 +32,7 @@ from typing import Any, Union
 
 import yaml
 
-from ibp_graph.errors import IBPInputError
+from ibp_graph.errors import IBPInputError, check_choice
 from ibp_graph.loading import GRAPH_MEMORY
 from ibp_graph.sampler import BACKENDS as SAMPLER_BACKENDS
 
@@ -287,17 +287,19 @@ def _check(cfg: TrainConfig) -> None:
     def bad(key: str, what: str) -> ConfigError:
         return ConfigError(f"{key} must be {what}, got {getattr(cfg, key)!r}")
 
+    def choice(key: str, allowed: tuple[str, ...]) -> None:
+        try:
+            check_choice(key, getattr(cfg, key), allowed)
+        except IBPInputError as exc:
+            raise ConfigError(str(exc)) from None
+
     names = known_names()
     if cfg.dataset.strip().lower() not in [n.lower() for n in names]:
         raise ConfigError(f"unknown dataset {cfg.dataset!r}; known: {', '.join(names)}")
-    if cfg.model not in _MODELS:
-        raise bad("model", f"one of {', '.join(_MODELS)}")
-    if cfg.backend not in _BACKENDS:
-        raise bad("backend", f"one of {', '.join(_BACKENDS)}")
-    if cfg.graph_memory not in GRAPH_MEMORY:
-        raise bad("graph_memory", f"one of {', '.join(GRAPH_MEMORY)}")
-    if cfg.sampler_backend not in SAMPLER_BACKENDS:
-        raise bad("sampler_backend", f"one of {', '.join(SAMPLER_BACKENDS)}")
+    choice("model", _MODELS)
+    choice("backend", _BACKENDS)
+    choice("graph_memory", GRAPH_MEMORY)
+    choice("sampler_backend", SAMPLER_BACKENDS)
     for key in ("hidden", "layers", "heads", "batch_size", "epochs", "eval_batch_size"):
         if getattr(cfg, key) < 1:
             raise bad(key, "an integer >= 1")
@@ -318,8 +320,7 @@ def _check(cfg: TrainConfig) -> None:
         raise bad("align", f"'auto' or one of {', '.join(map(str, _ALIGNS))}")
     if not _DEVICE.match(cfg.device):
         raise bad("device", "auto, cpu, cuda or cuda:N")
-    if cfg.dist_backend not in _DIST_BACKENDS:
-        raise bad("dist_backend", f"one of {', '.join(_DIST_BACKENDS)}")
+    choice("dist_backend", _DIST_BACKENDS)
     if not cfg.dist_timeout > 0.0:
         raise bad("dist_timeout", "> 0 seconds")
     if cfg.model == "gat" and cfg.hidden % cfg.heads:

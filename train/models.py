@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from ibp_graph.errors import IBPInputError
+from ibp_graph.errors import IBPInputError, check_choice
 
 __all__ = [
     "BACKENDS",
@@ -352,22 +352,20 @@ def build_model(
     """
     if backend is None:
         backend = getattr(cfg, "backend", "pyg")
-    if backend not in BACKENDS:
-        raise IBPInputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    backend = check_choice("backend", backend, BACKENDS)
+    model = check_choice("model", cfg.model, MODELS)
     dgl = backend == "dgl"
-    if cfg.model == "sage":
+    if model == "sage":
         make_sage = dgl_graphsage if dgl else graphsage
         return make_sage(
             in_channels, cfg.hidden, out_channels, layers=cfg.layers, dropout=cfg.dropout
         )
-    if cfg.model == "gat":
-        make_gat = dgl_gat if dgl else gat
-        return make_gat(
-            in_channels,
-            cfg.hidden,
-            out_channels,
-            layers=cfg.layers,
-            dropout=cfg.dropout,
-            heads=cfg.heads,
-        )
-    raise IBPInputError(f"model must be one of {', '.join(MODELS)}, got {cfg.model!r}")
+    make_gat = dgl_gat if dgl else gat  # model == "gat"
+    return make_gat(
+        in_channels,
+        cfg.hidden,
+        out_channels,
+        layers=cfg.layers,
+        dropout=cfg.dropout,
+        heads=cfg.heads,
+    )

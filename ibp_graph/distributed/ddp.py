@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..errors import IBPError, IBPInputError
+from ..errors import IBPError, IBPInputError, check_choice
 
 __all__ = ["RUN_ID_ENV", "DistContext", "DistributedError", "init_from_env", "world_from_env"]
 
@@ -219,8 +219,7 @@ def init_from_env(
         IBPInputError: a bad backend or timeout, or an inconsistent environment.
         DistributedError: the process group cannot be formed.
     """
-    if backend not in _BACKENDS:
-        raise IBPInputError(f"backend must be one of {', '.join(_BACKENDS)}, got {backend!r}")
+    backend = check_choice("backend", backend, _BACKENDS)
     if not timeout_s > 0:
         raise IBPInputError(f"timeout_s must be > 0, got {timeout_s!r}")
     world = world_from_env()
