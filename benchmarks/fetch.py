@@ -18,9 +18,9 @@ rows, or the whole real table: at most about 0.4 GB, seconds) and tiles the comp
 (its rows: ``times x`` the block's) without compressing GBs; random ids then touch all of it.
 The raw baselines read one pinned raw buffer of ``--table-gb`` GiB, viewed as rows of each
 width (the gather's speed does not depend on the values). Per case and per batch size
-(``--batch``, capped at ``--max-batch-gb`` of rows), with the same random ids (uniform over
-the table's rows, duplicates allowed, as a GNN batch's input nodes), it measures the
-delivered (decoded) GB/s = batch rows x row bytes / time of:
+(``--batch``, capped at ``--max-batch-gb`` of rows), with random ids (uniform over the
+table's rows, duplicates allowed, as a GNN batch's input nodes; see "Id batches" below), it
+measures the delivered (decoded) GB/s = batch rows x row bytes / time of:
 
 - ``memcpy``: one pinned host -> device copy (``copy_(non_blocking=True)`` from a torch
   pinned tensor, cudaMemcpyAsync) of the same number of bytes: the PCIe rate;
@@ -32,7 +32,7 @@ delivered (decoded) GB/s = batch rows x row bytes / time of:
 - ``decode_only``: the same launch with the compressed rows in GPU memory (no PCIe).
 
 ``--sort-ids`` adds, in the same run, the sorted-order fetch that the tables' ``sort_ids``
-option does, each measured right after its unsorted counterpart on the same ids: ``raw
+option does, each measured right after its unsorted counterpart on the same id batches: ``raw
 sorted`` and ``ibp sorted`` (one ``torch.sort`` of the ids on the device, then the launch on
 the sorted ids with the permutation as output positions, so pinned rows are read in address
 order and written back in the batch's order; the sort's time is included), and ``sort`` (the
@@ -43,14 +43,15 @@ sorted order and writes them back by the permutation.
 
 ``--double-buffer`` adds, in the same run, the double-buffered fused kernel (the tables'
 ``double_buffer`` option: each warp stages its next row with ``cp.async`` while it decodes
-the current one), each measured right after its one-buffer counterpart on the same ids: ``ibp
-db`` (from the pinned rows) and ``decode_only db`` (from the GPU-memory copy). Their outputs
-are checked bit for bit against the original rows (in ``bit_identical``); the markdown shows
-each with its ratio to the one-buffer rate. A table stored raw is fetched by the raw gather,
-which has one form only: its db columns time that same gather again and are reported as such
-(a ratio near 1.00x). Rows too wide for two staging buffers per warp get no db rates (null in
-the JSON, n/a in the markdown) and a ``double_buffer_note`` saying why; the run goes on. A
-dry run records the flag in its plan (the CPU decoder has one path).
+the current one), each measured right after its one-buffer counterpart on the same id
+batches: ``ibp db`` (from the pinned rows) and ``decode_only db`` (from the GPU-memory
+copy). Their outputs are checked bit for bit against the original rows (in
+``bit_identical``); the markdown shows each with its ratio to the one-buffer rate. A table
+stored raw is fetched by the raw gather, which has one form only: its db columns time that
+same gather again and are reported as such (a ratio near 1.00x). Rows too wide for two
+staging buffers per warp get no db rates (null in the JSON, n/a in the markdown) and a
+``double_buffer_note`` saying why; the run goes on. A dry run records the flag in its plan
+(the CPU decoder has one path).
 
 Pinned memory is allocated as ``--pages`` says (`ibp_graph.pinned.PAGE_KINDS`): "huge"
 (the library's default) or "small" 4 KiB pages, whose GPU TLB misses on random rows over
@@ -64,7 +65,21 @@ GPU timings are CUDA events around ``inner`` back-to-back launches (enough for 2
 median of ``--repeats`` samples, after an untimed warm-up call (which compiles the kernel).
 A short GPU sleep queued before the start event keeps the stream busy while the host queues
 the launches, so the events time the GPU work, not the host's launch overhead (the loaders
-launch asynchronously too). Every IBP batch is checked bit for bit against the original rows.
+launch asynchronously too).
+
+Id batches: a loader never fetches the same batch twice in a row, and the GPU's L2
+(``l2_bytes`` in the JSON) may keep the rows one launch read for the next, so that a batch
+whose stored rows fit in L2 would be timed at L2's rate, not at PCIe's or HBM's. So per case
+and batch size, one seeded generator draws a pool of ``id_batches`` random batches
+(`draw_pool`; the first is the batch a one-batch run drew, which the torch baseline
+gathers) until their stored rows reach 4x L2, at most 16 batches and 256 MiB of ids
+(`id_batches`); every timed launch (warm-up included) of raw, ibp, decode-only, their sorted
+and db forms and the sort takes the next batch in turn (`rotating`); ``batch_ratio`` and
+``ibp_pcie_gbps`` count the pool's stored bytes. memcpy copies the same number of bytes. A
+case whose whole stored table is under 2x L2 is marked "(stored table fits in L2)"
+(``stored_fits_l2``): rotating ids cannot keep its rows out of L2. After timing, each path
+runs once more on every batch of the pool, the first last, and its output is checked: every
+IBP row bit for bit, the raw gather's first 4096 rows of each batch.
 
 Targets, evaluated per case (``targets`` in the JSON; ``missed_by`` is how far below the goal,
 as a fraction of it, or for the last one the cost above 2%): raw >= 0.8 x memcpy for 512 B
@@ -80,6 +95,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import re
 import statistics
@@ -118,6 +134,14 @@ RAW_GOAL_ROW_BYTES = 512
 IBP_GOAL = 0.9  # ibp / (ratio x raw)
 DECODE_GOAL = 10.0  # decode-only / memcpy
 NO_COMPRESS_COST = 0.02  # raw / ibp - 1, for a table that does not compress
+# Id batches (see the module docstring).
+L2_POOL_FACTOR = 4  # a pool's stored rows reach this many L2s ...
+MAX_ID_BATCHES = 16  # ... in at most this many batches ...
+MAX_POOL_ID_BYTES = 256 << 20  # ... and this many bytes of int64 ids
+L2_FIT_FACTOR = 2  # a stored table under this many L2s may stay in L2 whatever the ids
+#: The L2 size assumed off CUDA (the tests' stand-in): small, so that pools hold several batches.
+CPU_L2_BYTES = 256 << 10
+RAW_CHECK_ROWS = 4096  # rows of each raw batch checked (on the CPU)
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,6 +292,33 @@ def incompressible(ratio: float, bypass: bool) -> bool:
     return bool(bypass or ratio <= 1.0)
 
 
+def id_batch_cap(ids_per_batch: int) -> int:
+    """The most batches a pool holds: `MAX_ID_BATCHES`, and `MAX_POOL_ID_BYTES` of int64 ids.
+
+    At least one.
+    """
+    return max(1, min(MAX_ID_BATCHES, MAX_POOL_ID_BYTES // (8 * max(1, ids_per_batch))))
+
+
+def id_batches(stored: Sequence[int], ids_per_batch: int, l2: int) -> int:
+    """The batches a pool needs, knowing the stored bytes of the batches drawn so far.
+
+    ``stored``: those batches' stored row bytes, in draw order. The fewest of them whose
+    stored bytes add up to `L2_POOL_FACTOR` x ``l2``, within `id_batch_cap`; while they fall
+    short, one more than drawn (within the cap). At least one.
+    """
+    cap = id_batch_cap(ids_per_batch)
+    reached = np.cumsum(np.asarray(stored[:cap], dtype=np.int64)) >= L2_POOL_FACTOR * l2
+    if reached.any():
+        return int(np.argmax(reached)) + 1
+    return min(cap, len(stored) + 1)
+
+
+def stored_fits_l2(stored_bytes: int, l2: int) -> bool:
+    """Whether a whole stored table is under `L2_FIT_FACTOR` x ``l2`` bytes (may stay in L2)."""
+    return bool(stored_bytes < L2_FIT_FACTOR * l2)
+
+
 # --------------------------------------------------------------------------------------------
 # Rates and targets
 # --------------------------------------------------------------------------------------------
@@ -362,6 +413,17 @@ def _vs(value: float | None, base: float) -> str:
     return f"{value:.1f} ({value / base:.2f}x)"
 
 
+def _mb(nbytes: int | None) -> str:
+    """Bytes as MB ("unknown size" when missing)."""
+    return "unknown size" if nbytes is None else f"{nbytes / 1e6:.1f} MB"
+
+
+def _case_cell(r: dict) -> str:
+    """A case's name, marked when its table is stored raw or fits in L2 whatever the ids."""
+    raw = " (raw)" if r["bypass"] else ""
+    return f"{r['case']}{raw}{' (stored table fits in L2)' if r.get('stored_fits_l2') else ''}"
+
+
 def markdown(payload: dict) -> str:
     rows = payload["cases"]
     s = payload["settings"]
@@ -373,8 +435,12 @@ def markdown(payload: dict) -> str:
         f"memory); random ids uniform over the table's rows; GPU rates: CUDA events, median "
         f"of {s['repeats']} samples after a warm-up; torch: wall clock, median of "
         f"{s['torch_repeats']}; fetch grid cap: {s['max_blocks'] or 'library default'}; "
-        f"queue guard {'on' if s['queue_guard'] else 'off'}. Real tables: "
-        f"{payload['real_tables']}."
+        f"queue guard {'on' if s['queue_guard'] else 'off'}; each timed launch takes the "
+        f"next of its case's id batches (drawn until their stored rows reach {L2_POOL_FACTOR}x "
+        f"the L2 of {_mb(payload.get('l2_bytes'))}, at most {MAX_ID_BATCHES} batches and "
+        f"{MAX_POOL_ID_BYTES >> 20} MiB of ids); (stored table fits in L2): under "
+        f"{L2_FIT_FACTOR}x L2, its rows may stay in L2 whatever the ids. "
+        f"Real tables: {payload['real_tables']}."
         + ("" if payload["complete"] else " **Incomplete run: " + payload["stopped"] + "**"),
         "",
         "Delivered (decoded) GB/s. Target cells: value, met or MISSED by how much (fraction of "
@@ -418,7 +484,7 @@ def markdown(payload: dict) -> str:
             else ""
         )
         lines.append(
-            f"| {r['case']}{' (raw)' if r['bypass'] else ''} | {r['row_bytes']:,} "
+            f"| {_case_cell(r)} | {r['row_bytes']:,} "
             f"| {r['ratio']:.3f} | {r['batch']:,} | {r['memcpy_gbps']:.1f} | {r['torch_gbps']:.1f} "
             f"| {r['raw_gbps']:.1f} | {r['ibp_gbps']:.1f} | {r['decode_only_gbps']:.1f} {ordered}"
             f"{buffered}"
@@ -816,6 +882,7 @@ class Bench:
         self.dst = torch.empty(args.max_batch_bytes, dtype=torch.uint8, device=device)
         self.error = torch.zeros(2, dtype=torch.int32, device=device)
         self._baselines: dict[tuple[int, int], tuple[float, float]] = {}
+        self.l2_bytes = l2_bytes(device)
 
     def pin(self, buffer: Any) -> int:
         """Pin ``buffer`` for this device; its device address."""
@@ -854,12 +921,12 @@ class Bench:
         self._baselines[key] = (gbps(nbytes, memcpy_s), gbps(nbytes, torch_s))
         return self._baselines[key]
 
-    def raw_fetch(
-        self, row_bytes: int, ids: torch.Tensor, out: torch.Tensor, *, sort: bool = False
-    ) -> Callable[[], None]:
-        """One raw gather of rows ``ids`` of the raw buffer viewed at ``row_bytes``.
+    def raw_launch(
+        self, row_bytes: int, out: torch.Tensor, *, sort: bool = False
+    ) -> Callable[[torch.Tensor], None]:
+        """``launch(ids)``: one raw gather of rows ``ids`` of the raw buffer at ``row_bytes``.
 
-        With ``sort``, as `sort_ids` tables gather: the ids sorted first (see `sorted_fetch`).
+        With ``sort``, as `sort_ids` tables gather: the ids sorted first (see `sorted_launch`).
         """
         from ibp_graph.kernels import raw_gather as launcher
 
@@ -880,63 +947,176 @@ class Bench:
                 line_aligned=lines,
             )
 
-        return sorted_fetch(gather, ids) if sort else partial(gather, ids)
+        return sorted_launch(gather) if sort else gather
+
+    def raw_fetch(
+        self, row_bytes: int, ids: torch.Tensor, out: torch.Tensor, *, sort: bool = False
+    ) -> Callable[[], None]:
+        """`raw_launch` of rows ``ids``, as one call."""
+        return partial(self.raw_launch(row_bytes, out, sort=sort), ids)
 
 
-def _launch_into(
-    launch_fetch: Callable[..., None],
+def l2_bytes(device: torch.device) -> int:
+    """The device's L2 cache bytes; `CPU_L2_BYTES` off CUDA (the tests' stand-in)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    return CPU_L2_BYTES
+
+
+def fused_launch(
     codec: Any,
     bypass: bool,
     out: torch.Tensor,
     error: torch.Tensor,
     max_blocks: int | None,
-    idx: torch.Tensor,
-    out_pos: torch.Tensor | None = None,
-) -> None:
-    """`ibp_graph.cuda_table.launch_fetch` of rows ``idx`` into ``out`` at ``out_pos``."""
-    launch_fetch(codec, bypass, idx, out, error, out_pos=out_pos, max_blocks=max_blocks)
+    *,
+    double_buffer: bool = False,
+) -> Callable[..., None]:
+    """``launch(idx, out_pos=None)``: `ibp_graph.cuda_table.launch_fetch` of rows ``idx``.
+
+    Into ``out`` at ``out_pos``, from the rows ``codec`` points at; the double-buffered
+    kernel with ``double_buffer``.
+    """
+    from ibp_graph.cuda_table import launch_fetch
+
+    def launch(idx: torch.Tensor, out_pos: torch.Tensor | None = None) -> None:
+        launch_fetch(
+            codec,
+            bypass,
+            idx,
+            out,
+            error,
+            out_pos=out_pos,
+            max_blocks=max_blocks,
+            double_buffer=double_buffer,
+        )
+
+    return launch
 
 
-def sorted_fetch(launch: Callable[..., None], ids: torch.Tensor) -> Callable[[], None]:
-    """``launch(idx, out_pos)`` as the tables' ``sort_ids`` runs it, as one call to time.
+def sorted_launch(launch: Callable[..., None]) -> Callable[[torch.Tensor], None]:
+    """``launch(idx, out_pos)`` as the tables' ``sort_ids`` runs it: ``run(ids)``.
 
     ``torch.sort(ids)`` on the current stream, then the launch on the sorted ids with the
     sort's permutation as the output positions: rows read in ascending id order, written
     where the batch has them.
     """
 
-    def run() -> None:
+    def run(ids: torch.Tensor) -> None:
         ordered, perm = torch.sort(ids)
         launch(ordered, perm)
 
     return run
 
 
-def double_buffered(
-    launch: Callable[[], None],
+def rotating(
+    launch: Callable[[torch.Tensor], Any], pool: Sequence[torch.Tensor]
+) -> Callable[[], Any]:
+    """``launch`` as one call to time: each call takes the next batch of ``pool`` in turn."""
+    turns = itertools.count()
+
+    def run() -> Any:
+        return launch(pool[next(turns) % len(pool)])
+
+    return run
+
+
+def draw_pool(
+    num_rows: int, n: int, seed: int, sizes: torch.Tensor, l2: int
+) -> tuple[list[torch.Tensor], int]:
+    """The id batches of one case and batch size, and their stored bytes in all.
+
+    Batches of ``n`` ids uniform over ``num_rows``, drawn in turn from one generator seeded
+    with ``seed`` on ``sizes``' device (the first: the ids a one-batch run draws), as many
+    as `id_batches` asks for ``l2``. ``sizes``: the stored bytes of each row of the block
+    the table tiles (row ``i`` of the table is row ``i % len(sizes)`` of the block).
+    """
+    gen = torch.Generator(device=sizes.device).manual_seed(seed)
+    pool: list[torch.Tensor] = []
+    stored: list[int] = []
+    while len(pool) < id_batches(stored, n, l2):
+        ids = torch.randint(0, num_rows, (n,), device=sizes.device, generator=gen)
+        pool.append(ids)
+        stored.append(int(sizes[ids % sizes.numel()].sum()))
+    return pool, sum(stored)
+
+
+def rows_match(out: torch.Tensor, ref: torch.Tensor, pool: Sequence[torch.Tensor]):
+    """``matches(i)``: whether ``out`` holds bit for bit the block ``ref``'s rows of batch ``i``."""
+    return lambda i: torch.equal(out, ref.index_select(0, pool[i] % ref.shape[0]))
+
+
+def raw_rows_match(out: torch.Tensor, host: torch.Tensor, pool: Sequence[torch.Tensor], k: int):
+    """``matches(i)``: whether ``out``'s first ``k`` rows are batch ``i``'s rows of ``host``.
+
+    Checked on the CPU (``host``: the raw rows, a CPU tensor).
+    """
+
+    def matches(i: int) -> bool:
+        want = host[pool[i][:k].cpu()].view(torch.uint8).reshape(k, out.shape[1])
+        return torch.equal(out[:k].cpu(), want)
+
+    return matches
+
+
+def check_pool(
+    launch: Callable[[torch.Tensor], Any],
+    pool: Sequence[torch.Tensor],
     out: torch.Tensor,
-    want: torch.Tensor,
+    matches: Callable[[int], bool],
+) -> bool:
+    """Run ``launch`` once on each batch of ``pool`` into ``out``; whether each matched.
+
+    ``out`` is zeroed before each launch; ``matches(i)`` checks it after batch ``i``. The
+    first batch runs last, so ``out`` ends holding its rows.
+    """
+    ok = True
+    for i in [*range(1, len(pool)), 0]:
+        out.zero_()
+        launch(pool[i])
+        ok = matches(i) and ok
+    return ok
+
+
+def timed(
+    launch: Callable[[torch.Tensor], Any],
+    pool: Sequence[torch.Tensor],
+    out: torch.Tensor,
+    matches: Callable[[int], bool],
+    bench: Bench,
+) -> tuple[float, bool]:
+    """`gpu_seconds` of ``launch`` taking the batches of ``pool`` in turn, then `check_pool`.
+
+    Returns (seconds, every batch matched).
+    """
+    seconds = gpu_seconds(rotating(launch, pool), bench.args.repeats, bench.guard, bench.device)
+    return seconds, check_pool(launch, pool, out, matches)
+
+
+def double_buffered(
+    launch: Callable[[torch.Tensor], Any],
+    pool: Sequence[torch.Tensor],
+    out: torch.Tensor,
+    matches: Callable[[int], bool],
     bench: Bench,
 ) -> tuple[float, bool, str]:
-    """Time a double-buffered ``launch`` into ``out`` and check ``out`` against ``want``.
+    """`timed` for a double-buffered ``launch``: (seconds, bit-identical, note).
 
-    Returns (seconds, bit-identical, note). Rows too wide for two staging buffers per warp
-    (the launch raises ValueError naming "one buffer") give NaN seconds, True (nothing to
-    check) and the reason as the note.
+    Rows too wide for two staging buffers per warp (the launch raises ValueError naming
+    "one buffer") give NaN seconds, True (nothing to check) and the reason as the note.
     """
-    out.zero_()
     try:
-        seconds = gpu_seconds(launch, bench.args.repeats, bench.guard, bench.device)
+        seconds, same = timed(launch, pool, out, matches, bench)
     except ValueError as exc:
         if "one buffer" not in str(exc):
             raise
         return math.nan, True, str(exc)
-    return seconds, torch.equal(out, want), ""
+    return seconds, same, ""
 
 
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     """Compress, tile, pin, measure every batch size of one case; one result per batch."""
-    from ibp_graph.cuda_table import as_signed_tensor, launch_fetch, raw_bypass
+    from ibp_graph.cuda_table import as_signed_tensor, raw_bypass
     from ibp_graph.kernels.fetch_decode import DeviceCodec
     from ibp_graph.pinned import PinnedBuffer
 
@@ -952,6 +1132,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     stored = times * block.size
     bypass = raw_bypass(table)
     ratio = float(table.ratio)
+    fits = stored_fits_l2(stored, bench.l2_bytes)
     t0 = time.perf_counter()
     pinned = PinnedBuffer(stored, f"tiled {case.name}", bench.cuda, pages=args.pages)
     on_gpu = None
@@ -977,76 +1158,58 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         on_gpu = torch.zeros(stored + 64, dtype=torch.uint8, device=device)
         on_gpu[:stored].copy_(torch.from_numpy(pinned.array[:stored]))
         gpu_codec = dataclasses.replace(codec, rows_ptr=on_gpu.data_ptr())
-        sizes = np.diff(table.offsets) * table.align
+        sizes = np.diff(table.offsets).astype(np.int64) * table.align
+        sizes_dev = torch.from_numpy(sizes).to(device)
         rows_u8 = np.ascontiguousarray(case.rows).view(np.uint8).reshape(nb, rb)
         ref = torch.from_numpy(rows_u8).to(device)
+        _, host = bench.raw_rows(rb)
         results = []
         for n, asked in batch_sizes(args.batch, rb, args.max_batch_bytes, num_rows):
-            gen = torch.Generator(device=device).manual_seed(args.seed)
-            ids = torch.randint(0, num_rows, (n,), device=device, generator=gen)
-            ids_cpu = ids.cpu()
+            pool, pool_stored = draw_pool(num_rows, n, args.seed, sizes_dev, bench.l2_bytes)
+            ids = pool[0]  # the batch the baselines use
             nbytes = n * rb
             out = torch.empty((n, rb), dtype=torch.uint8, device=device)
             err, cap, reps, guard = bench.error, args.max_blocks, args.repeats, bench.guard
-            db_fetch = partial(launch_fetch, max_blocks=cap, double_buffer=True)
-            memcpy, torch_rate = bench.baselines(rb, ids, ids_cpu)
-            raw = gbps(nbytes, gpu_seconds(bench.raw_fetch(rb, ids, out), reps, guard, device))
-            _, host = bench.raw_rows(rb)
-            k = min(n, 4096)
-            raw_want = host[ids_cpu[:k]].view(torch.uint8).reshape(k, rb)
-            raw_ok = torch.equal(out[:k].cpu(), raw_want)
+            memcpy, torch_rate = bench.baselines(rb, ids, ids.cpu())
+            raw_match = raw_rows_match(out, host, pool, min(n, RAW_CHECK_ROWS))
+            raw_s, raw_ok = timed(bench.raw_launch(rb, out), pool, out, raw_match, bench)
+            raw = gbps(nbytes, raw_s)
             sorted_rates: dict[str, float] = {}
-            if args.sort_ids:  # B right after A, on the same ids
-                out.zero_()
-                raw_sorted_s = gpu_seconds(
-                    bench.raw_fetch(rb, ids, out, sort=True), reps, guard, device
+            if args.sort_ids:  # B right after A, on the same id batches
+                raw_sorted_s, ok = timed(
+                    bench.raw_launch(rb, out, sort=True), pool, out, raw_match, bench
                 )
-                raw_ok = raw_ok and torch.equal(out[:k].cpu(), raw_want)
+                raw_ok = raw_ok and ok
                 sorted_rates["raw_sorted_gbps"] = gbps(nbytes, raw_sorted_s)
             err.zero_()
-            out.zero_()
-            ibp_s = gpu_seconds(
-                partial(launch_fetch, codec, bypass, ids, out, err, max_blocks=cap),
-                reps,
-                guard,
-                device,
-            )
-            want = ref.index_select(0, ids % nb)
-            same = torch.equal(out, want)
+            match = rows_match(out, ref, pool)
+            pinned_launch = partial(fused_launch, codec, bypass, out, err, cap)
+            ibp_s, same = timed(pinned_launch(), pool, out, match, bench)
             buffered: dict[str, float] = {}
             db_note = ""
-            if args.double_buffer:  # right after the one-buffer fetch, on the same ids
+            if args.double_buffer:  # right after the one-buffer fetch, on the same id batches
                 db_s, db_same, db_note = double_buffered(
-                    partial(db_fetch, codec, bypass, ids, out, err), out, want, bench
+                    pinned_launch(double_buffer=True), pool, out, match, bench
                 )
                 same = same and db_same
                 buffered["ibp_db_gbps"] = gbps(nbytes, db_s)
             if args.sort_ids:
-                out.zero_()
-                ibp_launch = partial(_launch_into, launch_fetch, codec, bypass, out, err, cap)
-                ibp_sorted_s = gpu_seconds(sorted_fetch(ibp_launch, ids), reps, guard, device)
-                same = same and torch.equal(out, want)
+                ibp_sorted_s, ok = timed(sorted_launch(pinned_launch()), pool, out, match, bench)
+                same = same and ok
                 sorted_rates["ibp_sorted_gbps"] = gbps(nbytes, ibp_sorted_s)
-                sort_s = gpu_seconds(partial(torch.sort, ids), reps, guard, device)
+                sort_s = gpu_seconds(rotating(torch.sort, pool), reps, guard, device)
                 sorted_rates["sort_ms"] = sort_s * 1e3
-            out.zero_()
-            dec_s = gpu_seconds(
-                partial(launch_fetch, gpu_codec, bypass, ids, out, err, max_blocks=cap),
-                reps,
-                guard,
-                device,
-            )
-            same_on_gpu = torch.equal(out, want)
+            gpu_launch = partial(fused_launch, gpu_codec, bypass, out, err, cap)
+            dec_s, same_on_gpu = timed(gpu_launch(), pool, out, match, bench)
             if args.double_buffer:
                 db_s, db_same, gpu_note = double_buffered(
-                    partial(db_fetch, gpu_codec, bypass, ids, out, err), out, want, bench
+                    gpu_launch(double_buffer=True), pool, out, match, bench
                 )
                 db_note = db_note or gpu_note
                 same_on_gpu = same_on_gpu and db_same
                 buffered["decode_only_db_gbps"] = gbps(nbytes, db_s)
-            del want
             errors = [int(v) for v in err.tolist()]
-            batch_stored = int(sizes[(ids_cpu % nb).numpy()].sum())
+            pool_bytes = len(pool) * nbytes  # decoded bytes of the pool's batches
             ibp, dec = gbps(nbytes, ibp_s), gbps(nbytes, dec_s)
             bound = min(ratio * raw, dec)
             r = {
@@ -1055,19 +1218,21 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 "dtype": case.dtype_name,
                 "row_bytes": rb,
                 "ratio": ratio,
-                "batch_ratio": nbytes / batch_stored,
+                "batch_ratio": pool_bytes / pool_stored,
                 "bypass": bypass,
                 "align": table.align,
                 "rows": num_rows,
                 "table_gb": num_rows * rb / 1e9,
                 "stored_gb": stored / 1e9,
+                "stored_fits_l2": fits,
                 "batch": n,
                 "batch_asked": asked,
+                "id_batches": len(pool),
                 "memcpy_gbps": memcpy,
                 "torch_gbps": torch_rate,
                 "raw_gbps": raw,
                 "ibp_gbps": ibp,
-                "ibp_pcie_gbps": ibp * batch_stored / nbytes,
+                "ibp_pcie_gbps": ibp * pool_stored / pool_bytes,
                 "decode_only_gbps": dec,
                 **sorted_rates,
                 **buffered,
@@ -1098,11 +1263,13 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 else ""
             )
             log(
-                f"  {case.name} batch {n:,}: memcpy {memcpy:.1f}, torch {torch_rate:.1f}, raw "
-                f"{raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s;{ordered}{db} ratio "
-                f"{ratio:.3f}; bit-identical {same} (pinned), {same_on_gpu} (GPU memory)"
+                f"  {case.name} batch {n:,} ({len(pool)} id batches"
+                f"{'; stored table fits in L2' if fits else ''}): memcpy {memcpy:.1f}, torch "
+                f"{torch_rate:.1f}, raw {raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s;"
+                f"{ordered}{db} ratio {ratio:.3f}; bit-identical {same} (pinned), "
+                f"{same_on_gpu} (GPU memory)"
             )
-            del out
+            del out, pool
         return results
     finally:
         sync(device)
@@ -1135,6 +1302,7 @@ def run_cases(
     args = bench.args
     start = time.perf_counter() if start is None else start
     payload["settings"]["queue_guard"] = bench.guard.on
+    payload["l2_bytes"] = bench.l2_bytes
     with tempfile.TemporaryDirectory() as tmp:
         for i, case in enumerate(cases):
             spent = time.perf_counter() - start

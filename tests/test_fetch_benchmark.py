@@ -146,6 +146,63 @@ def test_fill_tiled() -> None:
         fetch.fill_tiled(dst, np.array([1, 2, 3], dtype=np.uint8), 4)
 
 
+def test_id_batches_reach_four_l2s_of_stored_rows_within_the_caps() -> None:
+    l2 = 1000  # a pool's stored rows reach 4000 bytes
+    assert fetch.id_batches([], 100, l2) == 1  # nothing drawn yet: one at least
+    assert fetch.id_batches([1500, 1500], 100, l2) == 3  # 3000 bytes: one more
+    assert fetch.id_batches([1500, 1500, 1500], 100, l2) == 3  # 4500 bytes
+    assert fetch.id_batches([4000, 1], 100, l2) == 1  # exactly 4x L2 in one batch
+    assert fetch.id_batches([900, 3100, 5], 100, l2) == 2  # the fewest, in draw order
+    assert fetch.id_batches([10] * 15, 100, l2) == 16  # short: one more, up to the cap
+    assert fetch.id_batches([10] * 40, 100, l2) == 16  # at most 16 batches
+    # At most 256 MiB of int64 ids: 2**25 ids.
+    assert fetch.id_batch_cap(10**6) == 16 and fetch.id_batch_cap(2**22) == 8
+    assert fetch.id_batch_cap(2**25) == 1 and fetch.id_batch_cap(2**26) == 1  # one at least
+    assert fetch.id_batches([10] * 3, 2**23, l2) == 4 and fetch.id_batches([10] * 9, 2**23, l2) == 4
+    # Sparse 512 B rows stored at about 34 B each (ratio ~15), an L2 of 50 MB (an H100's).
+    l2 = 50_000_000
+    assert fetch.id_batches([3_400_000] * 20, 100_000, l2) == 16  # capped
+    assert fetch.id_batches([34_000_000] * 20, 1_000_000, l2) == 6  # 204 MB >= 200 MB
+
+
+def test_stored_table_fits_in_l2_under_two_l2s() -> None:
+    assert fetch.stored_fits_l2(99, 50) and not fetch.stored_fits_l2(100, 50)
+    assert fetch.stored_fits_l2(50_000_000, 50_000_000)  # a tiny table, one L2
+    assert not fetch.stored_fits_l2(4 * 2**30, 50_000_000)  # a big one
+
+
+def test_draw_pool_starts_with_the_one_batch_ids_and_reaches_four_l2s() -> None:
+    sizes = torch.full((64,), 10, dtype=torch.int64)  # stored bytes of the block's rows
+    pool, stored = fetch.draw_pool(6400, 30, 7, sizes, 1000)  # 300 B a batch, 4000 B wanted
+    assert len(pool) == 14 and stored == 14 * 300
+    one = torch.randint(0, 6400, (30,), generator=torch.Generator().manual_seed(7))
+    assert torch.equal(pool[0], one)  # the ids a one-batch run drew
+    assert all(b.dtype == torch.int64 and b.shape == (30,) for b in pool)
+    assert all(int(b.min()) >= 0 and int(b.max()) < 6400 for b in pool)
+    assert len({tuple(b.tolist()) for b in pool}) == len(pool)  # distinct batches
+    pool, stored = fetch.draw_pool(6400, 30, 7, sizes, 10**9)  # L2 out of reach: the cap
+    assert len(pool) == fetch.MAX_ID_BATCHES and stored == 16 * 300
+
+
+def test_rotating_takes_the_pool_in_turn_and_check_pool_ends_on_the_first() -> None:
+    seen: list[str] = []
+    run = fetch.rotating(seen.append, ["a", "b", "c"])
+    for _ in range(7):
+        run()
+    assert seen == ["a", "b", "c", "a", "b", "c", "a"]
+    pool = [torch.tensor([3]), torch.tensor([5]), torch.tensor([7])]
+    out = torch.zeros(1, dtype=torch.int64)
+    checked: list[tuple[int, int]] = []
+
+    def matches(i: int) -> bool:
+        checked.append((i, int(out)))
+        return int(out) == int(pool[i]) and i != 2
+
+    assert not fetch.check_pool(out.copy_, pool, out, matches)  # batch 2 did not match
+    assert checked == [(1, 5), (2, 7), (0, 3)] and int(out) == 3  # the first batch last
+    assert fetch.check_pool(out.copy_, pool, out, lambda i: int(out) == int(pool[i]))
+
+
 @pytest.mark.parametrize("sort_ids", [False, True])
 @pytest.mark.parametrize("kind", ["dense-normal", "sparse-5pct", "random-bits"])
 def test_tiled_table_decodes_to_the_tiled_rows(kind: str, sort_ids: bool, tmp_path: Path) -> None:
@@ -308,27 +365,56 @@ def test_results_files_show_double_buffered_rates_beside_one_buffer(tmp_path: Pa
     assert "- not double-buffered (rows too wide for two staging buffers): wide-4096B" in text
 
 
+def test_results_files_mark_tables_that_fit_in_l2(tmp_path: Path) -> None:
+    rows = [
+        fake_row(case="tiny-512B", stored_fits_l2=True, id_batches=16),
+        fake_row(case="big-512B", stored_fits_l2=False, id_batches=6),
+        fake_row(case="raw-512B", ratio=1.0, bypass=True, stored_fits_l2=True),
+    ]
+    payload = fake_payload(rows)
+    payload["l2_bytes"] = 50 * 2**20
+    js, md = fetch.write_results(payload, tmp_path, "fetch-l2")
+    doc = json.loads(js.read_text())
+    assert doc["l2_bytes"] == 50 * 2**20 and [r["id_batches"] for r in doc["cases"][:2]] == [16, 6]
+    text = md.read_text()
+    assert "| tiny-512B (stored table fits in L2) |" in text
+    assert "| big-512B |" in text and "big-512B (stored" not in text
+    assert "| raw-512B (raw) (stored table fits in L2) |" in text
+    assert "the L2 of 52.4 MB" in text and "at most 16 batches and 256 MiB of ids" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+
+
 def test_double_buffered_timing_notes_rows_too_wide_and_raises_other_errors() -> None:
     bench = SimpleNamespace(args=SimpleNamespace(repeats=2), guard=None, device=torch.device("cpu"))
     want = torch.arange(8, dtype=torch.uint8)
     out = torch.zeros(8, dtype=torch.uint8)
+    pool = [torch.arange(8), torch.arange(8) + 1]
+    same_rows = lambda i: torch.equal(out, want)  # noqa: E731
 
-    def too_wide() -> None:
+    def too_wide(ids: torch.Tensor) -> None:
         raise ValueError("double-buffered rows ... use the raw gather or one buffer")
 
-    seconds, same, note = fetch.double_buffered(too_wide, out, want, bench)
+    seconds, same, note = fetch.double_buffered(too_wide, pool, out, same_rows, bench)
     assert math.isnan(seconds) and same and "one buffer" in note
     assert math.isnan(fetch.gbps(1e9, seconds))
 
-    def bad_tensor() -> None:
+    def bad_tensor(ids: torch.Tensor) -> None:
         raise ValueError("idx must be int64")
 
     with pytest.raises(ValueError, match="int64"):
-        fetch.double_buffered(bad_tensor, out, want, bench)
-    seconds, same, note = fetch.double_buffered(lambda: out.copy_(want), out, want, bench)
+        fetch.double_buffered(bad_tensor, pool, out, same_rows, bench)
+    copy = lambda ids: out.copy_(want)  # noqa: E731
+    seconds, same, note = fetch.double_buffered(copy, pool, out, same_rows, bench)
     assert seconds > 0 and same and note == ""
-    seconds, same, note = fetch.double_buffered(lambda: out.fill_(1), out, want, bench)
+    seconds, same, note = fetch.double_buffered(
+        lambda ids: out.fill_(1), pool, out, same_rows, bench
+    )
     assert not same and note == ""
+    # Each batch is checked: a launch wrong on the second batch only is caught.
+    wrong_later = lambda ids: out.copy_(want if ids[0] == 0 else want + 1)  # noqa: E731
+    matches = lambda i: torch.equal(out, want)  # noqa: E731
+    assert not fetch.double_buffered(wrong_later, pool, out, matches, bench)[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -490,9 +576,15 @@ def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
         assert r["batch_ratio"] > 0 and set(r["targets"]) == set(fetch.TARGET_TITLES)
         assert "raw_sorted_gbps" not in r and "ibp_sorted_gbps" not in r  # no --sort-ids
         assert "ibp_db_gbps" not in r and "decode_only_db_gbps" not in r  # no --double-buffer
+        assert 1 <= r["id_batches"] <= fetch.MAX_ID_BATCHES
+        fits = r["stored_gb"] * 1e9 < 2 * fetch.CPU_L2_BYTES
+        assert r["stored_fits_l2"] is fits and fits == r["case"].startswith("sparse")
+    assert doc["l2_bytes"] == fetch.CPU_L2_BYTES
+    assert all(r["id_batches"] > 1 for r in doc["cases"])  # the stand-in's small L2
     assert doc["settings"]["double_buffer"] is False
     md = (tmp_path / "fetch-fake.md").read_text()
-    assert "Incomplete" not in md and "| sparse-5pct-512B |" in md
+    assert "Incomplete" not in md and "| sparse-5pct-512B (stored table fits in L2) |" in md
+    assert "| dense-normal-512B |" in md and "| random-bits-512B (raw) |" in md
     assert "sorted" not in md and "ibp db" not in md
 
 
@@ -581,6 +673,103 @@ def test_gpu_run_double_buffered_output_is_checked(numpy_kernels, monkeypatch, t
     argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--double-buffer"]
     doc = fake_gpu_run(argv, tmp_path)
     assert doc["cases"] and not any(r["bit_identical"] for r in doc["cases"])
+
+
+def nth_batch(num_rows: int, n: int, k: int, seed: int = 0) -> torch.Tensor:
+    """Batch ``k`` of a pool, drawn here as the benchmark draws it (batch 0: the checked ids)."""
+    gen = torch.Generator().manual_seed(seed)
+    batches = [torch.randint(0, num_rows, (n,), generator=gen) for _ in range(k + 1)]
+    return batches[k]
+
+
+def test_gpu_run_times_every_path_over_the_pool_in_turn(numpy_kernels, monkeypatch, tmp_path):
+    """Each timing's launches take the pool's batches in turn; every batch is a valid id set."""
+    pools: list[tuple[int, int, list[torch.Tensor]]] = []  # (table rows, batch rows, pool)
+    timings: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []  # (pool, ids launched)
+    timing: list[list[torch.Tensor]] = []  # the ids list of the timing under way, if any
+    real_draw, real_seconds = fetch.draw_pool, fetch.gpu_seconds
+
+    def draw_pool(num_rows, n, seed, sizes, l2):
+        pool, stored = real_draw(num_rows, n, seed, sizes, l2)
+        pools.append((num_rows, n, pool))
+        return pool, stored
+
+    def gpu_seconds(fn, *args, **kw):
+        timings.append((pools[-1][2], []))
+        timing.append(timings[-1][1])
+        try:
+            return real_seconds(fn, *args, **kw)
+        finally:
+            timing.clear()
+
+    def recording(fn, idx_at: int):
+        def launch(*args, out_pos=None, **kw):
+            if timing:  # the batch launched: the ids, or the sorted ones put back in place
+                batch = args[idx_at].clone()
+                if out_pos is not None:
+                    batch[out_pos] = args[idx_at]
+                timing[0].append(batch)
+            return fn(*args, out_pos=out_pos, **kw)
+
+        return launch
+
+    monkeypatch.setattr(fetch, "draw_pool", draw_pool)
+    monkeypatch.setattr(fetch, "gpu_seconds", gpu_seconds)
+    monkeypatch.setattr(gather, "raw_gather", recording(numpy_raw_gather, 3))
+    monkeypatch.setattr(cuda_table, "raw_gather", recording(numpy_raw_gather, 3))
+    monkeypatch.setattr(cuda_table, "fetch_decode", recording(numpy_fetch_decode, 1))
+    argv = [*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids", "--double-buffer"]
+    doc = fake_gpu_run(argv, tmp_path)
+    assert [len(pool) for _, _, pool in pools] == [r["id_batches"] for r in doc["cases"]]
+    for (num_rows, n, pool), r in zip(pools, doc["cases"], strict=True):
+        assert num_rows == r["rows"] and n == r["batch"] and len(pool) > 1
+        assert torch.equal(pool[0], nth_batch(num_rows, n, 0))  # the checked ids
+        for b in pool:  # a valid id set over the table
+            assert b.dtype == torch.int64 and b.shape == (n,)
+            assert int(b.min()) >= 0 and int(b.max()) < num_rows
+        assert len({tuple(b.tolist()) for b in pool}) == len(pool)
+    timed = [(pool, ids) for pool, ids in timings if ids]  # not memcpy, not the sort alone
+    # raw, raw sorted, ibp, ibp db, ibp sorted, decode-only, decode-only db per case and batch
+    assert len(timed) == 7 * len(doc["cases"])
+    for pool, ids in timed:
+        assert len(ids) >= 4  # warm-up, the host's timing, 2 samples
+        assert all(torch.equal(got, pool[k % len(pool)]) for k, got in enumerate(ids))
+        assert len({tuple(b.tolist()) for b in ids}) == min(len(ids), len(pool)) > 1
+
+
+@pytest.mark.parametrize("wrong_batch", [0, 1, 5])
+def test_gpu_run_checks_every_id_batch(numpy_kernels, monkeypatch, tmp_path, wrong_batch) -> None:
+    """A fetch wrong on one batch of the pool only, the first or a later one, is caught."""
+
+    def wrong_on_one(codec, idx, out, error, **kw):
+        numpy_fetch_decode(codec, idx, out, error, **kw)
+        if torch.equal(idx, nth_batch(codec.num_rows, idx.numel(), wrong_batch)):
+            out.view(torch.uint8).view(-1)[0] ^= 1
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", wrong_on_one)
+    argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct"]
+    doc = fake_gpu_run(argv, tmp_path)
+    assert doc["cases"] and all(r["id_batches"] > 5 for r in doc["cases"])
+    assert not any(r["bit_identical"] for r in doc["cases"])
+    assert all(r["raw_gather_correct"] for r in doc["cases"])
+
+
+@pytest.mark.parametrize("wrong_batch", [0, 3])
+def test_gpu_run_checks_the_raw_gather_on_every_id_batch(
+    numpy_kernels, monkeypatch, tmp_path, wrong_batch
+) -> None:
+    table_rows = fetch.tiles(int(0.002 * 2**30), 64, 256) * 64  # the case's rows (SMALL)
+
+    def wrong_on_one(table_ptr, num_rows, row_bytes, idx, out, error, **kw):
+        numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, **kw)
+        if torch.equal(idx, nth_batch(table_rows, idx.numel(), wrong_batch)):
+            out.view(torch.uint8).view(-1)[0] ^= 1
+
+    monkeypatch.setattr(gather, "raw_gather", wrong_on_one)
+    doc = fake_gpu_run([*SMALL, "--widths", "256", "--kinds", "sparse-5pct"], tmp_path)
+    assert doc["cases"] and all(r["rows"] == table_rows for r in doc["cases"])
+    assert not any(r["raw_gather_correct"] for r in doc["cases"])
+    assert all(r["bit_identical"] for r in doc["cases"])
 
 
 def test_time_budget_stops_before_a_case(numpy_kernels, tmp_path: Path) -> None:
