@@ -118,6 +118,7 @@ from benchmarks._env import RESULTS, environment, header_lines, write_json  # no
 from ibp_graph.codec import decode  # noqa: E402
 from ibp_graph.dtypes import row_bytes as dtype_row_bytes  # noqa: E402
 from ibp_graph.dtypes import rows_to_words  # noqa: E402
+from ibp_graph.pinned import PAGE_KINDS  # noqa: E402
 
 WIDTHS = (256, 512, 1024, 4096)
 KINDS = ("dense-normal", "bf16-in-fp32", "sparse-5pct", "random-bits")
@@ -573,7 +574,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--pages",
-        choices=["huge", "small", "cuda"],
+        choices=PAGE_KINDS,
         default="huge",
         help="pinned memory: huge (THP-advised), small (4 KiB pages) or cuda (cudaHostAlloc)",
     )

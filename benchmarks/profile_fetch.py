@@ -79,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ibp_graph  # noqa: E402
 from benchmarks import fetch  # noqa: E402
 from benchmarks._env import RESULTS, environment  # noqa: E402
+from ibp_graph.pinned import PAGE_KINDS  # noqa: E402
 
 #: Cora's bag-of-words width: 1,433 float32 columns, 5,732 bytes a row.
 BOW_COLUMNS = 1433
@@ -783,7 +784,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-rows", type=int, default=fetch.BLOCK_ROWS, help="distinct rows")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-blocks", type=int, default=None, help="fetch grid cap")
-    p.add_argument("--pages", choices=["huge", "small", "cuda"], default="huge")
+    p.add_argument("--pages", choices=PAGE_KINDS, default="huge")
     p.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="the launches, JSON")
     p.add_argument(
         "--dry-run",
