@@ -249,6 +249,30 @@ def batch_sizes(batches: Sequence[int], row_bytes: int, max_batch_bytes: int, nu
     return list(out.items())
 
 
+def tiled_codec(table: ibp_graph.IBPTable, times: int, rows_ptr: int, device: torch.device) -> Any:
+    """The `DeviceCodec` of ``times`` copies of ``table``'s rows at ``rows_ptr`` (one cluster).
+
+    Its tensors live on ``device``; `tiled_offsets` gives the tiled table's offsets.
+    """
+    from ibp_graph.cuda_table import as_signed_tensor
+    from ibp_graph.kernels.fetch_decode import DeviceCodec
+
+    params = table.params
+    return DeviceCodec(
+        rows_ptr=rows_ptr,
+        offsets=as_signed_tensor(tiled_offsets(table.offsets, times), device),
+        cluster_ids=None,  # compress() makes one cluster by default
+        masks=as_signed_tensor(params.masks, device),
+        code_bits=as_signed_tensor(params.code_bits, device),
+        bitvals=as_signed_tensor(params.bitvals, device),
+        num_rows=times * table.shape[0],
+        num_words=params.num_words,
+        word_bytes=params.word_bytes,
+        align=table.align,
+        row_bytes=dtype_row_bytes(table.shape[1], table.dtype_name),
+    )
+
+
 def tiled_offsets(offsets: np.ndarray, times: int) -> np.ndarray:
     """Row offsets (units of the alignment) of ``times`` copies of a row section back to back.
 
@@ -950,12 +974,6 @@ class Bench:
 
         return sorted_launch(gather) if sort else gather
 
-    def raw_fetch(
-        self, row_bytes: int, ids: torch.Tensor, out: torch.Tensor, *, sort: bool = False
-    ) -> Callable[[], None]:
-        """`raw_launch` of rows ``ids``, as one call."""
-        return partial(self.raw_launch(row_bytes, out, sort=sort), ids)
-
 
 def l2_bytes(device: torch.device) -> int:
     """The device's L2 cache bytes; `CPU_L2_BYTES` off CUDA (the tests' stand-in)."""
@@ -1117,8 +1135,7 @@ def double_buffered(
 
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     """Compress, tile, pin, measure every batch size of one case; one result per batch."""
-    from ibp_graph.cuda_table import as_signed_tensor, raw_bypass
-    from ibp_graph.kernels.fetch_decode import DeviceCodec
+    from ibp_graph.cuda_table import raw_bypass
     from ibp_graph.pinned import PinnedBuffer
 
     args, device = bench.args, bench.device
@@ -1141,20 +1158,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         fill_tiled(pinned.array, block, times)
         ptr = bench.pin(pinned)
         pin_s = time.perf_counter() - t0
-        params = table.params
-        codec = DeviceCodec(
-            rows_ptr=ptr,
-            offsets=as_signed_tensor(tiled_offsets(table.offsets, times), device),
-            cluster_ids=None,  # compress() makes one cluster by default
-            masks=as_signed_tensor(params.masks, device),
-            code_bits=as_signed_tensor(params.code_bits, device),
-            bitvals=as_signed_tensor(params.bitvals, device),
-            num_rows=num_rows,
-            num_words=params.num_words,
-            word_bytes=params.word_bytes,
-            align=table.align,
-            row_bytes=rb,
-        )
+        codec = tiled_codec(table, times, ptr, device)
         # The same rows in GPU memory (64 zero bytes after them, as after the pinned ones).
         on_gpu = torch.zeros(stored + 64, dtype=torch.uint8, device=device)
         on_gpu[:stored].copy_(torch.from_numpy(pinned.array[:stored]))

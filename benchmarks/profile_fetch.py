@@ -193,23 +193,7 @@ def prepare(case: fetch.Case, tmp: Path, args: argparse.Namespace) -> Prepared:
 
 def make_codec(prepared: Prepared, rows_ptr: int, device: torch.device) -> Any:
     """The `DeviceCodec` of ``prepared``'s tiled table at ``rows_ptr``, tensors on ``device``."""
-    from ibp_graph.cuda_table import as_signed_tensor
-    from ibp_graph.kernels.fetch_decode import DeviceCodec
-
-    table, params = prepared.table, prepared.table.params
-    return DeviceCodec(
-        rows_ptr=rows_ptr,
-        offsets=as_signed_tensor(fetch.tiled_offsets(table.offsets, prepared.times), device),
-        cluster_ids=None,  # compress() makes one cluster by default
-        masks=as_signed_tensor(params.masks, device),
-        code_bits=as_signed_tensor(params.code_bits, device),
-        bitvals=as_signed_tensor(params.bitvals, device),
-        num_rows=prepared.num_rows,
-        num_words=params.num_words,
-        word_bytes=params.word_bytes,
-        align=table.align,
-        row_bytes=prepared.case.row_bytes,
-    )
+    return fetch.tiled_codec(prepared.table, prepared.times, rows_ptr, device)
 
 
 def kernel_names(prepared: Prepared, codec: Any, raw_ptr: int, out_ptr: int) -> dict[str, str]:
@@ -406,7 +390,6 @@ def profile_case(bench: fetch.Bench, case: fetch.Case, tmp: Path, args) -> tuple
 
     Returns the case's manifest summary and its launches (manifest entries, in order).
     """
-    from ibp_graph.cuda_table import launch_fetch
     from ibp_graph.pinned import PinnedBuffer
 
     device = bench.device
@@ -429,14 +412,17 @@ def profile_case(bench: fetch.Bench, case: fetch.Case, tmp: Path, args) -> tuple
         want = torch.from_numpy(rows_u8).to(device).index_select(0, ids % nb)
         _, host = bench.raw_rows(rb)
         raw_want = host.index_select(0, prepared.ids).view(torch.uint8).reshape(n, rb).to(device)
-        err, bypass = bench.error, prepared.bypass
-        fused = partial(launch_fetch, max_blocks=args.max_blocks)
+        err, bypass, cap = bench.error, prepared.bypass, args.max_blocks
+        fused = partial(fetch.fused_launch, bypass=bypass, out=out, error=err, max_blocks=cap)
         launches = {
-            "raw": bench.raw_fetch(rb, ids, out),
-            "ibp": partial(fused, codec, bypass, ids, out, err),
-            "ibp_db": partial(fused, codec, bypass, ids, out, err, double_buffer=True),
-            "decode": partial(fused, gpu_codec, bypass, ids, out, err),
-            "decode_db": partial(fused, gpu_codec, bypass, ids, out, err, double_buffer=True),
+            what: partial(launch, ids)
+            for what, launch in {
+                "raw": bench.raw_launch(rb, out),
+                "ibp": fused(codec),
+                "ibp_db": fused(codec, double_buffer=True),
+                "decode": fused(gpu_codec),
+                "decode_db": fused(gpu_codec, double_buffer=True),
+            }.items()
         }
         entries = plan_launches(
             prepared, kernel_names(prepared, codec, bench.raw_ptr, out.data_ptr())

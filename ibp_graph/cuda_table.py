@@ -445,9 +445,7 @@ class PinnedRawTable(_CudaTableBase):
         progress: bool | None = None,
         pages: str | None = None,
         sort_ids: bool = False,
-        double_buffer: bool = False,
     ):
-        self.double_buffer = check_bool("double_buffer", double_buffer)
         dev = _device(device)
         cp = cupy()
         array, name = as_table(data)
