@@ -264,7 +264,7 @@ def tiled_codec(table: ibp_graph.IBPTable, times: int, rows_ptr: int, device: to
         cluster_ids=None,  # compress() makes one cluster by default
         masks=as_signed_tensor(params.masks, device),
         code_bits=as_signed_tensor(params.code_bits, device),
-        bitvals=as_signed_tensor(params.bitvals, device),
+        bitvals=as_signed_tensor(params.match_values, device),
         num_rows=times * table.shape[0],
         num_words=params.num_words,
         word_bytes=params.word_bytes,

@@ -6,8 +6,12 @@
 // header bits, codes, payloads. Fields of fixed width are placed by per-cluster prefix sums
 // computed once per table (`code_prefix`, `free_prefix`: (k, V + 1) u32, entry j the bits of
 // columns 0..j-1): the codes of a flat (ungrouped) row, and the payloads of 32 words none of
-// which escapes (one warp vote); the rest by warp prefix sums of the field widths. Rows
-// stored raw are copied through. Decoded words are written to a row-major output of
+// which escapes (one warp vote); the rest by warp prefix sums of the field widths. The
+// dictionaries are read code-major (`bitvals` (k, E, V): entry [c, e, j], the codec's
+// `match_values`), so the words of 32 neighbouring columns that share a code read one line. A
+// chunk of 32 columns of a grouped row that holds no code, and whose columns have no free bit,
+// holds no bits at all: its words are their code-0 entries (one load a lane, nothing else).
+// Rows stored raw are copied through. Decoded words are written to a row-major output of
 // `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
@@ -253,6 +257,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         cursor += code_prefix[pre0 + V];
     } else {
         for (int j0 = 0; j0 < V; j0 += 32) {
+            if (subs[j0 >> 5] == 0) continue;  // no code in this chunk (warp-uniform)
             const int j = j0 + lane;
             u32 w = 0;
             if (j < V && ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u)) {
@@ -264,13 +269,27 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         }
     }
     __syncwarp();
+    if (cursor - base > (u32)(len * 8)) {  // the header and codes run past the row
+        if (lane == 0) record_first(&error[1], p);
+        zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+        return;
+    }
+    const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
     for (int j0 = 0; j0 < V; j0 += 32) {
         const int j = j0 + lane;
+        // A chunk of a grouped row with no code (warp-uniform): every code is 0. When its
+        // columns have no free bit either, its words are their code-0 entries and it holds
+        // no bits: one coalesced load a lane.
+        const bool coded = !grouped || subs[j0 >> 5] != 0;
+        if (!coded && free_prefix[pre0 + min(j0 + 32, V)] == free_prefix[pre0 + j0]) {
+            if (j < V) store_word<W>(out_row, j, entries[j], row_bytes, word_aligned);
+            continue;
+        }
         u32 w = 0;
         u32 code = 0, esc = 0;
         W mask = 0;
         if (j < V) {
-            code = codes[j];
+            code = coded ? codes[j] : 0u;
             esc = (1u << code_bits[col0 + j]) - 1u;
             mask = masks[col0 + j];
             w = code == esc ? (u32)TB : (u32)(TB - Word<W>::popc(mask));
@@ -298,7 +317,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         if (j < V) {
             const W payload = (W)read_field(buf, at, (int)w);
             const W word = code == esc ? payload
-                                       : (W)(bitvals[(col0 + j) * (size_t)E + code] |
+                                       : (W)(entries[(size_t)code * V + j] |
                                              pdep<W>(payload, (W)~mask));
             store_word<W>(out_row, j, word, row_bytes, word_aligned);
         }

@@ -300,8 +300,8 @@ def _codes(words: Any, rp: _Rows, params: CodecParams) -> Any:
 
 
 @dataclass
-class _Layout:
-    """Field widths of a batch of rows, enough to size or pack them."""
+class RowLayout:
+    """Fields of a batch of rows (`row_layout`): codes, chunk and subgroup bits, widths."""
 
     code: np.ndarray  # (n, V) int64
     pay_w: np.ndarray  # (n, V) int64
@@ -331,7 +331,7 @@ def subgroups_per_chunk(num_words: int) -> np.ndarray:
     return -(-in_chunk // SUB_WORDS)
 
 
-def _layout(words: Any, rp: _Rows, params: CodecParams) -> _Layout:
+def _layout(words: Any, rp: _Rows, params: CodecParams) -> RowLayout:
     xp = array_module(words)
     n, v = words.shape
     code = _codes(words, rp, params)
@@ -349,7 +349,7 @@ def _layout(words: Any, rp: _Rows, params: CodecParams) -> _Layout:
     pay_total = pay_w.sum(axis=1)
     bits_flat = 1 + b.sum(axis=1) + pay_total
     bits_grouped = 1 + c + l1_w.sum(axis=1) + code_w_grouped.sum(axis=1) + pay_total
-    return _Layout(
+    return RowLayout(
         code=code,
         pay_w=pay_w,
         code_w_flat=b,
@@ -362,9 +362,14 @@ def _layout(words: Any, rp: _Rows, params: CodecParams) -> _Layout:
     )
 
 
+def row_layout(words: Any, params: CodecParams, cluster: Any | None = None) -> RowLayout:
+    """The fields of rows of ``words`` ``(n, V)``, each row in its ``cluster`` (None: 0)."""
+    return _layout(words, _row_params(params, cluster, array_module(words)), params)
+
+
 def encoded_bits(words: Any, params: CodecParams, cluster: Any | None = None) -> Any:
     """Bits of each row's encoded form (before alignment and the raw fallback), int64."""
-    return _layout(words, _row_params(params, cluster, array_module(words)), params).bits
+    return row_layout(words, params, cluster).bits
 
 
 def stored_sizes(bits: Any, num_words: int, word_bytes: int, align: int) -> tuple[Any, Any]:
@@ -439,9 +444,9 @@ def encode(words: Any, params: CodecParams, align: int, cluster: Any | None = No
     return EncodedChunk(sizes=sizes, data=out.view(xp.uint8)[:total], raw=raw)
 
 
-def _select(lay: _Layout, rows: np.ndarray) -> _Layout:
+def _select(lay: RowLayout, rows: np.ndarray) -> RowLayout:
     b = lay.code_w_flat
-    return _Layout(
+    return RowLayout(
         code=lay.code[rows],
         pay_w=lay.pay_w[rows],
         code_w_flat=b if b.shape[0] == 1 else b[rows],
@@ -458,7 +463,7 @@ def _pack_encoded(
     out: np.ndarray,
     start_bits: np.ndarray,
     words: np.ndarray,
-    lay: _Layout,
+    lay: RowLayout,
     params: CodecParams,
     cluster: np.ndarray | None,
 ) -> None:

@@ -360,7 +360,7 @@ class CudaIBPTable(_CudaTableBase):
             cluster_ids=None if cpu.cluster_ids is None else as_signed_tensor(cpu.cluster_ids, dev),
             masks=as_signed_tensor(params.masks, dev),
             code_bits=as_signed_tensor(params.code_bits, dev),
-            bitvals=as_signed_tensor(params.bitvals, dev),
+            bitvals=as_signed_tensor(params.match_values, dev),
             num_rows=cpu.shape[0],
             num_words=params.num_words,
             word_bytes=params.word_bytes,

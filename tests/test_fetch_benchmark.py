@@ -509,11 +509,15 @@ def numpy_fetch_decode(codec, idx, out, error, *, out_pos=None, stream=None,
     unsigned = {torch.int32: np.uint32, torch.int64: np.uint64}
     words = unsigned[codec.masks.dtype]
     offsets = codec.offsets.numpy().view(unsigned[codec.offsets.dtype]).astype(np.int64)
+    code_bits = codec.code_bits.numpy().view(np.uint8)
+    # The device's dictionaries are code-major with unused entries repeating entry 0.
+    by_column = codec.bitvals.numpy().view(words).transpose(0, 2, 1)
+    unused = np.arange(by_column.shape[2]) >= (1 << code_bits.astype(np.int64))[..., None] - 1
     params = CodecParams(
         word_bytes=codec.word_bytes,
         masks=codec.masks.numpy().view(words),
-        code_bits=codec.code_bits.numpy().view(np.uint8),
-        bitvals=codec.bitvals.numpy().view(words),
+        code_bits=code_bits,
+        bitvals=np.ascontiguousarray(np.where(unused, 0, by_column).astype(words)),
     )
     assert params.num_words == codec.num_words
     ids = idx.numpy()

@@ -686,7 +686,7 @@ def test_device_codec_checks_its_constant_tensors_once() -> None:
         cluster_ids=torch.zeros(n, dtype=torch.uint8),
         masks=torch.zeros((k, v), dtype=torch.int32),
         code_bits=torch.zeros((k, v), dtype=torch.uint8),
-        bitvals=torch.zeros((k, v, e), dtype=torch.int32),
+        bitvals=torch.zeros((k, e, v), dtype=torch.int32),
         num_rows=n,
         num_words=v,
         word_bytes=4,

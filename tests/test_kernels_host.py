@@ -72,7 +72,7 @@ def fetch_on_host(
         _ptr(table.cluster_ids),
         _ptr(params.masks),
         _ptr(params.code_bits),
-        _ptr(params.bitvals),
+        _ptr(params.match_values),
         _ptr(code_prefix),
         _ptr(free_prefix),
         _ptr(ids),
@@ -310,6 +310,77 @@ def test_a_corrupt_row_with_out_pos_reports_the_callers_position(lib, tmp_path) 
         assert error.tolist() == [0, 3]
         assert (out[[2, 4]] == 0).all()
         assert np.array_equal(out[[0, 1, 3]], x[[good] * 3].view(np.uint8).reshape(3, -1))
+
+
+# --------------------------------------------------------------------------------------------
+# Chunks of grouped rows that hold no code: code-0 entries, then payloads if there are free bits
+# --------------------------------------------------------------------------------------------
+
+
+def _chunk_bits(table: ibp_graph.IBPTable, ids: np.ndarray) -> np.ndarray:
+    """``(n, C)`` bool: chunk q of encoded row ``ids[i]`` is grouped and holds no code."""
+    params = table.params
+    v, c = params.num_words, -(-params.num_words // 32)
+    offsets = table.offsets.astype(np.int64)
+    starts = offsets[ids] * table.align
+    raw = (offsets[ids + 1] * table.align - starts) >= v * params.word_bytes
+    section = np.concatenate([np.asarray(table.rows_section).view(np.uint8), np.zeros(8, np.uint8)])
+    head = section[starts[:, None] + np.arange(-(-(1 + c) // 8))]
+    bits = np.unpackbits(head, axis=1, bitorder="little").astype(bool)
+    return ~raw[:, None] & bits[:, :1] & ~bits[:, 1 : 1 + c]
+
+
+def _mixed_chunks(rng: np.random.Generator, rows: int) -> np.ndarray:
+    """float32 rows of three 32-column chunks with no free bits or with some: 0/1 bag-of-words;
+    values near 1.5 whose low mantissa bits vary (a few rows far off, with codes); mostly 1.0
+    (code 0 is not zero bits)."""
+    bow = (rng.random((rows, 64)) < 0.03).astype(np.float32)
+    near = np.float32(1.5) + rng.random((rows, 32), dtype=np.float32) * np.float32(2**-12)
+    far = rng.random((rows, 32)) < 0.02
+    near[far] = rng.standard_normal(int(far.sum())).astype(np.float32) * 100
+    return np.ascontiguousarray(np.hstack([bow[:, :32], near, 1 - bow[:, 32:]]))
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_chunks_without_codes_decode_with_and_without_free_bits(
+    lib, tmp_path, double_buffer
+) -> None:
+    rng = np.random.default_rng(50)
+    x = _mixed_chunks(rng, 400)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", threshold=0.9)
+    free = np.add.reduceat(table.params.free_bits[0], [0, 32, 64])
+    assert free[0] == 0 and free[1] > 0 and free[2] == 0
+    ids = rng.integers(0, x.shape[0], 120)
+    empty = _chunk_bits(table, ids)
+    # Both kinds of chunk meet empty, and the middle one also holds codes in other rows.
+    assert empty[:, 0].any() and empty[:, 1].any() and not empty[:, 1].all()
+    want = x[ids].view(np.uint8).reshape(ids.size, -1)
+    for grid, warps in [(1, 1), (3, 2)]:  # one warp decodes every row: no stale codes
+        out, error = fetch_on_host(
+            lib, table, ids, grid=grid, warps=warps, double_buffer=double_buffer
+        )
+        assert error.tolist() == [0, 0]
+        assert np.array_equal(out, want), f"grid {grid} x {warps} warps: rows differ"
+
+
+def test_a_row_whose_chunk_bits_run_past_its_length_is_corrupt(lib, tmp_path) -> None:
+    """An all-zero row (every chunk empty: no code, no payload) is its header alone; cut short,
+    only the header runs past its end, and it must still be reported."""
+    rng = np.random.default_rng(51)
+    x = (rng.random((20, 320)) < 0.05).astype(np.float32)
+    x[-1] = 0
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    last = x.shape[0] - 1
+    assert _chunk_bits(table, np.array([last])).all()  # 1 + 10 header bits: 2 bytes
+    assert np.diff(table.offsets)[-1] == 2
+    table._offsets = table.offsets.copy()
+    table._offsets[-1] -= 1
+    ids = np.array([0, last, 3, last])
+    for double_buffer in (False, True):
+        out, error = fetch_on_host(lib, table, ids, grid=1, double_buffer=double_buffer)
+        assert error.tolist() == [0, 2]
+        assert (out[[1, 3]] == 0).all()
+        assert np.array_equal(out[[0, 2]], x[[0, 3]].view(np.uint8).reshape(2, -1))
 
 
 # --------------------------------------------------------------------------------------------

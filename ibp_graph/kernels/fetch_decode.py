@@ -99,7 +99,8 @@ class DeviceCodec:
         cluster_ids: ``(N,)`` uint8 CUDA tensor, or None for one cluster.
         masks: ``(k, V)`` int32/int64 CUDA tensor (the words' bits).
         code_bits: ``(k, V)`` uint8 CUDA tensor.
-        bitvals: ``(k, V, E)`` int32/int64 CUDA tensor.
+        bitvals: ``(k, E, V)`` int32/int64 CUDA tensor, the dictionaries code-major (entry
+            ``[c, e, j]`` is the codec's ``bitvals[c, j, e]``): `CodecParams.match_values`.
         num_rows, num_words, word_bytes, align, row_bytes: the table's geometry.
 
     The tensors are read by every launch and never change: they are checked once here, and
@@ -130,12 +131,12 @@ class DeviceCodec:
             raise ValueError(f"word_bytes must be 4 or 8, got {self.word_bytes}")
         masks, bitvals, v = self.masks, self.bitvals, self.num_words
         k = masks.shape[0] if isinstance(masks, torch.Tensor) and masks.dim() == 2 else -1
-        e = bitvals.shape[-1] if isinstance(bitvals, torch.Tensor) and bitvals.dim() == 3 else -1
+        e = bitvals.shape[1] if isinstance(bitvals, torch.Tensor) and bitvals.dim() == 3 else -1
         want = {
             "offsets": ((self.num_rows + 1,), (torch.int32, torch.int64)),
             "masks": ((k, v), (word,)),
             "code_bits": ((k, v), (torch.uint8,)),
-            "bitvals": ((k, v, e), (word,)),
+            "bitvals": ((k, e, v), (word,)),
         }
         if self.cluster_ids is not None:
             want["cluster_ids"] = ((self.num_rows,), (torch.uint8,))
@@ -347,7 +348,7 @@ def fetch_decode(
             np.int64(n),
             np.int64(codec.num_rows),
             np.int32(codec.num_words),
-            np.int32(codec.bitvals.shape[2]),
+            np.int32(codec.bitvals.shape[1]),
             np.int32(codec.align),
             np.int32(codec.row_bytes),
             np.int32(plan.buf_words),

@@ -1,0 +1,294 @@
+"""Global loads of the fused decoder per row: load instructions and 32-byte sectors, counted.
+
+Usage::
+
+    .venv/bin/python benchmarks/decode_loads.py [--rows 2000] [--out benchmarks/results]
+
+writes ``decode-loads-cpu.{json,md}``. No GPU is needed: for real rows of each table it counts
+the warp-wide global loads of table metadata that ``decode_row`` in ``cuda/fetch_decode.cu``
+issues (code widths, code and free-bit prefix sums, masks, dictionaries), and the distinct
+32-byte sectors each one touches (the unit an L1 request is served in), in two versions of the
+kernel:
+
+- ``before``: dictionaries column-major ``(k, V, E)``, and every chunk of 32 columns read
+  through codes, masks and prefix sums;
+- ``after``: dictionaries code-major ``(k, E, V)``, and a chunk of a grouped row that holds no
+  code and whose columns have no free bit written from its code-0 entries alone.
+
+The counts follow the kernel's loads one by one, on the codes the reference codec gives each
+word; they are a model of the access pattern, not a GPU measurement. What they leave out: the
+staging of the row itself (the same in both), shared-memory traffic, and the output stores.
+Array bases are taken as 256-byte aligned (CUDA allocations are). Raw rows load no metadata.
+
+Tables: the synthetic kinds of ``benchmarks/fetch.py`` (512-byte float32 rows) and the real
+tables of ``../shared/datasets`` (when present), each compressed with ``ibp_graph.compress``
+defaults; up to ``--rows`` rows of each are counted (a seeded sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ibp_graph  # noqa: E402
+from benchmarks import real_tables  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks.fetch import KINDS, synthetic_block  # noqa: E402
+from ibp_graph.codec import row_layout  # noqa: E402
+from ibp_graph.dtypes import rows_to_words  # noqa: E402
+
+WARP = 32
+SECTOR = 32
+SYNTHETIC_ROW_BYTES = 512
+SYNTHETIC_ROWS = 4096
+VERSIONS = ("before", "after")
+
+
+@dataclass
+class Loads:
+    """Warp load instructions and sectors, summed over rows, per metadata array."""
+
+    instructions: dict[str, int]
+    sectors: dict[str, int]
+
+    @classmethod
+    def empty(cls) -> Loads:
+        return cls({}, {})
+
+    def add(self, name: str, instructions: int, sectors: int) -> None:
+        self.instructions[name] = self.instructions.get(name, 0) + int(instructions)
+        self.sectors[name] = self.sectors.get(name, 0) + int(sectors)
+
+
+def sectors(addr: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """Distinct 32-byte sectors of each warp load: ``addr`` ``(..., 32)`` byte addresses of its
+    lanes, ``active`` which lanes load. Returns ``(...)`` counts."""
+    s = np.where(active, addr // SECTOR, -1)
+    s.sort(axis=-1)
+    new = (s[..., 1:] != s[..., :-1]) & (s[..., 1:] >= 0)
+    return new.sum(axis=-1) + (s[..., 0] >= 0)
+
+
+@dataclass
+class Rows:
+    """The encoded rows of a table, lane by lane: ``(n, C, 32)`` arrays (j = 32 q + lane)."""
+
+    v: int
+    e: int
+    word_bytes: int
+    cluster: np.ndarray  # (n, 1, 1) cluster of each row
+    col: np.ndarray  # (1, C, 32) column of each lane
+    valid: np.ndarray  # (1, C, 32) lane < V
+    code: np.ndarray  # (n, C, 32)
+    escaped: np.ndarray  # (n, C, 32) code == escape
+    in_subgroup: np.ndarray  # (n, C, 32) the column's subgroup holds a code (grouped rows)
+    grouped: np.ndarray  # (n, 1)
+    empty: np.ndarray  # (n, C) grouped and the chunk holds no code
+    free: np.ndarray  # (n, C) the chunk's columns have free bits (in the row's cluster)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.code.shape[:2]
+
+
+def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
+    """The `Rows` of rows ``ids`` of ``table`` (whose values are ``x``), raw rows left out."""
+    params = table.params
+    v, t = params.num_words, params.word_bytes
+    offsets = table.offsets.astype(np.int64)
+    raw = (offsets[ids + 1] - offsets[ids]) * table.align >= v * t
+    ids = ids[~raw]
+    cluster = np.zeros(ids.size, np.intp) if table.cluster_ids is None else table.cluster_ids[ids]
+    words = rows_to_words(x[ids], table.dtype_name, t)
+    lay = row_layout(words, params, None if params.num_clusters == 1 else cluster.astype(np.intp))
+    c = -(-v // WARP)
+    pad = c * WARP - v
+
+    def by_lane(a: np.ndarray) -> np.ndarray:
+        return np.pad(a, ((0, 0), (0, pad))).reshape(a.shape[0], c, WARP)
+
+    col = np.arange(c * WARP).reshape(1, c, WARP)
+    escape = params.escape[cluster]  # (n, V)
+    free_bits = params.free_bits[cluster]
+    grouped = lay.grouped[:, None]
+    return Rows(
+        v=v,
+        e=params.max_entries,
+        word_bytes=t,
+        cluster=cluster.reshape(-1, 1, 1),
+        col=col,
+        valid=col < v,
+        code=by_lane(lay.code.astype(np.int64)),
+        escaped=by_lane(lay.code == escape),
+        in_subgroup=by_lane(lay.code_w_grouped > 0),
+        grouped=grouped,
+        empty=grouped & ~lay.chunk,
+        free=by_lane(free_bits).sum(axis=-1) > 0,
+    )
+
+
+def count(r: Rows, version: str) -> Loads:
+    """The metadata loads ``decode_row`` issues for rows ``r`` in kernel ``version``."""
+    n, c = r.shape
+    grouped = np.broadcast_to(r.grouped, (n, c))
+    shortcut = r.empty & ~r.free if version == "after" else np.zeros((n, c), bool)
+    full = ~shortcut
+    col0 = r.cluster * r.v + r.col  # column index into (k, V) arrays
+    pre = r.cluster * (r.v + 1)  # row of the (k, V + 1) prefix sums
+    t = r.word_bytes
+    out = Loads.empty()
+
+    def load(name: str, issued: np.ndarray, addr: np.ndarray, active: np.ndarray) -> None:
+        """One warp load per chunk where ``issued``: its lanes ``active`` read ``addr``."""
+        got = sectors(np.broadcast_to(addr, (n, c, WARP)), active & issued[..., None])
+        out.add(name, issued.sum(), got[issued].sum())
+
+    # Codes: a flat row loads every column's code prefix and width; a grouped row loads the
+    # widths of the columns of subgroups with codes, in chunks that hold a code ("after") or
+    # in every chunk ("before").
+    flat = ~grouped
+    load("code_prefix", flat, 4 * (pre + r.col), r.valid)
+    load("code_bits", flat, col0, r.valid)
+    coded_pass = grouped & ~r.empty if version == "after" else grouped
+    load("code_bits", coded_pass, col0, r.valid & r.in_subgroup)
+    # Payloads and words.
+    if version == "after":
+        # An empty chunk: the free-bit prefix sums at its two ends (the same word in every
+        # lane), then, with no free bit, one code-0 entry a lane.
+        j0 = r.col[..., :1]
+        for at in (np.minimum(j0 + WARP, r.v), j0):
+            load("free_prefix", r.empty, 4 * (pre + at), np.ones((1, 1, WARP), bool))
+        load("bitvals", shortcut, t * (r.cluster * r.e * r.v + r.col), r.valid)
+    load("code_bits", full, col0, r.valid)
+    load("masks", full, t * col0, r.valid)
+    no_escape = ~(r.escaped & r.valid).any(axis=-1)
+    load("free_prefix", full & no_escape, 4 * (pre + np.minimum(r.col + 1, r.v)), r.valid)
+    if version == "after":
+        entry = (r.cluster * r.e + r.code) * r.v + r.col
+    else:
+        entry = col0 * r.e + r.code
+    load("bitvals", full, t * entry, r.valid & ~r.escaped)
+    return out
+
+
+def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
+    """Counts of both versions for up to ``rows`` rows of table ``x`` (compressed here)."""
+    table = ibp_graph.compress(x, tmp / "t.ibp", progress=False)
+    rng = np.random.default_rng(seed)
+    n = x.shape[0]
+    ids = np.sort(rng.choice(n, min(rows, n), replace=False))
+    r = lanes(table, x, ids)
+    encoded, c = r.shape
+    result = {
+        "table": name,
+        "shape": list(x.shape),
+        "dtype": x.dtype.name,
+        "ratio": table.ratio,
+        "rows_counted": int(ids.size),
+        "rows_raw": int(ids.size - encoded),
+        "rows_grouped": int(r.grouped.sum()),
+        "chunks_per_row": c,
+        "chunks_empty_no_free": int((r.empty & ~r.free).sum()),
+        "chunks_empty_free": int((r.empty & r.free).sum()),
+        "dictionary_entries": r.e,
+    }
+    for version in VERSIONS:
+        loads = count(r, version) if encoded else Loads.empty()
+        result[version] = {"instructions": loads.instructions, "sectors": loads.sectors}
+    table.close()
+    return result
+
+
+def tables(real: bool) -> list[tuple[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    width = SYNTHETIC_ROW_BYTES
+    out = [(f"{k}-{width}B", synthetic_block(k, width, SYNTHETIC_ROWS, rng)) for k in KINDS]
+    if real and real_tables.available():
+        out += [(name, x) for name, x, _ in real_tables.load_all()]
+    return out
+
+
+def per_row(r: dict, version: str, what: str) -> float:
+    encoded = r["rows_counted"] - r["rows_raw"]
+    total = sum(r[version][what].values())
+    return total / encoded if encoded else 0.0
+
+
+def _fewer(before: float, after: float) -> str:
+    return f" ({before / after:.2f}x fewer)" if after else ""
+
+
+def markdown(env: dict, rows: list[dict], command: str) -> str:
+    lines = [
+        *header_lines("Fused decoder: metadata loads per row (counted, no GPU)", env),
+        f"- command: `{command}`",
+        "",
+        "Warp-wide global loads of table metadata that `decode_row` (`cuda/fetch_decode.cu`)",
+        "issues per encoded row, and the 32-byte sectors they touch, on the codes the",
+        "reference codec gives each word of real rows. `before`: dictionaries column-major and",
+        "every chunk decoded in full; `after`: dictionaries code-major, and chunks of grouped",
+        "rows with no code and no free bit written from their code-0 entries. A model of the",
+        "kernel's access pattern, not a GPU measurement; the `profile` stage of",
+        "`benchmarks/gpu_session.sh` measures instructions and sectors per row on a GPU.",
+        "",
+        "| table | ratio | chunks/row | empty chunks, no free bit | loads/row before | after "
+        "| sectors/row before | after | dictionary sectors/row before | after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        encoded = r["rows_counted"] - r["rows_raw"]
+        chunks = encoded * r["chunks_per_row"]
+        share = r["chunks_empty_no_free"] / chunks if chunks else 0.0
+        ins = [per_row(r, v, "instructions") for v in VERSIONS]
+        sec = [per_row(r, v, "sectors") for v in VERSIONS]
+        dic = [r[v]["sectors"].get("bitvals", 0) / encoded if encoded else 0.0 for v in VERSIONS]
+        lines.append(
+            f"| {r['table']} | {r['ratio']:.1f} | {r['chunks_per_row']} | {share:.0%} "
+            f"| {ins[0]:.0f} | {ins[1]:.0f}{_fewer(*ins)} "
+            f"| {sec[0]:.0f} | {sec[1]:.0f}{_fewer(*sec)} "
+            f"| {dic[0]:.0f} | {dic[1]:.0f} |"
+        )
+    lines += [
+        "",
+        "Rows counted per table, rows stored raw (no metadata loads; left out of the per-row",
+        "figures), and dictionary entries per column are in the JSON file.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=2000, help="rows counted per table (a sample)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the results")
+    p.add_argument("--no-real", action="store_true", help="synthetic tables only")
+    args = p.parse_args(argv)
+    if args.rows < 1:
+        p.error(f"--rows must be at least 1, got {args.rows}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    env = environment()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, x) in enumerate(tables(not args.no_real)):
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            rows.append(measure(name, x, Path(tmp), args.rows, seed=i))
+    command = "python benchmarks/decode_loads.py" + ("" if argv is None else " " + " ".join(argv))
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json("decode-loads-cpu", {**env, "command": command, "results": rows}, args.out)
+    md = args.out / "decode-loads-cpu.md"
+    md.write_text(markdown(env, rows, command))
+    print(md.read_text())
+
+
+if __name__ == "__main__":
+    main()
