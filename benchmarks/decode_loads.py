@@ -225,11 +225,9 @@ def _fewer(before: float, after: float) -> str:
     return f" ({before / after:.2f}x fewer)" if after else ""
 
 
-def markdown(env: dict, rows: list[dict], command: str) -> str:
+def markdown(env: dict, rows: list[dict]) -> str:
     lines = [
         *header_lines("Fused decoder: metadata loads per row (counted, no GPU)", env),
-        f"- command: `{command}`",
-        "",
         "Warp-wide global loads of table metadata that `decode_row` (`cuda/fetch_decode.cu`)",
         "issues per encoded row, and the 32-byte sectors they touch, on the codes the",
         "reference codec gives each word of real rows. `before`: dictionaries column-major and",
@@ -282,11 +280,10 @@ def main(argv: list[str] | None = None) -> None:
         for i, (name, x) in enumerate(tables(not args.no_real)):
             print(f"{name} ...", file=sys.stderr, flush=True)
             rows.append(measure(name, x, Path(tmp), args.rows, seed=i))
-    command = "python benchmarks/decode_loads.py" + ("" if argv is None else " " + " ".join(argv))
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json("decode-loads-cpu", {**env, "command": command, "results": rows}, args.out)
+    write_json("decode-loads-cpu", {**env, "results": rows}, args.out)
     md = args.out / "decode-loads-cpu.md"
-    md.write_text(markdown(env, rows, command))
+    md.write_text(markdown(env, rows))
     print(md.read_text())
 
 
