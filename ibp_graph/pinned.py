@@ -30,6 +30,7 @@ _HOST_ALLOC_FLAGS = 0x01 | 0x02
 PAGE_KINDS = ("huge", "small", "cuda")
 #: Environment variable choosing the default page kind (default: "huge").
 PAGES_ENV = "IBP_GRAPH_PINNED_PAGES"
+HOST_MEMORY_ENV = "IBP_GRAPH_HOST_MEMORY"
 HUGE_PAGE = 2 << 20
 
 
@@ -58,13 +59,36 @@ def available_memory() -> int | None:
 
 
 def total_memory() -> int | None:
-    """MemTotal from /proc/meminfo in bytes (None where there is no such file).
+    """MemTotal from /proc/meminfo in bytes (None where there is no such file)."""
+    return _meminfo("MemTotal")
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def host_memory() -> int | None:
+    """The most host memory a request may take: ``$IBP_GRAPH_HOST_MEMORY``, else MemTotal.
 
     The pinning precheck compares requests with this, not with MemAvailable: page cache is
-    reclaimed and some machines (VMs with memory ballooning) grow their memory on demand, so
-    a request above MemAvailable can succeed; one above MemTotal cannot.
+    reclaimed, so a request above MemAvailable can succeed. On most machines one above
+    MemTotal cannot; but a virtual machine whose memory grows on demand starts with a
+    MemTotal below what it can get, and there the variable says how much that is: bytes, or
+    a number with K, M, G or T (powers of 1024), e.g. ``128G``. None: no bound is known.
+
+    Raises:
+        ValueError: the variable is set to something else.
     """
-    return _meminfo("MemTotal")
+    text = os.environ.get(HOST_MEMORY_ENV, "").strip()
+    if not text:
+        return total_memory()
+    unit = text[-1].upper() if text[-1].isalpha() else ""
+    number = text[: len(text) - len(unit)].strip()
+    if unit not in _UNITS or not number.isdigit() or int(number) == 0:
+        raise ValueError(
+            f"{HOST_MEMORY_ENV} must be a positive number of bytes, or one with K, M, G or T "
+            f"(e.g. 128G), got {text!r}"
+        )
+    return int(number) * _UNITS[unit]
 
 
 def default_pages() -> str:
@@ -138,10 +162,11 @@ class PinnedBuffer:
             ignored with ``backing``).
 
     Raises:
-        PinningError: more than the machine's memory (MemTotal) is asked for, or the
+        PinningError: more than the machine's memory (`host_memory`) is asked for, or the
             allocation failed.
-        ValueError: ``backing`` is not such an array, or ``pages`` (or
-            ``$IBP_GRAPH_PINNED_PAGES``) names no kind of `PAGE_KINDS`.
+        ValueError: ``backing`` is not such an array, ``pages`` (or
+            ``$IBP_GRAPH_PINNED_PAGES``) names no kind of `PAGE_KINDS`, or
+            ``$IBP_GRAPH_HOST_MEMORY`` is malformed.
     """
 
     def __init__(
@@ -172,10 +197,16 @@ class PinnedBuffer:
         self.pages = default_pages() if pages is None else pages
         if self.pages not in PAGE_KINDS:
             raise ValueError(f"pages must be one of {', '.join(PAGE_KINDS)}, got {pages!r}")
-        limit = total_memory()
+        limit = host_memory()
         if limit is not None and total > limit:
+            source = HOST_MEMORY_ENV if os.environ.get(HOST_MEMORY_ENV, "").strip() else "MemTotal"
             raise PinningError(
-                pinning_advice(total, what, f"the machine has only {gib(limit)} of memory")
+                pinning_advice(
+                    total,
+                    what,
+                    f"the machine has only {gib(limit)} of memory ({source}; set "
+                    f"{HOST_MEMORY_ENV} where memory grows on demand)",
+                )
             )
         release_deferred()  # buffers dropped earlier: unpin them before pinning more
         try:

@@ -141,6 +141,32 @@ def test_e2e_synthetic_graph_cpu(tmp_path: Path) -> None:
     assert g["checks"]["batches_identical"]
 
 
+def test_corasu_is_cora_rows_on_a_products_sized_graph() -> None:
+    args = e2e.parse_args(["--graphs", "", "--corasu"])
+    assert args.synthetic_nodes == e2e.CORASU_NODES == 2_449_029
+    assert args.synthetic_edges == e2e.CORASU_EDGES == 123_718_280
+    assert args.synthetic_features == "cora"
+    scaled = e2e.parse_args(["--graphs", "", "--corasu", "--synthetic-nodes", "5000"])
+    assert scaled.synthetic_nodes == 5000 and scaled.synthetic_edges == e2e.CORASU_EDGES
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--graphs", "", "--corasu", "--synthetic-features", "citeseer"])
+
+
+def test_e2e_corasu_scaled_down_on_the_cpu_states_its_target(tmp_path: Path) -> None:
+    argv = ["--device", "cpu", "--graphs", "", "--epochs", "2", "--threads", "1", "--corasu"]
+    argv += ["--synthetic-nodes", "2000", "--synthetic-edges", "20000"]
+    argv += ["--synthetic-train", "128", "--batch-size", "64", "--fanouts", "4,4"]
+    payload = e2e.main(argv + ["--out", str(tmp_path), "--workdir", str(tmp_path / "work")])
+    (g,) = payload["graphs"]
+    assert g["name"] == "corasu-2000" and g["feature_table"] == "cora-bow"
+    assert g["num_edges"] == 20000 and g["setting"].startswith("CoraSU")
+    a = g["analysis"]
+    assert a["speedup_target"] == 1.74
+    assert a["speedup_target_met"] == (a["measured_speedup"] >= 1.74)
+    md = (tmp_path / "e2e-cpu.md").read_text()
+    assert "Setting: CoraSU" in md and "CoraSU target: IBP on at least 1.74x" in md
+
+
 def test_e2e_with_a_prefetch_thread_trains_on_the_same_batches(tmp_path: Path) -> None:
     base = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
     base += ["--workdir", str(tmp_path / "work")]

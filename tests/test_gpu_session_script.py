@@ -36,6 +36,7 @@ STAGES = (
     "fused",
     "ddp",
     "synthetic",
+    "corasu",
 )
 MAX_FILES = 8
 MAX_COMMAND = 2000
@@ -159,7 +160,7 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
         assert args.table_gb >= 2 and args.time_budget <= 400
         assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
     assert small_pages.widths == [512] and not small_pages.real
-    bundled, fused, synthetic = (e2e.parse_args(c) for c in cmds["e2e"])
+    bundled, fused, synthetic, corasu = (e2e.parse_args(c) for c in cmds["e2e"])
     assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
     assert bundled.sampler_backend == "torch" and not bundled.prefetch_thread
     assert fused.graph_list == bundled.graph_list and fused.epochs == bundled.epochs
@@ -168,6 +169,9 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
     assert synthetic.epochs == 3 and synthetic.device == "cuda"
     assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o/synthetic"
+    assert not synthetic.corasu and corasu.corasu and corasu.graph_list == []
+    assert corasu.synthetic_nodes == e2e.CORASU_NODES and corasu.synthetic_features == "cora"
+    assert corasu.epochs == 3 and corasu.device == "cuda" and str(corasu.out) == "/tmp/o/corasu"
 
 
 def test_stage_limits_end_the_command_before_the_device_kills_it() -> None:
@@ -267,6 +271,10 @@ def test_without_a_gpu_the_script_logs_the_machine_and_stops_clearly(tmp_path: P
     assert "no GPU" in done.stderr
     summary = (out / "summary.txt").read_text()
     assert "commit: abc1234" in summary and "Stand-in, 1.0" in summary
+    # The machine's memory as /proc/meminfo says it, and the size the size checks take.
+    assert re.search(
+        r"memory: MemTotal: \d+ kB;MemAvailable: \d+ kB, IBP_GRAPH_HOST_MEMORY=128G", summary
+    )
     assert "torch 2." in summary or "torch sees no CUDA device" in summary
     assert sorted(p.name for p in out.iterdir()) == ["summary.txt"]
 

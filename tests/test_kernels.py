@@ -314,8 +314,35 @@ def test_pinning_refuses_only_more_than_the_machine_has(monkeypatch) -> None:
     buf.close()
     # ... above MemTotal is not.
     monkeypatch.setattr("ibp_graph.pinned.total_memory", lambda: 1 << 20)
-    with pytest.raises(PinningError, match="the machine has only 0.00 GiB of memory"):
+    with pytest.raises(PinningError, match=r"has only 0.00 GiB of memory \(MemTotal; set IBP_"):
         PinnedBuffer(1 << 30, "big.ibp", _cuda(_FakeRuntime(False)))
+    # Where memory grows on demand, IBP_GRAPH_HOST_MEMORY says how much there is.
+    monkeypatch.setenv("IBP_GRAPH_HOST_MEMORY", "2G")
+    PinnedBuffer(1 << 30, "grows.ibp", _cuda(_FakeRuntime(False))).close()
+    with pytest.raises(PinningError, match=r"only 2.00 GiB of memory \(IBP_GRAPH_HOST_MEMORY"):
+        PinnedBuffer(3 << 30, "big.ibp", _cuda(_FakeRuntime(False)))
+
+
+@pytest.mark.parametrize(
+    "value,want", [("4096", 4096), ("64k", 64 << 10), (" 3M ", 3 << 20), ("128G", 128 << 30),
+                   ("2T", 2 << 40)]
+)  # fmt: skip
+def test_host_memory_reads_the_variable(monkeypatch, value, want) -> None:
+    from ibp_graph.pinned import host_memory
+
+    monkeypatch.setenv("IBP_GRAPH_HOST_MEMORY", value)
+    assert host_memory() == want
+
+
+@pytest.mark.parametrize("value", ["lots", "-1G", "0", "1.5G", "12GB", "G"])
+def test_a_malformed_host_memory_variable_is_named(monkeypatch, value) -> None:
+    from ibp_graph.pinned import host_memory
+
+    monkeypatch.setenv("IBP_GRAPH_HOST_MEMORY", value)
+    with pytest.raises(ValueError, match=r"IBP_GRAPH_HOST_MEMORY must be a positive number"):
+        host_memory()
+    with pytest.raises(ValueError, match=r"IBP_GRAPH_HOST_MEMORY must be"):
+        PinnedBuffer(1 << 20, "x.ibp", _cuda(_FakeRuntime(False)))
 
 
 def test_raw_rows_are_pinned_little_endian_and_row_major() -> None:
