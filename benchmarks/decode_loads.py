@@ -92,6 +92,7 @@ class Rows:
     grouped: np.ndarray  # (n, 1)
     empty: np.ndarray  # (n, C) grouped and the chunk holds no code
     free: np.ndarray  # (n, C) the chunk's columns have free bits (in the row's cluster)
+    cluster_free: np.ndarray  # (n, 1) some column of the row's cluster has free bits
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -131,6 +132,7 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
         grouped=grouped,
         empty=grouped & ~lay.chunk,
         free=by_lane(free_bits).sum(axis=-1) > 0,
+        cluster_free=free_bits.sum(axis=1, keepdims=True) > 0,
     )
 
 
@@ -160,11 +162,16 @@ def count(r: Rows, version: str) -> Loads:
     load("code_bits", coded_pass, col0, r.valid & r.in_subgroup)
     # Payloads and words.
     if version == "after":
-        # An empty chunk: the free-bit prefix sums at its two ends (the same word in every
-        # lane), then, with no free bit, one code-0 entry a lane.
+        # A grouped row: the cluster's free-bit total (the same word in every lane); where it
+        # is not 0, an empty chunk's prefix sums at its two ends. Then, with no free bit, one
+        # code-0 entry a lane.
+        every = np.ones((1, 1, WARP), bool)
+        once = np.zeros((n, c), bool)  # counted with the row's first chunk
+        once[:, 0] = r.grouped[:, 0]
+        load("free_prefix", once, 4 * (pre + r.v), every)
         j0 = r.col[..., :1]
         for at in (np.minimum(j0 + WARP, r.v), j0):
-            load("free_prefix", r.empty, 4 * (pre + at), np.ones((1, 1, WARP), bool))
+            load("free_prefix", r.empty & r.cluster_free, 4 * (pre + at), every)
         load("bitvals", shortcut, t * (r.cluster * r.e * r.v + r.col), r.valid)
     load("code_bits", full, col0, r.valid)
     load("masks", full, t * col0, r.valid)

@@ -275,13 +275,16 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         return;
     }
     const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
+    // No column of the cluster has a free bit (bag-of-words tables): no chunk needs a look.
+    const bool no_free = grouped && free_prefix[pre0 + V] == 0;
     for (int j0 = 0; j0 < V; j0 += 32) {
         const int j = j0 + lane;
         // A chunk of a grouped row with no code (warp-uniform): every code is 0. When its
         // columns have no free bit either, its words are their code-0 entries and it holds
         // no bits: one coalesced load a lane.
         const bool coded = !grouped || subs[j0 >> 5] != 0;
-        if (!coded && free_prefix[pre0 + min(j0 + 32, V)] == free_prefix[pre0 + j0]) {
+        if (!coded &&
+            (no_free || free_prefix[pre0 + min(j0 + 32, V)] == free_prefix[pre0 + j0])) {
             if (j < V) store_word<W>(out_row, j, entries[j], row_bytes, word_aligned);
             continue;
         }

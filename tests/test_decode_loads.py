@@ -54,11 +54,12 @@ def test_counts_follow_the_kernels_loads_chunk_by_chunk(one_coded_chunk) -> None
         "free_prefix": n,
         "bitvals": 2 * n,
     }
-    # after: chunk 1 loads its two end prefix sums and its code-0 entries, nothing else.
+    # after: the row loads its cluster's free-bit total (0: no chunk needs its own look), and
+    # chunk 1 its code-0 entries, nothing else.
     assert after.instructions == {
         "code_prefix": 0,
         "code_bits": 2 * n,
-        "free_prefix": 2 * n,
+        "free_prefix": n,
         "bitvals": 2 * n,
         "masks": n,
     }
@@ -66,9 +67,30 @@ def test_counts_follow_the_kernels_loads_chunk_by_chunk(one_coded_chunk) -> None
     assert after.sectors["code_bits"] == 2 * n
     # 32 columns' entries, one a column: 128 contiguous bytes in either layout.
     assert after.sectors["bitvals"] == before.sectors["bitvals"] == 2 * 4 * n
-    # Prefix sums 33..64 of chunk 1 span 5 sectors; the shortcut reads 2 single words.
+    # Prefix sums 33..64 of chunk 1 span 5 sectors; the total is one word.
     assert before.sectors["free_prefix"] == 5 * n
-    assert after.sectors["free_prefix"] == 2 * n
+    assert after.sectors["free_prefix"] == n
+
+
+def test_with_free_bits_an_empty_chunk_reads_its_two_end_prefix_sums(tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    x = np.zeros((300, 64), np.float32)
+    x[:, 40] = 1.5 + rng.random(300, dtype=np.float32) * np.float32(2**-12)  # free bits
+    x[:, 3] = (rng.random(300) < 0.05).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    assert table.params.free_bits[0, 40] > 0 and table.params.free_bits[0, :32].max() == 0
+    ids = np.flatnonzero(x[:, 3] == 0)  # chunk 0 empty (no free bit), chunk 1 empty too
+    r = decode_loads.lanes(table, x, ids)
+    assert r.grouped.all() and r.empty.all() and r.cluster_free.all()
+    assert r.free[:, 1].all() and not r.free[:, 0].any()
+    after = decode_loads.count(r, "after")
+    n = ids.size
+    # The total, then both chunks' two ends; chunk 0 takes the shortcut, chunk 1 the full path
+    # (no code: no codes pass), which reads its payloads' prefix sums too.
+    assert after.instructions["free_prefix"] == n * (1 + 2 + 2 + 1)
+    assert after.instructions["code_bits"] == after.instructions["masks"] == n
+    assert after.instructions["bitvals"] == 2 * n
+    table.close()
 
 
 def test_code_major_dictionaries_read_fewer_sectors_with_several_entries(tmp_path) -> None:
