@@ -229,7 +229,9 @@ def per_row(r: dict, version: str, what: str) -> float:
 
 
 def _fewer(before: float, after: float) -> str:
-    return f" ({before / after:.2f}x fewer)" if after else ""
+    if not after:
+        return ""
+    return f" ({before / after:.2f}x fewer)" if after <= before else f" ({after / before:.2f}x more)"
 
 
 def markdown(env: dict, rows: list[dict]) -> str:
