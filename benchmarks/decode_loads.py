@@ -231,7 +231,9 @@ def per_row(r: dict, version: str, what: str) -> float:
 def _fewer(before: float, after: float) -> str:
     if not after:
         return ""
-    return f" ({before / after:.2f}x fewer)" if after <= before else f" ({after / before:.2f}x more)"
+    if after <= before:
+        return f" ({before / after:.2f}x fewer)"
+    return f" ({after / before:.2f}x more)"
 
 
 def markdown(env: dict, rows: list[dict]) -> str:
