@@ -39,6 +39,11 @@
 #              instructions per row.
 #   pages      about 2 min: the fetch benchmark's 512 B cases with small (4 KiB) pages, to
 #              compare with the huge pages of `fetch`.
+#   grid       about 3 min: the fetch benchmark's dense and sparse 512 B cases and the first
+#              real tables (Cora's rows first) with the grid at the kernels' full occupancy
+#              (--max-blocks far above it: every block the SMs hold at once), to compare with
+#              the default one block per SM of `fetch`: what latency hiding buys a fetch that
+#              has the GPU to itself.
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
 #              1,028 B, 5,732 B like Cora's), run twice: whole 16-byte loads (the default)
 #              and the widest vectors (--raw-kernel vector).
@@ -63,7 +68,7 @@
 # what it wrote), and a command whose stages would write more than 8 files is refused before
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
 # times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; fetch and
-# pages: pages.log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
+# pages and grid: their log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
 # corasu: corasu.log + 3 in corasu/;
@@ -82,8 +87,8 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch profile pages lanes sampling e2e overlap fused ddp synthetic
-    corasu)
+ALL_STAGES=(smoke tests sanitize fetch profile pages grid lanes sampling e2e overlap fused ddp
+    synthetic corasu)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -92,7 +97,7 @@ files() {
     case "$1" in
     smoke | tests | sanitize) echo 1 ;;
     ddp) echo 3 ;;
-    fetch | pages | sampling) echo 3 ;;
+    fetch | pages | grid | sampling) echo 3 ;;
     lanes | profile) echo 5 ;;
     e2e | overlap | fused | synthetic | corasu) echo 4 ;;
     esac
@@ -108,7 +113,7 @@ minutes() {
     corasu) echo 8 ;;
     overlap) echo 4 ;;
     pages | sampling | e2e | fused | ddp) echo 2 ;;
-    lanes) echo 3 ;;
+    lanes | grid) echo 3 ;;
     esac
 }
 
@@ -146,8 +151,8 @@ plan() {
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; 30 minutes of GPU time get through the first three or four).
-CALLS=("smoke tests" "sanitize" "fetch sampling" "profile" "e2e ddp" "overlap" "synthetic"
-    "corasu" "fused pages" "lanes")
+CALLS=("smoke tests" "sanitize" "fetch sampling" "profile" "grid pages" "e2e ddp" "overlap"
+    "corasu" "synthetic" "fused" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -426,6 +431,12 @@ for stage in "${STAGES[@]}"; do
             --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 150 \
             --out "$OUT" || rc=$?
         ;;
+    grid)
+        run 240 grid.log python3 benchmarks/fetch.py --max-blocks 1000000 --table-gb 4 \
+            --batch 100000,1000000 --widths 512 --kinds dense-normal,sparse-5pct \
+            --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 180 --tag grid \
+            --out "$OUT" || rc=$?
+        ;;
     lanes)
         for raw_kernel in auto vector; do
             run 200 lanes.log python3 benchmarks/fetch.py --raw-kernel "$raw_kernel" \
@@ -472,7 +483,8 @@ for stage in "${STAGES[@]}"; do
                 --out "$OUT/synthetic" || rc=$?
         fi
         ;;
-    corasu)  # Cora is bundled with the package: nothing to carry
+    corasu)
+        # Cora is bundled with the package: nothing to carry.
         run 540 corasu.log python3 benchmarks/e2e.py --device cuda --epochs 3 --graphs "" \
             --corasu --synthetic-train 50000 --workdir "$WORK" --out "$OUT/corasu" || rc=$?
         ;;

@@ -29,6 +29,7 @@ STAGES = (
     "fetch",
     "profile",
     "pages",
+    "grid",
     "lanes",
     "sampling",
     "e2e",
@@ -149,14 +150,17 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert str(summarise.out) == "/tmp/o/profile.md"
     (ov,) = (overlap.parse_args(c) for c in cmds["overlap"])
     assert ov.device == "cuda" and str(ov.out) == "/tmp/o" and ov.tables == ["dense", "sparse"]
-    full, small_pages, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
+    full, small_pages, grid, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
     assert full.pages == "huge" and small_pages.pages == "small"
+    # grid: the kernels' full occupancy (a cap far above it), against fetch's default grid.
+    assert full.max_blocks is None and grid.max_blocks >= 132 * 32 and grid.tag == "grid"
+    assert grid.widths == [512] and grid.real and grid.pages == "huge"
     assert full.raw_kernel == "auto" and lanes.raw_kernel == "vector"
     assert full.sort_ids and not small_pages.sort_ids and not lanes.sort_ids
     assert full.double_buffer and not small_pages.double_buffer and not lanes.double_buffer
     assert "for raw_kernel in auto vector; do" in SCRIPT.read_text()
     assert all(w % 16 for w in lanes.widths) and lanes.tag == "lanes"
-    for args in (full, small_pages, lanes):
+    for args in (full, small_pages, grid, lanes):
         assert args.table_gb >= 2 and args.time_budget <= 400
         assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
     assert small_pages.widths == [512] and not small_pages.real
