@@ -30,6 +30,7 @@ _HOST_ALLOC_FLAGS = 0x01 | 0x02
 PAGE_KINDS = ("huge", "small", "cuda")
 #: Environment variable choosing the default page kind (default: "huge").
 PAGES_ENV = "IBP_GRAPH_PINNED_PAGES"
+#: Environment variable giving the host memory where MemTotal understates it (`host_memory`).
 HOST_MEMORY_ENV = "IBP_GRAPH_HOST_MEMORY"
 HUGE_PAGE = 2 << 20
 
@@ -199,15 +200,13 @@ class PinnedBuffer:
             raise ValueError(f"pages must be one of {', '.join(PAGE_KINDS)}, got {pages!r}")
         limit = host_memory()
         if limit is not None and total > limit:
-            source = HOST_MEMORY_ENV if os.environ.get(HOST_MEMORY_ENV, "").strip() else "MemTotal"
-            raise PinningError(
-                pinning_advice(
-                    total,
-                    what,
-                    f"the machine has only {gib(limit)} of memory ({source}; set "
-                    f"{HOST_MEMORY_ENV} where memory grows on demand)",
-                )
+            source = (
+                HOST_MEMORY_ENV
+                if os.environ.get(HOST_MEMORY_ENV, "").strip()
+                else f"MemTotal; set {HOST_MEMORY_ENV} where memory grows on demand"
             )
+            cause = f"the machine has only {gib(limit)} of memory ({source})"
+            raise PinningError(pinning_advice(total, what, cause))
         release_deferred()  # buffers dropped earlier: unpin them before pinning more
         try:
             self.array = self._allocate(total)
