@@ -12,8 +12,9 @@ kernel:
 
 - ``before``: dictionaries column-major ``(k, V, E)``, and every chunk of 32 columns read
   through codes, masks and prefix sums;
-- ``after``: dictionaries code-major ``(k, E, V)``, and a chunk of a grouped row that holds no
-  code and whose columns have no free bit written from its code-0 entries alone.
+- ``after``: dictionaries code-major ``(k, E, V)``; a chunk of a grouped row that holds no
+  code and whose columns have no free bit written from its code-0 entries alone; a flat
+  row's codes read in the payloads' pass (one load of the code widths, not two).
 
 The counts follow the kernel's loads one by one, on the codes the reference codec gives each
 word; they are a model of the access pattern, not a GPU measurement. What they leave out: the
@@ -152,12 +153,14 @@ def count(r: Rows, version: str) -> Loads:
         got = sectors(np.broadcast_to(addr, (n, c, WARP)), active & issued[..., None])
         out.add(name, issued.sum(), got[issued].sum())
 
-    # Codes: a flat row loads every column's code prefix and width; a grouped row loads the
-    # widths of the columns of subgroups with codes, in chunks that hold a code ("after") or
-    # in every chunk ("before").
+    # Codes: a flat row loads every column's code prefix, and its width in a pass of its own
+    # ("before") or with the payloads ("after", below); a grouped row loads the widths of the
+    # columns of subgroups with codes, in chunks that hold a code ("after") or in every chunk
+    # ("before").
     flat = ~grouped
     load("code_prefix", flat, 4 * (pre + r.col), r.valid)
-    load("code_bits", flat, col0, r.valid)
+    if version == "before":
+        load("code_bits", flat, col0, r.valid)
     coded_pass = grouped & ~r.empty if version == "after" else grouped
     load("code_bits", coded_pass, col0, r.valid & r.in_subgroup)
     # Payloads and words.
@@ -242,10 +245,11 @@ def markdown(env: dict, rows: list[dict]) -> str:
         "Warp-wide global loads of table metadata that `decode_row` (`cuda/fetch_decode.cu`)",
         "issues per encoded row, and the 32-byte sectors they touch, on the codes the",
         "reference codec gives each word of real rows. `before`: dictionaries column-major and",
-        "every chunk decoded in full; `after`: dictionaries code-major, and chunks of grouped",
-        "rows with no code and no free bit written from their code-0 entries. A model of the",
-        "kernel's access pattern, not a GPU measurement; the `profile` stage of",
-        "`benchmarks/gpu_session.sh` measures instructions and sectors per row on a GPU.",
+        "every chunk decoded in full; `after`: dictionaries code-major, chunks of grouped rows",
+        "with no code and no free bit written from their code-0 entries, and a flat row's codes",
+        "read in the payloads' pass. A model of the kernel's access pattern, not a GPU",
+        "measurement; the `profile` stage of `benchmarks/gpu_session.sh` measures instructions",
+        "and sectors per row on a GPU.",
         "",
         "| table | ratio | chunks/row | empty chunks, no free bit | loads/row before | after "
         "| sectors/row before | after | dictionary sectors/row before | after |",

@@ -5,14 +5,14 @@
 // 16-byte copies one row ahead: the double-buffered entry points), then decodes it:
 // header bits, codes, payloads. Fields of fixed width are placed by per-cluster prefix sums
 // computed once per table (`code_prefix`, `free_prefix`: (k, V + 1) u32, entry j the bits of
-// columns 0..j-1): the codes of a flat (ungrouped) row, and the payloads of 32 words none of
-// which escapes (one warp vote); the rest by warp prefix sums of the field widths. The
-// dictionaries are read code-major (`bitvals` (k, E, V): entry [c, e, j], the codec's
-// `match_values`), so the words of 32 neighbouring columns that share a code read one line. A
-// chunk of 32 columns of a grouped row that holds no code, and whose columns have no free bit,
-// holds no bits at all: its words are their code-0 entries (one load a lane, nothing else).
-// Rows stored raw are copied through. Decoded words are written to a row-major output of
-// `row_bytes` bytes per row.
+// columns 0..j-1): the codes of a flat (ungrouped) row (read in the payloads' pass), and the
+// payloads of 32 words none of which escapes (one warp vote); the rest by warp prefix sums of
+// the field widths. The dictionaries are read code-major (`bitvals` (k, E, V): entry
+// [c, e, j], the codec's `match_values`), so the words of 32 neighbouring columns that share a
+// code read one line. A chunk of 32 columns of a grouped row that holds no code, and whose
+// columns have no free bit, holds no bits at all: its words are their code-0 entries (one load
+// a lane, nothing else). Rows stored raw are copied through. Decoded words are written to a
+// row-major output of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
 // host may pass the ids sorted (rows then read in address order) with `out_pos` the
@@ -247,14 +247,9 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         __syncwarp();
     }
     const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
+    const u32 code_at = cursor;  // a flat row's codes: each at its column's code prefix
     if (!grouped) {
-        // Flat row: every code is present, at its column's fixed place (no scan).
-#pragma unroll 1
-        for (int j = lane; j < V; j += 32) {
-            codes[j] =
-                (u8)read_field(buf, cursor + code_prefix[pre0 + j], (int)code_bits[col0 + j]);
-        }
-        cursor += code_prefix[pre0 + V];
+        cursor += code_prefix[pre0 + V];  // every code is present: read with its payload
     } else {
         for (int j0 = 0; j0 < V; j0 += 32) {
             if (subs[j0 >> 5] == 0) continue;  // no code in this chunk (warp-uniform)
@@ -292,8 +287,13 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         u32 code = 0, esc = 0;
         W mask = 0;
         if (j < V) {
-            code = coded ? codes[j] : 0u;
-            esc = (1u << code_bits[col0 + j]) - 1u;
+            const int b = code_bits[col0 + j];
+            if (!grouped) {
+                code = (u32)read_field(buf, code_at + code_prefix[pre0 + j], b);
+            } else if (coded) {
+                code = codes[j];
+            }
+            esc = (1u << b) - 1u;
             mask = masks[col0 + j];
             w = code == esc ? (u32)TB : (u32)(TB - Word<W>::popc(mask));
         }

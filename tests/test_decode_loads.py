@@ -105,6 +105,23 @@ def test_code_major_dictionaries_read_fewer_sectors_with_several_entries(tmp_pat
     table.close()
 
 
+def test_a_flat_row_loads_its_code_widths_once(tmp_path) -> None:
+    x = np.random.default_rng(4).standard_normal((200, 64)).astype(np.float32)  # dense
+    table = ibp_graph.compress(x, tmp_path / "t.ibp")
+    offsets = table.offsets.astype(np.int64) * table.align
+    encoded = np.diff(offsets) < 64 * 4
+    grouped = np.asarray(table.rows_section).view(np.uint8)[offsets[:-1]] & 1  # the G bit
+    flat = np.flatnonzero(encoded & (grouped == 0))
+    r = decode_loads.lanes(table, x, flat)
+    n = r.shape[0]
+    assert n > 100 and not r.grouped.any()
+    before = decode_loads.count(r, "before").instructions
+    after = decode_loads.count(r, "after").instructions
+    assert before["code_bits"] == 2 * 2 * n and after["code_bits"] == 2 * n
+    assert before["code_prefix"] == after["code_prefix"] == 2 * n
+    table.close()
+
+
 def test_raw_rows_load_no_metadata(tmp_path) -> None:
     x = np.random.default_rng(2).integers(0, 2**32, (50, 16), dtype=np.uint32).view(np.float32)
     table = ibp_graph.compress(x, tmp_path / "t.ibp")
