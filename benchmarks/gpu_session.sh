@@ -33,10 +33,11 @@
 #              raw gather, the fused fetch one-buffer and double-buffered, and both from GPU
 #              memory: 20 launches, each after an unprofiled warm-up. Sections SpeedOfLight,
 #              MemoryWorkloadAnalysis, WarpStateStats, SchedulerStats, Occupancy, LaunchStats,
-#              InstructionStats, plus PCIe reads and each stall reason's share of active warp
-#              cycles (run again without those metrics if this ncu refuses one); then
-#              profile.md: per launch, duration, throughputs, occupancy, registers, top stalls,
-#              instructions per row.
+#              InstructionStats, plus PCIe reads, global-load requests and sectors at L1, and
+#              each stall reason's share of active warp cycles (run again without those
+#              metrics if this ncu refuses one); then profile.md: per launch, duration,
+#              throughputs, L1 and L2 hit rates, occupancy, registers, top stalls,
+#              instructions, global loads and load sectors per row.
 #   pages      about 2 min: the fetch benchmark's 512 B cases with small (4 KiB) pages, to
 #              compare with the huge pages of `fetch`.
 #   grid       about 3 min: the fetch benchmark's dense and sparse 512 B cases and the first
@@ -339,10 +340,13 @@ NCU_ARGS=(--clock-control none --profile-from-start off --target-processes all
     --kernel-name "regex:ibp_(fetch_decode|raw_gather)" --section SpeedOfLight
     --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats
     --section Occupancy --section LaunchStats --section InstructionStats)
-# Besides the sections: PCIe reads, DRAM reads, and each stall reason's share of active warp
-# cycles.
+# Besides the sections: PCIe reads, DRAM reads, global-load requests and 32-byte sectors at
+# L1 (to set beside benchmarks/results/decode-loads-cpu.md), and each stall reason's share of
+# active warp cycles.
 NCU_METRICS=pcie__read_bytes.sum,pcie__read_bytes.sum.per_second
 NCU_METRICS+=,pcie__read_bytes.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum
+NCU_METRICS+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
+NCU_METRICS+=,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
 for reason in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle \
     long_scoreboard math_pipe_throttle membar mio_throttle misc no_instruction not_selected \
     short_scoreboard sleeping tex_throttle wait; do

@@ -632,6 +632,11 @@ def summary_row(res: Result | None, launch: dict | None) -> dict:
             res, "smsp__inst_executed.sum"
         )
         inst = found[0] / rows if found and rows else None
+
+    def per_row(name: str) -> float | None:
+        found = metric(res, name) if res else None
+        return found[0] / rows if found and rows else None
+
     regs = metric(res, "Registers Per Thread", "launch") if res else None
     return {
         "id": res.id if res else None,
@@ -643,6 +648,7 @@ def summary_row(res: Result | None, launch: dict | None) -> dict:
         "memory_pct": units["memory"],
         "dram_pct": get("DRAM Throughput", "speedoflight"),
         "l2_hit_pct": get("L2 Hit Rate", "memoryworkload"),
+        "l1_hit_pct": get("L1/TEX Hit Rate", "memoryworkload"),
         "compute_pct": units["compute"],
         "pcie_gbps": rate_gbps(metric(res, "pcie__read_bytes.sum.per_second")) if res else None,
         "pcie_pct": pcie_pct,
@@ -651,6 +657,8 @@ def summary_row(res: Result | None, launch: dict | None) -> dict:
         "registers": regs[0] if regs else None,
         "stalls": top_stalls(res) if res else [],
         "inst_per_row": inst,
+        "ld_requests_per_row": per_row("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
+        "ld_sectors_per_row": per_row("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
     }
 
 
@@ -681,9 +689,9 @@ def match(results: list[Result], launches: list[dict]) -> tuple[list[dict], list
 
 SUMMARY_COLUMNS = (
     "# | case | what | kernel | rows | row B | duration µs | delivered GB/s | stored GB/s "
-    "| memory % | DRAM % | compute % | PCIe read GB/s | PCIe read % | busiest | L2 hit % "
-    "| achieved occupancy % | registers | top stalls (% of active warp cycles) "
-    "| warp inst / row | bit-identical"
+    "| memory % | DRAM % | compute % | PCIe read GB/s | PCIe read % | busiest | L1 hit % "
+    "| L2 hit % | achieved occupancy % | registers | top stalls (% of active warp cycles) "
+    "| warp inst / row | global loads / row | load sectors / row | bit-identical"
 )
 
 
@@ -708,7 +716,9 @@ def summary_markdown(rows: list[dict], notes: list[str], csv_path: Path, manifes
         "rows x row bytes / duration, stored GB/s = the batch's stored bytes / duration; "
         "memory, DRAM and compute %: Speed Of Light, of peak; busiest: the highest of memory, "
         "compute and PCIe read %; stalls: share of active warp cycles (selected excluded); "
-        "n/a: not in the CSV",
+        "global loads and load sectors: warp-level global load requests at L1 and their "
+        "32-byte sectors, per row (the row's staging included; decode-loads-cpu.md counts the "
+        "metadata's alone); n/a: not in the CSV",
         "",
         "| " + SUMMARY_COLUMNS + " |",
         "|" + "---|" * (SUMMARY_COLUMNS.count("|") + 1),
@@ -723,9 +733,10 @@ def summary_markdown(rows: list[dict], notes: list[str], csv_path: Path, manifes
             f"| {_fmt(r['duration_us'])} | {_fmt(r['delivered_gbps'])} "
             f"| {_fmt(r['stored_gbps'])} | {_fmt(r['memory_pct'])} | {_fmt(r['dram_pct'])} "
             f"| {_fmt(r['compute_pct'])} | {_fmt(r['pcie_gbps'])} | {_fmt(r['pcie_pct'])} "
-            f"| {r['busiest'] or 'n/a'} | {_fmt(r['l2_hit_pct'])} | {_fmt(r['occupancy_pct'])} "
-            f"| {_fmt(r['registers'], 0)} | {_stalls(r['stalls'])} "
-            f"| {_fmt(r['inst_per_row'])} | {'n/a' if same is None else same} |"
+            f"| {r['busiest'] or 'n/a'} | {_fmt(r['l1_hit_pct'])} | {_fmt(r['l2_hit_pct'])} "
+            f"| {_fmt(r['occupancy_pct'])} | {_fmt(r['registers'], 0)} | {_stalls(r['stalls'])} "
+            f"| {_fmt(r['inst_per_row'])} | {_fmt(r['ld_requests_per_row'])} "
+            f"| {_fmt(r['ld_sectors_per_row'])} | {'n/a' if same is None else same} |"
         )
     if notes:
         lines += ["", "Notes:", "", *[f"- {n}" for n in notes]]

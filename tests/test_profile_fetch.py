@@ -276,6 +276,9 @@ def fixture_csv(path: Path, kernels: list[str]) -> Path:
         ncu_row(0, raw, SOL, "Compute (SM) Throughput", "%", "12.00"),
         ncu_row(0, raw, "Memory Workload Analysis", "Memory Throughput", "byte/second", "1e10"),
         ncu_row(0, raw, "Memory Workload Analysis", "L2 Hit Rate", "%", "33.3"),
+        ncu_row(0, raw, "Memory Workload Analysis", "L1/TEX Hit Rate", "%", "95.30"),
+        ncu_row(0, raw, CLI, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "", "2,000"),
+        ncu_row(0, raw, CLI, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "sector", "9,000"),
         ncu_row(0, raw, "Occupancy", "Achieved Occupancy", "%", "11.90"),
         ncu_row(0, raw, "Launch Statistics", "Registers Per Thread", "register/thread", "32"),
         ncu_row(0, raw, "Instruction Statistics", "Executed Instructions", "inst", "60,000"),
@@ -330,11 +333,14 @@ def test_summary_of_a_details_csv(tmp_path: Path, capsys) -> None:
         "long_scoreboard 70.1%, lg_throttle 12.0%, wait 3.5%"
     )
     assert first["warp inst / row"] == "120.0"  # 60,000 / 500
+    assert first["L1 hit %"] == "95.3"
+    assert (first["global loads / row"], first["load sectors / row"]) == ("4.0", "18.0")
     second = rows[1]
     assert second["duration µs"] == "20.5"
     stored = doc["launches"][1]["stored_bytes"]
     assert second["stored GB/s"] == f"{stored / 20.48e-6 / 1e9:,.1f}"
-    for col in ("memory %", "DRAM %", "PCIe read GB/s", "achieved occupancy %", "registers"):
+    for col in ("memory %", "DRAM %", "PCIe read GB/s", "achieved occupancy %", "registers",
+                "L1 hit %", "global loads / row", "load sectors / row"):  # fmt: skip
         assert second[col] == "n/a", col
     assert (
         second["top stalls (% of active warp cycles)"]
