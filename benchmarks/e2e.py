@@ -6,7 +6,7 @@ Usage::
     .venv/bin/python benchmarks/e2e.py --device cpu --epochs 6 --threads 1   # CPU: no PCIe
     python benchmarks/e2e.py --device cuda --epochs 4 --synthetic-nodes 20000000  # GPU machine
     python benchmarks/e2e.py --graphs "" --synthetic-nodes 2000000 --synthetic-features cora
-    python benchmarks/e2e.py --device cuda --epochs 3 --graphs "" --corasu   # GPU machine
+    python benchmarks/e2e.py --device cuda --epochs 3 --graphs "" --setting corasu  # GPU
 
 writes ``benchmarks/results/e2e-<device>.json`` and ``.md`` (device, date, commit, command) and,
 when matplotlib imports, ``e2e-<device>.png``, a stacked bar chart of the stages per graph and
@@ -71,11 +71,15 @@ measured) and ``--synthetic-train`` random training seeds; hyper-parameters of t
 ``ogbn-products-sage`` config. ``--batch-size``, ``--fanouts`` and ``--hidden`` override the
 configs for every graph.
 
-``--corasu`` is the IBP paper's "CoraSU" setting: Cora's bag-of-words rows drawn over a
-synthetic graph the size of ogbn-products (2,449,029 nodes, 123,718,280 directed edges;
-``--synthetic-nodes`` / ``--synthetic-edges`` scale it), where the paper reports its average
-GNN speed-up, 1.74x over uncompressed zero-copy features. The result states the setting, its
-scale, and whether IBP on was at least that much faster than IBP off (on a GPU).
+``--setting`` sizes the synthetic graph after a named one (``--synthetic-nodes`` /
+``--synthetic-edges`` scale it down, and the result states the setting and the scale run):
+
+- ``corasu``: the IBP paper's "CoraSU" setting, Cora's bag-of-words rows over a graph the
+  size of ogbn-products (2,449,029 nodes, 123,718,280 directed edges), where the paper
+  reports its average GNN speed-up, 1.74x over uncompressed zero-copy features; the result
+  says whether IBP on was at least that much faster than IBP off (on a GPU);
+- ``papers100m``: a graph the size of ogbn-papers100M (111,059,956 nodes, 1,615,685,872
+  edges) with rows drawn from ``--synthetic-features`` (a real-derived dense table).
 """
 
 from __future__ import annotations
@@ -118,12 +122,7 @@ MODE_TITLES = {"ibp": "IBP on", "raw": "IBP off (raw)", "gpu": "features on the 
 CONFIGS = {"cora": "cora-sage", "citeseer": "citeseer-sage", "synthetic": "ogbn-products-sage"}
 SYNTH_CLASSES = 47
 SYNTH_EDGES_PER_NODE = 15
-#: The IBP paper's "CoraSU" setting (--corasu): Cora's bag-of-words rows over a graph the size
-#: of ogbn-products (its nodes, and its undirected edges in both directions), where IBP gave
-#: its average GNN speed-up over uncompressed zero-copy features.
-CORASU_NODES = 2_449_029
-CORASU_EDGES = 123_718_280
-CORASU_SPEEDUP = 1.74
+
 WARMUP_EPOCHS = 1
 #: The target: IBP speed-up >= TARGET_FRACTION x the ideal speed-up.
 TARGET_FRACTION = 0.9
@@ -132,6 +131,37 @@ PIPELINE_TARGET = 1.1
 #: The synthetic table, its pinned raw copy and its pinned compressed rows coexist in host
 #: memory: a table larger than physical memory / HOST_COPIES is refused up front.
 HOST_COPIES = 2.5
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A named size of the synthetic graph (``--setting``), and what its result checks."""
+
+    name: str
+    note: str
+    nodes: int
+    edges: int  # directed: an undirected graph's edges in both directions
+    features: str | None = None  # the rows it draws (None: --synthetic-features)
+    speedup: float | None = None  # IBP on over IBP off to reach, if the setting has one
+
+
+SETTINGS = {
+    "corasu": Setting(
+        "CoraSU",
+        "the IBP paper's setting: Cora's rows over an ogbn-products-sized graph, where the "
+        "paper reports its average GNN speed-up over uncompressed zero-copy features",
+        nodes=2_449_029,
+        edges=123_718_280,
+        features="cora",
+        speedup=1.74,
+    ),
+    "papers100m": Setting(
+        "ogbn-papers100M-sized",
+        "a graph the size of ogbn-papers100M, rows drawn from a real-derived table",
+        nodes=111_059_956,
+        edges=1_615_685_872,
+    ),
+}
 
 
 def log(message: str) -> None:
@@ -255,7 +285,7 @@ def synthetic_graph(args: argparse.Namespace, device: torch.device | None = None
     y = torch.randint(0, SYNTH_CLASSES, (n,), generator=gen)
     train = torch.randperm(n, generator=gen)[: min(args.synthetic_train, n)]
     data = Data(edge_index=edge_index, y=y, num_nodes=n)
-    name = f"{'corasu' if args.corasu else 'synthetic'}-{n}"
+    name = f"{args.setting or 'synthetic'}-{n}"
     log(
         f"synthetic: {n:,} nodes, {e:,} edges in {gen_s:.1f} s; features: {n:,} rows drawn "
         f"from {src_name} {tuple(rows.shape)} ({table_bytes / 1e9:.2f} GB)"
@@ -269,14 +299,15 @@ def synthetic_graph(args: argparse.Namespace, device: torch.device | None = None
         "feature_table": src_name,
         "labels": f"random, {SYNTH_CLASSES} classes (accuracy not meaningful, not measured)",
     }
-    if args.corasu:
-        info["setting"] = "CoraSU"
+    if args.setting:
+        st = SETTINGS[args.setting]
+        info["setting"] = st.name
         info["setting_note"] = (
-            f"the IBP paper's setting: Cora's rows over an ogbn-products-sized graph "
-            f"({CORASU_NODES:,} nodes, {CORASU_EDGES:,} edges); this run: {n / CORASU_NODES:.3g}"
-            f" x its nodes, {e / CORASU_EDGES:.3g} x its edges"
+            f"{st.note} ({st.nodes:,} nodes, {st.edges:,} edges); this run: "
+            f"{n / st.nodes:.3g} x its nodes, {e / st.edges:.3g} x its edges"
         )
-        info["speedup_target"] = CORASU_SPEEDUP
+        if st.speedup is not None:
+            info["speedup_target"] = st.speedup
     return Graph(
         name=name,
         data=data,
@@ -873,11 +904,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--synthetic-train", type=int, default=100_000, help="training seeds")
     p.add_argument(
-        "--corasu",
-        action="store_true",
-        help=f"the IBP paper's CoraSU setting: the synthetic graph with {CORASU_NODES:,} nodes "
-        f"and {CORASU_EDGES:,} edges (unless --synthetic-nodes / --synthetic-edges say "
-        f"otherwise) and Cora's rows; checks IBP on >= {CORASU_SPEEDUP}x faster than IBP off",
+        "--setting",
+        choices=sorted(SETTINGS),
+        default=None,
+        help="size the synthetic graph after a named one (--synthetic-nodes / "
+        "--synthetic-edges scale it): corasu (the IBP paper's CoraSU: Cora's rows, "
+        "ogbn-products' size, checks its 1.74x speed-up) or papers100m (ogbn-papers100M's size)",
     )
     p.add_argument(
         "--synthetic-features",
@@ -923,14 +955,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         v = getattr(args, name)
         if v is not None and v < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.corasu:
-        if args.synthetic_features not in ("auto", "cora"):
-            p.error(
-                f"--corasu draws Cora's rows: drop --synthetic-features {args.synthetic_features}"
-            )
-        args.synthetic_features = "cora"
-        args.synthetic_nodes = args.synthetic_nodes or CORASU_NODES
-        args.synthetic_edges = args.synthetic_edges or CORASU_EDGES
+    if args.setting:
+        st = SETTINGS[args.setting]
+        if st.features is not None:
+            if args.synthetic_features not in ("auto", st.features):
+                p.error(
+                    f"--setting {args.setting} draws {st.features}'s rows: drop "
+                    f"--synthetic-features {args.synthetic_features}"
+                )
+            args.synthetic_features = st.features
+        args.synthetic_nodes = args.synthetic_nodes or st.nodes
+        args.synthetic_edges = args.synthetic_edges or st.edges
     args.graph_list = [g.strip().lower() for g in args.graphs.split(",") if g.strip()]
     for g in args.graph_list:
         if g not in ("cora", "citeseer"):

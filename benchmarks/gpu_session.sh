@@ -58,9 +58,11 @@
 #              and the prefetch thread (--prefetch-thread), results in $OUT/fused/.
 #   ddp        about 1 min: benchmarks/ddp_gpu_smoke.sh, two data-parallel ranks on the one
 #              GPU pin the same shared host segment and train; "DDP-GPU: PASS" or "FAIL".
-#   synthetic  about 3-5 min: benchmarks/e2e.py on a 20M-node, 300M-edge power-law graph with
-#              8 GB of rows drawn from the derived facebook SVD-100 table.
-#   corasu     about 4-8 min: benchmarks/e2e.py --corasu, the IBP paper's CoraSU setting:
+#   synthetic  about 3-5 min: benchmarks/e2e.py --setting papers100m scaled to a 20M-node,
+#              300M-edge power-law graph (0.18x ogbn-papers100M's nodes: what a 10-minute
+#              command can build, compress and train on three ways) with 8 GB of rows drawn
+#              from the derived facebook SVD-100 table.
+#   corasu     about 4-8 min: benchmarks/e2e.py --setting corasu, the IBP paper's CoraSU:
 #              Cora's bag-of-words rows (5,732 B) over an ogbn-products-sized power-law graph
 #              (2.45M nodes, 124M edges; 14 GB of rows), 50,000 training seeds, 3 epochs.
 #
@@ -482,7 +484,8 @@ for stage in "${STAGES[@]}"; do
         fi
         if [ -n "$features" ]; then
             run 420 synthetic.log python3 benchmarks/e2e.py --device cuda --epochs 3 \
-                --graphs "" --synthetic-nodes 20000000 --synthetic-train 100000 \
+                --graphs "" --setting papers100m --synthetic-nodes 20000000 \
+                --synthetic-edges 300000000 --synthetic-train 100000 \
                 --synthetic-features "$features" --workdir "$WORK" \
                 --out "$OUT/synthetic" || rc=$?
         fi
@@ -490,7 +493,8 @@ for stage in "${STAGES[@]}"; do
     corasu)
         # Cora is bundled with the package: nothing to carry.
         run 540 corasu.log python3 benchmarks/e2e.py --device cuda --epochs 3 --graphs "" \
-            --corasu --synthetic-train 50000 --workdir "$WORK" --out "$OUT/corasu" || rc=$?
+            --setting corasu --synthetic-train 50000 --workdir "$WORK" --out "$OUT/corasu" ||
+            rc=$?
         ;;
     esac
     echo "$stage rc=$rc $((SECONDS - start)) s" | tee -a "$SUMMARY"

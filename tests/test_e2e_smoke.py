@@ -141,19 +141,24 @@ def test_e2e_synthetic_graph_cpu(tmp_path: Path) -> None:
     assert g["checks"]["batches_identical"]
 
 
-def test_corasu_is_cora_rows_on_a_products_sized_graph() -> None:
-    args = e2e.parse_args(["--graphs", "", "--corasu"])
-    assert args.synthetic_nodes == e2e.CORASU_NODES == 2_449_029
-    assert args.synthetic_edges == e2e.CORASU_EDGES == 123_718_280
+def test_settings_size_the_synthetic_graph() -> None:
+    args = e2e.parse_args(["--graphs", "", "--setting", "corasu"])
+    assert (args.synthetic_nodes, args.synthetic_edges) == (2_449_029, 123_718_280)
     assert args.synthetic_features == "cora"
-    scaled = e2e.parse_args(["--graphs", "", "--corasu", "--synthetic-nodes", "5000"])
-    assert scaled.synthetic_nodes == 5000 and scaled.synthetic_edges == e2e.CORASU_EDGES
+    scaled = e2e.parse_args(["--graphs", "", "--setting", "corasu", "--synthetic-nodes", "5000"])
+    assert scaled.synthetic_nodes == 5000 and scaled.synthetic_edges == 123_718_280
     with pytest.raises(SystemExit):
-        e2e.parse_args(["--graphs", "", "--corasu", "--synthetic-features", "citeseer"])
+        e2e.parse_args(["--graphs", "", "--setting", "corasu", "--synthetic-features", "citeseer"])
+    papers = e2e.parse_args(["--graphs", "", "--setting", "papers100m"])
+    assert (papers.synthetic_nodes, papers.synthetic_edges) == (111_059_956, 1_615_685_872)
+    assert papers.synthetic_features == "auto"  # the rows are the caller's choice
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--graphs", "", "--setting", "products"])
 
 
 def test_e2e_corasu_scaled_down_on_the_cpu_states_its_target(tmp_path: Path) -> None:
-    argv = ["--device", "cpu", "--graphs", "", "--epochs", "2", "--threads", "1", "--corasu"]
+    argv = ["--device", "cpu", "--graphs", "", "--epochs", "2", "--threads", "1"]
+    argv += ["--setting", "corasu"]
     argv += ["--synthetic-nodes", "2000", "--synthetic-edges", "20000"]
     argv += ["--synthetic-train", "128", "--batch-size", "64", "--fanouts", "4,4"]
     payload = e2e.main(argv + ["--out", str(tmp_path), "--workdir", str(tmp_path / "work")])

@@ -173,8 +173,9 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
     assert synthetic.epochs == 3 and synthetic.device == "cuda"
     assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o/synthetic"
-    assert not synthetic.corasu and corasu.corasu and corasu.graph_list == []
-    assert corasu.synthetic_nodes == e2e.CORASU_NODES and corasu.synthetic_features == "cora"
+    assert synthetic.setting == "papers100m" and synthetic.synthetic_edges == 300_000_000
+    assert corasu.setting == "corasu" and corasu.graph_list == []
+    assert corasu.synthetic_nodes == 2_449_029 and corasu.synthetic_features == "cora"
     assert corasu.epochs == 3 and corasu.device == "cuda" and str(corasu.out) == "/tmp/o/corasu"
 
 
