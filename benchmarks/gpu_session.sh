@@ -82,6 +82,9 @@
 # missing there: their tests skip). Wheels put in device_data/wheels/ are installed first.
 # The commit comes from $IBP_GRAPH_COMMIT (the device copy has no .git). Compressed tables
 # are cached in $IBP_GPU_WORK (default: /tmp/ibp-graph-gpu-work; GBs, so not under $OUT).
+# $IBP_GRAPH_HOST_MEMORY (default here: 128G, the machines' size) is the host memory the
+# pinning and table-size checks allow, since a VM whose memory grows on demand starts with a
+# lower MemTotal; summary.txt logs MemTotal and MemAvailable beside it.
 # Every command is stopped in time for the script to end $IBP_GPU_DEADLINE seconds (default
 # 585) after it started, under the device's 600 s; what did not start is logged as such.
 # Exit status: 0 when every stage passed, 1 when one failed, 2 for a usage error, 3 when the
