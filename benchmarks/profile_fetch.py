@@ -626,15 +626,10 @@ def summary_row(res: Result | None, launch: dict | None) -> dict:
     }
     known = {k: v for k, v in units.items() if v is not None}
     busiest = max(known, key=known.get) if known else None
-    inst = None
-    if res:
-        found = metric(res, "Executed Instructions", "instruction") or metric(
-            res, "smsp__inst_executed.sum"
-        )
-        inst = found[0] / rows if found and rows else None
 
-    def per_row(name: str) -> float | None:
-        found = metric(res, name) if res else None
+    def per_row(*names: tuple[str, str]) -> float | None:
+        """The first of the (metric, section) ``names`` in the result, per row."""
+        found = next((m for n in names if res and (m := metric(res, *n))), None)
         return found[0] / rows if found and rows else None
 
     regs = metric(res, "Registers Per Thread", "launch") if res else None
@@ -656,9 +651,11 @@ def summary_row(res: Result | None, launch: dict | None) -> dict:
         "occupancy_pct": get("Achieved Occupancy", "occupancy"),
         "registers": regs[0] if regs else None,
         "stalls": top_stalls(res) if res else [],
-        "inst_per_row": inst,
-        "ld_requests_per_row": per_row("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
-        "ld_sectors_per_row": per_row("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
+        "inst_per_row": per_row(
+            ("Executed Instructions", "instruction"), ("smsp__inst_executed.sum", "")
+        ),
+        "ld_requests_per_row": per_row(("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "")),
+        "ld_sectors_per_row": per_row(("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "")),
     }
 
 
