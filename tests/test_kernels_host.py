@@ -231,16 +231,28 @@ def _orders(rng: np.random.Generator, ids: np.ndarray) -> list[tuple[str, np.nda
     return [("permutation", ids[perm], perm), ("sorted", ids[order], order)]
 
 
-def _row_kinds(table: ibp_graph.IBPTable, ids: np.ndarray) -> set[str]:
-    """How the kernel meets rows ``ids``: "raw" (copied through), "flat" or "grouped"."""
+def _row_heads(
+    table: ibp_graph.IBPTable, ids: np.ndarray, nbits: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(raw, bits)`` of rows ``ids``: stored raw (copied through), and the first ``nbits``
+    bits of each stored row (bit 0 is an encoded row's G bit), ``(n, nbits)`` bool."""
     params = table.params
     offsets = table.offsets.astype(np.int64)
     starts = offsets[ids] * table.align
-    lengths = offsets[ids + 1] * table.align - starts
-    raw = lengths >= params.num_words * params.word_bytes
-    first = np.asarray(table.rows_section).view(np.uint8)[starts[~raw]] & 1  # the G bit
+    raw = (offsets[ids + 1] * table.align - starts) >= params.num_words * params.word_bytes
+    nbytes = -(-nbits // 8)
+    section = np.concatenate(
+        [np.asarray(table.rows_section).view(np.uint8), np.zeros(nbytes, np.uint8)]
+    )
+    head = section[starts[:, None] + np.arange(nbytes)]
+    return raw, np.unpackbits(head, axis=1, bitorder="little")[:, :nbits].astype(bool)
+
+
+def _row_kinds(table: ibp_graph.IBPTable, ids: np.ndarray) -> set[str]:
+    """How the kernel meets rows ``ids``: "raw" (copied through), "flat" or "grouped"."""
+    raw, bits = _row_heads(table, ids, 1)
     kinds = {"raw"} if raw.any() else set()
-    return kinds | {"grouped" if g else "flat" for g in first.tolist()}
+    return kinds | {"grouped" if g else "flat" for g in bits[~raw, 0].tolist()}
 
 
 @pytest.mark.parametrize(
@@ -319,15 +331,9 @@ def test_a_corrupt_row_with_out_pos_reports_the_callers_position(lib, tmp_path) 
 
 def _chunk_bits(table: ibp_graph.IBPTable, ids: np.ndarray) -> np.ndarray:
     """``(n, C)`` bool: chunk q of encoded row ``ids[i]`` is grouped and holds no code."""
-    params = table.params
-    v, c = params.num_words, -(-params.num_words // 32)
-    offsets = table.offsets.astype(np.int64)
-    starts = offsets[ids] * table.align
-    raw = (offsets[ids + 1] * table.align - starts) >= v * params.word_bytes
-    section = np.concatenate([np.asarray(table.rows_section).view(np.uint8), np.zeros(8, np.uint8)])
-    head = section[starts[:, None] + np.arange(-(-(1 + c) // 8))]
-    bits = np.unpackbits(head, axis=1, bitorder="little").astype(bool)
-    return ~raw[:, None] & bits[:, :1] & ~bits[:, 1 : 1 + c]
+    c = -(-table.params.num_words // 32)
+    raw, bits = _row_heads(table, ids, 1 + c)
+    return ~raw[:, None] & bits[:, :1] & ~bits[:, 1:]
 
 
 def _mixed_chunks(rng: np.random.Generator, rows: int) -> np.ndarray:
