@@ -139,6 +139,18 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 
 #define IBP_KNOWN (1ll << 62)
 
+#ifndef IBP_RELAXED_DEFINED
+// The map entries that ibp_hop_emit reads while another thread may rewrite them: volatile
+// 8-byte accesses, each one whole (never torn) and never kept in a register. (The host
+// harness, tests/simt/simt_host.h, defines them as relaxed atomics.)
+__device__ __forceinline__ long long relaxed_load(const long long* p) {
+    return *(const volatile long long*)p;
+}
+__device__ __forceinline__ void relaxed_store(long long* p, long long v) {
+    *(volatile long long*)p = v;
+}
+#endif
+
 // Row of slot `e`: e / k in the fixed layout (k > 0), else the last i with slot_start[i] <= e.
 __device__ __forceinline__ i64 slot_row(i64 e, int k, const i64* __restrict__ slot_start,
                                         i64 rows) {
@@ -230,11 +242,11 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
         const i64 v = nbr[e];
         if (v < 0) continue;
         const i64 at = cum[2 * e + 1] - 1;
-        const i64 seen = *(volatile long long*)(local + v);
+        const i64 seen = relaxed_load(local + v);
         const i64 id = seen < 0 ? seen + IBP_KNOWN : end + cum[2 * seen] - 1;
         if (seen == e) {
             fresh[cum[2 * e] - 1] = v;
-            local[v] = id - IBP_KNOWN;
+            relaxed_store(local + v, id - IBP_KNOWN);
         }
         row[at] = id;
         col[at] = begin + slot_row(e, k, slot_start, rows);

@@ -1,7 +1,8 @@
 """Building the host harness of the CUDA kernels, and the sampler's hop kernels run by it.
 
 `build` compiles ``cuda/*.cu`` with g++ and the SIMT emulation (``simt_host.h``, the
-``simt_*.cpp`` wrappers) into a shared library; `HostHopKernels` launches its hop kernels on
+``simt_*.cpp`` wrappers) into a shared library, with the sanitizers that
+``$IBP_GRAPH_SIMT_SANITIZE`` names (`simt.sanitize`); `HostHopKernels` launches its hop kernels on
 CPU tensors for `ibp_graph.sample_hop.fused_hop`, as `CudaHopKernels` does on a GPU. Used by
 the tests (the ``lib`` fixture) and by ``benchmarks/sampling_ops.py``.
 """
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import torch
+from simt.sanitize import sanitizer_flags
 
 from ibp_graph.kernels.sample_neighbors import capacity
 
@@ -39,6 +41,7 @@ def build(out: Path) -> ctypes.CDLL:
     if cxx is None:
         raise HarnessBuildError("no g++ to build the host harness of the CUDA kernels", True)
     flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-Wall", "-Werror"]
+    flags += sanitizer_flags()
     cmd = [cxx, *flags, "-Wno-unknown-pragmas", "-o", str(out)]
     cmd += [str(p) for p in sorted(HERE.glob("simt_*.cpp"))]
     done = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,9 +1,11 @@
 // Runs CUDA kernels of cuda/*.cu on the host, for tests on machines without a GPU.
 //
-// Each lane of a warp is an OS thread; warp-level shuffles and __syncwarp are barriers
+// Each lane of a warp is an OS thread; warp-level shuffles, votes and __syncwarp are barriers
 // among the 32 threads of the warp (the kernels only call them in warp-uniform code).
-// Blocks run one after another, each with its own dynamic shared memory. This checks the
-// kernels' logic (indexing, bit reads, scans, decoding), not GPU timing or memory ordering.
+// Blocks run one after another, each with exactly the dynamic shared memory asked for. This
+// checks the kernels' logic (indexing, bit reads, scans, decoding), not GPU timing. Built
+// with g++'s sanitizers (tests/simt/sanitize.py) it also reports accesses out of bounds and
+// races: for the thread sanitizer, as on a GPU, only __syncwarp orders memory accesses.
 #pragma once
 
 #include <atomic>
@@ -48,33 +50,61 @@ inline unsigned char* simt_smem_base = nullptr;
 
 inline void __syncwarp(unsigned = 0xffffffffu) { this_warp->bar.arrive_and_wait(); }
 
+#ifdef __SANITIZE_THREAD__
+extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+// A shuffle's or a vote's barrier, which on a GPU orders none of the lanes' memory accesses
+// (only __syncwarp does): the thread sanitizer is told to ignore it, so that shared memory
+// written by one lane and read by another with no __syncwarp between is reported as a race,
+// as compute-sanitizer's racecheck would.
+inline void exchange_barrier() {
+    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+    __tsan_ignore_thread_begin();  // nor the barrier's own state
+    this_warp->bar.arrive_and_wait();
+    __tsan_ignore_thread_end();
+    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+}
+#else
+inline void exchange_barrier() { this_warp->bar.arrive_and_wait(); }
+#endif
+
+// The lanes' values meet in the warp's slots (relaxed atomics: not synchronisation).
+inline void put_slot(int lane, unsigned long long v) {
+    std::atomic_ref<unsigned long long>(this_warp->slot[lane]).store(v, std::memory_order_relaxed);
+}
+inline unsigned long long get_slot(int lane) {
+    return std::atomic_ref<unsigned long long>(this_warp->slot[lane]).load(std::memory_order_relaxed);
+}
+
 template <typename T>
 inline T __shfl_up_sync(unsigned, T v, int d) {
     const int lane = threadIdx.x & 31;
-    this_warp->slot[lane] = (unsigned long long)v;
-    this_warp->bar.arrive_and_wait();
-    T out = lane >= d ? (T)this_warp->slot[lane - d] : v;
-    this_warp->bar.arrive_and_wait();
+    put_slot(lane, (unsigned long long)v);
+    exchange_barrier();
+    T out = lane >= d ? (T)get_slot(lane - d) : v;
+    exchange_barrier();
     return out;
 }
 
 template <typename T>
 inline T __shfl_sync(unsigned, T v, int src) {
     const int lane = threadIdx.x & 31;
-    this_warp->slot[lane] = (unsigned long long)v;
-    this_warp->bar.arrive_and_wait();
-    T out = (T)this_warp->slot[src & 31];
-    this_warp->bar.arrive_and_wait();
+    put_slot(lane, (unsigned long long)v);
+    exchange_barrier();
+    T out = (T)get_slot(src & 31);
+    exchange_barrier();
     return out;
 }
 
 inline unsigned __ballot_sync(unsigned, int predicate) {
     const int lane = threadIdx.x & 31;
-    this_warp->slot[lane] = predicate ? 1u : 0u;
-    this_warp->bar.arrive_and_wait();
+    put_slot(lane, predicate ? 1u : 0u);
+    exchange_barrier();
     unsigned out = 0;
-    for (int i = 0; i < 32; ++i) out |= (unsigned)this_warp->slot[i] << i;
-    this_warp->bar.arrive_and_wait();
+    for (int i = 0; i < 32; ++i) out |= (unsigned)get_slot(i) << i;
+    exchange_barrier();
     return out;
 }
 
@@ -90,6 +120,15 @@ inline long long atomicMin(long long* address, long long val) {
     while (val < old && !ref.compare_exchange_weak(old, val)) {
     }
     return old;
+}
+
+// cuda/sample_neighbors.cu's accesses to map entries that other threads rewrite by design.
+#define IBP_RELAXED_DEFINED
+inline long long relaxed_load(const long long* p) {
+    return std::atomic_ref<long long>(*const_cast<long long*>(p)).load(std::memory_order_relaxed);
+}
+inline void relaxed_store(long long* p, long long v) {
+    std::atomic_ref<long long>(*p).store(v, std::memory_order_relaxed);
 }
 
 // Asynchronous copies (cuda/fetch_decode.cu's copy_async16 / commit / wait_one). Each lane
@@ -141,9 +180,11 @@ inline std::common_type_t<A, B> min(A a, B b) {
 // `block` threads (a multiple of 32) with `shared` bytes of dynamic shared memory.
 inline void simt_launch(unsigned grid, unsigned block, size_t shared,
                         const std::function<void()>& kernel) {
-    std::vector<unsigned char> memory(shared + 16);
+    // Exactly the bytes asked for: an access past them is out of bounds (the address
+    // sanitizer reports it, see tests/simt/sanitize.sh); none asked for, none there.
+    std::vector<unsigned char> memory(shared);
     for (unsigned b = 0; b < grid; ++b) {
-        std::memset(memory.data(), 0xAB, memory.size());  // garbage, as on a GPU
+        if (shared) std::memset(memory.data(), 0xAB, shared);  // garbage, as on a GPU
         simt_smem_base = memory.data();
         std::vector<std::unique_ptr<WarpSync>> warps;
         for (unsigned w = 0; w < block / 32; ++w) warps.push_back(std::make_unique<WarpSync>());

@@ -1,0 +1,151 @@
+"""The host harness of the CUDA kernels under g++'s sanitizers: a memcheck and a racecheck
+that need no GPU.
+
+.. code-block:: text
+
+    python tests/simt/sanitize.py address,undefined   # out of bounds, undefined behaviour
+    python tests/simt/sanitize.py thread              # races between lanes and warps
+    python tests/simt/sanitize.py thread -x -k db     # pytest arguments follow
+
+builds the harness with ``-fsanitize=`` the sanitizers named (``$IBP_GRAPH_SIMT_SANITIZE``, which
+`simt.host_hops.build` reads), loads their runtimes first (``LD_PRELOAD``: Python itself is not
+instrumented) and runs pytest on the host kernel tests, or on the test files given. The first
+report stops the run with a non-zero exit status and names the kernel's source line.
+
+- ``address``: a kernel reading or writing past a host array (NumPy and torch buffers get red
+  zones) or past the dynamic shared memory of its launch (the harness allocates exactly the
+  bytes asked for);
+- ``undefined``: undefined behaviour in the source, such as a shift by the word's width or more,
+  which x86 and a GPU evaluate differently;
+- ``thread``: two lanes or warps touching the same bytes, one of them writing, with nothing
+  ordering them. As on a GPU, only ``__syncwarp`` orders a warp's memory accesses: the harness's
+  shuffles and votes exchange values but order nothing (``simt_host.h``), so shared memory one
+  lane writes and another reads with no ``__syncwarp`` between is reported.
+
+These check the kernels' source on the host; compute-sanitizer on a GPU remains the real check
+(``benchmarks/gpu_session.sh``, stage ``sanitize``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+#: Environment variable naming the sanitizers the harness is built with (g++'s ``-fsanitize=``
+#: list: ``address,undefined`` or ``thread``).
+SANITIZE_ENV = "IBP_GRAPH_SIMT_SANITIZE"
+#: Each sanitizer's runtime library, in the order they must be loaded.
+RUNTIMES = {"address": "libasan.so", "undefined": "libubsan.so", "thread": "libtsan.so"}
+#: The tests that run the kernels' source on the host (paths from the repository root).
+HOST_KERNEL_TESTS = (
+    "tests/test_kernels_host.py",
+    "tests/test_sampler_kernel_host.py",
+    "tests/test_sampler_hop_host.py",
+)
+ROOT = Path(__file__).resolve().parents[2]
+#: Runtime options: a report ends the process (its exit status says so); Python's own
+#: allocations are not leaks to report; BLAS threads are not instrumented (their
+#: synchronisation is invisible to the thread sanitizer), so the tests' BLAS runs on one.
+OPTIONS = {
+    "ASAN_OPTIONS": "detect_leaks=0",
+    "UBSAN_OPTIONS": "print_stacktrace=1",
+    "TSAN_OPTIONS": "halt_on_error=1 report_signal_unsafe=0",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
+class SanitizerUnavailable(RuntimeError):
+    """g++ or a sanitizer's runtime library is missing on this machine."""
+
+
+def sanitizer_flags() -> list[str]:
+    """g++ flags for the sanitizers of ``$IBP_GRAPH_SIMT_SANITIZE`` (none when it is unset)."""
+    names = os.environ.get(SANITIZE_ENV, "").strip()
+    if not names:
+        return []
+    return [f"-fsanitize={names}", "-fno-sanitize-recover=all", "-g", "-fno-omit-frame-pointer"]
+
+
+def parse(spec: str) -> list[str]:
+    """The sanitizers of a comma-separated list, checked.
+
+    Raises:
+        ValueError: an unknown name, or ``thread`` with ``address`` (g++ builds one or the other).
+    """
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RUNTIMES]
+    if not names or unknown:
+        raise ValueError(
+            f"sanitize: unknown sanitizer {', '.join(unknown) or repr(spec)}: "
+            f"name one or more of {', '.join(RUNTIMES)}"
+        )
+    if "thread" in names and "address" in names:
+        raise ValueError("sanitize: g++ cannot build thread with address: run them one at a time")
+    return names
+
+
+def runtimes(names: list[str]) -> list[str]:
+    """Paths of the runtime libraries of ``names``, in loading order.
+
+    Raises:
+        SanitizerUnavailable: no g++, or g++ has no such library here.
+    """
+    cxx = shutil.which("g++")
+    if cxx is None:
+        raise SanitizerUnavailable("no g++ to build the sanitized harness")
+    paths = []
+    for name in sorted(names, key=list(RUNTIMES).index):
+        found = subprocess.run(
+            [cxx, f"-print-file-name={RUNTIMES[name]}"], capture_output=True, text=True
+        ).stdout.strip()
+        if not os.path.isabs(found) or not os.path.exists(found):
+            raise SanitizerUnavailable(f"g++ has no {RUNTIMES[name]} (the {name} sanitizer)")
+        paths.append(found)
+    return paths
+
+
+def environment(names: list[str], base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with the sanitizers of ``names`` on."""
+    env = dict(os.environ if base is None else base)
+    preload = " ".join([*runtimes(names), env.get("LD_PRELOAD", "")]).strip()
+    env.update(OPTIONS, LD_PRELOAD=preload)
+    env[SANITIZE_ENV] = ",".join(names)
+    return env
+
+
+def pytest_command(args: list[str]) -> list[str]:
+    """pytest over ``args``, on the host kernel tests when ``args`` names no test file.
+
+    Output is captured at the Python level only (``--capture=sys``), so that a sanitizer's
+    report, written to the process's stderr just before it exits, is not lost with pytest's
+    captured output.
+    """
+    names_tests = any(a.endswith(".py") or "::" in a for a in args)
+    files = [] if names_tests else list(HOST_KERNEL_TESTS)
+    pytest = [sys.executable, "-m", "pytest", "--capture=sys", "-p", "no:cacheprovider"]
+    return [*pytest, *args, *files]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.split(".. code-block:: text")[1].split("builds")[0].strip("\n"))
+        return 0 if argv else 2
+    try:
+        names = parse(argv[0])
+        env = environment(names)
+    except (ValueError, SanitizerUnavailable) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    cmd = pytest_command(argv[1:])
+    print(f"sanitize: {','.join(names)}: {' '.join(cmd[1:])}", flush=True)
+    return subprocess.run(cmd, env=env, cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The kernels' source under g++'s sanitizers on the host (``tests/simt/sanitize.py``).
+
+Kernels with known faults show that each sanitized build reports its kind of fault (and that a
+correct kernel runs clean); then the host kernel tests run under each build. The CI run takes a
+subset of those tests (`SUBSET`); ``python tests/simt/sanitize.py <sanitizers>`` runs them all.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from simt import sanitize
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: pytest ``-k`` of the host kernel tests run in CI under each sanitizer: every kernel and
+#: variant (one buffer and double-buffered, 4- and 8-byte words and offsets, raw gather, the
+#: sampler's draws and hops), without the slowest parametrisations (real tables, 255 clusters,
+#: the output-position and the one-buffer decoder grids), which the full run covers.
+SUBSET = (
+    "not real_tables and not 255_clusters and not identity_order"
+    " and not test_fused_kernel_matches_the_numpy_decoder and not equally_likely"
+)
+
+#: Runs one self-check kernel of ``tests/simt/simt_selfcheck.cpp`` in a harness built (once,
+#: at argv[1]) with the sanitizers of the environment.
+SELFCHECK = """
+import ctypes, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from simt.host_hops import build
+path = Path(sys.argv[1])
+lib = ctypes.CDLL(str(path)) if path.exists() else build(path)
+lib.simt_selfcheck.restype = ctypes.c_uint
+print("sum", lib.simt_selfcheck(int(sys.argv[2])))
+"""
+
+
+def _environment(names: str) -> dict[str, str]:
+    try:
+        return sanitize.environment(sanitize.parse(names))
+    except sanitize.SanitizerUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def harness_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sanitized")
+
+
+@pytest.mark.parametrize(
+    ("names", "which", "report"),
+    [
+        ("thread", 0, None),
+        ("thread", 1, "ThreadSanitizer: data race"),
+        ("address,undefined", 0, None),
+        ("address,undefined", 2, "AddressSanitizer: heap-buffer-overflow"),
+        ("address,undefined", 3, "shift exponent 32 is too large"),
+    ],
+    ids=["thread-clean", "thread-shuffle-only", "address-clean", "address-past-shared", "shift"],
+)
+def test_each_sanitized_build_reports_its_fault(harness_dir, names, which, report) -> None:
+    env = _environment(names)
+    lib = harness_dir / f"lib-{names.replace(',', '-')}.so"
+    code = SELFCHECK.format(tests=str(ROOT / "tests"))
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(lib), str(which)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if report is None:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "sum" in done.stdout
+    else:
+        assert done.returncode != 0, done.stdout
+        assert report in done.stderr, done.stderr[-3000:]
+        assert "selfcheck_kernel" in done.stderr  # the report names the faulty kernel
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("names", ["address,undefined", "thread"])
+def test_host_kernel_tests_pass_under_the_sanitizer(names) -> None:
+    env = _environment(names)
+    cmd = sanitize.pytest_command(["-q", "-x", "-k", SUBSET])
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    assert " passed" in out and "failed" not in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("memory", "unknown sanitizer memory"),
+        ("address,leak", "unknown sanitizer leak"),
+        (",", "unknown sanitizer ','"),
+        ("thread,address", "cannot build thread with address"),
+    ],
+)
+def test_bad_sanitizer_lists_get_one_line_errors(spec, message) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        sanitize.parse(spec)
+    assert "\n" not in str(info.value)
+
+
+def test_parse_keeps_the_names_given() -> None:
+    assert sanitize.parse(" address , undefined ") == ["address", "undefined"]
+    assert sanitize.parse("thread") == ["thread"]
+
+
+def test_the_runtimes_load_first_and_the_build_is_told(monkeypatch) -> None:
+    found = {"libasan.so": "/x/libasan.so", "libubsan.so": "/x/libubsan.so"}
+
+    def fake_runtimes(names):
+        order = sorted(names, key=list(sanitize.RUNTIMES).index)
+        return [found[sanitize.RUNTIMES[n]] for n in order]
+
+    monkeypatch.setattr(sanitize, "runtimes", fake_runtimes)
+    env = sanitize.environment(["undefined", "address"], {"LD_PRELOAD": "/mine.so", "KEEP": "1"})
+    assert env["LD_PRELOAD"] == "/x/libasan.so /x/libubsan.so /mine.so"
+    assert env[sanitize.SANITIZE_ENV] == "undefined,address"
+    assert env["KEEP"] == "1" and env["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv(sanitize.SANITIZE_ENV, env[sanitize.SANITIZE_ENV])
+    assert "-fsanitize=undefined,address" in sanitize.sanitizer_flags()
+    monkeypatch.delenv(sanitize.SANITIZE_ENV)
+    assert sanitize.sanitizer_flags() == []
+
+
+def test_pytest_command_runs_the_host_kernel_tests_unless_told_otherwise() -> None:
+    cmd = sanitize.pytest_command(["-k", "db"])
+    assert cmd[-3:] == list(sanitize.HOST_KERNEL_TESTS) and "--capture=sys" in cmd
+    for named in (["tests/test_kernels_host.py"], ["tests/test_kernels_host.py::test_x"]):
+        assert sanitize.pytest_command(named)[-2:] == ["no:cacheprovider", named[0]]
+    assert all((ROOT / f).is_file() for f in sanitize.HOST_KERNEL_TESTS)
+
+
+def test_the_script_refuses_a_bad_list_in_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests/simt/sanitize.py"), "threads"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "sanitize: unknown sanitizer threads: name one or more of address, undefined, thread"
+    )
