@@ -4,12 +4,14 @@
 harness that runs every lane of a warp as a thread (warp shuffles become barriers), and
 launched with the shared-memory plan the real launcher uses. This checks the kernels' logic
 (row staging, header, codes, payloads, raw rows, output positions, errors) on machines
-without a GPU; GPU timing and memory ordering are only checked by the `gpu` tests.
+without a GPU; `tests/simt/sanitize.py` runs them with out-of-bounds and race checks
+(tests/test_kernels_sanitized.py). GPU timing is only measured by the `gpu` tests.
 """
 
 from __future__ import annotations
 
 import ctypes
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -215,6 +217,49 @@ def test_corrupt_row_sets_the_error_slot_and_is_zero_filled(lib, tmp_path) -> No
     out, error = fetch_on_host(lib, table, np.array([good, row, row]), grid=1)
     assert error.tolist() == [0, 2]
     assert (out[1:] == 0).all()  # no half-decoded row
+
+
+@pytest.mark.parametrize("word_bytes,align,clusters", [(4, 1, 1), (8, 16, 3)])
+def test_random_byte_damage_touches_only_the_damaged_rows(
+    lib, tmp_path, word_bytes, align, clusters
+) -> None:
+    """Whatever a damaged row holds, the kernel stays inside its buffers (the sanitized
+    harness checks every access: tests/simt/sanitize.py), rows whose bytes are intact decode
+    exactly, and a row it reports as corrupt is zero-filled."""
+    rng = np.random.default_rng(word_bytes + clusters)
+    x = np.where(rng.random((300, 50)) < 0.1, rng.standard_normal((300, 50)), 0)
+    x = x.astype(np.float32)
+    table = ibp_graph.compress(
+        x, tmp_path / "t.ibp", word_bytes=word_bytes, align=align, clusters=clusters
+    )
+    starts = table.offsets.astype(np.int64) * table.align
+    section = np.asarray(table.rows_section).view(np.uint8)
+    reported = 0
+    for trial in range(4):
+        damaged = section.copy()
+        hit = rng.integers(0, damaged.size, damaged.size // 40)
+        damaged[hit] ^= rng.integers(1, 256, hit.size).astype(np.uint8)
+        view = SimpleNamespace(
+            **{a: getattr(table, a) for a in ("params", "offsets", "header", "shape")},
+            **{a: getattr(table, a) for a in ("dtype_name", "align", "stored_bytes")},
+            cluster_ids=table.cluster_ids,
+            rows_section=damaged,
+        )
+        ids = rng.integers(0, x.shape[0], 150)
+        intact = np.ones(x.shape[0], dtype=bool)
+        intact[np.searchsorted(starts, hit, side="right") - 1] = False
+        for double_buffer in (False, True):
+            out, error = fetch_on_host(lib, view, ids, double_buffer=double_buffer)
+            assert error[0] == 0
+            if error[1]:
+                reported += 1
+                assert not intact[ids[error[1] - 1]]
+                assert (out[error[1] - 1] == 0).all()
+            ok = intact[ids]
+            assert 0 < ok.sum() < ids.size
+            want = x[ids[ok]].view(np.uint8).reshape(int(ok.sum()), -1)
+            assert np.array_equal(out[ok], want), f"trial {trial}: an intact row differs"
+    assert reported > 0  # damage that makes fields run past a row's end is reported
 
 
 # --------------------------------------------------------------------------------------------
