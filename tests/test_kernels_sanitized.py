@@ -46,6 +46,15 @@ def _environment(names: str) -> dict[str, str]:
         pytest.skip(str(exc))
 
 
+def _run(cmd: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
+    """``cmd`` under a sanitizer; skips (saying why) where its runtime cannot start here."""
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    why = sanitize.startup_failure(done.stderr) if done.returncode else None
+    if why is not None:
+        pytest.skip(f"the sanitizer cannot run on this machine: {why}")
+    return done
+
+
 @pytest.fixture(scope="module")
 def harness_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("sanitized")
@@ -66,13 +75,7 @@ def test_each_sanitized_build_reports_its_fault(harness_dir, names, which, repor
     env = _environment(names)
     lib = harness_dir / f"lib-{names.replace(',', '-')}.so"
     code = SELFCHECK.format(tests=str(ROOT / "tests"))
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(lib), str(which)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _run([sys.executable, "-c", code, str(lib), str(which)], env, 300)
     if report is None:
         assert done.returncode == 0, done.stderr[-3000:]
         assert "sum" in done.stdout
@@ -87,7 +90,7 @@ def test_each_sanitized_build_reports_its_fault(harness_dir, names, which, repor
 def test_host_kernel_tests_pass_under_the_sanitizer(names) -> None:
     env = _environment(names)
     cmd = sanitize.pytest_command(["-q", "-x", "-k", SUBSET])
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    done = _run(cmd, env, 1200)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     assert " passed" in out and "failed" not in out
@@ -137,6 +140,12 @@ def test_pytest_command_runs_the_host_kernel_tests_unless_told_otherwise() -> No
     for named in (["tests/test_kernels_host.py"], ["tests/test_kernels_host.py::test_x"]):
         assert sanitize.pytest_command(named)[-2:] == ["no:cacheprovider", named[0]]
     assert all((ROOT / f).is_file() for f in sanitize.HOST_KERNEL_TESTS)
+
+
+def test_a_runtime_that_cannot_start_is_told_apart_from_a_report() -> None:
+    failed = "FATAL: ThreadSanitizer: unexpected memory mapping 0x5f2a-0x5f2b\n"
+    assert sanitize.startup_failure("noise\n" + failed) == failed.strip()
+    assert sanitize.startup_failure("WARNING: ThreadSanitizer: data race (pid=1)") is None
 
 
 def test_the_script_refuses_a_bad_list_in_one_line() -> None:

@@ -59,8 +59,24 @@ OPTIONS = {
 }
 
 
+#: What a sanitizer's runtime prints when it cannot start on this kernel's memory layout
+#: (the thread sanitizer of older g++ with the high address randomisation of newer kernels).
+STARTUP_FAILURES = (
+    "ThreadSanitizer: unexpected memory mapping",
+    "Shadow memory range interleaves with an existing memory mapping",
+)
+
+
 class SanitizerUnavailable(RuntimeError):
     """g++ or a sanitizer's runtime library is missing on this machine."""
+
+
+def startup_failure(output: str) -> str | None:
+    """The line of ``output`` saying the sanitizer's runtime could not start, if any."""
+    for line in output.splitlines():
+        if any(marker in line for marker in STARTUP_FAILURES):
+            return line.strip()
+    return None
 
 
 def sanitizer_flags() -> list[str]:
