@@ -68,8 +68,16 @@ def harness_dir(tmp_path_factory) -> Path:
         ("address,undefined", 0, None),
         ("address,undefined", 2, "AddressSanitizer: heap-buffer-overflow"),
         ("address,undefined", 3, "shift exponent 32 is too large"),
+        ("address,undefined", 4, "misaligned address"),
     ],
-    ids=["thread-clean", "thread-shuffle-only", "address-clean", "address-past-shared", "shift"],
+    ids=[
+        "thread-clean",
+        "thread-shuffle-only",
+        "address-clean",
+        "address-past-shared",
+        "shift",
+        "misaligned-vector",
+    ],
 )
 def test_each_sanitized_build_reports_its_fault(harness_dir, names, which, report) -> None:
     env = _environment(names)

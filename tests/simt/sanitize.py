@@ -15,8 +15,9 @@ report stops the run with a non-zero exit status and names the kernel's source l
 - ``address``: a kernel reading or writing past a host array (NumPy and torch buffers get red
   zones) or past the dynamic shared memory of its launch (the harness allocates exactly the
   bytes asked for);
-- ``undefined``: undefined behaviour in the source, such as a shift by the word's width or more,
-  which x86 and a GPU evaluate differently;
+- ``undefined``: undefined behaviour in the source, such as a shift by the word's width or more
+  (which x86 and a GPU evaluate differently) or a vector load from an address not aligned to
+  its size (a GPU faults on it);
 - ``thread``: two lanes or warps touching the same bytes, one of them writing, with nothing
   ordering them. As on a GPU, only ``__syncwarp`` orders a warp's memory accesses: the harness's
   shuffles and votes exchange values but order nothing (``simt_host.h``), so shared memory one

@@ -5,7 +5,8 @@
 
 // which: 0 shared memory written by lane 0 and read by every lane after a __syncwarp (no
 // fault); 1 the same with only a shuffle between (a race); 2 a read one word past the launch's
-// shared memory (out of bounds); 3 a shift by 32 bits of a 32-bit word (undefined).
+// shared memory (out of bounds); 3 a shift by 32 bits of a 32-bit word (undefined); 4 a
+// 16-byte vector load from an address that is only 4-byte aligned (a GPU faults on it).
 __global__ void selfcheck_kernel(int which, unsigned* out) {
     IBP_DYNAMIC_SMEM(unsigned, smem);
     const int lane = threadIdx.x & 31;
@@ -18,8 +19,13 @@ __global__ void selfcheck_kernel(int which, unsigned* out) {
         smem[lane] = (unsigned)lane;
         __syncwarp();
         out[lane] = smem[lane + 1];
-    } else {
+    } else if (which == 3) {
         out[lane] = 1u << (lane + 1);
+    } else {
+        smem[lane] = (unsigned)lane;
+        __syncwarp();
+        const uint4* v = reinterpret_cast<const uint4*>(smem + 1 + (lane & 3) * 4);
+        out[lane] = v->x;
     }
 }
 
