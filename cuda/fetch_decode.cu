@@ -259,11 +259,12 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
                 w = (u32)code_bits[col0 + j];
             }
             const u32 incl = warp_inclusive_scan(w, lane);
+            // codes[j] is the lane's own: written here and read below by lane j % 32 only,
+            // so no __syncwarp is needed between the two passes.
             if (j < V) codes[j] = (u8)read_field(buf, cursor + incl - w, (int)w);
             cursor += __shfl_sync(FULL_MASK, incl, 31);
         }
     }
-    __syncwarp();
     if (cursor - base > (u32)(len * 8)) {  // the header and codes run past the row
         if (lane == 0) record_first(&error[1], p);
         zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
