@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ibp_graph.errors import IBPInputError
+from ibp_graph.errors import IBPInputError, check_bool, check_choice
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import check_bool, check_choice, resolve_seed, type_name, unsupported
+from ibp_graph.loading import resolve_seed, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
 
 from .dgl_blocks import DRAWS, to_blocks

@@ -66,7 +66,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
     ) from _exc
 
 from ibp_graph import loading
-from ibp_graph.errors import IBPInputError, check_choice
+from ibp_graph.errors import IBPInputError, check_bool, check_choice
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
 from ibp_graph.loading import BaseNodeLoader, type_name, unsupported, warn_ignored
@@ -288,7 +288,7 @@ class NeighborLoader(BaseNodeLoader):
             if fn is not None and not callable(fn):
                 raise IBPInputError(f"{name} must be callable, got '{type_name(fn)}'")
         if filter_per_worker is not None:
-            loading.check_bool("filter_per_worker", filter_per_worker)
+            check_bool("filter_per_worker", filter_per_worker)
         self._set_loop_args(
             batch_size=batch_size,
             shuffle=shuffle,
@@ -307,7 +307,7 @@ class NeighborLoader(BaseNodeLoader):
         self.data = data
         self.num_neighbors = num_neighbors
         self.replace = replace
-        self.subgraph_type = _subgraph_type(subgraph_type, loading.check_bool("directed", directed))
+        self.subgraph_type = _subgraph_type(subgraph_type, check_bool("directed", directed))
         self.disjoint = disjoint
         self.is_sorted = is_sorted
         self.filter_per_worker = filter_per_worker
