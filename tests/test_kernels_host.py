@@ -234,17 +234,14 @@ def test_random_byte_damage_touches_only_the_damaged_rows(
     )
     starts = table.offsets.astype(np.int64) * table.align
     section = np.asarray(table.rows_section).view(np.uint8)
+    kept = ("params", "offsets", "header", "shape", "dtype_name", "align", "stored_bytes")
+    undamaged = {a: getattr(table, a) for a in (*kept, "cluster_ids")}
     reported = 0
     for trial in range(4):
         damaged = section.copy()
         hit = rng.integers(0, damaged.size, damaged.size // 40)
         damaged[hit] ^= rng.integers(1, 256, hit.size).astype(np.uint8)
-        view = SimpleNamespace(
-            **{a: getattr(table, a) for a in ("params", "offsets", "header", "shape")},
-            **{a: getattr(table, a) for a in ("dtype_name", "align", "stored_bytes")},
-            cluster_ids=table.cluster_ids,
-            rows_section=damaged,
-        )
+        view = SimpleNamespace(**undamaged, rows_section=damaged)
         ids = rng.integers(0, x.shape[0], 150)
         intact = np.ones(x.shape[0], dtype=bool)
         intact[np.searchsorted(starts, hit, side="right") - 1] = False

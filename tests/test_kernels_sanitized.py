@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from simt import sanitize
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = sanitize.ROOT
 
 #: pytest ``-k`` of the host kernel tests run in CI under each sanitizer: every kernel and
 #: variant (one buffer and double-buffered, 4- and 8-byte words and offsets, raw gather, the
