@@ -67,6 +67,11 @@ def total_memory() -> int | None:
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+def _host_memory_setting() -> str:
+    """``$IBP_GRAPH_HOST_MEMORY`` stripped ("" when unset)."""
+    return os.environ.get(HOST_MEMORY_ENV, "").strip()
+
+
 def host_memory() -> int | None:
     """The most host memory a request may take: ``$IBP_GRAPH_HOST_MEMORY``, else MemTotal.
 
@@ -79,7 +84,7 @@ def host_memory() -> int | None:
     Raises:
         ValueError: the variable is set to something else.
     """
-    text = os.environ.get(HOST_MEMORY_ENV, "").strip()
+    text = _host_memory_setting()
     if not text:
         return total_memory()
     unit = text[-1].upper() if text[-1].isalpha() else ""
@@ -202,7 +207,7 @@ class PinnedBuffer:
         if limit is not None and total > limit:
             source = (
                 HOST_MEMORY_ENV
-                if os.environ.get(HOST_MEMORY_ENV, "").strip()
+                if _host_memory_setting()
                 else f"MemTotal; set {HOST_MEMORY_ENV} where memory grows on demand"
             )
             cause = f"the machine has only {gib(limit)} of memory ({source})"
