@@ -168,7 +168,8 @@ def make_tables(kind: str, n: int, device: torch.device, workdir: Path) -> dict:
     if device.type == "cuda":
         from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
 
-        tables = {"raw": PinnedRawTable(data, device=device), "ibp": CudaIBPTable(path, device)}
+        raw = PinnedRawTable(data, device=device)
+        tables = {"raw": raw, "ibp": CudaIBPTable(path, device=device)}
     else:
         tables = {"raw": torch.from_numpy(data), "ibp": cpu_table}
     return {"tables": tables, "row_bytes": data.shape[1] * 4, "ratio": cpu_table.ratio}

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -199,7 +200,7 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
     fake_py = tmp_path / "python"  # derives the table without SciPy or the real data
     fake_py.write_text(
         "#!/usr/bin/env bash\n"
-        f"exec {shlex.quote(str(Path(os.sys.executable)))} -c "
+        f"exec {shlex.quote(str(Path(sys.executable)))} -c "
         "\"import numpy as np; np.save('device_data/facebook-svd100-float32.npy', "
         'np.zeros((4, 100), np.float32))"\n'
     )

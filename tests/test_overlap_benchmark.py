@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -28,6 +29,33 @@ def test_only_steps_inside_the_fetches_count_as_beside() -> None:
     assert got["fetch_alone_ms"] == 2.5 and got["fetch_beside_ms"] == 3.0
     none = overlap.case_summary(alone, [{"steps": [(5, 7)], "fetches": [(0, 1)]}], [[(0, 1)]])
     assert none["steps_covered"] == 0 and none["slowdown"] is None
+
+
+def test_the_gpu_tables_are_built_with_their_real_signatures(tmp_path: Path, monkeypatch) -> None:
+    # The CUDA branch of make_tables, on any machine: each table class is replaced by a
+    # recorder that binds the call to the real constructor's signature (a wrong call raises).
+    import torch
+
+    from ibp_graph import cuda_table
+
+    calls = []
+
+    def recorder(real):
+        def make(*args, **kwargs):
+            calls.append((real.__name__, inspect.signature(real).bind(*args, **kwargs)))
+            return real.__name__
+
+        return make
+
+    for name in ("CudaIBPTable", "PinnedRawTable"):
+        monkeypatch.setattr(cuda_table, name, recorder(getattr(cuda_table, name)))
+    made = overlap.make_tables("sparse", 200, torch.device("cuda", 0), tmp_path)
+    assert made["tables"] == {"raw": "PinnedRawTable", "ibp": "CudaIBPTable"}
+    bound = dict(calls)
+    assert bound["CudaIBPTable"].arguments["path"] == tmp_path / "overlap-sparse-200.ibp"
+    assert bound["CudaIBPTable"].arguments["device"] == torch.device("cuda", 0)
+    assert bound["PinnedRawTable"].arguments["data"].shape == (200, 500)
+    assert made["row_bytes"] == 2000 and made["ratio"] > 5
 
 
 def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
