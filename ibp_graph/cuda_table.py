@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .dtypes import as_table, row_bytes, storage_dtype, torch_dtype
-from .errors import IBPFormatError, IBPInputError, check_bool
+from .errors import IBPFormatError, IBPIndexError, IBPInputError, check_bool
 from .indexing import normalize_ids
 from .kernels.fetch_decode import DeviceCodec, check_idx, check_launch, fetch_decode
 from .kernels.raw_gather import raw_gather
@@ -91,7 +91,7 @@ def _raise_errors(error: torch.Tensor, stream, path: str, idx: torch.Tensor, num
         bad_id, bad_row = (int(v) for v in error.tolist())
     if bad_id:
         pos = bad_id - 1
-        raise IBPInputError(
+        raise IBPIndexError(
             f"row index {int(idx[pos])} (at position {pos}) is out of range for a table "
             f"of {num_rows} rows"
         )
@@ -100,8 +100,12 @@ def _raise_errors(error: torch.Tensor, stream, path: str, idx: torch.Tensor, num
         raise IBPFormatError(f"{path}: corrupt row {int(idx[pos])}: its fields run past it")
 
 
-def _cuda_ids(index: Any, num_rows: int, device: torch.device) -> torch.Tensor:
-    """Row ids as a contiguous int64 tensor on ``device`` (CPU selections are checked first)."""
+def _cuda_ids(index: Any, num_rows: int, device: torch.device) -> tuple[torch.Tensor, bool]:
+    """Row ids as a contiguous int64 tensor on ``device``, and whether one row was selected.
+
+    The CPU table's rules (`normalize_ids`): CPU selections are checked here, a CUDA tensor's
+    ids by the kernel, negative ones counting from the end.
+    """
     if isinstance(index, torch.Tensor) and index.device.type == "cuda":
         if index.dtype == torch.bool:
             if index.shape != (num_rows,):
@@ -109,15 +113,18 @@ def _cuda_ids(index: Any, num_rows: int, device: torch.device) -> torch.Tensor:
                     f"boolean row mask has {tuple(index.shape)} entries, the table has "
                     f"{num_rows} rows"
                 )
-            return torch.nonzero(index).reshape(-1).to(device)
-        if index.dtype not in (torch.int64, torch.int32) or index.dim() != 1:
+            return torch.nonzero(index).reshape(-1).to(device), False
+        if index.dtype not in (torch.int64, torch.int32) or index.dim() > 1:
             raise IBPInputError(
-                f"CUDA row indices must be a 1-D int64 tensor, got {index.dtype} "
-                f"{tuple(index.shape)}"
+                f"CUDA row indices must be a 0-D or 1-D int64 or int32 tensor, got "
+                f"{index.dtype} {tuple(index.shape)}"
             )
-        return index.to(device=device, dtype=torch.int64).contiguous()
-    ids, _ = normalize_ids(index, num_rows)
-    return torch.from_numpy(ids).to(device)
+        ids = index.reshape(-1).to(device=device, dtype=torch.int64)
+        # -num_rows..-1 count from the end; ids below stay negative, and out of range.
+        ids = torch.where((ids < 0) & (ids >= -num_rows), ids + num_rows, ids).contiguous()
+        return ids, index.dim() == 0
+    ids, scalar = normalize_ids(index, num_rows)
+    return torch.from_numpy(ids).to(device), scalar
 
 
 def launch_fetch(
@@ -219,7 +226,10 @@ class _CudaTableBase:
         ``stream`` first waits for the work queued on torch's current stream (where ``idx``
         was presumably made); ``out`` is allocated for ``stream``. With ``sort_ids`` (see the
         table's constructor) the ids are sorted on ``stream`` first; ``out`` and the errors
-        are the same, bit for bit, and errors name positions in ``idx``.
+        are the same, bit for bit, and errors name positions in ``idx``. When ``stream`` is not
+        the current stream, keep ``idx`` (and a given ``out``) alive until ``stream`` is done
+        with them, or call their ``record_stream(stream)``, as for any tensor used on a side
+        stream.
 
         Args:
             idx: row ids, a contiguous 1-D int64 tensor on this table's device.
@@ -232,7 +242,8 @@ class _CudaTableBase:
                 over this graph).
 
         Raises:
-            IBPInputError: the table is closed, or (``check``) an id is out of range.
+            IBPInputError: the table is closed, or (``check``) an id is out of range
+                (`IBPIndexError`, an ``IndexError`` too, as the CPU table's).
             IBPFormatError: (``check``) a stored row is corrupt.
             ValueError: ``idx`` or ``out`` has the wrong device, type, shape or size.
         """
@@ -264,8 +275,7 @@ class _CudaTableBase:
 
     def __getitem__(self, index: Any) -> torch.Tensor:
         """Rows as a CUDA tensor of the original dtype (checked, synchronising)."""
-        scalar = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
-        idx = _cuda_ids(index, self.shape[0], self.device)
+        idx, scalar = _cuda_ids(index, self.shape[0], self.device)
         out = self.fetch(idx)
         return out[0] if scalar else out
 

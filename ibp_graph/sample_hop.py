@@ -59,15 +59,16 @@ class HopKernels(Protocol):
 def read_counts(t: torch.Tensor) -> list[int]:
     """The values of a small int64 tensor on the host.
 
-    On a GPU: a copy to pinned memory on the current stream and a wait on a blocking event, so
-    the host thread sleeps, instead of spinning, until the copy is done.
+    On a GPU: a copy to pinned memory on the current stream of ``t``'s device (whichever
+    device is current) and a wait on a blocking event recorded there, so the host thread
+    sleeps, instead of spinning, until the copy is done.
     """
     if t.device.type != "cuda":
         return t.tolist()
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     host.copy_(t, non_blocking=True)
     done = torch.cuda.Event(blocking=True)
-    done.record()
+    done.record(torch.cuda.current_stream(t.device))
     done.synchronize()
     return host.tolist()
 

@@ -135,11 +135,12 @@ def _ogb(name: str, root: str | os.PathLike[str] | None) -> TableSource:
     if npz.is_file():
         try:
             with np.load(npz, allow_pickle=False) as z:
-                if "node_feat" not in z.files:
-                    raise IBPInputError(f"{npz}: has no 'node_feat' array ({', '.join(z.files)})")
-                arr = z["node_feat"]
+                names = list(z.files)
+                arr = z["node_feat"] if "node_feat" in names else None
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
             raise IBPInputError(f"{npz}: not a readable .npz file ({exc})") from None
+        if arr is None:
+            raise IBPInputError(f"{npz}: has no 'node_feat' array ({', '.join(names)})")
         array, dname = as_table(arr, what=str(npz))
         return TableSource(array, dname, f"ogb:{name} ({npz})")
     raise IBPInputError(

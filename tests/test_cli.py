@@ -192,6 +192,16 @@ def test_ogb_missing_folder(capsys, tmp_path: Path) -> None:
     assert out == "" and not (tmp_path / "a.ibp").exists()
 
 
+def test_ogb_npz_without_node_features(capsys, tmp_path: Path) -> None:
+    raw = tmp_path / "ogbn_papers100M" / "raw"
+    raw.mkdir(parents=True)
+    np.savez(raw / "data.npz", edge_index=np.zeros((2, 3), np.int64))
+    out = tmp_path / "p.ibp"
+    code, _, err = run_cli(capsys, "compress", "ogb:ogbn-papers100M", "--root", tmp_path, "-o", out)
+    assert_one_line_error(code, err, 1, "has no 'node_feat' array (edge_index)")
+    assert "not a readable" not in err and not out.exists()
+
+
 # -- inspect -------------------------------------------------------------------------------
 def test_inspect_text(capsys, ibp_file: Path) -> None:
     code, out, err = run_cli(capsys, "inspect", ibp_file)

@@ -254,6 +254,26 @@ def test_several_bad_ids_name_the_first_and_zero_their_rows(tmp_path) -> None:
         assert _bits_equal(out[good], x[ids.cpu().numpy()[good]])
 
 
+def test_indexing_with_cuda_ids_follows_the_cpu_tables_rules(tmp_path) -> None:
+    from ibp_graph.errors import IBPIndexError
+
+    rng = np.random.default_rng(8)
+    x = _sparse(rng, 40, 16, p=0.3)
+    with _table(x, tmp_path) as table:
+        cpu = ibp_graph.open(tmp_path / "t.ibp")
+        for index in (3, -1, [5, -40, 39]):
+            want = cpu[index]  # NumPy's rules: negatives count from the end, ints give a row
+            for cuda_index in (torch.tensor(index, device=CUDA), torch.tensor(index)):
+                got = table[cuda_index]
+                assert got.shape == want.shape
+                assert _bits_equal(got.reshape(-1, 16), want.reshape(-1, 16).numpy())
+        for index in ([2, -41], [40]):
+            with pytest.raises(IBPIndexError, match=rf"row index {index[-1]} \(at position"):
+                table[torch.tensor(index, device=CUDA)]
+        with pytest.raises(IBPInputError, match="0-D or 1-D int64 or int32"):
+            table[torch.zeros(2, 2, dtype=torch.int64, device=CUDA)]
+
+
 def test_bad_ids_on_pinned_raw_tables_and_the_raw_bypass(tmp_path) -> None:
     from ibp_graph.cuda_table import PinnedRawTable
 

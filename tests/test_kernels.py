@@ -409,6 +409,14 @@ def test_every_fetch_has_its_own_zeroed_error_slots() -> None:
     assert len(table.errors_seen) == 4  # nothing launched for no ids
 
 
+def test_one_row_selections_give_one_row_as_on_the_cpu_table() -> None:
+    table = _RecordingTable.make()
+    for index in (3, np.int64(3), np.array(3), torch.tensor(3), -7):
+        assert torch.equal(table[index], torch.tensor([3.0, -3.0])), index
+    for index in ([3], np.array([3]), torch.tensor([3]), slice(3, 4)):
+        assert torch.equal(table[index], torch.tensor([[3.0, -3.0]])), index
+
+
 def test_fetch_checks_its_arguments_and_that_the_table_is_open() -> None:
     table = _RecordingTable.make()
     with pytest.raises(ValueError, match="idx must be a contiguous 1-D int64"):

@@ -300,3 +300,37 @@ def test_a_fused_batch_costs_few_ops_and_one_host_read_per_hop(lib) -> None:
     base = count(ops, seeds)
     assert base["kernel_launches"] == 0
     assert base["other_ops"] > 5 * got["other_ops"] and base["host_reads"] > got["host_reads"]
+
+
+def test_read_counts_waits_on_the_tensors_own_device(monkeypatch) -> None:
+    # A tensor on cuda:1 read while cuda:0 is current: the event that the host waits on must
+    # follow the copy, on cuda:1's current stream (run on any machine, with fakes).
+    from ibp_graph import sample_hop
+
+    log = []
+
+    class Host:
+        def copy_(self, src, non_blocking=False):
+            log.append(("copy", src.device, non_blocking))
+
+        def tolist(self):
+            log.append(("read",))
+            return [4, 7]
+
+    class Event:
+        def __init__(self, blocking=False):
+            assert blocking  # the host thread sleeps rather than spins
+
+        def record(self, stream=None):
+            log.append(("record", stream))
+
+        def synchronize(self):
+            log.append(("wait",))
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: Host())
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream of {device}")
+    t = type("T", (), {"device": torch.device("cuda", 1), "shape": (2,), "dtype": torch.int64})
+    assert sample_hop.read_counts(t()) == [4, 7]
+    cuda1 = torch.device("cuda", 1)
+    assert log == [("copy", cuda1, True), ("record", f"stream of {cuda1}"), ("wait",), ("read",)]

@@ -5,7 +5,9 @@ the environment torch's launcher sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``/``MASTER_PORT``). `init_from_env` joins
 the process group (gloo on the CPU, NCCL when every local rank has a GPU of its own, gloo
 when ranks share a GPU) with a timeout, so a rank that dies makes the others stop with a
-`DistributedError` instead of hanging:
+`DistributedError` instead of hanging. Under NCCL, torch's own watchdog handles a collective
+that times out first, and with torch's defaults (``TORCH_NCCL_ASYNC_ERROR_HANDLING``) it ends
+the process: the ranks still stop, with torch's message rather than ours.
 
 .. code-block:: python
 
