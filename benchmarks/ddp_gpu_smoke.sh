@@ -26,10 +26,10 @@ export IBP_GRAPH_RUN_ID=$RUN_ID
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     echo "/dev/shm: $(df -h /dev/shm | tail -1)"
     echo "ulimit -l: $(ulimit -l)"
-    python -m ibp_graph train --config cora-sage --nproc-per-node 2 \
+    python3 -m ibp_graph train --config cora-sage --nproc-per-node 2 \
         --set epochs=3 "device=${DEVICE:-cuda}" "workdir=$WORK" --json "$OUT/ddp-gpu.json"
     echo "launcher exit status: $?"
-    python - "$OUT/ddp-gpu.json" "$RUN_ID" <<'EOF'
+    python3 - "$OUT/ddp-gpu.json" "$RUN_ID" <<'EOF'
 import json, sys
 from pathlib import Path
 

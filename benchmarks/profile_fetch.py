@@ -745,6 +745,11 @@ def summarise(csv_path: Path, manifest_path: Path, out: Path) -> list[dict]:
     manifest = json.loads(manifest_path.read_text())
     results = read_ncu_csv(csv_path)
     rows, notes = match(results, manifest.get("launches", []))
+    if results and not any(r.metrics for r in results):
+        notes.append(
+            f"{csv_path.name} holds kernels but no metric rows: it must be ncu's "
+            "`--csv --page details` (one row per metric), not `--page raw`"
+        )
     if manifest.get("dry_run"):
         notes.append("the manifest is a dry run's plan: no output was checked bit for bit")
     elif not manifest.get("complete", False):

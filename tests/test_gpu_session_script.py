@@ -94,6 +94,13 @@ def test_syntax_and_every_stage_is_handled() -> None:
     assert "nvidia-smi" in text and "pcie.link.gen" in text and "IBP_GRAPH_COMMIT" in text
 
 
+def test_device_scripts_run_python3_the_one_python_the_gpu_image_promises() -> None:
+    # The image's `python3` holds torch; a bare `python` may not exist there.
+    for sh in sorted((REPO / "benchmarks").glob("*.sh")):
+        for n, line in enumerate(sh.read_text().splitlines(), 1):
+            assert not re.search(r"(^\s*|[;&|({]\s*|\bexec\s+)python\s", line), f"{sh.name}:{n}"
+
+
 def test_unknown_stage_is_refused_before_anything_runs(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = script("smoke", "nonsense", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"))

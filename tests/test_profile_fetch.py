@@ -429,3 +429,14 @@ def test_the_stage_runs_the_driver_then_the_summary() -> None:
         < body.index("--summarise")
     )
     assert '--export "$OUT/ncu-fetch"' in body and "profile.md" in body
+
+
+def test_summary_of_a_raw_page_csv_says_which_page_it_needs(tmp_path: Path) -> None:
+    doc = dry(tmp_path, "--cases", "sparse-5pct-512B")
+    raw_page = tmp_path / "raw.csv"  # one row per kernel, metrics as columns, units second
+    lines = ['"ID","Kernel Name","gpu__time_duration.sum"', '"","","nsecond"']
+    lines += [f'"{i}","{x["kernel"]}","1,000"' for i, x in enumerate(doc["launches"])]
+    raw_page.write_text("\n".join(lines) + "\n")
+    rows = profile_fetch.summarise(raw_page, tmp_path / "manifest.json", tmp_path / "p.md")
+    assert len(rows) == 5 and all(r["duration_us"] is None for r in rows)
+    assert "not `--page raw`" in (tmp_path / "p.md").read_text()

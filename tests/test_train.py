@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -298,6 +299,26 @@ def test_ibp_on_and_off_give_bit_identical_losses_on_cpu(tmp_path: Path, config:
     assert on.table is not None and off.table is None
     # The run leaves the global determinism setting as it found it.
     assert not torch.are_deterministic_algorithms_enabled()
+    assert torch.utils.deterministic.fill_uninitialized_memory
+
+
+def test_deterministic_steps_leave_new_tensors_unfilled_on_every_thread() -> None:
+    from ibp_graph.train.run import deterministic
+
+    seen = []
+
+    def loader_thread() -> None:  # e.g. a prefetch thread allocating during a step
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.empty(1 << 16)))
+
+    with deterministic(True):
+        thread = threading.Thread(target=loader_thread)
+        thread.start()
+        thread.join()
+        assert torch.are_deterministic_algorithms_enabled()
+    on, fresh = seen[0]
+    assert on and not torch.isnan(fresh).all()  # filled tensors would read as NaN
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert torch.utils.deterministic.fill_uninitialized_memory
 
 
 def test_same_seed_same_run_other_seed_other_run(tmp_path: Path) -> None:

@@ -368,18 +368,24 @@ def prepare_table(
 def deterministic(on: bool | None) -> Iterator[None]:
     """Deterministic algorithms (warn only) on or off for the block, restored after.
 
-    ``None`` leaves the setting as it is.
+    ``None`` leaves the setting as it is. New tensors are not filled
+    (``torch.utils.deterministic.fill_uninitialized_memory``): nothing here reads memory it
+    did not write, and the setting is process-wide, so a loader's prefetch thread allocating
+    during a step would pay a fill kernel for each tensor.
     """
     if on is None:
         yield
         return
     was_on = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
     torch.use_deterministic_algorithms(on, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(was_on, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 # -- the loop -----------------------------------------------------------------------------------
