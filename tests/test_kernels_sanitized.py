@@ -167,3 +167,25 @@ def test_the_script_refuses_a_bad_list_in_one_line() -> None:
     assert done.stderr.strip() == (
         "sanitize: unknown sanitizer threads: name one or more of address, undefined, thread"
     )
+
+
+@pytest.mark.parametrize("werror, expected", [(None, True), ("1", True), ("0", False)])
+def test_warnings_stop_the_harness_build_unless_told_otherwise(
+    monkeypatch, tmp_path, werror, expected
+) -> None:
+    from simt import host_hops
+
+    seen = []
+
+    def compile_only(cmd, **kwargs):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "stopped here")
+
+    monkeypatch.setattr(host_hops.subprocess, "run", compile_only)
+    if werror is None:
+        monkeypatch.delenv("IBP_GRAPH_SIMT_WERROR", raising=False)
+    else:
+        monkeypatch.setenv("IBP_GRAPH_SIMT_WERROR", werror)
+    with pytest.raises(host_hops.HarnessBuildError, match="stopped here"):
+        host_hops.build(tmp_path / "lib.so")
+    assert ("-Werror" in seen[0]) is expected and "-Wall" in seen[0]

@@ -856,6 +856,7 @@ def test_gpu_prefetcher_orders_streams_and_does_not_leak() -> None:
 
     def fetch(i: int, stream) -> dict:
         assert torch.cuda.current_stream(dev) == stream
+        torch.cuda._sleep(20_000_000)  # the write lands late: a consumer that did not wait fails
         return {"v": src * i, "i": i}
 
     for _ in range(2):

@@ -550,9 +550,11 @@ def test_gpu_a_prefetch_thread_hands_over_batches_written_on_its_side_stream() -
     def fetch(i: int, stream: torch.cuda.Stream) -> dict:
         threads.add(threading.get_ident())
         assert torch.cuda.current_stream(dev) == stream
-        torch.cuda._sleep(_CYCLES // 10)  # queued before the write: a late batch shows
-        out = torch.full((1 << 16,), float(i), device=dev)
         stream.synchronize()  # the sampler's host reads: on the thread, not in next()
+        # Then a wait longer than a training step before the write: a batch handed over
+        # without its event (or its record_stream) would read as unwritten.
+        torch.cuda._sleep(_CYCLES // 2)
+        out = torch.full((1 << 16,), float(i), device=dev)
         return {"v": out}
 
     pf = Prefetcher(range(10), fetch, depth=2, device=dev, thread=True)

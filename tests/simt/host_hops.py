@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,13 +35,19 @@ class HarnessBuildError(RuntimeError):
 def build(out: Path) -> ctypes.CDLL:
     """Compile the harness into the shared library ``out`` and load it.
 
+    Warnings are errors, unless ``$IBP_GRAPH_SIMT_WERROR`` is ``0``: the GPU session sets it,
+    since another g++ may warn where this one does not, and there the harness is only a
+    reference for the GPU's results.
+
     Raises:
         HarnessBuildError: no g++, or the sources do not build.
     """
     cxx = shutil.which("g++")
     if cxx is None:
         raise HarnessBuildError("no g++ to build the host harness of the CUDA kernels", True)
-    flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-Wall", "-Werror"]
+    flags = ["-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-Wall"]
+    if os.environ.get("IBP_GRAPH_SIMT_WERROR", "1") != "0":
+        flags.append("-Werror")
     flags += sanitizer_flags()
     cmd = [cxx, *flags, "-Wno-unknown-pragmas", "-o", str(out)]
     cmd += [str(p) for p in sorted(HERE.glob("simt_*.cpp"))]
