@@ -476,7 +476,7 @@ def _table(dtype: str, rng: np.random.Generator, n: int = 3000, d: int = 37) -> 
     size = torch.empty((), dtype=tdt).element_size()
     x = bits[:, : d * size].contiguous().view(tdt)
     sparse = torch.from_numpy(rng.random((n, d)) < 0.9)
-    x[sparse] = 0  # mostly zeros: encoded (grouped and flat) rows among raw ones
+    x[sparse] = 0  # mostly zeros: encoded rows (raw ones only for some 8-bit cases)
     return x
 
 
