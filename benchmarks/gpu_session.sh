@@ -19,7 +19,10 @@
 #              ends only its own file), at most 240 s per file.
 #   sanitize   about 4-6 min: compute-sanitizer memcheck, racecheck and synccheck over the
 #              kernel tests (tests/test_gpu_kernels.py, not slow, and the fused sampling hop's
-#              tests/test_sampler_hop_host.py), at most 150 s per tool.
+#              tests/test_sampler_hop_host.py), at most 150 s per tool; the tests see
+#              IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with torch's caching
+#              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
+#              is past its allocation.
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
@@ -390,13 +393,20 @@ for stage in "${STAGES[@]}"; do
                 echo "-- $tool" >>"$OUT/sanitize.log"
                 trc=0
                 export IBP_GRAPH_SANITIZER=$tool  # the tests take fewer ids under a tool
+                # memcheck sees a write past a tensor only if the tensor is its own
+                # allocation: torch's caching allocator is off for it.
+                if [ "$tool" = memcheck ]; then
+                    export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+                else
+                    unset PYTORCH_NO_CUDA_MEMORY_CACHING
+                fi
                 run 150 sanitize.log compute-sanitizer --tool "$tool" --error-exitcode 86 \
                     --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" \
                     tests/test_gpu_kernels.py tests/test_sampler_hop_host.py || trc=$?
                 if [ "$trc" -ne 0 ]; then rc=1; fi
                 echo "$tool rc=$trc" | tee -a "$SUMMARY"
             done
-            unset IBP_GRAPH_SANITIZER
+            unset IBP_GRAPH_SANITIZER PYTORCH_NO_CUDA_MEMORY_CACHING
             grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitize.log" | tee -a "$SUMMARY"
         fi
         ;;

@@ -383,3 +383,32 @@ def test_profile_stage_with_stand_in_tools(refuse_metrics: bool, tmp_path: Path)
     assert "ncu has 1 results and the manifest 5 profiled launches" in md
     summary = (out / "summary.txt").read_text()
     assert "ncu stand-in" in summary and "profile rc=0" in summary
+
+
+def test_sanitize_stage_runs_each_tool_with_what_the_tests_need(tmp_path: Path) -> None:
+    bin_dir = stand_in_tools(tmp_path, "")
+    sanitizer = bin_dir / "compute-sanitizer"
+    sanitizer.write_text(
+        "#!/usr/bin/env bash\n"
+        'echo "$2 sanitizer=$IBP_GRAPH_SANITIZER caching_off=${PYTORCH_NO_CUDA_MEMORY_CACHING:-}'
+        ' $*" >>"$OUT/sanitizer-calls.txt"\n'
+        'if [ "$1" = --tool ]; then echo "========= ERROR SUMMARY: 0 errors"; fi\n'
+    )
+    sanitizer.chmod(0o755)
+    out = tmp_path / "out"
+    done = script(
+        "sanitize", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = [c for c in (out / "sanitizer-calls.txt").read_text().splitlines() if "--tool" in c]
+    assert [c.split()[:3] for c in calls] == [
+        ["memcheck", "sanitizer=memcheck", "caching_off=1"],
+        ["racecheck", "sanitizer=racecheck", "caching_off="],
+        ["synccheck", "sanitizer=synccheck", "caching_off="],
+    ]
+    for call in calls:
+        assert "--error-exitcode" in call and "gpu and not slow" in call
+        assert "tests/test_gpu_kernels.py" in call and "tests/test_sampler_hop_host.py" in call
+    summary = (out / "summary.txt").read_text()
+    assert "memcheck rc=0" in summary and summary.count("ERROR SUMMARY: 0 errors") == 3
