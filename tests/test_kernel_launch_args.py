@@ -710,6 +710,9 @@ def test_wide_rows_opt_in_to_more_shared_memory(monkeypatch) -> None:
     launches = [launch for launch, _ in run_case(CASES[0], monkeypatch)]
     wide = [x for x in launches if x.shared_mem > DEFAULT_SMEM]
     assert wide and all(x.smem_limit >= x.shared_mem for x in wide)
+    # One value for every table (kernels are shared between tables and threads): a launch
+    # never finds the limit lowered by another table's launch.
+    assert {x.smem_limit for x in wide} == {FAKE_PROPS.shared_memory_per_block_optin}
 
 
 def test_every_source_has_a_launcher_case() -> None:

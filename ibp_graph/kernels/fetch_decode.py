@@ -323,7 +323,9 @@ def fetch_decode(
     with cupy_stream(stream, device):
         fn = kernel(SOURCE, _entry(codec, double_buffer), device.index)
         if plan.bytes_per_block > DEFAULT_SMEM:
-            fn.max_dynamic_shared_size_bytes = plan.bytes_per_block
+            # Every table of this entry point shares `fn`: always the device's limit, so that a
+            # thread launching between another's setting and launch never finds it lowered.
+            fn.max_dynamic_shared_size_bytes = max_smem
         grid = grid_size(
             -(-n // plan.warps_per_block),
             device,
