@@ -56,7 +56,10 @@ comparison, writes the results, and then exits with an error if the losses diffe
 The end-to-end target (DESIGN.md): with ``T_off`` the IBP-off epoch time, ``s`` the
 measured transfer share (IBP-off fetch time / ``T_off``) and ``r`` the ratio on the fetched
 rows, the ideal IBP epoch time is ``T_ideal = T_off * ((1 - s) + s / r)`` and the target is
-``T_ibp <= T_off / (0.9 * T_off / T_ideal)`` (speed-up at least 0.9 x the ideal speed-up).
+``T_ibp <= T_off / (1 + 0.9 * (G - 1))`` with ``G = T_off / T_ideal`` the ideal speed-up: at
+least 90% of the ideal gain. The fetch time overlaps training on a GPU, so ``s`` can overstate
+what IBP can save; with features on the GPU measured too, the analysis also gives the share
+``(T_off - T_gpu) / T_off`` that PCIe costs the epoch and the ideal that follows from it.
 It is computed everywhere but applies to a GPU only: on the CPU nothing crosses PCIe and the
 decoder is NumPy.
 
@@ -124,7 +127,7 @@ SYNTH_CLASSES = 47
 SYNTH_EDGES_PER_NODE = 15
 
 WARMUP_EPOCHS = 1
-#: The target: IBP speed-up >= TARGET_FRACTION x the ideal speed-up.
+#: The target: IBP gains at least TARGET_FRACTION of the ideal gain (speed-up - 1).
 TARGET_FRACTION = 0.9
 #: A prefetching epoch takes at most this times max(sample + fetch, train) (GPU only).
 PIPELINE_TARGET = 1.1
@@ -308,6 +311,7 @@ def synthetic_graph(args: argparse.Namespace, device: torch.device | None = None
         )
         if st.speedup is not None:
             info["speedup_target"] = st.speedup
+            info["speedup_target_full_size"] = n == st.nodes and e == st.edges
     return Graph(
         name=name,
         data=data,
@@ -564,7 +568,7 @@ def analyse(modes: dict[str, dict], device: torch.device) -> dict:
     r = ibp["ratio"] or 1.0
     t_ideal = t_off * ((1.0 - s) + s / r)
     ideal_speedup = t_off / t_ideal
-    target_t = t_off / (TARGET_FRACTION * ideal_speedup)
+    target_t = t_off / (1.0 + TARGET_FRACTION * (ideal_speedup - 1.0))
     out = {
         "t_off_s": t_off,
         "t_ibp_s": t_ibp,
@@ -583,6 +587,10 @@ def analyse(modes: dict[str, dict], device: torch.device) -> dict:
     if "epoch_time_s" in gpu:
         out["t_gpu_s"] = gpu["epoch_time_s"]
         out["gpu_speedup_over_off"] = t_off / gpu["epoch_time_s"]
+        # What PCIe costs the epoch, overlap included: IBP off against features on the GPU.
+        s_gpu = min(max((t_off - gpu["epoch_time_s"]) / t_off, 0.0), 1.0)
+        out["transfer_share_from_gpu"] = s_gpu
+        out["t_ideal_from_gpu_s"] = t_off * ((1.0 - s_gpu) + s_gpu / r)
     return out
 
 
@@ -616,6 +624,7 @@ def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> d
     table, info, encoder = features_table(x, graph.name, opts, Path(args.workdir), device)
     about = dict(graph.info)
     target = about.pop("speedup_target", None)  # a speed-up over IBP off to reach
+    full_size = about.pop("speedup_target_full_size", False)  # ... on the setting's graph
     try:
         modes = {m: run_mode(m, graph, table, hp, device, args) for m in MODES}
     finally:
@@ -648,6 +657,7 @@ def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> d
         a = result["analysis"]
         a["speedup_target"] = target
         a["speedup_target_met"] = a["measured_speedup"] >= target
+        a["speedup_target_applies"] = a["target_applies"] and full_size
     return result
 
 
@@ -749,18 +759,26 @@ def markdown(payload: dict) -> str:
             f"T_off * ((1 - s) + s / r) = {a['t_ideal_s']:.4f} s (ideal speed-up "
             f"{a['ideal_speedup']:.3f}x); measured {a['t_ibp_s']:.4f} s (speed-up "
             f"{a['measured_speedup']:.3f}x), {100 * a['gap_to_ideal']:+.1f}% from the ideal.",
-            f"- Target T_ibp <= T_off / (0.9 x ideal speed-up) = {a['target_t_ibp_s']:.4f} s: "
-            f"{verdict}{applies}."
+            f"- Target T_ibp <= T_off / (1 + 0.9 x (ideal speed-up - 1)) = "
+            f"{a['target_t_ibp_s']:.4f} s (90% of the ideal gain): {verdict}{applies}."
             + (
                 f" {g['setting']} target: IBP on at least "
                 f"{a['speedup_target']:.2f}x faster than IBP off (the paper's average GNN "
-                f"speed-up): {'met' if a['speedup_target_met'] else 'NOT met'}{applies}."
+                f"speed-up): {'met' if a['speedup_target_met'] else 'NOT met'}"
+                + (
+                    applies
+                    if a["speedup_target_applies"] or not a["target_applies"]
+                    else " (does not apply: not the setting's full size)"
+                )
+                + "."
                 if "speedup_target" in a
                 else ""
             )
             + (
                 f" Features in GPU memory: {a['t_gpu_s']:.4f} s an epoch "
-                f"({a['gpu_speedup_over_off']:.3f}x over IBP off)."
+                f"({a['gpu_speedup_over_off']:.3f}x over IBP off): PCIe costs IBP off "
+                f"{a['transfer_share_from_gpu']:.3f} of its epoch, overlap included, for an "
+                f"ideal of {a['t_ideal_from_gpu_s']:.4f} s at this ratio."
                 if "t_gpu_s" in a
                 else ""
             ),

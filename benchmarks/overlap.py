@@ -100,11 +100,25 @@ class Clock:
 
 
 def covered(interval: tuple[float, float], spans: list[tuple[float, float]]) -> bool:
-    """Whether ``interval`` lies inside the union of ``spans`` (fetches run back to back)."""
-    if not spans:
-        return False
-    lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
-    return lo <= interval[0] and interval[1] <= hi
+    """Whether ``interval`` lies inside the union of ``spans``: a fetch ran all through it.
+
+    Spans that touch or overlap merge; a gap between two fetches (the side stream drained)
+    splits them, so a step across the gap ran partly alone and does not count.
+    """
+    for lo, hi in _merged(spans):
+        if lo <= interval[0] and interval[1] <= hi:
+            return True
+    return False
+
+
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def case_summary(alone: list[list], beside: list[dict], fetch_alone: list[list]) -> dict:

@@ -17,6 +17,10 @@ def test_only_steps_inside_the_fetches_count_as_beside() -> None:
     fetches = [(0.0, 2.0), (2.0, 4.0), (4.0, 6.0)]
     assert overlap.covered((1.0, 3.0), fetches) and overlap.covered((0.0, 6.0), fetches)
     assert not overlap.covered((5.0, 7.0), fetches) and not overlap.covered((1.0, 2.0), [])
+    # Fetches with a gap between them: a step across the gap ran partly alone.
+    gappy = [(0.0, 1.0), (7.0, 8.0)]
+    assert not overlap.covered((0.0, 4.0), gappy) and not overlap.covered((4.0, 8.0), gappy)
+    assert overlap.covered((7.2, 7.9), gappy) and overlap.covered((0.0, 2.0), [(1, 3), (0, 2)])
     alone = [[(0, 2), (2, 4)], [(0, 2), (2, 4.5)]]  # step alone: median of 2, 2, 2, 2.5 = 2
     beside = [
         {"steps": [(0, 2.2), (2.2, 4.4), (4.4, 9.0)], "fetches": [(0, 3), (3, 6)]},
