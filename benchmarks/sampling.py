@@ -50,6 +50,20 @@ time and median process CPU time per batch, sampled edges per batch, median edge
 ratio to DGL both of the median edges/s and as the median of per-batch ratios. Writes
 ``sampling-cpu.{json,md}``, with the 1-minute load average before and after each thread count
 (the machine may be shared).
+
+CUDA runs also time a 1-thread CPU baseline in the same process: the int64 CSR copied to the
+host, the CPU's default hop (compiled, `ibp_graph.sample_cpu`, where Numba imports; torch ops
+otherwise, recorded as ``compiled_hop``) under ``torch.set_num_threads(1)`` (restored after), on
+the first ``min(--batches, 10)`` of the GPU's measured seed batches after up to 2 of its warm-up
+batches (`cpu_baseline`).
+
+Targets (``"targets"`` in the JSON, a "Targets" section in the markdown; `gpu_targets`,
+`dgl_targets`), each with its measured value, goal and verdict (met, the gap in percent of the
+goal, or not measured): on CUDA, per row with the graph in GPU memory, median edges/s at least
+10x the 1-thread CPU baseline's; per index width and backend, the UVA graph's median edges/s at
+least 0.5x the device graph's; per row, host CPU time per batch at most 0.2x the GPU busy time.
+With ``--compare-dgl``, ``ibp-graph once`` (the default sampler) at least 1x DGL's median edges/s
+at 1 and 2 threads (the goal names DGL 2.1.0: ``dgl_is_2_1_0`` records whether it ran).
 """
 
 from __future__ import annotations
@@ -75,6 +89,19 @@ from ibp_graph.sampler import BACKENDS, NeighborSampler  # noqa: E402
 
 GAMMA = 2.5
 CHUNK = 5_000_000
+#: Seed batches the 1-thread CPU baseline of a CUDA run times at most (after its warm-ups).
+CPU1_BATCHES = 10
+#: Warm-up batches of the 1-thread CPU baseline at most.
+CPU1_WARMUP = 2
+#: The targets' goals: GPU over 1-thread CPU, UVA over device, host over GPU busy, ours over DGL.
+GOAL_GPU_OVER_CPU1 = 10.0
+GOAL_UVA_OVER_DEVICE = 0.5
+GOAL_HOST_OVER_GPU = 0.2
+GOAL_OVER_DGL = 1.0
+#: The DGL version and thread counts the DGL target names, and our contender it judges.
+DGL_TARGET_VERSION = "2.1.0"
+DGL_TARGET_THREADS = (1, 2)
+DGL_TARGET_CONTENDER = "ibp-graph once"
 
 
 def power_law_edges(
@@ -106,14 +133,20 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def seed_batches(num_nodes: int, args: argparse.Namespace) -> torch.Tensor:
+    """``(warmup + batches, batch_size)`` CPU int64: every case's seed batches, warm-ups first."""
+    total = args.warmup + args.batches
+    perm = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(args.seed + 1))
+    return perm[: total * args.batch_size].view(total, args.batch_size)
+
+
 def measure(
     graph: CSRGraph, args: argparse.Namespace, label: str, backend: str, memory: str
 ) -> dict:
     device = graph.device
     sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, backend=backend)
     total = args.warmup + args.batches
-    perm = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(args.seed + 1))
-    seeds = perm[: total * args.batch_size].view(total, args.batch_size).to(device)
+    seeds = seed_batches(graph.num_nodes, args).to(device)
     times, edges, nodes, host, spans = [], [], [], [], []
     cuda = device.type == "cuda"
     for i in range(total):
@@ -159,6 +192,207 @@ def measure(
         "mean_sampled_nodes": sum(nodes) / len(nodes),
         "median_batches_per_s": 1.0 / statistics.median(times),
     }
+
+
+def cpu_baseline(
+    graph: CSRGraph, fanouts: list[int], seed: int, seeds: torch.Tensor, warmup: int
+) -> dict:
+    """Our CPU sampler on one thread: edges/s of ``seeds`` (rows) after ``warmup`` of them.
+
+    ``graph`` (int64 indices) is copied to the host; the sampler is the CPU default (draw once,
+    the compiled hop where Numba imports) under ``torch.set_num_threads(1)``, restored after.
+    """
+    host = graph.to("cpu")
+    sampler = NeighborSampler(host, fanouts, seed=seed)
+    seeds = seeds.cpu()
+    threads = torch.get_num_threads()
+    times, edges = [], []
+    torch.set_num_threads(1)
+    try:
+        for i, row in enumerate(seeds):
+            t0 = time.perf_counter()
+            batch = sampler.sample(row)
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                times.append(dt)
+                edges.append(batch.num_edges)
+    finally:
+        torch.set_num_threads(threads)
+    rates = [e / t for e, t in zip(edges, times, strict=True)]
+    return {
+        "threads": 1,
+        "indices": str(host.indices.dtype).removeprefix("torch."),
+        "compiled_hop": bool(sampler_module._COMPILED and sample_cpu.available()),
+        "warmup": warmup,
+        "batches": len(times),
+        "median_batch_s": statistics.median(times),
+        "median_edges_per_s": statistics.median(rates),
+        "total_edges_per_s": sum(edges) / sum(times),
+        "mean_sampled_edges": sum(edges) / len(edges),
+    }
+
+
+def run_cpu_baseline(graph: CSRGraph, args: argparse.Namespace) -> dict:
+    """`cpu_baseline` on the first of the GPU cases' measured batches, or the error it raised."""
+    warmup = min(CPU1_WARMUP, args.warmup)
+    batches = min(args.batches, CPU1_BATCHES)
+    seeds = seed_batches(graph.num_nodes, args)[args.warmup - warmup : args.warmup + batches]
+    try:
+        result = cpu_baseline(graph, args.fanouts, args.seed, seeds, warmup)
+    except Exception as exc:  # the GPU rows still count: report and go on
+        print(f"1-thread CPU baseline failed: {exc!r}", file=sys.stderr, flush=True)
+        return {"threads": 1, "error": repr(exc)}
+    print(f"1-thread CPU baseline: {result}", file=sys.stderr, flush=True)
+    return result
+
+
+def target(
+    name: str, applies: str, value: float | None, goal: float, at_least: bool, **extra
+) -> dict:
+    """One verdict: ``met`` is None where ``value`` was not measured; ``gap_pct`` is how far
+    short of the goal a missed one is, in percent of the goal (None unless missed)."""
+    met = None if value is None else bool(value >= goal if at_least else value <= goal)
+    gap = None
+    if met is False:
+        gap = 100.0 * ((goal - value) if at_least else (value - goal)) / goal
+    return {
+        "name": name,
+        "applies": applies,
+        "value": value,
+        "goal": goal,
+        "comparison": ">=" if at_least else "<=",
+        "met": met,
+        "gap_pct": gap,
+        **extra,
+    }
+
+
+def gpu_targets(results: list[dict], cpu1: dict | None) -> list[dict]:
+    """The GPU targets of a run's ``results`` rows and its 1-thread CPU baseline (or None).
+
+    GPU over 1-thread CPU (median edges/s) per row with the graph in GPU memory; UVA over device
+    (median edges/s) per index width and backend with both; host CPU over GPU busy time per GPU
+    row. Where a run has none to judge, one entry says so, not measured.
+    """
+    gpu = [r for r in results if r.get("graph_memory") in ("device", "uva")]
+    rate = (cpu1 or {}).get("median_edges_per_s")
+    out = []
+
+    def where(r: dict) -> str:
+        return f"{r['indices']}, {r['graph_memory']}, {r['backend']}"
+
+    name = "GPU / 1-thread CPU edges/s"
+    device_rows = [r for r in gpu if r["graph_memory"] == "device"]
+    for r in device_rows:
+        value = r["median_edges_per_s"] / rate if rate else None
+        out.append(
+            target(
+                name,
+                where(r),
+                value,
+                GOAL_GPU_OVER_CPU1,
+                True,
+                gpu_edges_per_s=r["median_edges_per_s"],
+                cpu1_edges_per_s=rate,
+            )
+        )
+    if not device_rows:
+        out.append(
+            target(name, "no row with the graph in GPU memory", None, GOAL_GPU_OVER_CPU1, True)
+        )
+    name = "UVA / device graph edges/s"
+    pairs = 0
+    for r in gpu:
+        if r["graph_memory"] != "uva":
+            continue
+        key = (r["indices"], r["backend"])
+        dev = [d for d in device_rows if (d["indices"], d["backend"]) == key]
+        if dev:
+            pairs += 1
+            uva, device = r["median_edges_per_s"], dev[0]["median_edges_per_s"]
+            out.append(
+                target(
+                    name,
+                    f"{r['indices']}, {r['backend']}",
+                    uva / device,
+                    GOAL_UVA_OVER_DEVICE,
+                    True,
+                    uva_edges_per_s=uva,
+                    device_edges_per_s=device,
+                )
+            )
+    if not pairs:
+        out.append(
+            target(
+                name, "no case with both a device and a UVA row", None, GOAL_UVA_OVER_DEVICE, True
+            )
+        )
+    name = "host CPU / GPU busy time per batch"
+    for r in gpu:
+        out.append(target(name, where(r), r.get("host_over_gpu_busy"), GOAL_HOST_OVER_GPU, False))
+    if not gpu:
+        out.append(target(name, "no GPU row", None, GOAL_HOST_OVER_GPU, False))
+    return out
+
+
+def dgl_target_version(version: str | None) -> bool:
+    """Whether ``version`` (``dgl.__version__``, maybe ``2.1.0+cu121``) is the target's DGL."""
+    return bool(version) and version.split("+")[0] == DGL_TARGET_VERSION
+
+
+def dgl_targets(runs: list[dict], dgl_version: str | None) -> list[dict]:
+    """Ours (`DGL_TARGET_CONTENDER`) over DGL, median edges/s, per thread count of ``runs``
+    (those of `DGL_TARGET_THREADS` that did not run: not measured)."""
+    by_threads = {run["threads"]: run for run in runs}
+    out = []
+    for threads in sorted(set(DGL_TARGET_THREADS) | set(by_threads)):
+        rows = {r["contender"]: r for r in by_threads.get(threads, {}).get("results", [])}
+        value = rows.get(DGL_TARGET_CONTENDER, {}).get("ratio_to_dgl")
+        out.append(
+            target(
+                f"{DGL_TARGET_CONTENDER} / DGL edges/s",
+                f"{threads} thread(s)",
+                value,
+                GOAL_OVER_DGL,
+                True,
+                threads=threads,
+                dgl_version=dgl_version,
+                dgl_is_2_1_0=dgl_target_version(dgl_version),
+            )
+        )
+    return out
+
+
+def not_measured_targets(reason: str) -> list[dict]:
+    """Every target, not measured (a CPU run of the throughput benchmark measures none)."""
+    rows = gpu_targets([], None) + dgl_targets([], None)
+    for row in rows:
+        row["applies"] = reason
+    return rows
+
+
+def verdict(t: dict) -> str:
+    """``met``, ``gap 20.0%`` or ``not measured``."""
+    if t["met"] is None:
+        return "not measured"
+    return "met" if t["met"] else f"gap {t['gap_pct']:.1f}%"
+
+
+def targets_markdown(targets: list[dict]) -> list[str]:
+    """The "Targets" section: one line per target, value, goal and verdict."""
+    lines = [
+        "## Targets",
+        "",
+        "| target | applies to | measured | goal | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for t in targets:
+        value = "-" if t["value"] is None else f"{t['value']:.2f}x"
+        lines.append(
+            f"| {t['name']} | {t['applies']} | {value} | {t['comparison']} {t['goal']:g}x "
+            f"| {verdict(t)} |"
+        )
+    return lines
 
 
 def gpu_busy_per_batch(sampler: NeighborSampler, seeds: torch.Tensor) -> float | None:
@@ -232,6 +466,22 @@ def markdown(env: dict, payload: dict) -> str:
             "sleep while they wait for a size; torch's own host reads may spin). GPU busy: the "
             "summed durations of the kernels and copies of 5 batches (torch profiler), per batch.",
         ]
+        cpu1 = payload.get("cpu_baseline") or {}
+        if "median_edges_per_s" in cpu1:
+            hop = "compiled hop (Numba)" if cpu1["compiled_hop"] else "torch ops (no Numba)"
+            lines += [
+                "",
+                f"1-thread CPU baseline: our CPU sampler, {hop}, {cpu1['indices']} CSR on the "
+                f"host, torch.set_num_threads(1), the first {cpu1['batches']} measured seed "
+                f"batches after {cpu1['warmup']} warm-up batches: median batch "
+                f"{1e3 * cpu1['median_batch_s']:.1f} ms, median "
+                f"{cpu1['median_edges_per_s'] / 1e6:.2f} M edges/s, total "
+                f"{cpu1['total_edges_per_s'] / 1e6:.2f} M edges/s.",
+            ]
+        else:
+            lines += ["", f"1-thread CPU baseline: not measured ({cpu1.get('error', '-')})."]
+    if payload.get("targets"):
+        lines += ["", *targets_markdown(payload["targets"])]
     return "\n".join(lines) + "\n"
 
 
@@ -245,6 +495,7 @@ def run(
 ):
     load_before = os.getloadavg()[0]
     results = []
+    cpu1 = None
     for dtype, label in ((torch.int64, "int64"), (torch.int32, "int32")):
         ei = edge_index.to(device)
         sync(device)
@@ -258,6 +509,8 @@ def run(
             graph_info["max_in_degree"] = int(deg.max())
             graph_info["isolated_in"] = int((deg == 0).sum())
         print(f"{device.type} {label}: CSR built in {build:.2f} s", file=sys.stderr, flush=True)
+        if device.type == "cuda" and dtype == torch.int64:
+            cpu1 = run_cpu_baseline(graph, args)
         placed = {"host" if device.type == "cpu" else "device": graph}
         if device.type == "cuda" and "uva" in args.graph_memory:
             placed["uva"] = graph.to_uva(device)
@@ -266,6 +519,10 @@ def run(
         for memory, g in placed.items():
             for backend in backends:
                 row = {"csr_build_s": build, **measure(g, args, label, backend, memory)}
+                if memory == "device":
+                    rate = (cpu1 or {}).get("median_edges_per_s")
+                    row["cpu1_edges_per_s"] = rate
+                    row["gpu_over_cpu1"] = row["median_edges_per_s"] / rate if rate else None
                 print(f"  {row}", file=sys.stderr, flush=True)
                 results.append(row)
         del graph, placed
@@ -286,6 +543,12 @@ def run(
     if device.type == "cuda":
         payload["gpu"] = torch.cuda.get_device_name(device)
         payload["cuda"] = torch.version.cuda
+        payload["cpu_baseline"] = cpu1
+        payload["targets"] = gpu_targets(results, cpu1)
+    else:
+        payload["targets"] = not_measured_targets(
+            "not measured on the CPU: GPU targets need --device cuda, DGL's --compare-dgl"
+        )
     payload["peak_rss_gib"] = peak_rss_gib()
     name = f"sampling-{device.type}"
     write_json(name, payload, args.out)
@@ -392,6 +655,8 @@ def compare_dgl(edge_index: torch.Tensor, args: argparse.Namespace, env: dict, i
         "runs": runs,
         "peak_rss_gib": peak_rss_gib(),
     }
+    payload["dgl_is_2_1_0"] = dgl_target_version(payload["dgl_version"])
+    payload["targets"] = dgl_targets(runs, payload["dgl_version"])
     write_json("sampling-cpu", payload, args.out)
     (args.out / "sampling-cpu.md").write_text(compare_markdown(env, payload))
     print((args.out / "sampling-cpu.md").read_text())
@@ -434,6 +699,9 @@ def compare_markdown(env: dict, payload: dict) -> str:
                 f"| {r['median_paired_ratio_to_dgl']:.2f}x |"
             )
         lines.append("")
+    if not payload.get("dgl_is_2_1_0", True):
+        lines += [f"DGL {payload['dgl_version']} ran, not {DGL_TARGET_VERSION} (the target's).", ""]
+    lines += [*targets_markdown(payload.get("targets", [])), ""]
     return "\n".join(lines)
 
 

@@ -39,6 +39,10 @@ def test_sampling_benchmark_writes_its_results(tmp_path: Path) -> None:
     assert rows[0]["mean_sampled_edges"] == rows[1]["mean_sampled_edges"]
     md = (tmp_path / "sampling-cpu.md").read_text()
     assert "| int64 | host | torch |" in md
+    # A CPU run measures no target: every one reads "not measured", none met or missed.
+    assert payload["targets"] and all(t["met"] is None for t in payload["targets"])
+    assert "## Targets" in md and "| not measured |" in md
+    assert "| met |" not in md and "gap" not in md
 
 
 def test_sampling_benchmark_rejects_bad_options() -> None:
@@ -81,6 +85,13 @@ def test_sampling_benchmark_compares_with_dgl(tmp_path: Path) -> None:
         )
     md = (tmp_path / "sampling-cpu.md").read_text()
     assert "torch.set_num_threads(2)" in md and "| ibp-graph per_hop |" in md
+    assert payload["dgl_is_2_1_0"] == payload["dgl_version"].startswith("2.1.0")
+    targets = payload["targets"]
+    assert [t["threads"] for t in targets] == [1, 2]
+    for t, run_ in zip(targets, payload["runs"], strict=True):
+        ours = next(r for r in run_["results"] if r["contender"] == "ibp-graph once")
+        assert t["value"] == ours["ratio_to_dgl"] and t["met"] == (ours["ratio_to_dgl"] >= 1)
+    assert "## Targets" in md and "| ibp-graph once / DGL edges/s | 2 thread(s) |" in md
 
 
 def test_compare_dgl_rejects_gpu_options() -> None:
@@ -88,11 +99,146 @@ def test_compare_dgl_rejects_gpu_options() -> None:
     assert done.returncode == 2 and "--compare-dgl times CPU samplers" in done.stderr
 
 
-def test_thread_counts_are_parsed() -> None:
+@pytest.fixture(scope="module")
+def bench():
+    """benchmarks/sampling.py as a module."""
     spec = importlib.util.spec_from_file_location("sampling_bench", REPO / "benchmarks/sampling.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_thread_counts_are_parsed(bench) -> None:
     assert bench.parse_threads("1,2") == [1, 2] and bench.parse_threads("4") == [4]
     for bad in ("0", "1,x", ""):
         with pytest.raises(argparse.ArgumentTypeError, match="expected thread counts like 1,2"):
             bench.parse_threads(bad)
+
+
+def row(indices: str, memory: str, backend: str, edges_per_s: float, host_over_gpu=None) -> dict:
+    """A made-up result row: only the keys the targets read."""
+    return {
+        "indices": indices,
+        "graph_memory": memory,
+        "backend": backend,
+        "median_edges_per_s": edges_per_s,
+        "host_over_gpu_busy": host_over_gpu,
+    }
+
+
+def by_target(targets: list[dict]) -> dict:
+    return {(t["name"], t["applies"]): t for t in targets}
+
+
+def test_gpu_targets_verdicts(bench) -> None:
+    rows = [
+        row("int64", "device", "torch", 30e6, 0.1),
+        row("int64", "device", "kernel", 20e6, 0.2),
+        row("int64", "uva", "torch", 15e6, 0.25),
+        row("int64", "uva", "kernel", 9e6, None),
+        row("int32", "uva", "kernel", 8e6, 0.05),  # no int32 device row: no UVA/device pair
+    ]
+    targets = bench.gpu_targets(rows, {"median_edges_per_s": 2.5e6})
+    t = by_target(targets)
+    cpu = "GPU / 1-thread CPU edges/s"
+    assert [k[1] for k in t if k[0] == cpu] == ["int64, device, torch", "int64, device, kernel"]
+    met = t[cpu, "int64, device, torch"]
+    assert met["value"] == pytest.approx(12.0) and met["met"] is True and met["gap_pct"] is None
+    assert met["cpu1_edges_per_s"] == 2.5e6 and met["gpu_edges_per_s"] == 30e6
+    gap = t[cpu, "int64, device, kernel"]
+    assert gap["value"] == pytest.approx(8.0) and gap["met"] is False
+    assert gap["gap_pct"] == pytest.approx(20.0)
+    uva = "UVA / device graph edges/s"
+    assert [k for k in t if k[0] == uva] == [(uva, "int64, torch"), (uva, "int64, kernel")]
+    assert t[uva, "int64, torch"]["value"] == pytest.approx(0.5) and t[uva, "int64, torch"]["met"]
+    slow = t[uva, "int64, kernel"]
+    assert slow["value"] == pytest.approx(0.45) and slow["met"] is False
+    assert slow["gap_pct"] == pytest.approx(10.0)
+    host = "host CPU / GPU busy time per batch"
+    assert t[host, "int64, device, torch"]["met"] is True
+    assert t[host, "int64, device, kernel"]["met"] is True  # 0.2: at the goal
+    over = t[host, "int64, uva, torch"]
+    assert over["met"] is False and over["gap_pct"] == pytest.approx(25.0)
+    unmeasured = t[host, "int64, uva, kernel"]
+    assert unmeasured["value"] is None and unmeasured["met"] is None
+    assert unmeasured["gap_pct"] is None
+    for target in targets:
+        assert {"name", "value", "goal", "met", "applies"} <= set(target)
+    md = "\n".join(bench.targets_markdown(targets))
+    assert "| GPU / 1-thread CPU edges/s | int64, device, torch | 12.00x | >= 10x | met |" in md
+    assert "| int64, device, kernel | 8.00x | >= 10x | gap 20.0% |" in md
+    assert "| UVA / device graph edges/s | int64, kernel | 0.45x | >= 0.5x | gap 10.0% |" in md
+    assert "| int64, uva, torch | 0.25x | <= 0.2x | gap 25.0% |" in md
+    assert "| int64, uva, kernel | - | <= 0.2x | not measured |" in md
+
+
+def test_gpu_targets_without_measurements_read_not_measured(bench) -> None:
+    rows = [row("int64", "device", "torch", 30e6, 0.1)]
+    for cpu1 in (None, {"threads": 1, "error": "RuntimeError()"}):
+        t = by_target(bench.gpu_targets(rows, cpu1))
+        ratio = t["GPU / 1-thread CPU edges/s", "int64, device, torch"]
+        assert ratio["value"] is None and ratio["met"] is None and ratio["gap_pct"] is None
+        assert bench.verdict(ratio) == "not measured"
+    # No rows at all (or only host rows): one not-measured entry per target.
+    for rows in ([], [row("int64", "host", "torch", 5e6)]):
+        targets = bench.gpu_targets(rows, {"median_edges_per_s": 2.5e6})
+        assert len(targets) == 3 and all(t["met"] is None for t in targets)
+        assert all(bench.verdict(t) == "not measured" for t in targets)
+
+
+def test_dgl_targets(bench) -> None:
+    def run_(threads: int, ratio: float) -> dict:
+        results = [
+            {"contender": "dgl", "ratio_to_dgl": 1.0},
+            {"contender": "ibp-graph once", "ratio_to_dgl": ratio},
+            {"contender": "ibp-graph per_hop", "ratio_to_dgl": 9.0},
+        ]
+        return {"threads": threads, "results": results}
+
+    targets = bench.dgl_targets([run_(1, 1.25), run_(2, 0.8)], "2.1.0+cu121")
+    assert [(t["threads"], t["met"]) for t in targets] == [(1, True), (2, False)]
+    assert targets[1]["gap_pct"] == pytest.approx(20.0)
+    assert all(t["dgl_version"] == "2.1.0+cu121" and t["dgl_is_2_1_0"] for t in targets)
+    # Only 4 threads ran: 1 and 2 read not measured; another DGL is recorded as such.
+    targets = bench.dgl_targets([run_(4, 1.5)], "2.2.1")
+    assert [(t["threads"], t["met"]) for t in targets] == [(1, None), (2, None), (4, True)]
+    assert not any(t["dgl_is_2_1_0"] for t in targets)
+    assert bench.dgl_target_version("2.1.0") and not bench.dgl_target_version(None)
+
+
+def test_cpu_baseline_runs_on_one_thread(bench) -> None:
+    import torch
+
+    from ibp_graph import sample_cpu
+    from ibp_graph.graph import CSRGraph
+
+    args = argparse.Namespace(
+        nodes=2000, batch_size=64, batches=12, warmup=3, seed=0, fanouts=[15, 10, 5]
+    )
+    edge_index = bench.power_law_edges(args.nodes, 20000, seed=0)
+    graph = CSRGraph.from_edge_index(edge_index, args.nodes)
+    threads = torch.get_num_threads()
+    result = bench.run_cpu_baseline(graph, args)
+    assert torch.get_num_threads() == threads  # restored
+    assert "error" not in result, result
+    assert result["threads"] == 1 and result["indices"] == "int64"
+    assert result["batches"] == 10 and result["warmup"] == 2  # min(batches, 10), min(warmup, 2)
+    assert result["compiled_hop"] == sample_cpu.available()
+    assert result["median_edges_per_s"] > 0 and result["mean_sampled_edges"] > 0
+    # The same seed batches as the GPU rows' first measured ones, and set_num_threads(1) inside.
+    seen = []
+    seeds = bench.seed_batches(args.nodes, args)
+
+    class Spy(bench.NeighborSampler):
+        def sample(self, s, input_id=None):
+            seen.append((s.clone(), torch.get_num_threads()))
+            return super().sample(s, input_id)
+
+    original = bench.NeighborSampler
+    bench.NeighborSampler = Spy
+    try:
+        bench.run_cpu_baseline(graph, args)
+    finally:
+        bench.NeighborSampler = original
+    assert len(seen) == 12 and all(n == 1 for _, n in seen)
+    assert all(torch.equal(s, seeds[1 + i]) for i, (s, _) in enumerate(seen))
