@@ -527,6 +527,10 @@ def _decode_cell(t: dict) -> str:
     return _cell(t, digits=1, note=f"{t['table_class']}, {zeros:.0%} zeros: goal {t['goal']:g}")
 
 
+def _case_batch(r: dict) -> str:
+    return f"{r['case']} @ {r['batch']:,}"
+
+
 def summary(rows: list[dict]) -> dict:
     """Per target: cases it applies to and that were measured, met, missed, not measured.
 
@@ -536,9 +540,8 @@ def summary(rows: list[dict]) -> dict:
     out = {}
     for key in TARGET_TITLES:
         applied = [r for r in rows if r["targets"][key]["applies"]]
-        name = lambda r: f"{r['case']} @ {r['batch']:,}"  # noqa: E731
-        missed = [name(r) for r in applied if r["targets"][key]["met"] is False]
-        unmeasured = [name(r) for r in applied if r["targets"][key]["met"] is None]
+        missed = [_case_batch(r) for r in applied if r["targets"][key]["met"] is False]
+        unmeasured = [_case_batch(r) for r in applied if r["targets"][key]["met"] is None]
         met = sum(r["targets"][key]["met"] is True for r in applied)
         out[key] = {
             "cases": met + len(missed),

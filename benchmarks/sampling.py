@@ -140,16 +140,13 @@ def seed_batches(num_nodes: int, args: argparse.Namespace) -> torch.Tensor:
     return perm[: total * args.batch_size].view(total, args.batch_size)
 
 
-def measure(
-    graph: CSRGraph, args: argparse.Namespace, label: str, backend: str, memory: str
-) -> dict:
-    device = graph.device
-    sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, backend=backend)
-    total = args.warmup + args.batches
-    seeds = seed_batches(graph.num_nodes, args).to(device)
-    times, edges, nodes, host, spans = [], [], [], [], []
+def timed_batches(sampler: NeighborSampler, seeds: torch.Tensor, warmup: int) -> dict:
+    """Sample every row of ``seeds`` in turn; per batch after the first ``warmup``: wall time,
+    the thread's CPU time, sampled edges and nodes, and on CUDA the GPU span (events)."""
+    device = sampler.graph.device
     cuda = device.type == "cuda"
-    for i in range(total):
+    out: dict[str, list[float]] = {"times": [], "host": [], "edges": [], "nodes": [], "spans": []}
+    for i in range(seeds.shape[0]):
         sync(device)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -161,18 +158,42 @@ def measure(
             end.record()
         sync(device)
         dt = time.perf_counter() - t0
-        if i >= args.warmup:
-            times.append(dt)
-            host.append(cpu)
-            edges.append(batch.num_edges)
-            nodes.append(batch.num_nodes)
+        if i >= warmup:
+            out["times"].append(dt)
+            out["host"].append(cpu)
+            out["edges"].append(batch.num_edges)
+            out["nodes"].append(batch.num_nodes)
             if cuda:
-                spans.append(start.elapsed_time(end) / 1e3)
+                out["spans"].append(start.elapsed_time(end) / 1e3)
+    return out
+
+
+def throughput(timed: dict) -> dict:
+    """Median batch time, median and total edges/s, and mean edges of `timed_batches`."""
+    times, edges = timed["times"], timed["edges"]
     rates = [e / t for e, t in zip(edges, times, strict=True)]
+    return {
+        "median_batch_s": statistics.median(times),
+        "median_edges_per_s": statistics.median(rates),
+        "total_edges_per_s": sum(edges) / sum(times),
+        "mean_sampled_edges": sum(edges) / len(edges),
+    }
+
+
+def measure(
+    graph: CSRGraph, args: argparse.Namespace, label: str, backend: str, memory: str
+) -> dict:
+    device = graph.device
+    sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, backend=backend)
+    seeds = seed_batches(graph.num_nodes, args).to(device)
+    timed = timed_batches(sampler, seeds, args.warmup)
+    host, spans = timed["host"], timed["spans"]
+    cuda = device.type == "cuda"
     gpu = gpu_busy_per_batch(sampler, seeds[args.warmup : args.warmup + 5]) if cuda else None
     from benchmarks.sampling_ops import count  # the counts of one more batch, untimed
 
     ops = count(sampler, seeds[args.warmup])
+    summary = throughput(timed)
     return {
         "torch_ops_per_batch": ops["torch_ops"],
         "kernel_launches_per_batch": ops["kernel_launches"],
@@ -185,12 +206,9 @@ def measure(
         "graph_memory": memory,
         "backend": backend,
         "batches": args.batches,
-        "median_batch_s": statistics.median(times),
-        "median_edges_per_s": statistics.median(rates),
-        "total_edges_per_s": sum(edges) / sum(times),
-        "mean_sampled_edges": sum(edges) / len(edges),
-        "mean_sampled_nodes": sum(nodes) / len(nodes),
-        "median_batches_per_s": 1.0 / statistics.median(times),
+        **summary,
+        "mean_sampled_nodes": sum(timed["nodes"]) / len(timed["nodes"]),
+        "median_batches_per_s": 1.0 / summary["median_batch_s"],
     }
 
 
@@ -204,31 +222,19 @@ def cpu_baseline(
     """
     host = graph.to("cpu")
     sampler = NeighborSampler(host, fanouts, seed=seed)
-    seeds = seeds.cpu()
     threads = torch.get_num_threads()
-    times, edges = [], []
     torch.set_num_threads(1)
     try:
-        for i, row in enumerate(seeds):
-            t0 = time.perf_counter()
-            batch = sampler.sample(row)
-            dt = time.perf_counter() - t0
-            if i >= warmup:
-                times.append(dt)
-                edges.append(batch.num_edges)
+        timed = timed_batches(sampler, seeds.cpu(), warmup)
     finally:
         torch.set_num_threads(threads)
-    rates = [e / t for e, t in zip(edges, times, strict=True)]
     return {
         "threads": 1,
         "indices": str(host.indices.dtype).removeprefix("torch."),
         "compiled_hop": bool(sampler_module._COMPILED and sample_cpu.available()),
         "warmup": warmup,
-        "batches": len(times),
-        "median_batch_s": statistics.median(times),
-        "median_edges_per_s": statistics.median(rates),
-        "total_edges_per_s": sum(edges) / sum(times),
-        "mean_sampled_edges": sum(edges) / len(edges),
+        "batches": len(timed["times"]),
+        **throughput(timed),
     }
 
 
