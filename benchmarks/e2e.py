@@ -607,14 +607,20 @@ def run_mode(
     }
 
 
+def ideal_epoch(t_off: float, share: float, ratio: float) -> tuple[float, float]:
+    """``(s, T_ideal)``: the transfer share clipped to [0, 1], and the IBP epoch time if the
+    transfer shrank by ``ratio`` and nothing else changed, ``T_off * ((1 - s) + s / r)``."""
+    s = min(max(share, 0.0), 1.0)
+    return s, t_off * ((1.0 - s) + s / ratio)
+
+
 def analyse(modes: dict[str, dict], device: torch.device) -> dict:
     """Transfer share, ideal IBP epoch time, the gap to it, and the target check."""
     ibp, raw = modes["ibp"], modes["raw"]
     t_off, t_ibp = raw["epoch_time_s"], ibp["epoch_time_s"]
     share = raw["stages_s"]["fetch"] / t_off
-    s = min(max(share, 0.0), 1.0)
     r = ibp["ratio"] or 1.0
-    t_ideal = t_off * ((1.0 - s) + s / r)
+    s, t_ideal = ideal_epoch(t_off, share, r)
     ideal_speedup = t_off / t_ideal
     target_t = t_off / (1.0 + TARGET_FRACTION * (ideal_speedup - 1.0))
     out = {
@@ -636,9 +642,9 @@ def analyse(modes: dict[str, dict], device: torch.device) -> dict:
         out["t_gpu_s"] = gpu["epoch_time_s"]
         out["gpu_speedup_over_off"] = t_off / gpu["epoch_time_s"]
         # What PCIe costs the epoch, overlap included: IBP off against features on the GPU.
-        s_gpu = min(max((t_off - gpu["epoch_time_s"]) / t_off, 0.0), 1.0)
+        s_gpu, t_ideal_gpu = ideal_epoch(t_off, (t_off - gpu["epoch_time_s"]) / t_off, r)
         out["transfer_share_from_gpu"] = s_gpu
-        out["t_ideal_from_gpu_s"] = t_off * ((1.0 - s_gpu) + s_gpu / r)
+        out["t_ideal_from_gpu_s"] = t_ideal_gpu
     return out
 
 
