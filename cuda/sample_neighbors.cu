@@ -19,8 +19,11 @@
 // Rows with deg[i] <= k take all their offsets 0 .. deg[i]-1, then -1 fills the row. A launch
 // with k outside [1, CAP] writes nothing.
 //
-// Entry points (extern "C"): ibp_sample_neighbors_k{32,256}, CAP = the suffix, the size of the
-// per-thread array of picks (local memory), so the smaller one is for the common fanouts; and
+// Entry points (extern "C"): ibp_sample_neighbors_k{32,256}, CAP = the suffix, the largest k
+// the entry point draws. Where the picks are kept while they are drawn: for CAP <= 32 (the
+// common fanouts) in a per-thread array of CAP words (local memory); above, in the row's own k
+// output slots, so that no launch makes the driver reserve CAP * 8 bytes of local memory for
+// every thread the GPU can hold (2 KiB x 2,048 threads x 132 SMs is 528 MiB on an H100); and
 // the hop kernels at the end of this file (ibp_hop_draw_k{32,256}_i{32,64}, ibp_hop_all_i{32,64},
 // ibp_hop_flags, ibp_hop_emit; i32/i64: the CSR index width).
 // Blocks have at most IBP_SAMPLE_THREADS threads (`__launch_bounds__`).
@@ -30,6 +33,8 @@ typedef long long i64;
 
 #define IBP_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ull
 #define IBP_SAMPLE_THREADS 256
+// The largest CAP whose picks live in a per-thread array (see above).
+#define IBP_LOCAL_PICKS 32
 
 // The SplitMix64 output function (a bijection of 64-bit words).
 __device__ __forceinline__ u64 splitmix64_mix(u64 z) {
@@ -92,9 +97,12 @@ __device__ void sample_neighbors(const i64* __restrict__ deg, const i64* __restr
             for (int s = 0; s < k; ++s) dst[s] = s < n ? (i64)s : (i64)-1;
             continue;
         }
-        i64 picked[CAP];
+        i64 scratch[CAP <= IBP_LOCAL_PICKS ? CAP : 1];
+        i64* picked = CAP <= IBP_LOCAL_PICKS ? scratch : dst;
         draw_distinct<CAP>(base, i, n, k, picked);
-        for (int s = 0; s < k; ++s) dst[s] = picked[s];
+        if (CAP <= IBP_LOCAL_PICKS) {
+            for (int s = 0; s < k; ++s) dst[s] = picked[s];
+        }
     }
 }
 
@@ -189,7 +197,10 @@ __device__ void hop_draw(const i64* __restrict__ indptr, const I* __restrict__ i
         const i64 e0 = i * k;
         int taken = 0;
         if (n > 0 && (replace || n > k)) {
-            i64 picked[CAP];
+            // Above IBP_LOCAL_PICKS the picks are drawn into the row's pos slots: claiming
+            // slot e0 + t reads picked[t] before it overwrites that slot.
+            i64 scratch[CAP <= IBP_LOCAL_PICKS ? CAP : 1];
+            i64* picked = CAP <= IBP_LOCAL_PICKS ? scratch : pos + e0;
             if (replace) draw_replace<CAP>(base, i, n, k, picked);
             else draw_distinct<CAP>(base, i, n, k, picked);
             for (; taken < k; ++taken) {

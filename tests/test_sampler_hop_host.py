@@ -84,14 +84,20 @@ def dense_map(graph: CSRGraph, known: dict[int, int]) -> torch.Tensor:
 @pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize(
     ("fanout", "replace"),
-    [(1, False), (3, False), (32, False), (33, False), (5, True), (-1, False)],
-)
+    [(1, False), (3, False), (32, False), (33, False), (MAX_K, False), (5, True), (40, True),
+     (-1, False)],
+)  # fmt: skip
 def test_one_hop_matches_the_python_hop(lib, index_dtype, fanout: int, replace: bool) -> None:
     g = power_graph(fanout + 8, index_dtype=index_dtype)
     gen = np.random.default_rng(fanout + 1)
-    known_nodes = gen.choice(g.num_nodes, 40, replace=False).tolist()
+    deg = (g.indptr[1:] - g.indptr[:-1]).numpy()
+    hubs = np.argsort(deg, kind="stable")[-2:].tolist()  # degrees far above every fanout
+    special = [*hubs, g.num_nodes - 1]  # and a node with no in-neighbor
+    others = gen.choice(np.setdiff1d(np.arange(g.num_nodes), special), 37, replace=False)
+    known_nodes = [*others[:25].tolist(), *special, *others[25:].tolist()]
     known = {v: i for i, v in enumerate(known_nodes)}
-    begin, end = 25, 40  # the frontier: the last 15 known nodes, plus hubs and isolated nodes
+    begin, end = 25, 40  # the frontier: the last 15 known nodes, hubs and the isolated node
+    assert deg[hubs].min() > max(fanout, 0) and deg[-1] == 0
     frontier = known_nodes[begin:end]
     local = dense_map(g, known)
     key = -(2**50) + 17 * fanout

@@ -15,7 +15,8 @@ import torch
 from .runtime import as_cupy, cupy_stream, describe, device_index, grid_size, kernel, note_launch
 
 SOURCE = "sample_neighbors.cu"
-#: Sizes of the per-thread array of picks of the kernel's entry points, smallest first.
+#: The largest sample size each entry point draws, smallest first (the first keeps its picks in
+#: a per-thread array, the second in the row's output slots; see the kernel source).
 CAPACITIES = (32, 256)
 #: The largest sample size the kernel draws (callers fall back to torch ops above it).
 MAX_K = CAPACITIES[-1]
@@ -23,7 +24,7 @@ THREADS_PER_BLOCK = 256
 
 
 def capacity(k: int) -> int:
-    """The smallest array of picks that holds ``k``, i.e. which entry point draws it.
+    """The smallest entry point capacity that holds ``k``, i.e. which entry point draws it.
 
     Raises:
         ValueError: ``k`` is not in ``[1, MAX_K]``.
