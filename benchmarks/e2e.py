@@ -66,6 +66,11 @@ what IBP can save; with features on the GPU measured too, the analysis also give
 It is computed everywhere but applies to a GPU only: on the CPU nothing crosses PCIe and the
 decoder is NumPy.
 
+Each target's verdict is a `benchmarks._targets.check` dict in the JSON (value, goal,
+comparison, ``met``, ``gap`` as a fraction of the goal): ``pipeline_check`` per mode,
+``target_check`` and, with ``--setting corasu``, ``speedup_target_check`` in ``analysis``;
+the markdown prints each with `benchmarks._targets.verdict` (met, ``gap 1.4%``, not measured).
+
 Graphs: the bundled Cora and CiteSeer (`ibp_graph.datasets.load_dataset`; hyper-parameters
 of the packaged ``cora-sage`` / ``citeseer-sage`` configs), and, with ``--synthetic-nodes N``,
 a directed Chung-Lu power-law graph from ``benchmarks/sampling.py`` (``--synthetic-edges``,
@@ -112,6 +117,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import RESULTS, environment, header_lines  # noqa: E402
+from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
 from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
@@ -590,7 +596,7 @@ def run_mode(
         "step_s": step,
         "pipeline_bound_s": bound,
         "pipeline_ratio": ratio,
-        "pipeline_met": None if ratio is None else ratio <= PIPELINE_TARGET,
+        "pipeline_check": pipeline_target(ratio),
         "batches_per_epoch": median([r["batches"] for r in timed]),
         "rows_per_epoch": median([r["rows"] for r in timed]),
         "pcie_bytes_per_epoch": median([r["pcie_bytes"] for r in timed]),
@@ -605,6 +611,11 @@ def run_mode(
         "eval_s": eval_s,
         "epochs": rows,
     }
+
+
+def pipeline_target(ratio: float | None) -> dict:
+    """The pipeline target's verdict: ``ratio`` (epoch / bound) at most `PIPELINE_TARGET`."""
+    return check(ratio, PIPELINE_TARGET, at_least=False)
 
 
 def ideal_epoch(t_off: float, share: float, ratio: float) -> tuple[float, float]:
@@ -634,7 +645,7 @@ def analyse(modes: dict[str, dict], device: torch.device) -> dict:
         "measured_speedup": t_off / t_ibp,
         "gap_to_ideal": t_ibp / t_ideal - 1.0,
         "target_t_ibp_s": target_t,
-        "target_met": t_ibp <= target_t,
+        "target_check": check(t_ibp, target_t, at_least=False),
         "target_applies": device.type == "cuda",
     }
     gpu = modes.get("gpu", {})
@@ -710,7 +721,7 @@ def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> d
     if target is not None:
         a = result["analysis"]
         a["speedup_target"] = target
-        a["speedup_target_met"] = a["measured_speedup"] >= target
+        a["speedup_target_check"] = check(a["measured_speedup"], target, at_least=True)
         a["speedup_target_applies"] = a["target_applies"] and full_size
     return result
 
@@ -783,7 +794,7 @@ def markdown(payload: dict) -> str:
             )
         pipe = [
             f"{m['mode']} {m['pipeline_ratio']:.2f} "
-            f"({'met' if m['pipeline_met'] else 'gap'}; steps {m['step_s']:.4f} s)"
+            f"({verdict(m['pipeline_check'])}; steps {m['step_s']:.4f} s)"
             for m in g["modes"]
             if m.get("pipeline_ratio") is not None
         ]
@@ -794,7 +805,6 @@ def markdown(payload: dict) -> str:
             + f"; target <= {PIPELINE_TARGET:.2f}"
             + (" (GPU)." if a["target_applies"] else " (not on the CPU: nothing overlaps)."),
         ]
-        verdict = "met" if a["target_met"] else "NOT met"
         applies = "" if a["target_applies"] else " (does not apply on the CPU: no PCIe)"
         lines += [
             "",
@@ -815,11 +825,12 @@ def markdown(payload: dict) -> str:
             f"{a['ideal_speedup']:.3f}x); measured {a['t_ibp_s']:.4f} s (speed-up "
             f"{a['measured_speedup']:.3f}x), {100 * a['gap_to_ideal']:+.1f}% from the ideal.",
             f"- Target T_ibp <= T_off / (1 + 0.9 x (ideal speed-up - 1)) = "
-            f"{a['target_t_ibp_s']:.4f} s (90% of the ideal gain): {verdict}{applies}."
+            f"{a['target_t_ibp_s']:.4f} s (90% of the ideal gain): "
+            f"{verdict(a['target_check'])}{applies}."
             + (
                 f" {g['setting']} target: IBP on at least "
                 f"{a['speedup_target']:.2f}x faster than IBP off (the paper's average GNN "
-                f"speed-up): {'met' if a['speedup_target_met'] else 'NOT met'}"
+                f"speed-up): {verdict(a['speedup_target_check'])}"
                 + (
                     applies
                     if a["speedup_target_applies"] or not a["target_applies"]

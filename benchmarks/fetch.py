@@ -84,10 +84,13 @@ keep its rows out of L2. A case whose pool's stored rows (``pool_stored_bytes``)
 first last, and its output is checked: every IBP row bit for bit, the raw gather's first
 4096 rows of each batch.
 
-Targets, evaluated per case (``targets`` in the JSON; ``goal`` is the goal that applied;
-``missed_by`` is how far below the goal, as a fraction of it, or for the last one the cost
-above 2%; ``met`` is None, "not measured", when a rate is missing or not finite, and such a
-case counts neither as met nor as missed):
+Targets, evaluated per case (``targets`` in the JSON), each built by `benchmarks._targets.check`
+as every benchmark's are: ``value`` is the ratio or rate, ``goal`` the goal that applied,
+``comparison`` ">=" or "<="; ``met`` is True or False, or None, "not measured", when a rate
+is missing or not finite (such a case counts neither as met nor as missed) or no goal applies;
+``gap`` is how far a missed value lies from the goal, as a fraction of the goal (0.0 when met,
+None when not measured; the JSON writes NaN and infinities as null); ``applies`` says whether
+the target holds for the case (its value is shown in parentheses where it does not):
 
 - ``raw_vs_memcpy``: raw >= 0.85 x memcpy for 512 B rows, >= 0.7 x memcpy for rows that are
   not a multiple of 16 bytes (only 4-byte aligned, as Cora's 5,732 B); other widths: the
@@ -96,7 +99,10 @@ case counts neither as met nor as missed):
 - ``decode_vs_pcie``: decode-only (rows in GPU memory) >= 400 GB/s on a dense table,
   >= 1000 GB/s on a sparse (bag-of-words) one: ``table_class``, sparse when at least 50% of
   the elements of the case's distinct rows are zero (``zero_fraction``);
-- ``no_compress_cost``: a table that does not compress (stored raw) costs < 2% over raw.
+- ``no_compress_slowdown``: a table that does not compress (stored raw): raw / ibp, the IBP
+  fetch's time over the raw gather's, <= 1.02 (within 2% of the raw gather). A measured ibp
+  rate of 0 (raw finite) is a miss with value and gap infinite; a missing or non-finite rate
+  is "not measured".
 
 Writes ``benchmarks/results/fetch-<device>.json`` and ``.md`` (``--out``), rewritten after
 every case, so a run cut short keeps the cases it finished; ``--time-budget`` seconds after
@@ -127,6 +133,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph.codec import decode  # noqa: E402
 from ibp_graph.dtypes import row_bytes as dtype_row_bytes  # noqa: E402
 from ibp_graph.dtypes import rows_to_words  # noqa: E402
@@ -150,7 +157,7 @@ IBP_GOAL = 0.9  # ibp / min(ratio x raw, decode-only)
 DECODE_DENSE_GOAL = 400.0  # decode-only GB/s, dense tables
 DECODE_SPARSE_GOAL = 1000.0  # decode-only GB/s, sparse (bag-of-words) tables
 SPARSE_ZEROS = 0.5  # a table whose rows hold at least this fraction of zeros is sparse
-NO_COMPRESS_COST = 0.02  # raw / ibp - 1, for a table that does not compress
+NO_COMPRESS_SLOWDOWN = 1.02  # raw / ibp (ibp time / raw time) at most, a table stored raw
 # Id batches (see the module docstring).
 L2_POOL_FACTOR = 4  # a pool's stored rows reach this many L2s ...
 MAX_ID_BATCHES = 16  # ... in at most this many batches (more while under L2_FIT_FACTOR) ...
@@ -424,17 +431,18 @@ def ibp_bound(ratio: float, raw: float, decode_only: float) -> float:
     return min(ratio * raw, decode_only)
 
 
-def _goal(value: float, goal: float | None, applies: bool, **info: Any) -> dict:
-    """A target ``value >= goal``: met, and the fraction of the goal it falls short by.
+def no_compress_slowdown(raw: float, ibp: float, applies: bool) -> dict:
+    """The target raw / ibp <= `NO_COMPRESS_SLOWDOWN` (the IBP fetch's time over the raw's).
 
-    ``met`` is None (not measured) when ``value`` is not finite, and when no goal applies.
+    Not measured when a rate is missing or not finite; a measured ibp rate of 0 (raw finite)
+    is a miss with an infinite value and gap (`check` alone would call it not measured).
     """
-    met: bool | None = None
-    short = math.nan
-    if goal is not None and math.isfinite(value):
-        met = bool(value >= goal)
-        short = max(0.0, 1.0 - value / goal)
-    return {"applies": applies, "value": value, "goal": goal, "met": met, "missed_by": short} | info
+    if ibp == 0 and math.isfinite(raw):
+        return check(math.inf, NO_COMPRESS_SLOWDOWN, at_least=False, applies=applies) | {
+            "met": False,
+            "gap": math.inf,
+        }
+    return check(_div(raw, ibp), NO_COMPRESS_SLOWDOWN, at_least=False, applies=applies)
 
 
 def raw_goal(row_bytes: int) -> tuple[float | None, str]:
@@ -465,24 +473,15 @@ def targets(r: dict) -> dict:
     bound = ibp_bound(r["ratio"], raw, dec)
     raw_at, raw_rule = raw_goal(r["row_bytes"])
     dec_at, kind = decode_goal(r["zero_fraction"])
-    if not (math.isfinite(raw) and math.isfinite(ibp)):
-        cost = math.nan
-    else:
-        cost = raw / ibp - 1.0 if ibp > 0 else math.inf
-    cost_met = None if math.isnan(cost) else bool(cost < NO_COMPRESS_COST)
     return {
-        "raw_vs_memcpy": _goal(_div(raw, memcpy), raw_at, raw_at is not None, rule=raw_rule),
-        "ibp_vs_ideal": _goal(_div(ibp, bound), IBP_GOAL, not flat, bound_gbps=bound),
-        "decode_vs_pcie": _goal(
-            dec, dec_at, not flat, table_class=kind, zero_fraction=r["zero_fraction"]
+        "raw_vs_memcpy": check(
+            _div(raw, memcpy), raw_at, applies=raw_at is not None, rule=raw_rule
         ),
-        "no_compress_cost": {
-            "applies": flat,
-            "value": cost,
-            "goal": NO_COMPRESS_COST,
-            "met": cost_met,
-            "missed_by": max(0.0, cost - NO_COMPRESS_COST) if cost_met is not None else math.nan,
-        },
+        "ibp_vs_ideal": check(_div(ibp, bound), IBP_GOAL, applies=not flat, bound_gbps=bound),
+        "decode_vs_pcie": check(
+            dec, dec_at, applies=not flat, table_class=kind, zero_fraction=r["zero_fraction"]
+        ),
+        "no_compress_slowdown": no_compress_slowdown(raw, ibp, flat),
     }
 
 
@@ -492,30 +491,21 @@ TARGET_TITLES = {
     "ibp_vs_ideal": f"ibp / min(ratio x raw, decode-only) >= {IBP_GOAL}",
     "decode_vs_pcie": f"decode-only GB/s >= {DECODE_DENSE_GOAL:g} (dense), "
     f">= {DECODE_SPARSE_GOAL:g} (sparse: >= {SPARSE_ZEROS:.0%} zeros)",
-    "no_compress_cost": f"raw / ibp - 1 < {NO_COMPRESS_COST:.0%} (table that does not compress)",
+    "no_compress_slowdown": f"raw / ibp <= {NO_COMPRESS_SLOWDOWN} (table that does not compress)",
 }
 
 
-def _cell(t: dict, cost: bool = False, digits: int = 2, note: str = "") -> str:
-    """A target's cell: the value, then met, MISSED by how much, or not measured.
-
-    In parentheses where the target does not apply; ``note`` (the goal that applied, the
-    table's class) in brackets after it.
-    """
+def _cell(t: dict, digits: int = 2, note: str = "") -> str:
+    """A target's cell: the value, then its `verdict` (a miss in bold), or in parentheses where
+    the target does not apply; ``note`` (the goal that applied, the table's class) in brackets
+    after it."""
     v = t["value"]
-    if not math.isfinite(v):
-        text = "n/a"
-    else:
-        text = f"{v:+.1%}" if cost else f"{v:.{digits}f}"
+    text = "n/a" if v is None or math.isnan(v) else f"{v:.{digits}f}"  # inf: "inf"
     if not t["applies"]:
         return f"({text})"
     note = f" [{note}]" if note else ""
-    if t["met"] is None:
-        return f"{text} not measured{note}"
-    if t["met"]:
-        return f"{text} met{note}"
-    miss = f"{t['missed_by']:.1%}" if cost else f"{t['missed_by']:.0%}"
-    return f"{text} **MISSED by {miss}**{note}"
+    judged = verdict(t)
+    return f"{text} {judged if t['met'] is not False else f'**{judged}**'}{note}"
 
 
 def _raw_cell(t: dict) -> str:
@@ -525,6 +515,11 @@ def _raw_cell(t: dict) -> str:
 def _decode_cell(t: dict) -> str:
     zeros = t["zero_fraction"]
     return _cell(t, digits=1, note=f"{t['table_class']}, {zeros:.0%} zeros: goal {t['goal']:g}")
+
+
+def _slowdown_cell(t: dict) -> str:
+    """raw / ibp to 3 digits (the goal is 2% above 1)."""
+    return _cell(t, digits=3)
 
 
 def _case_batch(r: dict) -> str:
@@ -614,15 +609,18 @@ def markdown(payload: dict) -> str:
         f"Real tables: {payload['real_tables']}."
         + ("" if payload["complete"] else " **Incomplete run: " + payload["stopped"] + "**"),
         "",
-        "Delivered (decoded) GB/s. Target cells: value, met or MISSED by how much (fraction of "
-        "the goal; for the last, cost above 2%), or not measured (a rate missing); in "
-        "parentheses where the target does not apply; in brackets, the goal that applied. "
+        "Delivered (decoded) GB/s. Target cells: value, met or **gap** (how far from the goal, "
+        "a fraction of it), or not measured (a rate missing); in parentheses where the "
+        "target does not apply; in brackets, the goal that applied. "
         f"Raw: {RAW_GOAL} x memcpy for {RAW_GOAL_ROW_BYTES} B rows, {RAW_UNALIGNED_GOAL} x for "
         f"rows not a multiple of {RAW_LINE_BYTES} B (only 4-byte aligned), no goal for other "
         "widths. ibp bound = min(ratio x raw, decode-only): the most the fetch can deliver; "
         f"the fused fetch's goal is {IBP_GOAL} x it. Decode-only (rows in GPU memory): "
         f"{DECODE_DENSE_GOAL:g} GB/s on a dense table, {DECODE_SPARSE_GOAL:g} GB/s on a sparse "
-        f"(bag-of-words) one: at least {SPARSE_ZEROS:.0%} of the elements of its rows zero."
+        f"(bag-of-words) one: at least {SPARSE_ZEROS:.0%} of the elements of its rows zero. "
+        "A table that does not compress (stored raw): raw / ibp, the fetch's time over the "
+        f"raw gather's, at most {NO_COMPRESS_SLOWDOWN} (within "
+        f"{NO_COMPRESS_SLOWDOWN - 1:.0%} of the raw gather)."
         + (
             " Sorted: the ids sorted on the GPU (the sort included), rows written back by the "
             "permutation; in parentheses, the ratio to the unsorted rate."
@@ -668,7 +666,7 @@ def markdown(payload: dict) -> str:
             f"{buffered}"
             f"| {_num(r['ibp_vs_bound'], 2)} | {_raw_cell(t['raw_vs_memcpy'])} "
             f"| {_cell(t['ibp_vs_ideal'])} | {_decode_cell(t['decode_vs_pcie'])} "
-            f"| {_cell(t['no_compress_cost'], cost=True)} "
+            f"| {_slowdown_cell(t['no_compress_slowdown'])} "
             f"| {r['bit_identical']} |"
         )
     lines += ["", "Summary:", ""]

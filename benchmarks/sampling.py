@@ -58,10 +58,12 @@ the first ``min(--batches, 10)`` of the GPU's measured seed batches after up to 
 batches (`cpu_baseline`).
 
 Targets (``"targets"`` in the JSON, a "Targets" section in the markdown; `gpu_targets`,
-`dgl_targets`), each with its measured value, goal and verdict (met, the gap in percent of the
-goal, or not measured): on CUDA, per row with the graph in GPU memory, median edges/s at least
-10x the 1-thread CPU baseline's; per index width and backend, the UVA graph's median edges/s at
-least 0.5x the device graph's; per row, host CPU time per batch at most 0.2x the GPU busy time.
+`dgl_targets`), each built by `benchmarks._targets.check` with its measured value, goal and
+verdict (`benchmarks._targets.verdict`: met, the gap - ``gap`` in the JSON, a fraction of the
+goal, printed as a percentage - or not measured): on CUDA, per row with the graph in GPU
+memory, median edges/s at least 10x the 1-thread CPU baseline's; per index width and backend,
+the UVA graph's median edges/s at least 0.5x the device graph's; per row, host CPU time per
+batch at most 0.2x the GPU busy time.
 With ``--compare-dgl``, ``ibp-graph once`` (the default sampler) at least 1x DGL's median edges/s
 at 1 and 2 threads (the goal names DGL 2.1.0: ``dgl_is_2_1_0`` records whether it ran).
 """
@@ -82,6 +84,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph import sample_cpu  # noqa: E402
 from ibp_graph import sampler as sampler_module  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
@@ -255,22 +258,10 @@ def run_cpu_baseline(graph: CSRGraph, args: argparse.Namespace) -> dict:
 def target(
     name: str, applies: str, value: float | None, goal: float, at_least: bool, **extra
 ) -> dict:
-    """One verdict: ``met`` is None where ``value`` was not measured; ``gap_pct`` is how far
-    short of the goal a missed one is, in percent of the goal (None unless missed)."""
-    met = None if value is None else bool(value >= goal if at_least else value <= goal)
-    gap = None
-    if met is False:
-        gap = 100.0 * ((goal - value) if at_least else (value - goal)) / goal
-    return {
-        "name": name,
-        "applies": applies,
-        "value": value,
-        "goal": goal,
-        "comparison": ">=" if at_least else "<=",
-        "met": met,
-        "gap_pct": gap,
-        **extra,
-    }
+    """One verdict, `benchmarks._targets.check` of ``value`` against ``goal`` with the target's
+    ``name`` and what it ``applies`` to: ``met`` is None where ``value`` was not measured;
+    ``gap`` is how far short of the goal a missed one is, as a fraction of the goal."""
+    return {"name": name, "applies": applies} | check(value, goal, at_least=at_least, **extra)
 
 
 def gpu_targets(results: list[dict], cpu1: dict | None) -> list[dict]:
@@ -375,13 +366,6 @@ def not_measured_targets(reason: str) -> list[dict]:
     for row in rows:
         row["applies"] = reason
     return rows
-
-
-def verdict(t: dict) -> str:
-    """``met``, ``gap 20.0%`` or ``not measured``."""
-    if t["met"] is None:
-        return "not measured"
-    return "met" if t["met"] else f"gap {t['gap_pct']:.1f}%"
 
 
 def targets_markdown(targets: list[dict]) -> list[str]:

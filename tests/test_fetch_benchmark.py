@@ -21,6 +21,7 @@ import torch
 
 import ibp_graph
 from benchmarks import e2e, fetch
+from benchmarks._targets import verdict
 from ibp_graph import cuda_table
 from ibp_graph.codec import CodecParams, decode
 from ibp_graph.kernels import fetch_decode as fused
@@ -266,30 +267,34 @@ def test_gbps() -> None:
 def test_targets_met() -> None:
     t = fake_row()["targets"]
     assert t["raw_vs_memcpy"] == pytest.approx(
-        {"applies": True, "value": 0.88, "goal": 0.85, "met": True, "missed_by": 0.0,
-         "rule": "512 B rows"}
+        {"applies": True, "value": 0.88, "goal": 0.85, "comparison": ">=", "met": True,
+         "gap": 0.0, "rule": "512 B rows"}
     )  # fmt: skip
     assert t["ibp_vs_ideal"]["value"] == pytest.approx(80 / 88) and t["ibp_vs_ideal"]["met"]
     assert t["ibp_vs_ideal"]["bound_gbps"] == pytest.approx(88.0)
     dec = t["decode_vs_pcie"]
     assert dec["value"] == 600.0 and dec["goal"] == 400.0 and dec["met"]
     assert dec["table_class"] == "dense" and dec["zero_fraction"] == 0.0
-    assert not t["no_compress_cost"]["applies"]
+    assert not t["no_compress_slowdown"]["applies"]
+    assert t["no_compress_slowdown"]["value"] == pytest.approx(44 / 80)  # a ratio, no verdict
 
 
 def test_targets_missed_say_by_how_much() -> None:
     t = fake_row(raw_gbps=30.0, ibp_gbps=30.0, decode_only_gbps=250.0)["targets"]
     assert t["raw_vs_memcpy"]["met"] is False
-    assert t["raw_vs_memcpy"]["missed_by"] == pytest.approx(1 - 0.6 / 0.85)
+    assert t["raw_vs_memcpy"]["gap"] == pytest.approx(1 - 0.6 / 0.85)
     # ibp / min(2 x 30, 250) = 0.5: 44% short of 0.9
-    assert t["ibp_vs_ideal"]["missed_by"] == pytest.approx(1 - 0.5 / 0.9)
-    assert t["decode_vs_pcie"]["missed_by"] == pytest.approx(1 - 250 / 400)
+    assert t["ibp_vs_ideal"]["met"] is False
+    assert t["ibp_vs_ideal"]["gap"] == pytest.approx(1 - 0.5 / 0.9)
+    assert t["decode_vs_pcie"]["met"] is False
+    assert t["decode_vs_pcie"]["gap"] == pytest.approx(1 - 250 / 400)
+    assert fetch._cell(t["ibp_vs_ideal"]) == "0.50 **gap 44.4%**"
 
 
 def test_raw_target_at_512_bytes_is_085_of_memcpy() -> None:
     t = fake_row(raw_gbps=41.0)["targets"]["raw_vs_memcpy"]  # 0.82 x memcpy: a gap
     assert t["applies"] and t["goal"] == 0.85 and t["met"] is False
-    assert t["missed_by"] == pytest.approx(1 - 0.82 / 0.85)
+    assert t["gap"] == pytest.approx(1 - 0.82 / 0.85)
     assert fake_row(raw_gbps=42.5)["targets"]["raw_vs_memcpy"]["met"]  # 0.85 exactly
 
 
@@ -298,7 +303,7 @@ def test_raw_target_for_rows_only_4_byte_aligned_is_07_of_memcpy() -> None:
     assert t["applies"] and t["goal"] == 0.7 and t["met"] is True
     assert "not a multiple of 16 B" in t["rule"]
     t = fake_row(row_bytes=5732, raw_gbps=32.5)["targets"]["raw_vs_memcpy"]  # 0.65: a gap
-    assert t["applies"] and t["met"] is False and t["missed_by"] == pytest.approx(1 - 0.65 / 0.7)
+    assert t["applies"] and t["met"] is False and t["gap"] == pytest.approx(1 - 0.65 / 0.7)
     for width in (260, 1028, 6):  # the lanes stage's widths; fp16 rows of 3 elements
         assert fetch.raw_goal(width)[0] == 0.7
     assert fetch.raw_goal(512)[0] == 0.85
@@ -320,11 +325,11 @@ def test_decode_target_is_400_gbps_dense_and_1000_sparse() -> None:
     assert dense["met"] is True and dense["goal"] == 400.0 and dense["table_class"] == "dense"
     sparse = fake_row(decode_only_gbps=700.0, zero_fraction=0.95)["targets"]["decode_vs_pcie"]
     assert sparse["met"] is False and sparse["goal"] == 1000.0
-    assert sparse["table_class"] == "sparse" and sparse["missed_by"] == pytest.approx(0.3)
+    assert sparse["table_class"] == "sparse" and sparse["gap"] == pytest.approx(0.3)
     assert fake_row(decode_only_gbps=1000.0, zero_fraction=0.5)["targets"]["decode_vs_pcie"]["met"]
     assert fetch.table_class(0.5) == "sparse" and fetch.table_class(0.49) == "dense"
     text = fetch._decode_cell(sparse)
-    assert text == "700.0 **MISSED by 30%** [sparse, 95% zeros: goal 1000]"
+    assert text == "700.0 **gap 30.0%** [sparse, 95% zeros: goal 1000]"
 
 
 def test_zero_fraction_classifies_the_synthetic_kinds() -> None:
@@ -359,18 +364,18 @@ def test_fused_fetch_target_is_against_the_decode_bound() -> None:
 def test_a_missing_measurement_is_not_measured_not_missed() -> None:
     t = fake_row(decode_only_gbps=math.nan)["targets"]
     for key in ("decode_vs_pcie", "ibp_vs_ideal"):  # the bound needs decode-only too
-        assert t[key]["applies"] and t[key]["met"] is None and math.isnan(t[key]["missed_by"])
+        assert t[key]["applies"] and t[key]["met"] is None and t[key]["gap"] is None
         assert fetch._cell(t[key]) == "n/a not measured"
     assert t["raw_vs_memcpy"]["met"] is True
     t = fake_row(memcpy_gbps=math.nan)["targets"]["raw_vs_memcpy"]
     assert (
         t["met"] is None
         and "not measured" in fetch._raw_cell(t)
-        and "MISSED" not in (fetch._raw_cell(t))
+        and "gap" not in (fetch._raw_cell(t))
     )
-    flat = fake_row(ratio=1.0, bypass=True, ibp_gbps=math.nan)["targets"]["no_compress_cost"]
-    assert flat["applies"] and flat["met"] is None
-    assert fetch._cell(flat, cost=True) == "n/a not measured"
+    flat = fake_row(ratio=1.0, bypass=True, ibp_gbps=math.nan)["targets"]["no_compress_slowdown"]
+    assert flat["applies"] and flat["met"] is None and flat["gap"] is None
+    assert fetch._slowdown_cell(flat) == "n/a not measured"
     rows = [fake_row(case="ok"), fake_row(case="nan", decode_only_gbps=math.nan),
             fake_row(case="slow", decode_only_gbps=300.0)]  # fmt: skip
     s = fetch.summary(rows)["decode_vs_pcie"]
@@ -379,14 +384,48 @@ def test_a_missing_measurement_is_not_measured_not_missed() -> None:
 
 def test_table_that_does_not_compress() -> None:
     ok = fake_row(ratio=1.0, bypass=True, raw_gbps=40.0, ibp_gbps=39.5)["targets"]
-    assert ok["no_compress_cost"]["applies"] and ok["no_compress_cost"]["met"]
-    assert ok["no_compress_cost"]["value"] == pytest.approx(40 / 39.5 - 1)
+    slow = ok["no_compress_slowdown"]
+    assert slow["applies"] and slow["met"] is True and slow["gap"] == 0.0
+    assert slow["value"] == pytest.approx(40 / 39.5) and slow["goal"] == 1.02
+    assert slow["comparison"] == "<="
     assert not ok["ibp_vs_ideal"]["applies"] and not ok["decode_vs_pcie"]["applies"]
     bad = fake_row(ratio=1.0, bypass=True, raw_gbps=40.0, ibp_gbps=38.0)["targets"]
-    assert not bad["no_compress_cost"]["met"]
-    assert bad["no_compress_cost"]["missed_by"] == pytest.approx(40 / 38 - 1 - 0.02)
+    slow = bad["no_compress_slowdown"]
+    assert slow["met"] is False
+    assert slow["gap"] == pytest.approx((40 / 38 - 1.02) / 1.02)
+    assert fetch._slowdown_cell(slow) == "1.053 **gap 3.2%**"
     # Not bypassed but no smaller than raw: still a table that does not compress.
-    assert fake_row(ratio=0.99)["targets"]["no_compress_cost"]["applies"]
+    assert fake_row(ratio=0.99)["targets"]["no_compress_slowdown"]["applies"]
+
+
+def test_no_compress_slowdown_at_the_boundary() -> None:
+    """raw / ibp = 1.02 (the fetch 2% slower than the raw gather) is met; 1.03 is not."""
+    at = fetch.no_compress_slowdown(51.0, 50.0, True)  # 51 / 50 == 1.02 exactly
+    assert at["value"] == 1.02 and at["met"] is True and at["gap"] == 0.0
+    assert verdict(at) == "met" and fetch._slowdown_cell(at) == "1.020 met"
+    over = fetch.no_compress_slowdown(103.0, 100.0, True)
+    assert over["value"] == pytest.approx(1.03) and over["met"] is False
+    assert over["gap"] == pytest.approx(0.01 / 1.02)  # about 0.98% of the goal
+    assert verdict(over) == "gap 1.0%"
+    assert fetch._slowdown_cell(over) == "1.030 **gap 1.0%**"
+    faster = fetch.no_compress_slowdown(40.0, 44.0, True)  # the fetch faster than raw: met
+    assert faster["met"] is True and faster["value"] == pytest.approx(40 / 44)
+    # Where it does not apply: the ratio in parentheses, the verdict kept out of the summary.
+    assert fetch._slowdown_cell(fetch.no_compress_slowdown(103.0, 100.0, False)) == "(1.030)"
+
+
+def test_no_compress_slowdown_of_a_zero_ibp_rate_is_a_miss_not_an_error() -> None:
+    t = fetch.no_compress_slowdown(40.0, 0.0, True)  # the fetch measured at 0 GB/s
+    assert t["met"] is False and t["value"] == math.inf and t["gap"] == math.inf
+    assert fetch._slowdown_cell(t) == "inf **gap inf%**"
+    r = fake_row(case="stalled", ratio=1.0, bypass=True, raw_gbps=40.0, ibp_gbps=0.0)
+    assert r["targets"]["no_compress_slowdown"]["met"] is False
+    s = fetch.summary([r])["no_compress_slowdown"]
+    assert s == {"cases": 1, "met": 0, "missed": ["stalled @ 1,000"], "not_measured": []}
+    # A rate missing or not finite is not measured, never an exception.
+    for raw, ibp in ((math.nan, 0.0), (40.0, math.nan), (40.0, math.inf), (math.inf, 40.0)):
+        t = fetch.no_compress_slowdown(raw, ibp, True)
+        assert t["met"] is None and t["gap"] is None and verdict(t) == "not measured"
 
 
 def fake_payload(rows: list[dict]) -> dict:
@@ -432,7 +471,7 @@ def test_results_files(tmp_path: Path) -> None:
     assert doc["cases"][3]["decode_only_gbps"] is None  # NaN is not JSON
     s = doc["summary"]
     assert s["raw_vs_memcpy"] == {"cases": 3, "met": 3, "missed": [], "not_measured": []}
-    assert s["no_compress_cost"]["missed"] == ["random-bits-512B @ 1,000"]
+    assert s["no_compress_slowdown"]["missed"] == ["random-bits-512B @ 1,000"]
     assert s["ibp_vs_ideal"]["missed"] == ["slow-256B @ 1,000"]
     # Not measured: neither met nor missed.
     assert s["decode_vs_pcie"] == {"cases": 2, "met": 2, "missed": [],
@@ -447,8 +486,8 @@ def test_results_files(tmp_path: Path) -> None:
     assert len(lines) == 1 + len(rows)
     assert all(ln.count("|") == lines[0].count("|") for ln in lines)
     assert "| random-bits-512B (raw) |" in text
-    assert "+5.3% **MISSED by 3.3%**" in text
-    assert "0.60 **MISSED by 25%**" not in text  # 256 B rows: the raw target does not apply
+    assert "1.053 **gap 3.2%**" in text  # 44 / 41.8: (1.0526 - 1.02) / 1.02
+    assert "0.60 **gap 25.0%**" not in text  # 256 B rows: the raw target does not apply
     assert "(0.60)" in text and "0.88 met [goal 0.85]" in text
     assert "600.0 met [dense, 0% zeros: goal 400]" in text
     assert "n/a not measured" in text and "nan%" not in text
@@ -458,6 +497,10 @@ def test_results_files(tmp_path: Path) -> None:
     assert "raw / memcpy >= 0.85 (512 B rows), >= 0.7 (rows not a multiple of 16 B)" in text
     assert "ibp / min(ratio x raw, decode-only) >= 0.9" in text
     assert "decode-only GB/s >= 400 (dense), >= 1000 (sparse: >= 50% zeros)" in text
+    assert "raw / ibp <= 1.02 (table that does not compress)" in text
+    flat = doc["cases"][1]["targets"]["no_compress_slowdown"]
+    assert flat["value"] == pytest.approx(44 / 41.8) and flat["met"] is False
+    assert flat["gap"] == pytest.approx((44 / 41.8 - 1.02) / 1.02)
     assert "ibp db" not in text and "Db:" not in text  # no --double-buffer
 
 

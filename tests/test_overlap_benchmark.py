@@ -35,6 +35,15 @@ def test_only_steps_inside_the_fetches_count_as_beside() -> None:
     assert none["steps_covered"] == 0 and none["slowdown"] is None
 
 
+def test_a_case_verdict_is_its_slowdown_against_the_target() -> None:
+    assert overlap.slowdown_verdict(1.32, True) == "gap 20.0%"  # 1.32 / 1.1 - 1
+    assert overlap.slowdown_verdict(1.155, True) == "gap 5.0%"
+    assert overlap.slowdown_verdict(1.1, True) == "met"  # the goal itself is met
+    assert overlap.slowdown_verdict(0.95, True) == "met"
+    assert overlap.slowdown_verdict(None, True) == "not measured"
+    assert overlap.slowdown_verdict(1.32, False) == "-"  # on the CPU: does not apply
+
+
 def test_the_gpu_tables_are_built_with_their_real_signatures(tmp_path: Path, monkeypatch) -> None:
     # The CUDA branch of make_tables, on any machine: each table class is replaced by a
     # recorder that binds the call to the real constructor's signature (a wrong call raises).
@@ -81,5 +90,15 @@ def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
         assert all(s <= e for s, e in timeline["steps"] + timeline["fetches"])
     md = (tmp_path / "overlap-cpu.md").read_text()
     assert "does not apply on the CPU" in md and md.count("| none (CPU) |") == 4
+    # On the CPU the target does not apply: no verdict. Where it applies, each case's
+    # slowdown against at most 1.1: met, its gap in percent of 1.1, or not measured.
+    assert "| met |" not in md and "gap" not in md
+    redo = json.loads(json.dumps(payload))
+    redo["applies"] = True
+    for case, slow in zip(redo["cases"], (1.05, 1.1, 1.32, None), strict=True):
+        case["slowdown"] = slow
+    rows = overlap.markdown(redo, redo).splitlines()
+    verdicts = [line.split(" | ")[7] for line in rows if line.startswith(("| dense", "| sparse"))]
+    assert verdicts == ["met", "met", "gap 20.0%", "not measured"]
     with pytest.raises(SystemExit):
         overlap.parse_args(["--device", "cpu", "--steps", "0"])

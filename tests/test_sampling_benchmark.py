@@ -143,27 +143,29 @@ def test_gpu_targets_verdicts(bench) -> None:
     cpu = "GPU / 1-thread CPU edges/s"
     assert [k[1] for k in t if k[0] == cpu] == ["int64, device, torch", "int64, device, kernel"]
     met = t[cpu, "int64, device, torch"]
-    assert met["value"] == pytest.approx(12.0) and met["met"] is True and met["gap_pct"] is None
+    assert met["value"] == pytest.approx(12.0) and met["met"] is True and met["gap"] == 0.0
     assert met["cpu1_edges_per_s"] == 2.5e6 and met["gpu_edges_per_s"] == 30e6
     gap = t[cpu, "int64, device, kernel"]
     assert gap["value"] == pytest.approx(8.0) and gap["met"] is False
-    assert gap["gap_pct"] == pytest.approx(20.0)
+    assert gap["gap"] == pytest.approx(0.2) and gap["comparison"] == ">="
     uva = "UVA / device graph edges/s"
     assert [k for k in t if k[0] == uva] == [(uva, "int64, torch"), (uva, "int64, kernel")]
     assert t[uva, "int64, torch"]["value"] == pytest.approx(0.5) and t[uva, "int64, torch"]["met"]
     slow = t[uva, "int64, kernel"]
     assert slow["value"] == pytest.approx(0.45) and slow["met"] is False
-    assert slow["gap_pct"] == pytest.approx(10.0)
+    assert slow["gap"] == pytest.approx(0.1)
     host = "host CPU / GPU busy time per batch"
     assert t[host, "int64, device, torch"]["met"] is True
     assert t[host, "int64, device, kernel"]["met"] is True  # 0.2: at the goal
     over = t[host, "int64, uva, torch"]
-    assert over["met"] is False and over["gap_pct"] == pytest.approx(25.0)
+    assert over["met"] is False and over["gap"] == pytest.approx(0.25)
+    assert over["comparison"] == "<="
     unmeasured = t[host, "int64, uva, kernel"]
     assert unmeasured["value"] is None and unmeasured["met"] is None
-    assert unmeasured["gap_pct"] is None
+    assert unmeasured["gap"] is None
     for target in targets:
-        assert {"name", "value", "goal", "met", "applies"} <= set(target)
+        assert {"name", "applies", "value", "goal", "comparison", "met", "gap"} <= set(target)
+        assert "gap_pct" not in target
     md = "\n".join(bench.targets_markdown(targets))
     assert "| GPU / 1-thread CPU edges/s | int64, device, torch | 12.00x | >= 10x | met |" in md
     assert "| int64, device, kernel | 8.00x | >= 10x | gap 20.0% |" in md
@@ -177,7 +179,7 @@ def test_gpu_targets_without_measurements_read_not_measured(bench) -> None:
     for cpu1 in (None, {"threads": 1, "error": "RuntimeError()"}):
         t = by_target(bench.gpu_targets(rows, cpu1))
         ratio = t["GPU / 1-thread CPU edges/s", "int64, device, torch"]
-        assert ratio["value"] is None and ratio["met"] is None and ratio["gap_pct"] is None
+        assert ratio["value"] is None and ratio["met"] is None and ratio["gap"] is None
         assert bench.verdict(ratio) == "not measured"
     # No rows at all (or only host rows): one not-measured entry per target.
     for rows in ([], [row("int64", "host", "torch", 5e6)]):
@@ -197,7 +199,8 @@ def test_dgl_targets(bench) -> None:
 
     targets = bench.dgl_targets([run_(1, 1.25), run_(2, 0.8)], "2.1.0+cu121")
     assert [(t["threads"], t["met"]) for t in targets] == [(1, True), (2, False)]
-    assert targets[1]["gap_pct"] == pytest.approx(20.0)
+    assert targets[0]["gap"] == 0.0 and targets[1]["gap"] == pytest.approx(0.2)
+    assert bench.verdict(targets[1]) == "gap 20.0%"
     assert all(t["dgl_version"] == "2.1.0+cu121" and t["dgl_is_2_1_0"] for t in targets)
     # Only 4 threads ran: 1 and 2 read not measured; another DGL is recorded as such.
     targets = bench.dgl_targets([run_(4, 1.5)], "2.2.1")

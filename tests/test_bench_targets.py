@@ -1,0 +1,45 @@
+"""The verdict rule every benchmark's targets share (benchmarks/_targets.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from benchmarks._targets import check, verdict
+
+
+def test_at_least_met_missed_and_gap() -> None:
+    assert check(0.9, 0.85) == {
+        "value": 0.9, "goal": 0.85, "comparison": ">=", "met": True, "gap": 0.0,
+    }  # fmt: skip
+    t = check(0.6, 0.8)
+    assert t["met"] is False and t["gap"] == pytest.approx(0.25)
+    assert verdict(t) == "gap 25.0%"
+    assert check(0.8, 0.8)["met"] is True  # the goal itself is met
+
+
+def test_at_most_met_missed_and_gap() -> None:
+    t = check(1.32, 1.1, at_least=False)
+    assert t["comparison"] == "<=" and t["met"] is False
+    assert t["gap"] == pytest.approx(0.2)
+    assert verdict(t) == "gap 20.0%"
+    assert verdict(check(1.05, 1.1, at_least=False)) == "met"
+
+
+@pytest.mark.parametrize("value", [None, math.nan, math.inf, -math.inf])
+def test_a_value_not_measured_is_neither_met_nor_missed(value) -> None:
+    t = check(value, 2.0)
+    assert t["met"] is None and t["gap"] is None
+    assert verdict(t) == "not measured"
+
+
+def test_no_goal_gives_no_verdict_and_info_is_kept() -> None:
+    t = check(3.0, None, applies=False, rule="none")
+    assert t["met"] is None and t["applies"] is False and t["rule"] == "none"
+    assert verdict(t) == "not measured"
+
+
+def test_a_zero_goal() -> None:
+    assert check(0.0, 0.0, at_least=False)["gap"] == 0.0
+    assert check(0.5, 0.0, at_least=False)["gap"] == math.inf
