@@ -509,10 +509,6 @@ def run(
         for memory, g in placed.items():
             for backend in backends:
                 row = {"csr_build_s": build, **measure(g, args, label, backend, memory)}
-                if memory == "device":
-                    rate = (cpu1 or {}).get("median_edges_per_s")
-                    row["cpu1_edges_per_s"] = rate
-                    row["gpu_over_cpu1"] = row["median_edges_per_s"] / rate if rate else None
                 print(f"  {row}", file=sys.stderr, flush=True)
                 results.append(row)
         del graph, placed
