@@ -1290,6 +1290,18 @@ def double_buffered(
     return seconds, same, ""
 
 
+def device_copy(cuda: Any, dst: torch.Tensor, src_ptr: int, nbytes: int) -> None:
+    """Copy ``nbytes`` from the pinned rows at device address ``src_ptr`` into ``dst``.
+
+    ``torch``'s ``copy_`` from a NumPy view of a host-registered mapping fails with
+    "invalid argument" on CUDA 13 (H100); a plain ``cudaMemcpy`` between the two device
+    addresses does not go through torch's pinned-memory bookkeeping.
+    """
+    torch.cuda.synchronize(dst.device)
+    cuda.cuda.runtime.memcpy(dst.data_ptr(), src_ptr, nbytes, 4)  # cudaMemcpyDefault
+    torch.cuda.synchronize(dst.device)
+
+
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     """Compress, tile, pin, measure every batch size of one case; one result per batch."""
     from ibp_graph.cuda_table import raw_bypass
@@ -1319,7 +1331,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         codec = tiled_codec(table, times, ptr, device)
         # The same rows in GPU memory (64 zero bytes after them, as after the pinned ones).
         on_gpu = torch.zeros(stored + 64, dtype=torch.uint8, device=device)
-        on_gpu[:stored].copy_(torch.from_numpy(pinned.array[:stored]))
+        device_copy(bench.cuda, on_gpu, ptr, stored)
         gpu_codec = dataclasses.replace(codec, rows_ptr=on_gpu.data_ptr())
         sizes = np.diff(table.offsets).astype(np.int64) * table.align
         sizes_dev = torch.from_numpy(sizes).to(device)

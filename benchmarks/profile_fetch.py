@@ -399,11 +399,12 @@ def profile_case(bench: fetch.Bench, case: fetch.Case, tmp: Path, args) -> tuple
     on_gpu = None
     try:
         fetch.fill_tiled(pinned.array, prepared.block, prepared.times)
-        codec = make_codec(prepared, bench.pin(pinned), device)
+        ptr = bench.pin(pinned)
+        codec = make_codec(prepared, ptr, device)
         # The same rows in GPU memory (64 zero bytes after them, as after the pinned ones).
         stored = prepared.stored_table
         on_gpu = torch.zeros(stored + 64, dtype=torch.uint8, device=device)
-        on_gpu[:stored].copy_(torch.from_numpy(pinned.array[:stored]))
+        fetch.device_copy(bench.cuda, on_gpu, ptr, stored)
         gpu_codec = dataclasses.replace(codec, rows_ptr=on_gpu.data_ptr())
         ids = prepared.ids.to(device)
         n = ids.numel()
