@@ -1298,7 +1298,7 @@ def device_copy(cuda: Any, dst: torch.Tensor, src_ptr: int, nbytes: int) -> None
     addresses does not go through torch's pinned-memory bookkeeping.
     """
     torch.cuda.synchronize(dst.device)
-    cuda.cuda.runtime.memcpy(dst.data_ptr(), src_ptr, nbytes, 4)  # cudaMemcpyDefault
+    cuda.runtime.memcpy(dst.data_ptr(), src_ptr, nbytes, 4)  # cudaMemcpyDefault
     torch.cuda.synchronize(dst.device)
 
 
