@@ -1293,13 +1293,19 @@ def double_buffered(
 def device_copy(cuda: Any, dst: torch.Tensor, src_ptr: int, nbytes: int) -> None:
     """Copy ``nbytes`` from the pinned rows at device address ``src_ptr`` into ``dst``.
 
-    ``torch``'s ``copy_`` from a NumPy view of a host-registered mapping fails with
-    "invalid argument" on CUDA 13 (H100); a plain ``cudaMemcpy`` between the two device
-    addresses does not go through torch's pinned-memory bookkeeping.
+    Copy engines refuse the registered mapping on CUDA 13 (H100: both ``torch``'s
+    ``copy_`` and ``cudaMemcpy`` answer "invalid argument"), while kernels read it over
+    UVA, so an elementwise kernel copies it.
     """
+    from ibp_graph.kernels.runtime import cupy
+
+    cp = cupy()
+    del cuda
+    mem = cp.cuda.UnownedMemory(src_ptr, nbytes, None)
+    src = cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
     torch.cuda.synchronize(dst.device)
-    cuda.runtime.memcpy(dst.data_ptr(), src_ptr, nbytes, 4)  # cudaMemcpyDefault
-    torch.cuda.synchronize(dst.device)
+    cp.copyto(cp.from_dlpack(dst[:nbytes]), src + cp.uint8(0))
+    cp.cuda.Device().synchronize()
 
 
 def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
