@@ -102,11 +102,17 @@ class Clock:
 # --------------------------------------------------------------------------------------------
 
 
+#: Fetches closer than this (ms) count as back to back: on an H100 the event recorded between
+#: two queued fetches leaves about 2 us between one's end and the next one's start.
+JOIN_MS = 0.02
+
+
 def covered(interval: tuple[float, float], spans: list[tuple[float, float]]) -> bool:
     """Whether ``interval`` lies inside the union of ``spans``: a fetch ran all through it.
 
-    Spans that touch or overlap merge; a gap between two fetches (the side stream drained)
-    splits them, so a step across the gap ran partly alone and does not count.
+    Spans that overlap, or lie at most `JOIN_MS` apart (queued back to back), merge; a longer
+    gap between two fetches (the side stream drained) splits them, so a step across the gap
+    ran partly alone and does not count.
     """
     for lo, hi in _merged(spans):
         if lo <= interval[0] and interval[1] <= hi:
@@ -117,7 +123,7 @@ def covered(interval: tuple[float, float], spans: list[tuple[float, float]]) -> 
 def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
     for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1]:
+        if out and lo <= out[-1][1] + JOIN_MS:
             out[-1] = (out[-1][0], max(out[-1][1], hi))
         else:
             out.append((lo, hi))
@@ -357,7 +363,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fetch-batches", type=int, default=8, help="distinct batches fetched")
     p.add_argument("--fetches-alone", type=int, default=10)
     p.add_argument("--max-fetches", type=int, default=400)
-    p.add_argument("--max-blocks", type=int, nargs="*", default=[4], help="grid caps besides 1/SM")
+    p.add_argument(
+        "--max-blocks",
+        type=float,
+        nargs="*",
+        default=[4],
+        help="grid caps besides 1/SM, in blocks per SM (0.25: a block on a quarter of the SMs)",
+    )
     p.add_argument("--tables", nargs="+", choices=["dense", "sparse"], default=["dense", "sparse"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=Path("/tmp/ibp-graph-overlap"))
@@ -392,7 +404,8 @@ def main(argv: list[str] | None = None) -> dict:
         if work is None or kind == "dense":
             work = make_work(graph, made["tables"]["raw"], args, device)
         for name, table in made["tables"].items():
-            caps = [None] + [c * sms for c in args.max_blocks] if clock.cuda else [None]
+            caps = [None] + [max(1, round(c * sms)) for c in args.max_blocks]
+            caps = caps if clock.cuda else [None]
             for cap in caps:
                 if hasattr(table, "max_blocks"):
                     table.max_blocks = cap
@@ -404,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "table": kind,
                         "fetch": name,
                         "ratio": made["ratio"] if name == "ibp" else 1.0,
-                        "grid_cap": "1/SM" if cap is None else f"{cap // sms}/SM ({cap})",
+                        "grid_cap": "1/SM" if cap is None else f"{cap / sms:g}/SM ({cap})",
                         "train_stream": label,
                         "decoded_gbps_alone": decoded / 1e9,
                         **summary,

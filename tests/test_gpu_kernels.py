@@ -508,6 +508,7 @@ def test_record_stream_keeps_a_batch_alive_under_allocator_reuse(tmp_path) -> No
             torch.cuda._sleep(20_000_000)  # the consumer's stream is busy for a while ...
             copies.append(batch.clone())  # ... before it reads the batch
             del batch  # freed while the read is still queued: the side stream fetches on
+        pf.close()
         torch.cuda.synchronize()
         for ids, got in zip(batches, copies, strict=True):
             assert _bits_equal(got, x[ids.cpu().numpy()])
@@ -559,6 +560,9 @@ def test_uva_graph_lifetime_and_to() -> None:
 
     cora = load_dataset("cora")
     cpu = CSRGraph.from_edge_index(cora.edge_index, cora.num_nodes)
+    # Earlier tests' garbage first: a prefetcher collected later would release our buffers
+    # (closing it calls `release_deferred`) between the drop and the count below.
+    gc.collect()
     release_deferred()
     uva = cpu.to_uva(CUDA)
     assert uva.is_uva() and uva.device.type == "cuda" and not cpu.to(CUDA).is_uva()

@@ -21,6 +21,9 @@ def test_only_steps_inside_the_fetches_count_as_beside() -> None:
     gappy = [(0.0, 1.0), (7.0, 8.0)]
     assert not overlap.covered((0.0, 4.0), gappy) and not overlap.covered((4.0, 8.0), gappy)
     assert overlap.covered((7.2, 7.9), gappy) and overlap.covered((0.0, 2.0), [(1, 3), (0, 2)])
+    # Fetches queued back to back, an event apart (a few microseconds): one span.
+    queued = [(0.05, 4.2651), (4.2667, 7.6587), (7.6607, 11.5986)]
+    assert overlap.covered((4.348, 11.0), queued) and not overlap.covered((0.0, 5.0), queued)
     alone = [[(0, 2), (2, 4)], [(0, 2), (2, 4.5)]]  # step alone: median of 2, 2, 2, 2.5 = 2
     beside = [
         {"steps": [(0, 2.2), (2.2, 4.4), (4.4, 9.0)], "fetches": [(0, 3), (3, 6)]},
