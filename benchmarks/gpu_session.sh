@@ -46,8 +46,8 @@
 #   grid       about 3 min: the fetch benchmark's dense and sparse 512 B cases and the first
 #              real tables (Cora's rows first) with the grid at the kernels' full occupancy
 #              (--max-blocks far above it: every block the SMs hold at once), to compare with
-#              the default one block per SM of `fetch`: what latency hiding buys a fetch that
-#              has the GPU to itself.
+#              the default grid of `fetch` (a block on a quarter of the SMs): what latency
+#              hiding buys a fetch that has the GPU to itself.
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
 #              1,028 B, 5,732 B like Cora's), run twice: whole 16-byte loads (the default)
 #              and the widest vectors (--raw-kernel vector).

@@ -18,8 +18,9 @@ pinned host memory, on a side stream (torch's default priority, the lowest): ``r
 (`PinnedRawTable`, the zero-copy gather) and ``ibp`` (`CudaIBPTable`, fused fetch and
 decode), for two synthetic float32 tables of ``--nodes`` rows: ``dense`` (128 normal values,
 512-byte rows) and ``sparse`` (500 values, 1.3% of them 1.0, the rest 0.0, like a
-bag-of-words). Each fetch case runs with the default grid (one block per SM) and with every
-``--max-blocks`` cap, and with the training stream at default and at high priority.
+bag-of-words). Each fetch case runs with the default grid (`FETCH_BLOCKS_PER_SM`: a block on a
+quarter of the SMs) and with every ``--max-blocks`` cap (blocks per SM), and with the training
+stream at default and at high priority.
 
 A round records an origin event on the training stream; the side stream waits for it and then
 queues its fetches (enough to outlast the steps) while the training stream queues ``--steps``
@@ -56,6 +57,7 @@ from benchmarks._env import RESULTS, environment, header_lines, write_json  # no
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import power_law_edges  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
+from ibp_graph.kernels.runtime import FETCH_BLOCKS_PER_SM  # noqa: E402
 from ibp_graph.sampler import NeighborSampler  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
 
@@ -367,7 +369,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-blocks",
         type=float,
         nargs="*",
-        default=[4],
+        default=[0.1, 1, 4],
         help="grid caps besides 1/SM, in blocks per SM (0.25: a block on a quarter of the SMs)",
     )
     p.add_argument("--tables", nargs="+", choices=["dense", "sparse"], default=["dense", "sparse"])
@@ -417,7 +419,11 @@ def main(argv: list[str] | None = None) -> dict:
                         "table": kind,
                         "fetch": name,
                         "ratio": made["ratio"] if name == "ibp" else 1.0,
-                        "grid_cap": "1/SM" if cap is None else f"{cap / sms:g}/SM ({cap})",
+                        "grid_cap": (
+                            f"default ({FETCH_BLOCKS_PER_SM:g}/SM)"
+                            if cap is None
+                            else f"{cap / sms:g}/SM ({cap})"
+                        ),
                         "train_stream": label,
                         "decoded_gbps_alone": decoded / 1e9,
                         **summary,

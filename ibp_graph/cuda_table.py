@@ -308,8 +308,9 @@ class CudaIBPTable(_CudaTableBase):
         path: the ``.ibp`` file.
         device: the CUDA device (default: the current one).
         verify: check the section checksums first (default: True).
-        max_blocks: cap on the fetch grid, to leave SMs to training (default: one block per
-            SM, never more than the kernel's occupancy allows).
+        max_blocks: cap on the fetch grid, to leave SMs to training (default: a block on a
+            quarter of the SMs, `ibp_graph.kernels.runtime.FETCH_BLOCKS_PER_SM`; never more
+            than the kernel's occupancy allows).
         progress: show a progress bar while pinning (None: for rows of 256 MiB or more).
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").
@@ -438,7 +439,8 @@ class PinnedRawTable(_CudaTableBase):
     Args:
         data: a 2-D NumPy array or torch tensor (copied into pinned memory; not modified).
         device: the CUDA device (default: the current one).
-        max_blocks: cap on the gather grid (default: one block per SM).
+        max_blocks: cap on the gather grid (default: a block on a quarter of the SMs,
+            `ibp_graph.kernels.runtime.FETCH_BLOCKS_PER_SM`).
         progress: show a progress bar while pinning.
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").

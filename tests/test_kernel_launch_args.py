@@ -706,6 +706,27 @@ def test_launch_args_match_the_entry_point_signature(case, monkeypatch) -> None:
     assert {launch.entry for launch, _ in runs} == set(signatures(case.source))
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c.source for c in CASES])
+def test_fetch_grids_default_to_a_share_of_the_sms_and_sampler_grids_to_one_block_each(
+    case, monkeypatch
+) -> None:
+    from ibp_graph.kernels import runtime
+
+    module = importlib.import_module(case.module)
+    record(module, monkeypatch)
+    defaults = []
+
+    def grid(blocks, device, max_blocks, **kw):
+        defaults.append(kw.get("per_sm", runtime.BLOCKS_PER_SM))
+        return max(1, int(blocks))
+
+    monkeypatch.setattr(module, "grid_size", grid)
+    case.launch_all(module, monkeypatch)
+    sampler = case.source == "sample_neighbors.cu"
+    want = runtime.BLOCKS_PER_SM if sampler else runtime.FETCH_BLOCKS_PER_SM
+    assert defaults and set(defaults) == {want}
+
+
 def test_wide_rows_opt_in_to_more_shared_memory(monkeypatch) -> None:
     launches = [launch for launch, _ in run_case(CASES[0], monkeypatch)]
     wide = [x for x in launches if x.shared_mem > DEFAULT_SMEM]

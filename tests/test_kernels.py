@@ -687,7 +687,7 @@ def test_resident_blocks_follow_registers_shared_memory_and_threads() -> None:
     assert resident_blocks_per_sm(64, 256, 0, types.SimpleNamespace()) == 4  # sm_80/90 defaults
 
 
-def test_default_grid_is_one_block_per_sm_and_never_more_than_fits(monkeypatch) -> None:
+def test_default_grid_is_its_blocks_per_sm_and_never_more_than_fits(monkeypatch) -> None:
     from ibp_graph.kernels import runtime
 
     props = types.SimpleNamespace(
@@ -707,6 +707,13 @@ def test_default_grid_is_one_block_per_sm_and_never_more_than_fits(monkeypatch) 
     big = types.SimpleNamespace(num_regs=128, shared_size_bytes=0)
     assert runtime.grid_size(10_000, dev, 10_000, kernel_fn=big, threads=256) == 2 * 132
     assert runtime.grid_size(0, dev, None, kernel_fn=fn) == 1
+    # A fetch's default: a block on a quarter of the SMs, at least one block.
+    quarter = runtime.FETCH_BLOCKS_PER_SM
+    assert runtime.grid_size(10_000, dev, None, kernel_fn=fn, per_sm=quarter) == 33
+    assert runtime.grid_size(10, dev, None, kernel_fn=fn, per_sm=quarter) == 10
+    assert runtime.grid_size(10_000, dev, 200, kernel_fn=fn, per_sm=quarter) == 200
+    props.multi_processor_count = 2
+    assert runtime.grid_size(10_000, dev, None, kernel_fn=fn, per_sm=quarter) == 1
 
 
 def test_device_codec_checks_its_constant_tensors_once() -> None:

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .runtime import as_cupy, cupy_stream, describe, grid_size, kernel, note_launch
+from .runtime import (
+    FETCH_BLOCKS_PER_SM,
+    as_cupy,
+    cupy_stream,
+    describe,
+    grid_size,
+    kernel,
+    note_launch,
+)
 
 SOURCE = "fetch_decode.cu"
 WARP = 32
@@ -288,7 +296,7 @@ def fetch_decode(
             ``torch.sort(ids)`` with ``idx`` the sorted ids (default: None, row ``r`` to
             ``r``).
         stream: the torch stream to launch on (default: None, the current one).
-        max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM, never
+        max_blocks: cap on the grid (default: None, `runtime.FETCH_BLOCKS_PER_SM` per SM, never
             more than the device holds at once).
         double_buffer: launch the double-buffered kernel (default: False): each warp stages
             its next row with asynchronous copies (``cp.async``, sm_80 and newer) while it
@@ -333,6 +341,7 @@ def fetch_decode(
             kernel_fn=fn,
             threads=threads,
             smem=plan.bytes_per_block,
+            per_sm=FETCH_BLOCKS_PER_SM,
         )
         args = (
             np.uint64(codec.rows_ptr),

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from .fetch_decode import WARP, check_error, check_launch, check_out_pos
-from .runtime import as_cupy, cupy_stream, grid_size, kernel, note_launch
+from .runtime import FETCH_BLOCKS_PER_SM, as_cupy, cupy_stream, grid_size, kernel, note_launch
 
 SOURCE = "raw_gather.cu"
 WARPS_PER_BLOCK = 8
@@ -82,7 +82,7 @@ def raw_gather(
             ``torch.sort(ids)`` with ``idx`` the sorted ids (default: None, row ``r`` to
             ``r``).
         stream: the torch stream to launch on (default: None, the current one).
-        max_blocks: cap on the grid (default: None, `runtime.BLOCKS_PER_SM` per SM).
+        max_blocks: cap on the grid (default: None, `runtime.FETCH_BLOCKS_PER_SM` per SM).
         line_aligned: load whole aligned 16-byte chunks (see `entry_point`), reading up to 15
             bytes past a row: the table must then be readable 16 bytes past its end (pinned
             buffers are). None: for rows whose width is not a multiple of 16, where it can
@@ -104,7 +104,12 @@ def raw_gather(
     with cupy_stream(stream, device):
         fn = kernel(SOURCE, name, device.index)
         grid = grid_size(
-            -(-n // WARPS_PER_BLOCK), device, max_blocks, kernel_fn=fn, threads=threads
+            -(-n // WARPS_PER_BLOCK),
+            device,
+            max_blocks,
+            kernel_fn=fn,
+            threads=threads,
+            per_sm=FETCH_BLOCKS_PER_SM,
         )
         args = (
             np.uint64(table_ptr),

@@ -166,9 +166,15 @@ def as_cupy(tensor: torch.Tensor) -> Any:
     return cupy().from_dlpack(tensor.detach())
 
 
-#: Default blocks per SM of a launch: one, so that a fetch on a side stream leaves most of
-#: every SM (registers, shared memory, warp slots) to the training kernels beside it.
+#: Default blocks per SM of a launch (the sampler's kernels): one.
 BLOCKS_PER_SM = 1
+#: Default grid of a fetch (raw gather, fused fetch and decode), in blocks per SM: a block on
+#: a quarter of the SMs. A fetch block on every SM keeps a large training kernel (a cuBLAS
+#: GEMM) off every SM until the fetch ends: measured on an H100, a GraphSAGE step beside
+#: back-to-back fetches took 1.3x to 3.9x its time alone with one block per SM, 1.15x to 1.25x
+#: with a quarter of the SMs, where the raw gather still ran at the link's speed
+#: (benchmarks/results/overlap-h100.md).
+FETCH_BLOCKS_PER_SM = 0.25
 #: Hardware limits used when the device properties do not say (sm_80 and sm_90 values).
 _REGS_PER_SM = 65536
 _THREADS_PER_SM = 2048
@@ -239,12 +245,13 @@ def grid_size(
     kernel_fn: Any = None,
     threads: int = 256,
     smem: int = 0,
+    per_sm: float = BLOCKS_PER_SM,
 ) -> int:
     """The grid of a grid-stride launch needing ``blocks`` blocks.
 
-    At most ``max_blocks`` (default: `BLOCKS_PER_SM` per SM), and never more than the device
-    holds at once (`occupancy` x SMs: more blocks only queue behind the resident ones), at
-    least 1.
+    At most ``max_blocks`` (default: ``per_sm`` blocks per SM, at least one block), and never
+    more than the device holds at once (`occupancy` x SMs: more blocks only queue behind the
+    resident ones), at least 1.
 
     Args:
         blocks: blocks that would cover the work with one item per warp/thread.
@@ -253,10 +260,12 @@ def grid_size(
         kernel_fn: the kernel, for its registers (None: 64 registers per thread assumed).
         threads: threads per block of the launch.
         smem: dynamic shared memory per block of the launch, in bytes.
+        per_sm: the default cap in blocks per SM (`BLOCKS_PER_SM`; fetches:
+            `FETCH_BLOCKS_PER_SM`).
     """
     props = torch.cuda.get_device_properties(device)
     sms = int(props.multi_processor_count)
-    cap = BLOCKS_PER_SM * sms if max_blocks is None else int(max_blocks)
+    cap = max(1, round(per_sm * sms)) if max_blocks is None else int(max_blocks)
     grid = min(int(blocks), cap)
     if grid > sms:  # one block per SM always fits; ask the occupancy only beyond that
         grid = min(grid, occupancy(kernel_fn, threads, smem, props) * sms)
