@@ -146,6 +146,10 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 // rewrites it; both values (its first slot, or its final id) give the same local id.
 
 #define IBP_KNOWN (1ll << 62)
+// A slot's flags in one word, so that one device-wide scan counts both: used in the low 32
+// bits, fresh in the high ones (a hop has fewer than 2^32 slots, so the low half never carries).
+#define IBP_FRESH_ONE (1ll << 32)
+#define IBP_USED_MASK 0xffffffffll
 
 #ifndef IBP_RELAXED_DEFINED
 // The map entries that ibp_hop_emit reads while another thread may rewrite them: volatile
@@ -237,8 +241,7 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
         const i64 v = nbr[e];
-        flags[2 * e] = v >= 0 && local[v] == e;
-        flags[2 * e + 1] = v >= 0;
+        flags[e] = v >= 0 ? (local[v] == e ? IBP_FRESH_ONE : 0) + 1 : 0;
     }
 }
 
@@ -252,11 +255,11 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
     for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
         const i64 v = nbr[e];
         if (v < 0) continue;
-        const i64 at = cum[2 * e + 1] - 1;
+        const i64 at = (cum[e] & IBP_USED_MASK) - 1;
         const i64 seen = relaxed_load(local + v);
-        const i64 id = seen < 0 ? seen + IBP_KNOWN : end + cum[2 * seen] - 1;
+        const i64 id = seen < 0 ? seen + IBP_KNOWN : end + (cum[seen] >> 32) - 1;
         if (seen == e) {
-            fresh[cum[2 * e] - 1] = v;
+            fresh[(cum[e] >> 32) - 1] = v;
             relaxed_store(local + v, id - IBP_KNOWN);
         }
         row[at] = id;

@@ -8,8 +8,9 @@ hop; on a GPU each op is a launch queued by the Python thread that also drives t
    sampled in-neighbors and claims, in the dense map, each neighbor not yet in the batch for
    its first slot (an ``atomicMin`` of the slot number);
 2. flags: every slot is marked used, and fresh when it is the first slot of a new node;
-3. one in-place prefix sum of the flags (torch) and one host read of the two totals, to
-   allocate the outputs;
+3. one in-place prefix sum of the flags (torch; both flags of a slot in one word, used in the
+   low 32 bits, fresh in the high ones) and one host read of the two totals, to allocate the
+   outputs;
 4. emit: every used slot writes its edge (neighbor's local id, target's local id, edge id) at
    its rank among the used slots, and every fresh slot appends its node and enters it in the
    map, so that new nodes are numbered in order of first occurrence.
@@ -32,6 +33,10 @@ from typing import Protocol
 import torch
 
 from .graph import CSRGraph
+
+#: A hop's slots must stay below this: the used count fills the low 32 bits of a flag word.
+_MAX_SLOTS = 1 << 32
+_USED_MASK = (1 << 32) - 1
 
 __all__ = ["HopKernels", "fused_hop", "read_counts"]
 
@@ -115,6 +120,11 @@ def fused_hop(
         slot_start = torch.zeros(rows + 1, dtype=i64, device=device)
         torch.cumsum(graph.indptr.index_select(0, frontier + 1).sub_(start), 0, out=slot_start[1:])
         (slots,) = read_counts(slot_start[rows:])
+    if slots >= _MAX_SLOTS:
+        raise ValueError(
+            f"a sampling hop of {slots:,} slots (frontier rows x fanout): the fused hop counts "
+            f"fewer than {_MAX_SLOTS:,}; use smaller batches or backend='torch'"
+        )
     if slots == 0:
         empty = torch.empty(0, dtype=i64, device=device)
         return empty, empty, empty, empty
@@ -125,10 +135,15 @@ def fused_hop(
         kernels.draw(g.indptr, g.indices, frontier, key, local, nbr, pos, fanout, replace)
     else:
         kernels.take_all(g.indptr, g.indices, frontier, slot_start, local, nbr, pos, slots)
-    cum = torch.empty((slots, 2), dtype=i64, device=device)
+    # One word per slot, used in the low 32 bits and fresh in the high ones: one 1-D scan
+    # (device-wide on CUDA). torch walks a (slots, 2) tensor scanned along dim 0 with one block
+    # of two threads, the likely reason why hops that did so took 62 ms of GPU time a batch on
+    # an H100 (benchmarks/results/sampling-h100.md, kernel backend).
+    cum = torch.empty(slots, dtype=i64, device=device)
     kernels.flags(nbr, local, cum)
     cum.cumsum_(0)
-    num_fresh, num_edges = read_counts(cum[slots - 1])
+    (total,) = read_counts(cum[slots - 1 :])
+    num_fresh, num_edges = total >> 32, total & _USED_MASK
     fresh = torch.empty(num_fresh, dtype=i64, device=device)
     row, col, edge = torch.empty((3, num_edges), dtype=i64, device=device)
     kernels.emit(

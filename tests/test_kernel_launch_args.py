@@ -643,7 +643,7 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
             tensors = {"indptr": indptr, "indices": indices, "frontier": frontier}
             tensors |= {"slot_start": start, "local": local, "nbr": nbr, "pos": pos}
             expected.append(distinct({**tensors, "rows": rows}))
-        cum = empty((slots, 2), i64)
+        cum = empty((slots,), i64)
         hop.flags(nbr, local, cum)
         expected.append(distinct({"nbr": nbr, "local": local, "flags": cum, "slots": slots}))
         fresh, row, col, edge = (empty((n,), i64) for n in (9, 50, 50, 50))

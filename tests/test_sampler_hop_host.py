@@ -131,6 +131,27 @@ def test_grid_and_block_do_not_change_the_hop(lib) -> None:
     assert runs[0] == runs[1] == runs[2]
 
 
+def test_a_hop_too_large_to_count_is_a_clear_error_before_any_launch(lib, monkeypatch) -> None:
+    from ibp_graph import sample_hop
+
+    g = power_graph(5)
+    frontier = torch.arange(0, 40)
+    kernels = HostHopKernels(lib)
+    monkeypatch.setattr(sample_hop, "_MAX_SLOTS", 40 * 4)  # stands in for 2^32 slots
+    with pytest.raises(ValueError, match=r"sampling hop of 160 slots .*fewer than 160"):
+        fused_hop(
+            kernels, g, dense_map(g, {}), frontier, begin=0, end=40, fanout=4, replace=False,
+            key=torch.tensor([7]),
+        )  # fmt: skip
+    assert kernels.launches == []
+    # One slot fewer: the hop runs.
+    out = fused_hop(
+        kernels, g, dense_map(g, {}), frontier[:39], begin=0, end=39, fanout=4, replace=False,
+        key=torch.tensor([7]),
+    )  # fmt: skip
+    assert kernels.launches == ["draw", "flags", "emit"] and out[0].numel() > 0
+
+
 def test_empty_hops_launch_nothing(lib) -> None:
     g = power_graph(4)
     isolated = torch.arange(g.num_nodes - 10, g.num_nodes)
