@@ -404,8 +404,8 @@ def test_sanitize_stage_runs_each_tool_with_what_the_tests_need(tmp_path: Path) 
     calls = [c for c in (out / "sanitizer-calls.txt").read_text().splitlines() if "--tool" in c]
     assert [c.split()[:3] for c in calls] == [
         ["memcheck", "sanitizer=memcheck", "caching_off=1"],
-        ["racecheck", "sanitizer=racecheck", "caching_off="],
         ["synccheck", "sanitizer=synccheck", "caching_off="],
+        ["racecheck", "sanitizer=racecheck", "caching_off="],
     ]
     for call in calls:
         assert "--error-exitcode" in call and "gpu and not slow" in call
