@@ -1293,9 +1293,10 @@ def double_buffered(
 def device_copy(cuda: Any, dst: torch.Tensor, src_ptr: int, nbytes: int) -> None:
     """Copy ``nbytes`` from the pinned rows at device address ``src_ptr`` into ``dst``.
 
-    Copy engines refuse the registered mapping on CUDA 13 (H100: both ``torch``'s
-    ``copy_`` and ``cudaMemcpy`` answer "invalid argument"), while kernels read it over
-    UVA, so an elementwise kernel copies it.
+    The tiled table spans several registrations (`PinnedBuffer` registers 1 GiB pieces).
+    Copied as one range, ``torch``'s ``copy_`` and ``cudaMemcpy`` both answered "invalid
+    argument" on an H100 (CUDA 13), while kernels read across the pieces over UVA: an
+    elementwise kernel copies it.
     """
     from ibp_graph.kernels.runtime import cupy
 
