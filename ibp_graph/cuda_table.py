@@ -164,6 +164,28 @@ def raw_bypass(table: IBPTable) -> bool:
     return bool(np.all(stored == width))
 
 
+#: Below this compression ratio a fetch is bound by the link, not by decoding, and sorting its
+#: ids pays: measured on an H100 (benchmarks/results/fetch-nvidia-h100-80gb-hbm3.md), sorted
+#: ids made the raw gather 1.0x-4.5x faster (most on rows of 1 KiB and less), tables of ratio
+#: 1.1-2.7 1.4x-4.5x on rows of 1 KiB and less (0.96x-1.03x on 4 KiB rows), and cost tables
+#: of ratio 8 and more, whose fetch is decode-bound, up to 21%.
+SORT_BELOW_RATIO = 4.0
+
+
+def default_sort_ids(sort_ids: bool | None, ratio: float, bypass: bool) -> bool:
+    """Whether a table sorts each fetch's ids.
+
+    ``sort_ids`` itself, or when it is None, whether the fetch reads raw rows (``bypass``) or
+    rows compressed less than `SORT_BELOW_RATIO`.
+
+    Raises:
+        IBPInputError: ``sort_ids`` is neither None nor a bool.
+    """
+    if sort_ids is not None:
+        return check_bool("sort_ids", sort_ids)
+    return bool(bypass or ratio < SORT_BELOW_RATIO)
+
+
 class _CudaTableBase:
     """Shared fetch logic: id handling, output allocation, error checks, lifetime.
 
@@ -177,7 +199,7 @@ class _CudaTableBase:
     dtype: torch.dtype
     device: torch.device
 
-    def __init__(self, device: torch.device, max_blocks: int | None, sort_ids: bool = False):
+    def __init__(self, device: torch.device, max_blocks: int | None, sort_ids: bool | None = False):
         self.device = device
         self.max_blocks = max_blocks
         self.sort_ids = check_bool("sort_ids", sort_ids)
@@ -323,8 +345,9 @@ class CudaIBPTable(_CudaTableBase):
             stream) and have the kernel write every row back to its caller's position, so
             the GPU reads the pinned rows in address order (GPU TLB and host page locality)
             rather than at random. Rows and errors are the same, bit for bit; the sort costs
-            one more operation per fetch. Off until measured on a GPU
-            (``benchmarks/fetch.py --sort-ids``) (default: False).
+            one more operation per fetch (0.1-0.2 ms for 10^5-10^6 ids on an H100). Default
+            None: on for tables whose fetch is bound by the link, raw rows (`bypass`) or a
+            ratio under `SORT_BELOW_RATIO`, off for the rest (`default_sort_ids`).
         double_buffer: decode with the double-buffered kernel, in which each warp stages
             its next row with asynchronous copies while it decodes the current one, so reads
             over PCIe overlap decoding (twice the staging shared memory; rows too wide for
@@ -343,13 +366,14 @@ class CudaIBPTable(_CudaTableBase):
         progress: bool | None = None,
         host_rows: np.ndarray | None = None,
         pages: str | None = None,
-        sort_ids: bool = False,
+        sort_ids: bool | None = None,
         double_buffer: bool = False,
     ):
         self.double_buffer = check_bool("double_buffer", double_buffer)
         dev = _device(device)
         cp = cupy()
         cpu = IBPTable(path, mmap=True, verify=verify)
+        sort_ids = default_sort_ids(sort_ids, cpu.ratio, raw_bypass(cpu))
         super().__init__(dev, max_blocks, sort_ids)
         self.path = cpu.path
         self.shape = cpu.shape
@@ -445,7 +469,8 @@ class PinnedRawTable(_CudaTableBase):
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").
         sort_ids: gather each fetch's rows in ascending id order and write them back to the
-            caller's positions, as :class:`CudaIBPTable`'s ``sort_ids`` (default: False).
+            caller's positions, as :class:`CudaIBPTable`'s ``sort_ids`` (default: None, on:
+            a raw gather is bound by the link).
     """
 
     def __init__(
@@ -456,12 +481,12 @@ class PinnedRawTable(_CudaTableBase):
         max_blocks: int | None = None,
         progress: bool | None = None,
         pages: str | None = None,
-        sort_ids: bool = False,
+        sort_ids: bool | None = None,
     ):
         dev = _device(device)
         cp = cupy()
         array, name = as_table(data)
-        super().__init__(dev, max_blocks, sort_ids)
+        super().__init__(dev, max_blocks, default_sort_ids(sort_ids, 1.0, True))
         self.path = f"<raw {name} table>"
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = torch_dtype(name)

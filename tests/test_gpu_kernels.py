@@ -319,7 +319,7 @@ def test_sorted_ids_give_the_same_bits_and_name_the_callers_position(tmp_path) -
         (lambda **kw: PinnedRawTable(x, device=CUDA, **kw), x),
         (lambda **kw: PinnedRawTable(noise, device=CUDA, max_blocks=1, **kw), noise),
     ):
-        with make() as plain, make(sort_ids=True) as ordered:
+        with make(sort_ids=False) as plain, make(sort_ids=True) as ordered:
             assert ordered.sort_ids and not plain.sort_ids
             ids = _ids(rng, rows.shape[0], 20_000)
             got = ordered.fetch(ids)

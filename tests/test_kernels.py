@@ -449,6 +449,18 @@ def test_sort_ids_launches_the_sorted_ids_and_errors_name_the_callers_position()
         _RecordingTable.make(sort_ids="yes")
 
 
+def test_tables_sort_ids_by_default_where_the_fetch_is_bound_by_the_link() -> None:
+    from ibp_graph.cuda_table import SORT_BELOW_RATIO, default_sort_ids
+
+    assert default_sort_ids(None, 1.17, False) and default_sort_ids(None, 2.7, False)  # dense
+    assert not default_sort_ids(None, 15.1, False) and not default_sort_ids(None, 123.1, False)
+    assert not default_sort_ids(None, SORT_BELOW_RATIO, False)  # the bound itself: decode-bound
+    assert default_sort_ids(None, 1.0, True)  # raw rows: a raw gather
+    assert default_sort_ids(True, 123.1, False) and not default_sort_ids(False, 1.0, True)
+    with pytest.raises(IBPInputError, match="sort_ids must be a bool, got 'int'"):
+        default_sort_ids(1, 1.0, True)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_open_on_cuda_without_a_gpu_is_a_clear_error(tmp_path) -> None:
     ibp_graph.compress(np.ones((4, 3), np.float32), tmp_path / "x.ibp")
