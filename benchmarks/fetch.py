@@ -1290,18 +1290,22 @@ def double_buffered(
     return seconds, same, ""
 
 
-def device_copy(cuda: Any, dst: torch.Tensor, src_ptr: int, nbytes: int) -> None:
-    """Copy ``nbytes`` from the pinned rows at device address ``src_ptr`` into ``dst``.
+def device_copy(dst: torch.Tensor, pinned: Any, src_ptr: int, nbytes: int) -> None:
+    """Copy the first ``nbytes`` of ``pinned`` (device address ``src_ptr``) into ``dst``.
+
+    On the CPU (the stand-ins of the tests) ``dst`` takes the host bytes themselves.
 
     The tiled table spans several registrations (`PinnedBuffer` registers 1 GiB pieces).
     Copied as one range, ``torch``'s ``copy_`` and ``cudaMemcpy`` both answered "invalid
     argument" on an H100 (CUDA 13), while kernels read across the pieces over UVA: an
     elementwise kernel copies it.
     """
+    if dst.device.type != "cuda":
+        dst[:nbytes].copy_(torch.from_numpy(pinned.array[:nbytes]))
+        return
     from ibp_graph.kernels.runtime import cupy
 
     cp = cupy()
-    del cuda
     mem = cp.cuda.UnownedMemory(src_ptr, nbytes, None)
     src = cp.ndarray((nbytes,), cp.uint8, cp.cuda.MemoryPointer(mem, 0))
     torch.cuda.synchronize(dst.device)
@@ -1338,7 +1342,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         codec = tiled_codec(table, times, ptr, device)
         # The same rows in GPU memory (64 zero bytes after them, as after the pinned ones).
         on_gpu = torch.zeros(stored + 64, dtype=torch.uint8, device=device)
-        device_copy(bench.cuda, on_gpu, ptr, stored)
+        device_copy(on_gpu, pinned, ptr, stored)
         gpu_codec = dataclasses.replace(codec, rows_ptr=on_gpu.data_ptr())
         sizes = np.diff(table.offsets).astype(np.int64) * table.align
         sizes_dev = torch.from_numpy(sizes).to(device)

@@ -404,7 +404,7 @@ def profile_case(bench: fetch.Bench, case: fetch.Case, tmp: Path, args) -> tuple
         # The same rows in GPU memory (64 zero bytes after them, as after the pinned ones).
         stored = prepared.stored_table
         on_gpu = torch.zeros(stored + 64, dtype=torch.uint8, device=device)
-        fetch.device_copy(bench.cuda, on_gpu, ptr, stored)
+        fetch.device_copy(on_gpu, pinned, ptr, stored)
         gpu_codec = dataclasses.replace(codec, rows_ptr=on_gpu.data_ptr())
         ids = prepared.ids.to(device)
         n = ids.numel()
