@@ -199,7 +199,7 @@ class _CudaTableBase:
     dtype: torch.dtype
     device: torch.device
 
-    def __init__(self, device: torch.device, max_blocks: int | None, sort_ids: bool | None = False):
+    def __init__(self, device: torch.device, max_blocks: int | None, sort_ids: bool = False):
         self.device = device
         self.max_blocks = max_blocks
         self.sort_ids = check_bool("sort_ids", sort_ids)
