@@ -161,8 +161,11 @@ plan() {
 }
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
-# minutes; 30 minutes of GPU time get through the first three or four).
-CALLS=("smoke tests" "sanitize" "fetch sampling" "profile" "grid pages" "e2e ddp" "overlap"
+# minutes; on an H100 the first calls took 4-5 minutes each, machine start and transfers
+# included, so 30 minutes of GPU time get through the first five or six). The overlap and
+# sampling stages come early: they check the fetch grid and the fused hop's scan, both
+# changed after the first run.
+CALLS=("smoke tests" "sanitize" "overlap sampling" "fetch" "profile" "grid pages" "e2e ddp"
     "corasu" "synthetic" "fused" "lanes")
 
 prepare() {
