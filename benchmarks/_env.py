@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,19 @@ import numpy as np
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def slug(device_name: str) -> str:
+    """A file-name-safe form of a device name ("NVIDIA H100 80GB HBM3" -> nvidia-h100-...)."""
+    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "gpu"
+
+
+def result_name(kind: str, device: torch.device) -> str:
+    """A results file's name: ``<kind>-cpu``, or on a GPU ``<kind>-<its name>`` (e.g.
+    ``e2e-nvidia-h100-80gb-hbm3``), so that the results of different GPUs sit side by side."""
+    if device.type != "cuda":
+        return f"{kind}-{device.type}"
+    return f"{kind}-{slug(torch.cuda.get_device_name(device))}"
 
 
 def _cpu_model() -> str:

@@ -116,7 +116,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines, result_name  # noqa: E402
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
@@ -1119,6 +1119,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         if getattr(args, k) is not None
     }
     payload["graphs"] = []
+    name = result_name("e2e", device)
     graphs: list[Any] = [lambda g=g: bundled_graph(g) for g in args.graph_list]
     if args.synthetic_nodes > 0:
         graphs.append(lambda: synthetic_graph(args, device))
@@ -1128,13 +1129,13 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         del graph
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        payload = write_results(payload, args.out, f"e2e-{device.type}")  # after every graph
-    print((args.out / f"e2e-{device.type}.md").read_text())
+        payload = write_results(payload, args.out, name)  # after every graph
+    print((args.out / f"{name}.md").read_text())
     bad = [g["name"] for g in payload["graphs"] if not g["checks"]["losses_identical"]]
     if bad and args.deterministic:
         raise SystemExit(
             f"e2e: IBP on and off gave different losses on {', '.join(bad)} (results written "
-            f"to {args.out / f'e2e-{device.type}'}.json)"
+            f"to {args.out / name}.json)"
         )
     return payload
 

@@ -115,7 +115,6 @@ import argparse
 import dataclasses
 import itertools
 import math
-import re
 import statistics
 import sys
 import tempfile
@@ -132,7 +131,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import RESULTS, environment, header_lines, slug, write_json  # noqa: E402
 from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph.codec import decode  # noqa: E402
 from ibp_graph.dtypes import row_bytes as dtype_row_bytes  # noqa: E402
@@ -550,11 +549,6 @@ def summary(rows: list[dict]) -> dict:
 # --------------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------------
-
-
-def slug(device_name: str) -> str:
-    """A file-name-safe form of a device name ("NVIDIA H100 80GB HBM3" -> nvidia-h100-...)."""
-    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "gpu"
 
 
 def _num(value: float | None, digits: int = 1) -> str:

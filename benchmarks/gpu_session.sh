@@ -79,7 +79,8 @@
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
 # corasu: corasu.log + 3 in corasu/;
-# overlap: overlap.log + overlap-cuda.{json,md,png}; fused: fused.log + 3 in fused/.
+# overlap: overlap.log + overlap-<gpu>.{json,md,png} (<gpu>: the GPU name as a slug, e.g.
+# nvidia-h100-80gb-hbm3, as every benchmark names its results); fused: fused.log + 3 in fused/.
 #
 # The GPU image has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest and hypothesis,
 # so the package is installed without dependencies and no wheel travels (dgl and ogb are

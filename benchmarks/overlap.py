@@ -53,7 +53,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import ibp_graph  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    RESULTS,
+    environment,
+    header_lines,
+    result_name,
+    write_json,
+)
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import power_law_edges  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
@@ -447,7 +453,7 @@ def main(argv: list[str] | None = None) -> dict:
         "plot": None,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"overlap-{device.type}"
+    name = result_name("overlap", device)
     payload["plot"] = plot(payload, timelines, args.out / f"{name}.png")
     write_json(name, payload, args.out)
     (args.out / f"{name}.md").write_text(markdown(env, payload))

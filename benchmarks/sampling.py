@@ -83,7 +83,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    RESULTS,
+    environment,
+    header_lines,
+    result_name,
+    write_json,
+)
 from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph import sample_cpu  # noqa: E402
 from ibp_graph import sampler as sampler_module  # noqa: E402
@@ -536,7 +542,7 @@ def run(
             "not measured on the CPU: GPU targets need --device cuda, DGL's --compare-dgl"
         )
     payload["peak_rss_gib"] = peak_rss_gib()
-    name = f"sampling-{device.type}"
+    name = result_name("sampling", device)
     write_json(name, payload, args.out)
     (args.out / f"{name}.md").write_text(markdown(env, payload))
     print((args.out / f"{name}.md").read_text())

@@ -42,7 +42,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import ibp_graph.sample_hop as sample_hop  # noqa: E402
 import ibp_graph.sampler as sampler_module  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    RESULTS,
+    environment,
+    header_lines,
+    result_name,
+    write_json,
+)
 from benchmarks.sampling import power_law_edges  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
 from ibp_graph.sampler import NeighborSampler  # noqa: E402
@@ -192,7 +198,7 @@ def main() -> None:
         "rows": rows,
         "environment": env,
     }
-    name = f"sampling-ops-{device.type}"
+    name = result_name("sampling-ops", device)
     write_json(name, payload, args.out)
     (args.out / f"{name}.md").write_text(markdown(env, payload))
     print(markdown(env, payload))

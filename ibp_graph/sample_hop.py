@@ -138,7 +138,7 @@ def fused_hop(
     # One word per slot, used in the low 32 bits and fresh in the high ones: one 1-D scan
     # (device-wide on CUDA). torch walks a (slots, 2) tensor scanned along dim 0 with one block
     # of two threads, the likely reason why hops that did so took 62 ms of GPU time a batch on
-    # an H100 (benchmarks/results/sampling-h100.md, kernel backend).
+    # an H100 (benchmarks/results/sampling-nvidia-h100-80gb-hbm3.md, kernel backend).
     cum = torch.empty(slots, dtype=i64, device=device)
     kernels.flags(nbr, local, cum)
     cum.cumsum_(0)

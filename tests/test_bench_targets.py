@@ -43,3 +43,16 @@ def test_no_goal_gives_no_verdict_and_info_is_kept() -> None:
 def test_a_zero_goal() -> None:
     assert check(0.0, 0.0, at_least=False)["gap"] == 0.0
     assert check(0.5, 0.0, at_least=False)["gap"] == math.inf
+
+
+def test_results_files_are_named_for_the_device_they_ran_on(monkeypatch) -> None:
+    import torch
+
+    from benchmarks._env import result_name, slug
+
+    assert result_name("e2e", torch.device("cpu")) == "e2e-cpu"
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: names[device.index])
+    assert result_name("overlap", torch.device("cuda", 0)) == "overlap-nvidia-h100-80gb-hbm3"
+    assert result_name("sampling-ops", torch.device("cuda", 1)) == "sampling-ops-nvidia-h200"
+    assert slug("  ") == "gpu"

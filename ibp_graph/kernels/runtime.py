@@ -173,7 +173,7 @@ BLOCKS_PER_SM = 1
 #: GEMM) off every SM until the fetch ends: measured on an H100, a GraphSAGE step beside
 #: back-to-back fetches took 1.3x to 3.9x its time alone with one block per SM, 1.15x to 1.25x
 #: with a quarter of the SMs, where the raw gather still ran at the link's speed
-#: (benchmarks/results/overlap-h100.md).
+#: (benchmarks/results/overlap-nvidia-h100-80gb-hbm3.md).
 FETCH_BLOCKS_PER_SM = 0.25
 #: Hardware limits used when the device properties do not say (sm_80 and sm_90 values).
 _REGS_PER_SM = 65536
