@@ -17,13 +17,14 @@
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
 #   tests      about 4 min (203 s on an H100): `pytest -m gpu -x` one file at a time (a
 #              sticky CUDA fault ends only its own file), at most 240 s per file.
-#   sanitize   about 6-9 min: compute-sanitizer memcheck, synccheck and racecheck over the
-#              kernel tests (tests/test_gpu_kernels.py, not slow, and the fused sampling hop's
-#              tests/test_sampler_hop_host.py), at most 150 s for memcheck and synccheck and
-#              300 s for racecheck (on an H100 it got through 10 tests in 150 s); the tests see
+#   sanitize   about 3-5 min: compute-sanitizer memcheck and synccheck over the kernel tests
+#              (tests/test_gpu_kernels.py, not slow, and the fused sampling hop's
+#              tests/test_sampler_hop_host.py), at most 150 s per tool; the tests see
 #              IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with torch's caching
 #              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
 #              is past its allocation.
+#   racecheck  about 9 min: compute-sanitizer racecheck over the same tests, at most 540 s
+#              (on an H100 it got through 10 of them in 150 s).
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
@@ -74,7 +75,8 @@
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
 # what it wrote), and a command whose stages would write more than 8 files is refused before
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
-# times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; fetch and
+# times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; racecheck:
+# racecheck.log; fetch and
 # pages and grid: their log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
@@ -98,15 +100,15 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch profile pages grid lanes sampling e2e overlap fused ddp
-    synthetic corasu)
+ALL_STAGES=(smoke tests sanitize racecheck fetch profile pages grid lanes sampling e2e overlap
+    fused ddp synthetic corasu)
 MAX_FILES=8
 MAX_COMMAND=2000
 
 # files STAGE: how many files the stage writes under $OUT.
 files() {
     case "$1" in
-    smoke | tests | sanitize) echo 1 ;;
+    smoke | tests | sanitize | racecheck) echo 1 ;;
     ddp) echo 3 ;;
     fetch | pages | grid | sampling) echo 3 ;;
     lanes | profile) echo 5 ;;
@@ -119,7 +121,8 @@ minutes() {
     case "$1" in
     smoke) echo 2 ;;
     tests) echo 6 ;;
-    sanitize) echo 9 ;;
+    sanitize) echo 5 ;;
+    racecheck) echo 9 ;;
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
@@ -163,11 +166,11 @@ plan() {
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; on an H100 the first calls took 4-5 minutes each, machine start and transfers
-# included, so 30 minutes of GPU time get through the first five or six). The overlap and
+# included, so 30 minutes of GPU time get through the first four or five). The overlap and
 # sampling stages come early: they check the fetch grid and the fused hop's scan, both
 # changed after the first run.
-CALLS=("smoke tests" "sanitize" "overlap sampling" "fetch" "profile" "grid pages" "e2e ddp"
-    "corasu" "synthetic" "fused" "lanes")
+CALLS=("smoke tests" "sanitize sampling" "overlap" "fetch" "profile" "racecheck" "grid pages"
+    "e2e ddp" "corasu" "synthetic" "fused" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -307,6 +310,37 @@ run() {
     timeout -s INT -k 15 "$limit" "$@" 2>&1 | tee -a "$OUT/$log"
 }
 
+# sanitizers LOG SECONDS TOOL...: each compute-sanitizer TOOL over the kernel tests (not slow),
+# at most SECONDS each, into $OUT/LOG; 4 without compute-sanitizer, 1 when a tool fails.
+sanitizers() {
+    local log=$1 budget=$2 tool trc status=0
+    shift 2
+    if ! command -v compute-sanitizer >/dev/null; then
+        echo "$log: compute-sanitizer is not on the PATH" | tee -a "$OUT/$log"
+        return 4
+    fi
+    for tool in "$@"; do
+        echo "-- $tool" >>"$OUT/$log"
+        trc=0
+        export IBP_GRAPH_SANITIZER=$tool  # the tests take fewer ids under a tool
+        # memcheck sees a write past a tensor only if the tensor is its own allocation:
+        # torch's caching allocator is off for it.
+        if [ "$tool" = memcheck ]; then
+            export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+        else
+            unset PYTORCH_NO_CUDA_MEMORY_CACHING
+        fi
+        run "$budget" "$log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
+            --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" \
+            tests/test_gpu_kernels.py tests/test_sampler_hop_host.py || trc=$?
+        if [ "$trc" -ne 0 ]; then status=1; fi
+        echo "$tool rc=$trc" | tee -a "$SUMMARY"
+    done
+    unset IBP_GRAPH_SANITIZER PYTORCH_NO_CUDA_MEMORY_CACHING
+    grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/$log" | tee -a "$SUMMARY"
+    return "$status"
+}
+
 # capped SECONDS: SECONDS, or less so that the script ends DEADLINE seconds after its start.
 capped() {
     local left=$((DEADLINE - SECONDS - 25))
@@ -391,34 +425,10 @@ for stage in "${STAGES[@]}"; do
         done
         ;;
     sanitize)
-        if ! command -v compute-sanitizer >/dev/null; then
-            echo "sanitize: compute-sanitizer is not on the PATH" | tee -a "$OUT/sanitize.log"
-            rc=4
-        else
-            # racecheck last, with the longest budget: on an H100 it got through 10 of the
-            # 39 tests in 150 s (memcheck and synccheck through 27 in 20 s or less).
-            for tool in memcheck synccheck racecheck; do
-                echo "-- $tool" >>"$OUT/sanitize.log"
-                trc=0
-                export IBP_GRAPH_SANITIZER=$tool  # the tests take fewer ids under a tool
-                # memcheck sees a write past a tensor only if the tensor is its own
-                # allocation: torch's caching allocator is off for it.
-                if [ "$tool" = memcheck ]; then
-                    export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-                else
-                    unset PYTORCH_NO_CUDA_MEMORY_CACHING
-                fi
-                budget=150
-                if [ "$tool" = racecheck ]; then budget=300; fi
-                run "$budget" sanitize.log compute-sanitizer --tool "$tool" --error-exitcode 86 \
-                    --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" \
-                    tests/test_gpu_kernels.py tests/test_sampler_hop_host.py || trc=$?
-                if [ "$trc" -ne 0 ]; then rc=1; fi
-                echo "$tool rc=$trc" | tee -a "$SUMMARY"
-            done
-            unset IBP_GRAPH_SANITIZER PYTORCH_NO_CUDA_MEMORY_CACHING
-            grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitize.log" | tee -a "$SUMMARY"
-        fi
+        sanitizers sanitize.log 150 memcheck synccheck || rc=$?
+        ;;
+    racecheck)
+        sanitizers racecheck.log 540 racecheck || rc=$?
         ;;
     fetch)
         run 420 fetch.log python3 benchmarks/fetch.py --table-gb 4 --batch 100000,1000000 \

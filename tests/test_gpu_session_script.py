@@ -27,6 +27,7 @@ STAGES = (
     "smoke",
     "tests",
     "sanitize",
+    "racecheck",
     "fetch",
     "profile",
     "pages",
@@ -397,7 +398,7 @@ def test_sanitize_stage_runs_each_tool_with_what_the_tests_need(tmp_path: Path) 
     sanitizer.chmod(0o755)
     out = tmp_path / "out"
     done = script(
-        "sanitize", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"),
+        "sanitize", "racecheck", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"),
         PATH=f"{bin_dir}:{os.environ['PATH']}",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -405,8 +406,10 @@ def test_sanitize_stage_runs_each_tool_with_what_the_tests_need(tmp_path: Path) 
     assert [c.split()[:3] for c in calls] == [
         ["memcheck", "sanitizer=memcheck", "caching_off=1"],
         ["synccheck", "sanitizer=synccheck", "caching_off="],
-        ["racecheck", "sanitizer=racecheck", "caching_off="],
+        ["racecheck", "sanitizer=racecheck", "caching_off="],  # its own stage and log
     ]
+    assert "-- racecheck" in (out / "racecheck.log").read_text()
+    assert "-- racecheck" not in (out / "sanitize.log").read_text()
     for call in calls:
         assert "--error-exitcode" in call and "gpu and not slow" in call
         assert "tests/test_gpu_kernels.py" in call and "tests/test_sampler_hop_host.py" in call
