@@ -56,10 +56,10 @@ staging buffers per warp get no db rates (null in the JSON, n/a in the markdown)
 Pinned memory is allocated as ``--pages`` says (`ibp_graph.pinned.PAGE_KINDS`): "huge"
 (the library's default) or "small" 4 KiB pages, whose GPU TLB misses on random rows over
 GiBs this measures, or "cuda" (cudaHostAlloc); a run with other than "huge" writes
-``fetch-<device>-<pages>-pages``. ``--raw-kernel vector`` makes the ``raw`` column use the
-widest-vector gather even for rows that are not a multiple of 16 bytes (where the library
-takes the whole-16-byte-load kernel): two runs of such widths, with and without it, compare
-the two kernels (``fetch-<device>-vector-raw``; ``--tag`` names a run apart).
+``fetch-<device>-<pages>-pages``. ``--raw-kernel lines`` makes the ``raw`` column use the
+whole-16-byte-load gather for rows that are not a multiple of 16 bytes (where the library
+takes the widest vectors): two runs of such widths, with and without it, compare the two
+kernels (``fetch-<device>-lines-raw``; ``--tag`` names a run apart).
 
 GPU timings are CUDA events around ``inner`` back-to-back launches (enough for 20 ms), the
 median of ``--repeats`` samples, after an untimed warm-up call (which compiles the kernel).
@@ -752,10 +752,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--raw-kernel",
-        choices=["auto", "vector"],
+        choices=["auto", "lines"],
         default="auto",
-        help="raw gather: auto (whole 16-byte loads for rows not a multiple of 16 bytes) or "
-        "vector (the widest vector dividing the row)",
+        help="raw gather: auto (the library's: the widest vector dividing the row) or lines "
+        "(whole 16-byte loads, for rows of a multiple of 4 bytes)",
     )
     p.add_argument(
         "--sort-ids",
@@ -1108,7 +1108,7 @@ class Bench:
 
         n = self.args.table_bytes // row_bytes
         ptr, err, cap = self.raw_ptr, self.error, self.args.max_blocks
-        lines = None if self.args.raw_kernel == "auto" else False
+        lines = self.args.raw_kernel == "lines" and row_bytes % 4 == 0 and row_bytes % 16 != 0
 
         def gather(idx: torch.Tensor, out_pos: torch.Tensor | None = None) -> None:
             launcher.raw_gather(

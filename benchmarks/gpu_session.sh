@@ -51,8 +51,8 @@
 #              the default grid of `fetch` (a block on a quarter of the SMs): what latency
 #              hiding buys a fetch that has the GPU to itself.
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
-#              1,028 B, 5,732 B like Cora's), run twice: whole 16-byte loads (the default)
-#              and the widest vectors (--raw-kernel vector).
+#              1,028 B, 5,732 B like Cora's), run twice: the widest vectors (the default)
+#              and whole 16-byte loads (--raw-kernel lines).
 #   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
 #              and fused-kernel hops; time, host CPU, GPU busy and ops per batch).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer.
@@ -482,7 +482,7 @@ for stage in "${STAGES[@]}"; do
             --out "$OUT" || rc=$?
         ;;
     lanes)
-        for raw_kernel in auto vector; do
+        for raw_kernel in auto lines; do
             run 200 lanes.log python3 benchmarks/fetch.py --raw-kernel "$raw_kernel" \
                 --table-gb 4 --batch 100000,1000000 --widths 260,1028,5732 \
                 --kinds random-bits --no-real --max-batch-gb 1 --repeats 10 \

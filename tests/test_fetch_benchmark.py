@@ -657,7 +657,7 @@ def _positions(idx: torch.Tensor, out_pos: torch.Tensor | None) -> np.ndarray:
 
 
 def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, out_pos=None,
-                     stream=None, max_blocks=None, line_aligned=None) -> None:  # fmt: skip
+                     stream=None, max_blocks=None, line_aligned=False) -> None:  # fmt: skip
     gather.entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)  # its checks
     check_launch(idx, out, row_bytes, error.device)
     check_out_pos(out_pos, idx, error.device)

@@ -67,7 +67,7 @@ def stage_commands() -> dict[str, list[list[str]]]:
             "$WORK": "/tmp/w",
             "$WORK/overlap": "/tmp/w/overlap",
             "$features": "f.npy",
-            "$raw_kernel": "vector",  # the loop of the lanes stage: auto, then vector
+            "$raw_kernel": "lines",  # the loop of the lanes stage: auto, then lines
         }
         found.setdefault(m.group(1), []).append(
             ["/tmp/o" + a[4:] if a.startswith("$OUT") else subst.get(a, a) for a in argv]
@@ -164,10 +164,10 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     # grid: the kernels' full occupancy (a cap far above it), against fetch's default grid.
     assert full.max_blocks is None and grid.max_blocks >= 132 * 32 and grid.tag == "grid"
     assert grid.widths == [512] and grid.real and grid.pages == "huge"
-    assert full.raw_kernel == "auto" and lanes.raw_kernel == "vector"
+    assert full.raw_kernel == "auto" and lanes.raw_kernel == "lines"
     assert full.sort_ids and not small_pages.sort_ids and not lanes.sort_ids
     assert full.double_buffer and not small_pages.double_buffer and not lanes.double_buffer
-    assert "for raw_kernel in auto vector; do" in SCRIPT.read_text()
+    assert "for raw_kernel in auto lines; do" in SCRIPT.read_text()
     assert all(w % 16 for w in lanes.widths) and lanes.tag == "lanes"
     for args in (full, small_pages, grid, lanes):
         assert args.table_gb >= 2 and args.time_budget <= 400

@@ -577,10 +577,10 @@ def launch_raw_gather(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch)
         (64, False, True),
         (24, False, False),
         (12, False, True),
-        (6, None, False),
-        (7, None, True),
-        (12, None, False),
-        (12, None, True),
+        (6, False, False),
+        (7, False, True),
+        (12, True, False),
+        (12, True, True),
     ):
         idx = empty((n,), torch.int64)
         out = empty((n, row_bytes), torch.uint8)

@@ -121,15 +121,16 @@ def test_vector_width() -> None:
     assert vector_bytes(512, 4098) == 2
 
 
-def test_rows_not_a_multiple_of_16_bytes_take_the_lines_kernel() -> None:
+def test_rows_take_the_widest_vectors_unless_lines_are_asked_for() -> None:
     from ibp_graph.kernels.raw_gather import entry_point
 
-    assert entry_point(5732, 4096, 256, None) == "ibp_raw_gather_lines"  # Cora's rows
-    assert entry_point(24, 4096, 256, None) == "ibp_raw_gather_lines"
-    assert entry_point(512, 4096, 256, None) == "ibp_raw_gather_v16"  # whole lines already
-    assert entry_point(24, 4104, 256, None) == "ibp_raw_gather_v8"  # table not 16-aligned
-    assert entry_point(6, 4096, 256, None) == "ibp_raw_gather_v2"
-    assert entry_point(5732, 4096, 256, False) == "ibp_raw_gather_v4"
+    assert entry_point(5732, 4096, 256) == "ibp_raw_gather_v4"  # Cora's rows
+    assert entry_point(24, 4096, 256) == "ibp_raw_gather_v8"
+    assert entry_point(512, 4096, 256) == "ibp_raw_gather_v16"
+    assert entry_point(24, 4104, 256) == "ibp_raw_gather_v8"
+    assert entry_point(6, 4096, 256) == "ibp_raw_gather_v2"
+    assert entry_point(5732, 4096, 256, True) == "ibp_raw_gather_lines"
+    assert entry_point(24, 4096, 256, True) == "ibp_raw_gather_lines"
     with pytest.raises(ValueError, match="16-byte-aligned table"):
         entry_point(12, 4100, 256, True)
 

@@ -78,7 +78,7 @@ def test_dry_run_writes_the_planned_launches_in_order(tmp_path: Path, capsys) ->
             assert x["source"] == ("gpu" if x["what"].startswith("decode") else "pinned")
     bow = cases["bag-of-words-5732B"]
     assert bow["row_bytes"] == 5732 and bow["ratio"] > 10  # 1.3% ones compress well
-    assert launches[15]["kernel"] == "ibp_raw_gather_lines"  # 5,732 = 4 mod 16
+    assert launches[15]["kernel"] == "ibp_raw_gather_v4"  # 5,732 = 4 mod 16: vectors of 4
     assert launches[0]["kernel"] == "ibp_raw_gather_v16"
     out = capsys.readouterr().out
     assert "20 launches planned over 4 cases" in out and "needs a CUDA GPU" in out

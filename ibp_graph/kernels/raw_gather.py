@@ -24,20 +24,21 @@ def vector_bytes(row_bytes: int, *addresses: int) -> int:
     return 1
 
 
-def entry_point(row_bytes: int, table_ptr: int, out_ptr: int, line_aligned: bool | None) -> str:
+def entry_point(row_bytes: int, table_ptr: int, out_ptr: int, line_aligned: bool = False) -> str:
     """The kernel that gathers rows of ``row_bytes`` bytes from ``table_ptr`` into ``out_ptr``.
 
-    ``ibp_raw_gather_lines`` (whole aligned 16-byte loads) for rows whose width is a multiple
-    of 4 but not of 16, from a 16-byte-aligned table into a 4-byte-aligned output, when
-    ``line_aligned`` is None or True; else ``ibp_raw_gather_v<vector_bytes>``.
+    ``ibp_raw_gather_v<vector_bytes>`` (the widest vector dividing the row and both
+    addresses), or with ``line_aligned`` ``ibp_raw_gather_lines`` (whole aligned 16-byte
+    loads, for rows of a multiple of 4 bytes from a 16-byte-aligned table into a 4-byte-aligned
+    output). Vectors are the default: on an H100 they gathered Cora-width rows (5,732 B)
+    15-17% faster than whole 16-byte loads, and 260 B and 1,028 B rows as fast
+    (benchmarks/results/fetch-nvidia-h100-80gb-hbm3-lanes.md against -vector-raw-lanes.md).
 
     Raises:
         ValueError: ``line_aligned=True`` where the lines kernel cannot run (says why).
     """
     fits = row_bytes % 4 == 0 and table_ptr % 16 == 0 and out_ptr % 4 == 0
-    if line_aligned is None:
-        line_aligned = fits and row_bytes % 16 != 0
-    elif line_aligned and not fits:
+    if line_aligned and not fits:
         raise ValueError(
             f"line_aligned=True needs rows of a multiple of 4 bytes (got {row_bytes}), a "
             f"16-byte-aligned table (got {table_ptr:#x}) and a 4-byte-aligned output "
@@ -59,7 +60,7 @@ def raw_gather(
     out_pos: torch.Tensor | None = None,
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
-    line_aligned: bool | None = None,
+    line_aligned: bool = False,
 ) -> None:
     """Copy rows ``idx`` of a ``(num_rows, row_bytes)`` table at ``table_ptr`` into ``out``.
 
@@ -85,8 +86,7 @@ def raw_gather(
         max_blocks: cap on the grid (default: None, `runtime.FETCH_BLOCKS_PER_SM` per SM).
         line_aligned: load whole aligned 16-byte chunks (see `entry_point`), reading up to 15
             bytes past a row: the table must then be readable 16 bytes past its end (pinned
-            buffers are). None: for rows whose width is not a multiple of 16, where it can
-            (default: None).
+            buffers are) (default: False, the widest vectors).
 
     Raises:
         ValueError: a tensor has the wrong device, type, shape or size (named), or
