@@ -430,6 +430,30 @@ def test_raw_gather_of_a_last_row_ending_exactly_on_a_page_boundary() -> None:
         mapped.close()
 
 
+def test_whole_16_byte_loads_gather_the_bits_the_vectors_do() -> None:
+    from ibp_graph.kernels.raw_gather import raw_gather
+
+    count, width = 64, 5732  # Cora's rows: 4 mod 16, vectors of 4 bytes by default
+    page = mmap.PAGESIZE
+    mapped = _Mapped(-(-(count * width + 16) // page) * page)  # 15 bytes read past a row fit
+    try:
+        rows = mapped.array[: count * width].reshape(count, width)
+        rows[:] = np.random.default_rng(16).integers(0, 256, rows.shape, dtype=np.uint8)
+        idx = torch.tensor([count - 1, 0, 5, count - 1, 17, 5], device=CUDA)
+        outs = []
+        for lines in (False, True):
+            out = torch.empty((idx.numel(), width), dtype=torch.uint8, device=CUDA)
+            error = torch.zeros(2, dtype=torch.int32, device=CUDA)
+            raw_gather(mapped.device, count, width, idx, out, error, line_aligned=lines)
+            torch.cuda.synchronize()
+            assert error.tolist() == [0, 0]
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1])
+        assert np.array_equal(outs[1].cpu().numpy(), rows[idx.cpu().numpy()])
+    finally:
+        mapped.close()
+
+
 def test_fused_fetch_of_rows_ending_16_bytes_before_the_end_of_mapped_memory(tmp_path) -> None:
     rng = np.random.default_rng(9)
     x = _sparse(rng, 300, 50)
