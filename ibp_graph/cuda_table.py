@@ -373,8 +373,8 @@ class CudaIBPTable(_CudaTableBase):
         dev = _device(device)
         cp = cupy()
         cpu = IBPTable(path, mmap=True, verify=verify)
-        sort_ids = default_sort_ids(sort_ids, cpu.ratio, raw_bypass(cpu))
-        super().__init__(dev, max_blocks, sort_ids)
+        bypass = raw_bypass(cpu)
+        super().__init__(dev, max_blocks, default_sort_ids(sort_ids, cpu.ratio, bypass))
         self.path = cpu.path
         self.shape = cpu.shape
         self.dtype = cpu.dtype
@@ -402,7 +402,7 @@ class CudaIBPTable(_CudaTableBase):
             align=cpu.align,
             row_bytes=row_bytes(cpu.shape[1], cpu.dtype_name),
         )
-        self._bypass = raw_bypass(cpu)
+        self._bypass = bypass
         # The constant tensors (and the prefix sums derived from them) are read by address
         # on whatever stream fetches: let their copies complete once, here.
         self.codec.const_args  # noqa: B018 - builds the prefix sums now
