@@ -376,7 +376,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         nargs="*",
         default=[0.1, 1, 4],
-        help="grid caps besides 1/SM, in blocks per SM (0.25: a block on a quarter of the SMs)",
+        help="grid caps besides the default, in blocks per SM (0.25: a block on a quarter of "
+        "the SMs)",
     )
     p.add_argument("--tables", nargs="+", choices=["dense", "sparse"], default=["dense", "sparse"])
     p.add_argument("--seed", type=int, default=0)
