@@ -330,9 +330,11 @@ class CudaIBPTable(_CudaTableBase):
         path: the ``.ibp`` file.
         device: the CUDA device (default: the current one).
         verify: check the section checksums first (default: True).
-        max_blocks: cap on the fetch grid, to leave SMs to training (default: a block on a
-            quarter of the SMs, `ibp_graph.kernels.runtime.FETCH_BLOCKS_PER_SM`; never more
-            than the kernel's occupancy allows).
+        max_blocks: cap on the fetch grid (default: None, a block on a quarter of the SMs
+            for a fetch on a side stream, which leaves the rest to training, and every block
+            the SMs hold for one on the current stream: see
+            `ibp_graph.kernels.runtime.fetch_blocks_per_sm`; never more than the kernel's
+            occupancy allows).
         progress: show a progress bar while pinning (None: for rows of 256 MiB or more).
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").
@@ -463,8 +465,8 @@ class PinnedRawTable(_CudaTableBase):
     Args:
         data: a 2-D NumPy array or torch tensor (copied into pinned memory; not modified).
         device: the CUDA device (default: the current one).
-        max_blocks: cap on the gather grid (default: a block on a quarter of the SMs,
-            `ibp_graph.kernels.runtime.FETCH_BLOCKS_PER_SM`).
+        max_blocks: cap on the gather grid (default: None, as `CudaIBPTable`'s: a quarter
+            of the SMs on a side stream, all of them on the current stream).
         progress: show a progress bar while pinning.
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").

@@ -707,24 +707,32 @@ def test_launch_args_match_the_entry_point_signature(case, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.source for c in CASES])
-def test_fetch_grids_default_to_a_share_of_the_sms_and_sampler_grids_to_one_block_each(
+def test_fetch_grids_default_by_their_stream_and_sampler_grids_to_one_block_per_sm(
     case, monkeypatch
 ) -> None:
     from ibp_graph.kernels import runtime
 
     module = importlib.import_module(case.module)
     record(module, monkeypatch)
-    defaults = []
+    defaults, asked = [], []
 
     def grid(blocks, device, max_blocks, **kw):
         defaults.append(kw.get("per_sm", runtime.BLOCKS_PER_SM))
         return max(1, int(blocks))
 
+    def share(stream, device):  # the fetch's default, asked with the launch's stream
+        asked.append(stream)
+        return "fetch share"
+
     monkeypatch.setattr(module, "grid_size", grid)
+    if hasattr(module, "fetch_blocks_per_sm"):
+        monkeypatch.setattr(module, "fetch_blocks_per_sm", share)
     case.launch_all(module, monkeypatch)
-    sampler = case.source == "sample_neighbors.cu"
-    want = runtime.BLOCKS_PER_SM if sampler else runtime.FETCH_BLOCKS_PER_SM
-    assert defaults and set(defaults) == {want}
+    if case.source == "sample_neighbors.cu":
+        assert defaults and set(defaults) == {runtime.BLOCKS_PER_SM} and not asked
+    else:
+        assert defaults and set(defaults) == {"fetch share"} and len(asked) == len(defaults)
+        assert set(asked) == {None}  # the cases launch on the current stream
 
 
 def test_wide_rows_opt_in_to_more_shared_memory(monkeypatch) -> None:

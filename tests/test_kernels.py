@@ -720,13 +720,31 @@ def test_default_grid_is_its_blocks_per_sm_and_never_more_than_fits(monkeypatch)
     big = types.SimpleNamespace(num_regs=128, shared_size_bytes=0)
     assert runtime.grid_size(10_000, dev, 10_000, kernel_fn=big, threads=256) == 2 * 132
     assert runtime.grid_size(0, dev, None, kernel_fn=fn) == 1
-    # A fetch's default: a block on a quarter of the SMs, at least one block.
-    quarter = runtime.FETCH_BLOCKS_PER_SM
+    # A side-stream fetch's default: a block on a quarter of the SMs, at least one block.
+    quarter = runtime.SIDE_STREAM_BLOCKS_PER_SM
     assert runtime.grid_size(10_000, dev, None, kernel_fn=fn, per_sm=quarter) == 33
     assert runtime.grid_size(10, dev, None, kernel_fn=fn, per_sm=quarter) == 10
     assert runtime.grid_size(10_000, dev, 200, kernel_fn=fn, per_sm=quarter) == 200
+    # per_sm None: every block the SMs hold at once, and no more than the work needs.
+    assert runtime.grid_size(10_000, dev, None, kernel_fn=fn, per_sm=None) == 4 * 132
+    assert runtime.grid_size(10_000, dev, None, kernel_fn=big, per_sm=None) == 2 * 132
+    assert runtime.grid_size(300, dev, None, kernel_fn=fn, per_sm=None) == 300
+    assert runtime.grid_size(10_000, dev, 7, kernel_fn=fn, per_sm=None) == 7
     props.multi_processor_count = 2
     assert runtime.grid_size(10_000, dev, None, kernel_fn=fn, per_sm=quarter) == 1
+
+
+def test_a_fetch_takes_a_share_of_the_sms_on_a_side_stream_and_all_on_the_current(
+    monkeypatch,
+) -> None:
+    from ibp_graph.kernels import runtime
+
+    current, side = object(), object()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
+    dev = torch.device("cuda", 0)
+    assert runtime.fetch_blocks_per_sm(None, dev) is None
+    assert runtime.fetch_blocks_per_sm(current, dev) is None
+    assert runtime.fetch_blocks_per_sm(side, dev) == runtime.SIDE_STREAM_BLOCKS_PER_SM
 
 
 def test_device_codec_checks_its_constant_tensors_once() -> None:

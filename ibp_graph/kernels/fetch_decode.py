@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from .runtime import (
-    FETCH_BLOCKS_PER_SM,
     as_cupy,
     cupy_stream,
     describe,
+    fetch_blocks_per_sm,
     grid_size,
     kernel,
     note_launch,
@@ -296,8 +296,9 @@ def fetch_decode(
             ``torch.sort(ids)`` with ``idx`` the sorted ids (default: None, row ``r`` to
             ``r``).
         stream: the torch stream to launch on (default: None, the current one).
-        max_blocks: cap on the grid (default: None, `runtime.FETCH_BLOCKS_PER_SM` per SM, never
-            more than the device holds at once).
+        max_blocks: cap on the grid (default: None, `runtime.fetch_blocks_per_sm`: a block on
+            a quarter of the SMs on a side stream, every block the SMs hold on the current
+            stream; never more than the device holds at once).
         double_buffer: launch the double-buffered kernel (default: False): each warp stages
             its next row with asynchronous copies (``cp.async``, sm_80 and newer) while it
             decodes the current one, and reads the ids and offsets of the rows after it
@@ -341,7 +342,7 @@ def fetch_decode(
             kernel_fn=fn,
             threads=threads,
             smem=plan.bytes_per_block,
-            per_sm=FETCH_BLOCKS_PER_SM,
+            per_sm=fetch_blocks_per_sm(stream, device),
         )
         args = (
             np.uint64(codec.rows_ptr),

@@ -6,7 +6,14 @@ import numpy as np
 import torch
 
 from .fetch_decode import WARP, check_error, check_launch, check_out_pos
-from .runtime import FETCH_BLOCKS_PER_SM, as_cupy, cupy_stream, grid_size, kernel, note_launch
+from .runtime import (
+    as_cupy,
+    cupy_stream,
+    fetch_blocks_per_sm,
+    grid_size,
+    kernel,
+    note_launch,
+)
 
 SOURCE = "raw_gather.cu"
 WARPS_PER_BLOCK = 8
@@ -83,7 +90,9 @@ def raw_gather(
             ``torch.sort(ids)`` with ``idx`` the sorted ids (default: None, row ``r`` to
             ``r``).
         stream: the torch stream to launch on (default: None, the current one).
-        max_blocks: cap on the grid (default: None, `runtime.FETCH_BLOCKS_PER_SM` per SM).
+        max_blocks: cap on the grid (default: None, `runtime.fetch_blocks_per_sm`: a block on
+            a quarter of the SMs on a side stream, every block the SMs hold on the current
+            stream).
         line_aligned: load whole aligned 16-byte chunks (see `entry_point`), reading up to 15
             bytes past a row: the table must then be readable 16 bytes past its end (pinned
             buffers are) (default: False, the widest vectors).
@@ -109,7 +118,7 @@ def raw_gather(
             max_blocks,
             kernel_fn=fn,
             threads=threads,
-            per_sm=FETCH_BLOCKS_PER_SM,
+            per_sm=fetch_blocks_per_sm(stream, device),
         )
         args = (
             np.uint64(table_ptr),

@@ -168,13 +168,15 @@ def as_cupy(tensor: torch.Tensor) -> Any:
 
 #: Default blocks per SM of a launch (the sampler's kernels): one.
 BLOCKS_PER_SM = 1
-#: Default grid of a fetch (raw gather, fused fetch and decode), in blocks per SM: a block on
-#: a quarter of the SMs. A fetch block on every SM keeps a large training kernel (a cuBLAS
-#: GEMM) off every SM until the fetch ends: measured on an H100, a GraphSAGE step beside
-#: back-to-back fetches took 1.3x to 3.9x its time alone with one block per SM, 1.15x to 1.25x
-#: with a quarter of the SMs, where the raw gather still ran at the link's speed
-#: (benchmarks/results/overlap-nvidia-h100-80gb-hbm3.md).
-FETCH_BLOCKS_PER_SM = 0.25
+#: Default grid of a fetch (raw gather, fused fetch and decode) launched on a side stream, in
+#: blocks per SM: a block on a quarter of the SMs. A fetch block on every SM keeps a large
+#: training kernel (a cuBLAS GEMM) off every SM until the fetch ends: measured on an H100, a
+#: GraphSAGE step beside back-to-back fetches took 1.3x to 3.9x its time alone with one block
+#: per SM, 1.15x to 1.25x with a quarter of the SMs, where the raw gather still ran at the
+#: link's speed (benchmarks/results/overlap-nvidia-h100-80gb-hbm3.md). A fetch on the current
+#: stream has nothing of its caller's beside it and takes every block the SMs hold
+#: (`fetch_blocks_per_sm`).
+SIDE_STREAM_BLOCKS_PER_SM = 0.25
 #: Hardware limits used when the device properties do not say (sm_80 and sm_90 values).
 _REGS_PER_SM = 65536
 _THREADS_PER_SM = 2048
@@ -237,6 +239,23 @@ def occupancy(kernel_fn: Any, threads: int, smem: int, props: Any) -> int:
     return resident_blocks_per_sm(num_regs, threads, smem + static, props)
 
 
+def fetch_blocks_per_sm(stream: torch.cuda.Stream | None, device: torch.device) -> float | None:
+    """The default grid of a fetch launched on ``stream``, in blocks per SM (`grid_size`).
+
+    On a side stream (another stream than torch's current one on ``device``, as a loader's
+    prefetch uses) `SIDE_STREAM_BLOCKS_PER_SM`: the work the caller queues on its own stream
+    (training) keeps the other SMs. On the current stream (``stream`` None or the current
+    one) None, every block the SMs hold at once: the caller's own work waits for the fetch
+    anyway, and a decoder with more warps in flight hides more of its latency (measured on an
+    H100, a sparse table decoded 64 GB/s alone on a quarter of the SMs, 251 GB/s with a block
+    on each and 702 GB/s with 4 blocks on each:
+    benchmarks/results/overlap-nvidia-h100-80gb-hbm3*.md).
+    """
+    if stream is None or stream == torch.cuda.current_stream(device):
+        return None
+    return SIDE_STREAM_BLOCKS_PER_SM
+
+
 def grid_size(
     blocks: int,
     device: torch.device,
@@ -245,7 +264,7 @@ def grid_size(
     kernel_fn: Any = None,
     threads: int = 256,
     smem: int = 0,
-    per_sm: float = BLOCKS_PER_SM,
+    per_sm: float | None = BLOCKS_PER_SM,
 ) -> int:
     """The grid of a grid-stride launch needing ``blocks`` blocks.
 
@@ -261,11 +280,16 @@ def grid_size(
         threads: threads per block of the launch.
         smem: dynamic shared memory per block of the launch, in bytes.
         per_sm: the default cap in blocks per SM (`BLOCKS_PER_SM`; fetches:
-            `FETCH_BLOCKS_PER_SM`).
+            `fetch_blocks_per_sm`), or None for every block the device holds at once.
     """
     props = torch.cuda.get_device_properties(device)
     sms = int(props.multi_processor_count)
-    cap = max(1, round(per_sm * sms)) if max_blocks is None else int(max_blocks)
+    if max_blocks is not None:
+        cap = int(max_blocks)
+    elif per_sm is None:
+        cap = int(blocks)  # cut to what the SMs hold at once below
+    else:
+        cap = max(1, round(per_sm * sms))
     grid = min(int(blocks), cap)
     if grid > sms:  # one block per SM always fits; ask the occupancy only beyond that
         grid = min(grid, occupancy(kernel_fn, threads, smem, props) * sms)
