@@ -30,6 +30,17 @@ def result_name(kind: str, device: torch.device) -> str:
     return f"{kind}-{slug(torch.cuda.get_device_name(device))}"
 
 
+def grid_cap(per_sm: float | None, device: torch.device) -> int | None:
+    """A fetch grid cap of ``per_sm`` blocks per SM of ``device`` (at least one block; one SM
+    off CUDA), or None (the library's default) for None."""
+    if per_sm is None:
+        return None
+    sms = 1
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, round(per_sm * sms))
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -47,7 +47,9 @@ epoch / max(sample + fetch, step), target at most 1.1), bytes read from host mem
 epoch (what crosses PCIe on a GPU) and the ratio, the per-epoch losses, and for labelled
 graphs the valid / test accuracy after the last epoch (full neighborhood). On a GPU,
 sampling and fetching run on a side stream while the previous batch trains, so ``sample +
-fetch`` overlaps ``train``; on the CPU nothing overlaps and ``wait`` contains them.
+fetch`` overlaps ``train``; on the CPU nothing overlaps and ``wait`` contains them, unless
+the batches are prepared on the loaders' prefetch thread (``--prefetch-thread``, or the
+``ibp-thread`` mode of ``--thread-mode``: IBP on with the thread, beside the other modes).
 
 IBP is lossless, so IBP on and off must give identical losses: the training steps run with
 ``torch.use_deterministic_algorithms(True, warn_only=True)`` (and, on a GPU,
@@ -132,7 +134,14 @@ from ibp_graph.train.run import (  # noqa: E402
 )
 
 MODES = ("ibp", "raw", "gpu")
-MODE_TITLES = {"ibp": "IBP on", "raw": "IBP off (raw)", "gpu": "features on the GPU"}
+#: The mode ``--thread-mode`` adds: IBP on, with the loaders' prefetch thread.
+THREAD_MODE = "ibp-thread"
+MODE_TITLES = {
+    "ibp": "IBP on",
+    "raw": "IBP off (raw)",
+    "gpu": "features on the GPU",
+    THREAD_MODE: "IBP on, prefetch thread",
+}
 CONFIGS = {"cora": "cora-sage", "citeseer": "citeseer-sage", "synthetic": "ogbn-products-sage"}
 SYNTH_CLASSES = 47
 SYNTH_EDGES_PER_NODE = 15
@@ -470,6 +479,7 @@ def train_and_evaluate(
     hp: dict,
     device: torch.device,
     args: argparse.Namespace,
+    prefetch_thread: bool,
 ) -> tuple[list[dict], str, tuple[float | None, float | None, float | None]]:
     """The seeded run: per-epoch rows, the loader's features, (valid, test, eval seconds)."""
     from ibp_graph.loaders.pyg import NeighborLoader
@@ -490,7 +500,7 @@ def train_and_evaluate(
         "device": device,
         "prefetch": args.prefetch,
         "sampler_backend": args.sampler_backend,
-        "prefetch_thread": args.prefetch_thread,
+        "prefetch_thread": prefetch_thread,
     }
     loader = NeighborLoader(
         graph.data,
@@ -558,18 +568,23 @@ def train_and_evaluate(
 def run_mode(
     mode: str, graph: Graph, table: Any, hp: dict, device: torch.device, args: argparse.Namespace
 ) -> dict:
-    """Train ``args.epochs`` epochs with the features of ``mode``; the measurements."""
+    """Train ``args.epochs`` epochs with the features of ``mode``; the measurements.
+
+    `THREAD_MODE` is the ``ibp`` mode with the loaders' prefetch thread.
+    """
+    source = "ibp" if mode == THREAD_MODE else mode
+    thread = args.prefetch_thread or mode == THREAD_MODE
     t0 = time.perf_counter()
-    features = open_features(mode, graph, table, device)
+    features = open_features(source, graph, table, device)
     if features is None:
         return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     open_s = time.perf_counter() - t0
     try:
         rows, label, (val_acc, test_acc, eval_s) = train_and_evaluate(
-            mode, graph, features, hp, device, args
+            mode, graph, features, hp, device, args, thread
         )
     finally:
-        if mode != "ibp" or device.type != "cpu":  # the CPU table belongs to the caller
+        if source != "ibp" or device.type != "cpu":  # the CPU table belongs to the caller
             close = getattr(features, "close", None)
             if callable(close):
                 close()
@@ -589,6 +604,7 @@ def run_mode(
     return {
         "mode": mode,
         "title": MODE_TITLES[mode],
+        "prefetch_thread": thread,
         "features": label,
         "open_s": open_s,
         "epoch_time_s": epoch_time,
@@ -672,6 +688,10 @@ def compare(modes: dict[str, dict]) -> dict:
     if "losses" in gpu:
         out["gpu_losses_identical"] = gpu["losses"] == raw["losses"]
         out["gpu_batches_identical"] = gpu["fingerprints"] == raw["fingerprints"]
+    threaded = modes.get(THREAD_MODE, {})
+    if "losses" in threaded:
+        out["thread_losses_identical"] = threaded["losses"] == ibp["losses"]
+        out["thread_batches_identical"] = threaded["fingerprints"] == ibp["fingerprints"]
     return out
 
 
@@ -691,7 +711,8 @@ def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> d
     target = about.pop("speedup_target", None)  # a speed-up over IBP off to reach
     full_size = about.pop("speedup_target_full_size", False)  # ... on the setting's graph
     try:
-        modes = {m: run_mode(m, graph, table, hp, device, args) for m in MODES}
+        names = (*MODES, THREAD_MODE) if args.thread_mode else MODES
+        modes = {m: run_mode(m, graph, table, hp, device, args) for m in names}
     finally:
         table.close()
     ran = {k: v for k, v in modes.items() if "skipped" not in v}
@@ -803,7 +824,7 @@ def markdown(payload: dict) -> str:
             "- Prefetch pipeline: epoch / max(sample + fetch, training steps) = "
             + ", ".join(pipe)
             + f"; target <= {PIPELINE_TARGET:.2f}"
-            + (" (GPU)." if a["target_applies"] else " (not on the CPU: nothing overlaps)."),
+            + (" (GPU)." if a["target_applies"] else " (judged on a GPU only)."),
         ]
         applies = "" if a["target_applies"] else " (does not apply on the CPU: no PCIe)"
         lines += [
@@ -816,6 +837,13 @@ def markdown(payload: dict) -> str:
                 f"; features on the GPU: losses "
                 f"{'identical' if c['gpu_losses_identical'] else 'differ'}"
                 if "gpu_losses_identical" in c
+                else ""
+            )
+            + (
+                f"; IBP on with the prefetch thread: losses "
+                f"{'identical' if c['thread_losses_identical'] else 'DIFFER'}, batches "
+                f"{'identical' if c['thread_batches_identical'] else 'DIFFER'}"
+                if "thread_losses_identical" in c
                 else ""
             )
             + ".",
@@ -864,7 +892,17 @@ def payload_notes(payload: dict) -> list[str]:
         "training loop spent inside the loader's `next()`, `train` = epoch - wait; "
         f"prefetch depth {s['prefetch']}; seed {s['seed']} for every mode (same batches); "
         f"deterministic algorithms {'on' if s['deterministic'] else 'off'}; torch threads "
-        f"{s['torch_threads']}.",
+        f"{s['torch_threads']}; sampler backend {s['sampler_backend']}; batches prepared "
+        + (
+            "on the loaders' prefetch thread."
+            if s["prefetch_thread"]
+            else "in the training loop's thread"
+            + (
+                f" (`{THREAD_MODE}`: on the loaders' prefetch thread)."
+                if s.get("thread_mode")
+                else "."
+            )
+        ),
     ]
     if payload["device_type"] == "cuda":
         notes.append(
@@ -1015,6 +1053,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="prepare batches on a background thread (the loaders' prefetch_thread=True)",
     )
+    p.add_argument(
+        "--thread-mode",
+        action="store_true",
+        help=f"also run IBP on with the prefetch thread ({THREAD_MODE!r}), beside the other "
+        "modes, same seed and batches",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--threads",
@@ -1056,6 +1100,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--graphs: unknown graph {g!r} (cora, citeseer)")
     if not args.graph_list and args.synthetic_nodes <= 0:
         p.error("nothing to run: give --graphs or --synthetic-nodes")
+    if args.thread_mode and args.prefetch_thread:
+        p.error("--thread-mode adds a mode with the prefetch thread: drop --prefetch-thread")
     if args.sampler_backend == "kernel" and args.device == "cpu":
         p.error("--sampler-backend kernel needs --device cuda (or auto on a machine with a GPU)")
     if args.workdir is None:
@@ -1109,6 +1155,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "prefetch": args.prefetch,
         "sampler_backend": args.sampler_backend,
         "prefetch_thread": args.prefetch_thread,
+        "thread_mode": args.thread_mode,
         "seed": args.seed,
         "deterministic": args.deterministic,
         "torch_threads": torch.get_num_threads(),

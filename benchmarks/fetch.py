@@ -131,7 +131,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, slug, write_json  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    RESULTS,
+    environment,
+    grid_cap,
+    header_lines,
+    slug,
+    write_json,
+)
 from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph.codec import decode  # noqa: E402
 from ibp_graph.dtypes import row_bytes as dtype_row_bytes  # noqa: E402
@@ -582,6 +589,13 @@ def _case_cell(r: dict) -> str:
     return f"{r['case']}{raw}{table}{pool}"
 
 
+def grid_label(per_sm: float | None) -> str:
+    """The fetch grid cap of a run, as its page says it."""
+    if per_sm is None:
+        return "the library's default (every block the SMs hold, on the current stream)"
+    return f"{per_sm:g} blocks per SM"
+
+
 def markdown(payload: dict) -> str:
     rows = payload["cases"]
     s = payload["settings"]
@@ -592,7 +606,7 @@ def markdown(payload: dict) -> str:
         f"Tables of {s['table_gb']:g} GiB of raw rows (compressed blocks tiled in pinned "
         f"memory); random ids uniform over the table's rows; GPU rates: CUDA events, median "
         f"of {s['repeats']} samples after a warm-up; torch: wall clock, median of "
-        f"{s['torch_repeats']}; fetch grid cap: {s['max_blocks'] or 'library default'}; "
+        f"{s['torch_repeats']}; fetch grid cap: {grid_label(s['max_blocks'])}; "
         f"queue guard {'on' if s['queue_guard'] else 'off'}; each timed launch takes the "
         f"next of its case's id batches (drawn until their stored rows reach {L2_POOL_FACTOR}x "
         f"the L2 of {_mb(payload.get('l2_bytes'))}, at most {MAX_ID_BATCHES} batches, or more "
@@ -742,7 +756,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-rows", type=int, default=BLOCK_ROWS, help="distinct synthetic rows")
     p.add_argument("--no-real", dest="real", action="store_false", help="skip the real tables")
     p.add_argument(
-        "--max-blocks", type=int, default=None, help="fetch grid cap (default: the library's)"
+        "--max-blocks",
+        type=float,
+        default=None,
+        help="fetch grid cap in blocks per SM, e.g. 0.25 for a block on a quarter of the SMs "
+        "(default: the library's, every block the SMs hold for a fetch on the current stream)",
     )
     p.add_argument(
         "--pages",
@@ -791,8 +809,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(
             f"--widths: synthetic rows are float32, widths must be multiples of 4: {args.widths}"
         )
-    if args.max_blocks is not None and args.max_blocks < 1:
-        p.error("--max-blocks must be >= 1")
+    if args.max_blocks is not None and not args.max_blocks > 0:
+        p.error(f"--max-blocks must be a positive number of blocks per SM, got {args.max_blocks}")
     args.table_bytes = int(args.table_gb * GIB)
     args.max_batch_bytes = int(args.max_batch_gb * GIB)
     return args
@@ -1057,6 +1075,8 @@ class Bench:
         self.staging = torch.empty(args.max_batch_bytes, dtype=torch.uint8, pin_memory=cuda_dev)
         self.dst = torch.empty(args.max_batch_bytes, dtype=torch.uint8, device=device)
         self.error = torch.zeros(2, dtype=torch.int32, device=device)
+        #: The grid cap of every fetch launch (None: the library's default).
+        self.max_blocks = grid_cap(args.max_blocks, device)
         self._baselines: dict[tuple[int, int], tuple[float, float]] = {}
         self.l2_bytes = l2_bytes(device)
 
@@ -1107,7 +1127,7 @@ class Bench:
         from ibp_graph.kernels import raw_gather as launcher
 
         n = self.args.table_bytes // row_bytes
-        ptr, err, cap = self.raw_ptr, self.error, self.args.max_blocks
+        ptr, err, cap = self.raw_ptr, self.error, self.max_blocks
         lines = self.args.raw_kernel == "lines" and row_bytes % 4 == 0 and row_bytes % 16 != 0
 
         def gather(idx: torch.Tensor, out_pos: torch.Tensor | None = None) -> None:
@@ -1349,7 +1369,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             ids = pool[0]  # the batch the baselines use
             nbytes = n * rb
             out = torch.empty((n, rb), dtype=torch.uint8, device=device)
-            err, cap, reps, guard = bench.error, args.max_blocks, args.repeats, bench.guard
+            err, cap, reps, guard = bench.error, bench.max_blocks, args.repeats, bench.guard
             memcpy, torch_rate = bench.baselines(rb, ids, ids.cpu())
             raw_match = raw_rows_match(out, host, pool, min(n, RAW_CHECK_ROWS))
             raw_s, raw_ok = timed(bench.raw_launch(rb, out), pool, out, raw_match, bench)

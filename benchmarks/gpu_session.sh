@@ -17,14 +17,16 @@
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
 #   tests      about 4 min (203 s on an H100): `pytest -m gpu -x` one file at a time (a
 #              sticky CUDA fault ends only its own file), at most 240 s per file.
-#   sanitize   about 3-5 min: compute-sanitizer memcheck and synccheck over the kernel tests
+#   sanitize   about 8-9 min: compute-sanitizer memcheck and synccheck over the kernel tests
 #              (tests/test_gpu_kernels.py, not slow, and the fused sampling hop's
-#              tests/test_sampler_hop_host.py), at most 150 s per tool; the tests see
+#              tests/test_sampler_hop_host.py, 40 tests), at most 270 s per tool (on an H100
+#              memcheck got through 27 of them in 150 s); the tests see
 #              IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with torch's caching
 #              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
 #              is past its allocation.
-#   racecheck  about 9 min: compute-sanitizer racecheck over the same tests, at most 540 s
-#              (on an H100 it got through 10 of them in 150 s).
+#   racecheck  about 6-9 min: compute-sanitizer racecheck over the tests of the one kernel
+#              with shared memory, the fused fetch (test_gpu_kernels.py; its tests of other
+#              kernels skip), at most 540 s (on an H100 it got through 10 of them in 150 s).
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
@@ -46,21 +48,22 @@
 #   pages      about 2 min: the fetch benchmark's 512 B cases with small (4 KiB) pages, to
 #              compare with the huge pages of `fetch`.
 #   grid       about 3 min: the fetch benchmark's dense and sparse 512 B cases and the first
-#              real tables (Cora's rows first) with the grid at the kernels' full occupancy
-#              (--max-blocks far above it: every block the SMs hold at once), to compare with
-#              the default grid of `fetch` (a block on a quarter of the SMs): what latency
-#              hiding buys a fetch that has the GPU to itself.
+#              real tables (Cora's rows first) with the grid of a side-stream fetch
+#              (--max-blocks 0.25: a block on a quarter of the SMs), to compare with the
+#              default grid of `fetch`'s current-stream launches (every block the SMs hold):
+#              what the SMs left to training cost a fetch.
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
 #              1,028 B, 5,732 B like Cora's), run twice: the widest vectors (the default)
 #              and whole 16-byte loads (--raw-kernel lines).
 #   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
 #              and fused-kernel hops; time, host CPU, GPU busy and ops per batch).
-#   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer.
+#   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, with --thread-mode (IBP
+#              on also with the prefetch thread, beside the other modes).
 #   overlap    about 2-4 min: benchmarks/overlap.py, fetches on a side stream beside GraphSAGE
 #              training steps (dense and sparse tables, raw and IBP, grid caps, stream
 #              priorities): the steps' slowdown from CUDA event timelines, and a chart.
-#   fused      about 1-2 min: the same with the fused hop kernels (--sampler-backend kernel)
-#              and the prefetch thread (--prefetch-thread), results in $OUT/fused/.
+#   fused      about 1-2 min: the same with the fused hop kernels (--sampler-backend kernel),
+#              results in $OUT/fused/.
 #   ddp        about 1 min: benchmarks/ddp_gpu_smoke.sh, two data-parallel ranks on the one
 #              GPU pin the same shared host segment and train; "DDP-GPU: PASS" or "FAIL".
 #   synthetic  about 3-5 min: benchmarks/e2e.py --setting papers100m scaled to a 20M-node,
@@ -121,8 +124,7 @@ minutes() {
     case "$1" in
     smoke) echo 2 ;;
     tests) echo 6 ;;
-    sanitize) echo 5 ;;
-    racecheck) echo 9 ;;
+    sanitize | racecheck) echo 9 ;;
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
@@ -166,11 +168,12 @@ plan() {
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; on an H100 the first calls took 4-5 minutes each, machine start and transfers
-# included, so 30 minutes of GPU time get through the first four or five). The overlap and
-# sampling stages come early: they check the fetch grid and the fused hop's scan, both
-# changed after the first run.
-CALLS=("smoke tests" "sanitize sampling" "overlap" "fetch" "profile" "racecheck" "grid pages"
-    "e2e ddp" "corasu" "synthetic" "fused" "lanes")
+# included, so 30 minutes of GPU time get through the first four or five). First what the
+# first run left unchecked: every GPU test, the sanitizers over every kernel test; then the
+# fetch at the current defaults (a current-stream fetch takes every block the SMs hold) and
+# its profile; then the overlap and the prefetch thread with the fused hop kernels.
+CALLS=("smoke tests" "sanitize" "racecheck" "fetch" "profile" "overlap sampling" "fused ddp"
+    "e2e grid" "corasu" "synthetic pages" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -313,7 +316,7 @@ run() {
 # sanitizers LOG SECONDS TOOL...: each compute-sanitizer TOOL over the kernel tests (not slow),
 # at most SECONDS each, into $OUT/LOG; 4 without compute-sanitizer, 1 when a tool fails.
 sanitizers() {
-    local log=$1 budget=$2 tool trc status=0
+    local log=$1 budget=$2 tool trc status=0 tests
     shift 2
     if ! command -v compute-sanitizer >/dev/null; then
         echo "$log: compute-sanitizer is not on the PATH" | tee -a "$OUT/$log"
@@ -330,9 +333,12 @@ sanitizers() {
         else
             unset PYTORCH_NO_CUDA_MEMORY_CACHING
         fi
+        # racecheck checks shared memory, which only the fused fetch kernel uses: it skips
+        # the sampler's kernels, and test_gpu_kernels.py skips its tests of other kernels.
+        tests=(tests/test_gpu_kernels.py)
+        if [ "$tool" != racecheck ]; then tests+=(tests/test_sampler_hop_host.py); fi
         run "$budget" "$log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
-            --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" \
-            tests/test_gpu_kernels.py tests/test_sampler_hop_host.py || trc=$?
+            --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" "${tests[@]}" || trc=$?
         if [ "$trc" -ne 0 ]; then status=1; fi
         echo "$tool rc=$trc" | tee -a "$SUMMARY"
     done
@@ -425,7 +431,7 @@ for stage in "${STAGES[@]}"; do
         done
         ;;
     sanitize)
-        sanitizers sanitize.log 150 memcheck synccheck || rc=$?
+        sanitizers sanitize.log 270 memcheck synccheck || rc=$?
         ;;
     racecheck)
         sanitizers racecheck.log 540 racecheck || rc=$?
@@ -476,7 +482,7 @@ for stage in "${STAGES[@]}"; do
             --out "$OUT" || rc=$?
         ;;
     grid)
-        run 240 grid.log python3 benchmarks/fetch.py --max-blocks 1000000 --table-gb 4 \
+        run 240 grid.log python3 benchmarks/fetch.py --max-blocks 0.25 --table-gb 4 \
             --batch 100000,1000000 --widths 512 --kinds dense-normal,sparse-5pct \
             --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 180 --tag grid \
             --out "$OUT" || rc=$?
@@ -495,7 +501,7 @@ for stage in "${STAGES[@]}"; do
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
-            --graphs cora,citeseer --workdir "$WORK" --out "$OUT" || rc=$?
+            --graphs cora,citeseer --thread-mode --workdir "$WORK" --out "$OUT" || rc=$?
         ;;
     overlap)
         run 300 overlap.log python3 benchmarks/overlap.py --device cuda \
@@ -503,7 +509,7 @@ for stage in "${STAGES[@]}"; do
         ;;
     fused)
         run 200 fused.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
-            --graphs cora,citeseer --sampler-backend kernel --prefetch-thread \
+            --graphs cora,citeseer --sampler-backend kernel --thread-mode \
             --workdir "$WORK" --out "$OUT/fused" || rc=$?
         ;;
     ddp)

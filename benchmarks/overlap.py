@@ -18,8 +18,9 @@ pinned host memory, on a side stream (torch's default priority, the lowest): ``r
 (`PinnedRawTable`, the zero-copy gather) and ``ibp`` (`CudaIBPTable`, fused fetch and
 decode), for two synthetic float32 tables of ``--nodes`` rows: ``dense`` (128 normal values,
 512-byte rows) and ``sparse`` (500 values, 1.3% of them 1.0, the rest 0.0, like a
-bag-of-words). Each fetch case runs with the default grid (`FETCH_BLOCKS_PER_SM`: a block on a
-quarter of the SMs) and with every ``--max-blocks`` cap (blocks per SM), and with the training
+bag-of-words). Each fetch case runs with the default grid of a side-stream fetch
+(`SIDE_STREAM_BLOCKS_PER_SM`: a block on a quarter of the SMs) and with every
+``--max-blocks`` cap (blocks per SM), and with the training
 stream at default and at high priority.
 
 A round records an origin event on the training stream; the side stream waits for it and then
@@ -56,6 +57,7 @@ import ibp_graph  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
     environment,
+    grid_cap,
     header_lines,
     result_name,
     write_json,
@@ -63,7 +65,7 @@ from benchmarks._env import (  # noqa: E402
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import power_law_edges  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
-from ibp_graph.kernels.runtime import FETCH_BLOCKS_PER_SM  # noqa: E402
+from ibp_graph.kernels.runtime import SIDE_STREAM_BLOCKS_PER_SM  # noqa: E402
 from ibp_graph.sampler import NeighborSampler  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
 
@@ -413,7 +415,7 @@ def main(argv: list[str] | None = None) -> dict:
         if work is None or kind == "dense":
             work = make_work(graph, made["tables"]["raw"], args, device)
         for name, table in made["tables"].items():
-            caps = [None] + [max(1, round(c * sms)) for c in args.max_blocks]
+            caps = [None] + [grid_cap(c, device) for c in args.max_blocks]
             caps = caps if clock.cuda else [None]
             for cap in caps:
                 if hasattr(table, "max_blocks"):
@@ -427,7 +429,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "fetch": name,
                         "ratio": made["ratio"] if name == "ibp" else 1.0,
                         "grid_cap": (
-                            f"default ({FETCH_BLOCKS_PER_SM:g}/SM)"
+                            f"default ({SIDE_STREAM_BLOCKS_PER_SM:g}/SM)"
                             if cap is None
                             else f"{cap / sms:g}/SM ({cap})"
                         ),

@@ -413,7 +413,7 @@ def profile_case(bench: fetch.Bench, case: fetch.Case, tmp: Path, args) -> tuple
         want = torch.from_numpy(rows_u8).to(device).index_select(0, ids % nb)
         _, host = bench.raw_rows(rb)
         raw_want = host.index_select(0, prepared.ids).view(torch.uint8).reshape(n, rb).to(device)
-        err, bypass, cap = bench.error, prepared.bypass, args.max_blocks
+        err, bypass, cap = bench.error, prepared.bypass, bench.max_blocks
         fused = partial(fetch.fused_launch, bypass=bypass, out=out, error=err, max_blocks=cap)
         launches = {
             what: partial(launch, ids)
@@ -783,7 +783,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100_000, help="ids in the batch")
     p.add_argument("--block-rows", type=int, default=fetch.BLOCK_ROWS, help="distinct rows")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-blocks", type=int, default=None, help="fetch grid cap")
+    p.add_argument("--max-blocks", type=float, default=None, help="fetch grid cap in blocks per SM")
     p.add_argument("--pages", choices=PAGE_KINDS, default="huge")
     p.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="the launches, JSON")
     p.add_argument(
@@ -806,11 +806,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.exit(2, f"{PROG}: error: --cases: {what}; expected some of {', '.join(CASES)}\n")
     if args.table_gb <= 0:
         p.exit(2, f"{PROG}: error: --table-gb must be positive, got {args.table_gb}\n")
-    for name in ("batch", "block_rows", "max_blocks"):
+    for name in ("batch", "block_rows"):
         value = getattr(args, name)
-        if value is not None and value < 1:
+        if value < 1:
             flag = "--" + name.replace("_", "-")
             p.exit(2, f"{PROG}: error: {flag} must be >= 1, got {value}\n")
+    if args.max_blocks is not None and not args.max_blocks > 0:
+        p.exit(
+            2,
+            f"{PROG}: error: --max-blocks must be a positive number of blocks per SM, "
+            f"got {args.max_blocks}\n",
+        )
     args.table_bytes = int(args.table_gb * fetch.GIB)
     if args.summarise and args.out is None:
         args.out = args.summarise[0].parent / "profile.md"

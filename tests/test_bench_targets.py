@@ -56,3 +56,23 @@ def test_results_files_are_named_for_the_device_they_ran_on(monkeypatch) -> None
     assert result_name("overlap", torch.device("cuda", 0)) == "overlap-nvidia-h100-80gb-hbm3"
     assert result_name("sampling-ops", torch.device("cuda", 1)) == "sampling-ops-nvidia-h200"
     assert slug("  ") == "gpu"
+
+
+def test_grid_caps_are_given_in_blocks_per_sm(monkeypatch) -> None:
+    import types
+
+    import torch
+
+    from benchmarks import fetch
+    from benchmarks._env import grid_cap
+
+    props = types.SimpleNamespace(multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    cuda = torch.device("cuda", 0)
+    assert grid_cap(None, cuda) is None  # the library's default
+    assert grid_cap(0.25, cuda) == 33 and grid_cap(4, cuda) == 528
+    assert grid_cap(0.001, cuda) == 1  # at least one block
+    assert grid_cap(0.25, torch.device("cpu")) == 1  # one SM off CUDA
+    assert fetch.parse_args(["--max-blocks", "0.25"]).max_blocks == 0.25
+    assert "0.25 blocks per SM" in fetch.grid_label(0.25)
+    assert "default" in fetch.grid_label(None)

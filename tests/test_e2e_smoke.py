@@ -235,6 +235,23 @@ def test_e2e_with_a_prefetch_thread_trains_on_the_same_batches(tmp_path: Path) -
     assert runs[0] == runs[1] and runs[0]["ibp"]
 
 
+def test_e2e_thread_mode_runs_beside_the_others_on_the_same_batches(tmp_path: Path) -> None:
+    argv = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
+    argv += ["--thread-mode", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path)]
+    payload = e2e.main(argv)
+    (g,) = payload["graphs"]
+    modes = {m["mode"]: m for m in g["modes"]}
+    assert [m["mode"] for m in g["modes"]] == [*e2e.MODES, e2e.THREAD_MODE]
+    assert modes[e2e.THREAD_MODE]["prefetch_thread"] and not modes["ibp"]["prefetch_thread"]
+    assert modes[e2e.THREAD_MODE]["fingerprints"] == modes["ibp"]["fingerprints"]
+    assert g["checks"]["thread_losses_identical"] and g["checks"]["thread_batches_identical"]
+    md = next(tmp_path.glob("e2e-*.md")).read_text()
+    assert "| IBP on, prefetch thread |" in md and "prefetch thread: losses identical" in md
+    assert f"ibp-thread {modes[e2e.THREAD_MODE]['pipeline_ratio']:.2f}" in md
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--thread-mode", "--prefetch-thread"])
+
+
 def test_e2e_kernel_sampler_needs_cuda() -> None:
     with pytest.raises(SystemExit):
         e2e.parse_args(["--device", "cpu", "--sampler-backend", "kernel"])

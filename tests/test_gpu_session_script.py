@@ -161,8 +161,8 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert ov.device == "cuda" and str(ov.out) == "/tmp/o" and ov.tables == ["dense", "sparse"]
     full, small_pages, grid, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
     assert full.pages == "huge" and small_pages.pages == "small"
-    # grid: the kernels' full occupancy (a cap far above it), against fetch's default grid.
-    assert full.max_blocks is None and grid.max_blocks >= 132 * 32 and grid.tag == "grid"
+    # grid: a side-stream fetch's grid, against fetch's default (every block the SMs hold).
+    assert full.max_blocks is None and grid.max_blocks == 0.25 and grid.tag == "grid"
     assert grid.widths == [512] and grid.real and grid.pages == "huge"
     assert full.raw_kernel == "auto" and lanes.raw_kernel == "lines"
     assert full.sort_ids and not small_pages.sort_ids and not lanes.sort_ids
@@ -176,8 +176,10 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     bundled, fused, synthetic, corasu = (e2e.parse_args(c) for c in cmds["e2e"])
     assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
     assert bundled.sampler_backend == "torch" and not bundled.prefetch_thread
+    # The prefetch thread as a mode of its own, beside the others (same run, same batches).
+    assert bundled.thread_mode and fused.thread_mode and not fused.prefetch_thread
     assert fused.graph_list == bundled.graph_list and fused.epochs == bundled.epochs
-    assert fused.sampler_backend == "kernel" and fused.prefetch_thread
+    assert fused.sampler_backend == "kernel"
     assert str(fused.out) == "/tmp/o/fused"
     assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
     assert synthetic.epochs == 3 and synthetic.device == "cuda"
@@ -412,7 +414,9 @@ def test_sanitize_stage_runs_each_tool_with_what_the_tests_need(tmp_path: Path) 
     assert "-- racecheck" not in (out / "sanitize.log").read_text()
     for call in calls:
         assert "--error-exitcode" in call and "gpu and not slow" in call
-        assert "tests/test_gpu_kernels.py" in call and "tests/test_sampler_hop_host.py" in call
+        assert "tests/test_gpu_kernels.py" in call
+        # racecheck checks shared memory, which the sampler's kernels do not use.
+        assert ("tests/test_sampler_hop_host.py" in call) == (not call.startswith("racecheck"))
     summary = (out / "summary.txt").read_text()
     assert "memcheck rc=0" in summary and summary.count("ERROR SUMMARY: 0 errors") == 3
 
