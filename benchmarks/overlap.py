@@ -212,7 +212,9 @@ def fetch(table: Any, ids: torch.Tensor) -> torch.Tensor:
     if isinstance(table, torch.Tensor):
         return table.index_select(0, ids)
     if hasattr(table, "fetch"):
-        return table.fetch(ids, check=False)  # the current stream: the side stream
+        # The side stream (also the current one here), given as a prefetch gives it: the
+        # default grid of a fetch beside training.
+        return table.fetch(ids, stream=torch.cuda.current_stream(), check=False)
     return table[ids]
 
 

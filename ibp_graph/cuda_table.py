@@ -256,7 +256,9 @@ class _CudaTableBase:
         Args:
             idx: row ids, a contiguous 1-D int64 tensor on this table's device.
             out: where to write (allocated on ``stream`` when None).
-            stream: the stream to launch on (default: the current stream).
+            stream: the stream to launch on (default: the current stream). Given one, the
+                fetch runs beside the caller's work and its default grid leaves three
+                quarters of the SMs free (see ``max_blocks`` of the constructor).
             check: synchronise ``stream`` and raise on the first out-of-range id (and the
                 first corrupt row). With False nothing syncs and nothing is raised: the output
                 row of an out-of-range id (or a corrupt row) reads as zeros, never as
@@ -330,11 +332,11 @@ class CudaIBPTable(_CudaTableBase):
         path: the ``.ibp`` file.
         device: the CUDA device (default: the current one).
         verify: check the section checksums first (default: True).
-        max_blocks: cap on the fetch grid (default: None, a block on a quarter of the SMs
-            for a fetch on a side stream, which leaves the rest to training, and every block
-            the SMs hold for one on the current stream: see
-            `ibp_graph.kernels.runtime.fetch_blocks_per_sm`; never more than the kernel's
-            occupancy allows).
+        max_blocks: cap on the fetch grid (default: None: a block on a quarter of the SMs
+            for a fetch given a ``stream=`` (the loaders' prefetch), which leaves the rest to
+            training, and every block the SMs hold for one on the current stream (``table[ids]``,
+            ``fetch`` without ``stream=``): see `ibp_graph.kernels.runtime.fetch_blocks_per_sm`;
+            never more than the kernel's occupancy allows).
         progress: show a progress bar while pinning (None: for rows of 256 MiB or more).
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").
@@ -466,7 +468,7 @@ class PinnedRawTable(_CudaTableBase):
         data: a 2-D NumPy array or torch tensor (copied into pinned memory; not modified).
         device: the CUDA device (default: the current one).
         max_blocks: cap on the gather grid (default: None, as `CudaIBPTable`'s: a quarter
-            of the SMs on a side stream, all of them on the current stream).
+            of the SMs for a fetch given a ``stream=``, all of them otherwise).
         progress: show a progress bar while pinning.
         pages: how the pinned rows are allocated, one of `ibp_graph.pinned.PAGE_KINDS`
             (default: None, ``$IBP_GRAPH_PINNED_PAGES`` or "huge").

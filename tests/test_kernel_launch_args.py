@@ -720,7 +720,7 @@ def test_fetch_grids_default_by_their_stream_and_sampler_grids_to_one_block_per_
         defaults.append(kw.get("per_sm", runtime.BLOCKS_PER_SM))
         return max(1, int(blocks))
 
-    def share(stream, device):  # the fetch's default, asked with the launch's stream
+    def share(stream):  # the fetch's default, asked with the launch's stream
         asked.append(stream)
         return "fetch share"
 

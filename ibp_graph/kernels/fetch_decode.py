@@ -297,8 +297,8 @@ def fetch_decode(
             ``r``).
         stream: the torch stream to launch on (default: None, the current one).
         max_blocks: cap on the grid (default: None, `runtime.fetch_blocks_per_sm`: a block on
-            a quarter of the SMs on a side stream, every block the SMs hold on the current
-            stream; never more than the device holds at once).
+            a quarter of the SMs when ``stream`` is given, every block the SMs hold when it is
+            None; never more than the device holds at once).
         double_buffer: launch the double-buffered kernel (default: False): each warp stages
             its next row with asynchronous copies (``cp.async``, sm_80 and newer) while it
             decodes the current one, and reads the ids and offsets of the rows after it
@@ -342,7 +342,7 @@ def fetch_decode(
             kernel_fn=fn,
             threads=threads,
             smem=plan.bytes_per_block,
-            per_sm=fetch_blocks_per_sm(stream, device),
+            per_sm=fetch_blocks_per_sm(stream),
         )
         args = (
             np.uint64(codec.rows_ptr),

@@ -91,8 +91,8 @@ def raw_gather(
             ``r``).
         stream: the torch stream to launch on (default: None, the current one).
         max_blocks: cap on the grid (default: None, `runtime.fetch_blocks_per_sm`: a block on
-            a quarter of the SMs on a side stream, every block the SMs hold on the current
-            stream).
+            a quarter of the SMs when ``stream`` is given, every block the SMs hold when it is
+            None).
         line_aligned: load whole aligned 16-byte chunks (see `entry_point`), reading up to 15
             bytes past a row: the table must then be readable 16 bytes past its end (pinned
             buffers are) (default: False, the widest vectors).
@@ -118,7 +118,7 @@ def raw_gather(
             max_blocks,
             kernel_fn=fn,
             threads=threads,
-            per_sm=fetch_blocks_per_sm(stream, device),
+            per_sm=fetch_blocks_per_sm(stream),
         )
         args = (
             np.uint64(table_ptr),

@@ -173,8 +173,8 @@ BLOCKS_PER_SM = 1
 #: training kernel (a cuBLAS GEMM) off every SM until the fetch ends: measured on an H100, a
 #: GraphSAGE step beside back-to-back fetches took 1.3x to 3.9x its time alone with one block
 #: per SM, 1.15x to 1.25x with a quarter of the SMs, where the raw gather still ran at the
-#: link's speed (benchmarks/results/overlap-nvidia-h100-80gb-hbm3.md). A fetch on the current
-#: stream has nothing of its caller's beside it and takes every block the SMs hold
+#: link's speed (benchmarks/results/overlap-nvidia-h100-80gb-hbm3.md). A fetch given no stream
+#: runs in order with its caller's work and takes every block the SMs hold
 #: (`fetch_blocks_per_sm`).
 SIDE_STREAM_BLOCKS_PER_SM = 0.25
 #: Hardware limits used when the device properties do not say (sm_80 and sm_90 values).
@@ -239,21 +239,19 @@ def occupancy(kernel_fn: Any, threads: int, smem: int, props: Any) -> int:
     return resident_blocks_per_sm(num_regs, threads, smem + static, props)
 
 
-def fetch_blocks_per_sm(stream: torch.cuda.Stream | None, device: torch.device) -> float | None:
-    """The default grid of a fetch launched on ``stream``, in blocks per SM (`grid_size`).
+def fetch_blocks_per_sm(stream: torch.cuda.Stream | None) -> float | None:
+    """The default grid of a fetch given ``stream``, in blocks per SM (`grid_size`).
 
-    On a side stream (another stream than torch's current one on ``device``, as a loader's
-    prefetch uses) `SIDE_STREAM_BLOCKS_PER_SM`: the work the caller queues on its own stream
-    (training) keeps the other SMs. On the current stream (``stream`` None or the current
-    one) None, every block the SMs hold at once: the caller's own work waits for the fetch
-    anyway, and a decoder with more warps in flight hides more of its latency (measured on an
-    H100, a sparse table decoded 64 GB/s alone on a quarter of the SMs, 251 GB/s with a block
-    on each and 702 GB/s with 4 blocks on each:
-    benchmarks/results/overlap-nvidia-h100-80gb-hbm3*.md).
+    A fetch given a stream (``stream=``, as the loaders' prefetch passes its side stream) runs
+    beside the caller's other work: `SIDE_STREAM_BLOCKS_PER_SM`, and the SMs it leaves train.
+    A fetch given none runs on torch's current stream, in order with the caller's own work:
+    None, every block the SMs hold at once, since a decoder with more warps in flight hides
+    more of its latency (measured on an H100, a sparse table decoded 64 GB/s alone on a
+    quarter of the SMs, 251 GB/s with a block on each and 702 GB/s with 4 blocks on each:
+    benchmarks/results/overlap-nvidia-h100-80gb-hbm3*.md). Whether a given stream is also the
+    current one does not matter: a prefetch launches inside ``torch.cuda.stream(side)``.
     """
-    if stream is None or stream == torch.cuda.current_stream(device):
-        return None
-    return SIDE_STREAM_BLOCKS_PER_SM
+    return None if stream is None else SIDE_STREAM_BLOCKS_PER_SM
 
 
 def grid_size(
