@@ -168,8 +168,8 @@ def as_cupy(tensor: torch.Tensor) -> Any:
 
 #: Default blocks per SM of a launch (the sampler's kernels): one.
 BLOCKS_PER_SM = 1
-#: Default grid of a fetch (raw gather, fused fetch and decode) launched on a side stream, in
-#: blocks per SM: a block on a quarter of the SMs. A fetch block on every SM keeps a large
+#: Default grid of a fetch (raw gather, fused fetch and decode) given a stream (a side stream),
+#: in blocks per SM: a block on a quarter of the SMs. A fetch block on every SM keeps a large
 #: training kernel (a cuBLAS GEMM) off every SM until the fetch ends: measured on an H100, a
 #: GraphSAGE step beside back-to-back fetches took 1.3x to 3.9x its time alone with one block
 #: per SM, 1.15x to 1.25x with a quarter of the SMs, where the raw gather still ran at the
