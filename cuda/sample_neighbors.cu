@@ -147,7 +147,8 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 
 #define IBP_KNOWN (1ll << 62)
 // A slot's flags in one word, so that one device-wide scan counts both: used in the low 32
-// bits, fresh in the high ones (a hop has fewer than 2^32 slots, so the low half never carries).
+// bits, fresh in the high ones (a hop has fewer than 2^31 slots, so the low half never carries
+// and the signed 64-bit sum never overflows).
 #define IBP_FRESH_ONE (1ll << 32)
 #define IBP_USED_MASK 0xffffffffll
 

@@ -34,8 +34,10 @@ import torch
 
 from .graph import CSRGraph
 
-#: A hop's slots must stay below this: the used count fills the low 32 bits of a flag word.
-_MAX_SLOTS = 1 << 32
+#: A hop's slots must stay below this: the used count fills the low 32 bits of a flag word,
+#: and the fresh count (at most the slots) times 2^32 must stay below 2^63, the int64 scan's
+#: limit.
+_MAX_SLOTS = 1 << 31
 _USED_MASK = (1 << 32) - 1
 
 __all__ = ["HopKernels", "fused_hop", "read_counts"]

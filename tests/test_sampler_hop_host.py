@@ -137,7 +137,10 @@ def test_a_hop_too_large_to_count_is_a_clear_error_before_any_launch(lib, monkey
     g = power_graph(5)
     frontier = torch.arange(0, 40)
     kernels = HostHopKernels(lib)
-    monkeypatch.setattr(sample_hop, "_MAX_SLOTS", 40 * 4)  # stands in for 2^32 slots
+    # The real bound keeps the scan's last word, every slot used and fresh, in an int64.
+    most = sample_hop._MAX_SLOTS - 1
+    assert most * (1 << 32) + most < 2**63 and most < 1 << 32
+    monkeypatch.setattr(sample_hop, "_MAX_SLOTS", 40 * 4)  # stands in for 2^31 slots
     with pytest.raises(ValueError, match=r"sampling hop of 160 slots .*fewer than 160"):
         fused_hop(
             kernels, g, dense_map(g, {}), frontier, begin=0, end=40, fanout=4, replace=False,
