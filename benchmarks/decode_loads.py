@@ -7,18 +7,24 @@ Usage::
 writes ``decode-loads-cpu.{json,md}``. No GPU is needed: for real rows of each table it counts
 the warp-wide global loads of table metadata that ``decode_row`` in ``cuda/fetch_decode.cu``
 issues (code widths, code and free-bit prefix sums, masks, dictionaries), and the distinct
-32-byte sectors each one touches (the unit an L1 request is served in), in two versions of the
-kernel:
+32-byte sectors each one touches (the unit an L1 request is served in), in three versions of
+the kernel:
 
 - ``before``: dictionaries column-major ``(k, V, E)``, and every chunk of 32 columns read
   through codes, masks and prefix sums;
 - ``after``: dictionaries code-major ``(k, E, V)``; a chunk of a grouped row that holds no
   code and whose columns have no free bit written from its code-0 entries alone; a flat
-  row's codes read in the payloads' pass (one load of the code widths, not two).
+  row's codes read in the payloads' pass (one load of the code widths, not two);
+- ``one_pass`` (the current kernel): as ``after``, except for a grouped row whose cluster
+  has no free bit in any column (``decode_grouped_no_free``). Its codes' total width comes
+  from the code-width prefix sums at the two ends of each subgroup that holds codes (read
+  before its chunks), and each chunk is then decoded in a single pass: a chunk with no
+  code is its code-0 entries; a chunk with codes loads its code widths once and the
+  entries of the words that do not escape, with no masks and no free-bit prefix sums.
 
 The counts follow the kernel's loads one by one, on the codes the reference codec gives each
 word; they are a model of the access pattern, not a GPU measurement. What they leave out: the
-staging of the row itself (the same in both), shared-memory traffic, and the output stores.
+staging of the row itself (the same in all), shared-memory traffic, and the output stores.
 Array bases are taken as 256-byte aligned (CUDA allocations are). Raw rows load no metadata.
 
 Tables: the synthetic kinds of ``benchmarks/fetch.py`` (512-byte float32 rows) and the real
@@ -49,7 +55,9 @@ WARP = 32
 SECTOR = 32
 SYNTHETIC_ROW_BYTES = 512
 SYNTHETIC_ROWS = 4096
-VERSIONS = ("before", "after")
+VERSIONS = ("before", "after", "one_pass")
+LABELS = {"before": "before", "after": "after", "one_pass": "one pass"}
+SUBS = 4  # 8-column subgroups of a 32-column chunk
 
 
 @dataclass
@@ -137,34 +145,48 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
     )
 
 
+def one_pass_rows(r: Rows) -> np.ndarray:
+    """``(n, 1)``: rows the current kernel decodes in one pass (grouped, no free bit in the
+    row's cluster)."""
+    return r.grouped & ~r.cluster_free
+
+
 def count(r: Rows, version: str) -> Loads:
     """The metadata loads ``decode_row`` issues for rows ``r`` in kernel ``version``."""
+    if version not in VERSIONS:
+        raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     n, c = r.shape
+    code_major = version != "before"
+    # Rows decoded by decode_grouped_no_free ("one_pass" only); the others take the path of
+    # "after" (or "before").
+    one = one_pass_rows(r) if version == "one_pass" else np.zeros((n, 1), bool)
+    two = ~one
     grouped = np.broadcast_to(r.grouped, (n, c))
-    shortcut = r.empty & ~r.free if version == "after" else np.zeros((n, c), bool)
-    full = ~shortcut
+    shortcut = r.empty & ~r.free & two if code_major else np.zeros((n, c), bool)
+    full = ~shortcut & two
     col0 = r.cluster * r.v + r.col  # column index into (k, V) arrays
     pre = r.cluster * (r.v + 1)  # row of the (k, V + 1) prefix sums
     t = r.word_bytes
     out = Loads.empty()
 
     def load(name: str, issued: np.ndarray, addr: np.ndarray, active: np.ndarray) -> None:
-        """One warp load per chunk where ``issued``: its lanes ``active`` read ``addr``."""
-        got = sectors(np.broadcast_to(addr, (n, c, WARP)), active & issued[..., None])
+        """One warp load where ``issued`` (``(n, chunks)``): its lanes ``active`` read
+        ``addr`` (both broadcast to ``(n, chunks, 32)``)."""
+        got = sectors(np.broadcast_to(addr, (*issued.shape, WARP)), active & issued[..., None])
         out.add(name, issued.sum(), got[issued].sum())
 
     # Codes: a flat row loads every column's code prefix, and its width in a pass of its own
-    # ("before") or with the payloads ("after", below); a grouped row loads the widths of the
-    # columns of subgroups with codes, in chunks that hold a code ("after") or in every chunk
+    # ("before") or with the payloads (below); a grouped row loads the widths of the columns
+    # of subgroups with codes, in chunks that hold a code ("after") or in every chunk
     # ("before").
     flat = ~grouped
     load("code_prefix", flat, 4 * (pre + r.col), r.valid)
     if version == "before":
         load("code_bits", flat, col0, r.valid)
-    coded_pass = grouped & ~r.empty if version == "after" else grouped
+    coded_pass = grouped & ~r.empty & two if code_major else grouped
     load("code_bits", coded_pass, col0, r.valid & r.in_subgroup)
     # Payloads and words.
-    if version == "after":
+    if code_major:
         # A grouped row: the cluster's free-bit total (the same word in every lane); where it
         # is not 0, an empty chunk's prefix sums at its two ends. Then, with no free bit, one
         # code-0 entry a lane.
@@ -180,16 +202,36 @@ def count(r: Rows, version: str) -> Loads:
     load("masks", full, t * col0, r.valid)
     no_escape = ~(r.escaped & r.valid).any(axis=-1)
     load("free_prefix", full & no_escape, 4 * (pre + np.minimum(r.col + 1, r.v)), r.valid)
-    if version == "after":
+    if code_major:
         entry = (r.cluster * r.e + r.code) * r.v + r.col
     else:
         entry = col0 * r.e + r.code
     load("bitvals", full, t * entry, r.valid & ~r.escaped)
+    if version == "one_pass":
+        # Header pass, lane q on chunk q (32 chunks an iteration): for each subgroup g that
+        # holds codes, the code-width prefix sums at its two ends. The warp issues the pair
+        # for g when any lane has subgroup bit g, those lanes active.
+        h = -(-c // WARP)
+        sub = r.in_subgroup.reshape(n, c, SUBS, WARP // SUBS).any(axis=-1)  # (n, C, 4)
+        sub = np.pad(sub & one[..., None], ((0, 0), (0, h * WARP - c), (0, 0)))
+        sub = sub.reshape(n, h, WARP, SUBS)
+        q = np.arange(h * WARP).reshape(1, h, WARP)
+        for g in range(SUBS):
+            bit = sub[..., g]
+            lo = WARP * q + (WARP // SUBS) * g
+            for at in (np.minimum(lo + WARP // SUBS, r.v), lo):
+                load("code_prefix", bit.any(axis=-1), 4 * (pre + at), bit)
+        # Chunk pass: a chunk with no code is its code-0 entries; one with codes loads the
+        # widths of its subgroups' columns, then the entries of the words that do not escape.
+        load("bitvals", r.empty & one, t * (r.cluster * r.e * r.v + r.col), r.valid)
+        coded = ~r.empty & one
+        load("code_bits", coded, col0, r.valid & r.in_subgroup)
+        load("bitvals", coded, t * entry, r.valid & ~r.escaped)
     return out
 
 
 def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
-    """Counts of both versions for up to ``rows`` rows of table ``x`` (compressed here)."""
+    """Counts of every version for up to ``rows`` rows of table ``x`` (compressed here)."""
     table = ibp_graph.compress(x, tmp / "t.ibp", progress=False)
     rng = np.random.default_rng(seed)
     n = x.shape[0]
@@ -204,6 +246,7 @@ def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
         "rows_counted": int(ids.size),
         "rows_raw": int(ids.size - encoded),
         "rows_grouped": int(r.grouped.sum()),
+        "rows_one_pass": int(one_pass_rows(r).sum()),
         "chunks_per_row": c,
         "chunks_empty_no_free": int((r.empty & ~r.free).sum()),
         "chunks_empty_free": int((r.empty & r.free).sum()),
@@ -231,47 +274,66 @@ def per_row(r: dict, version: str, what: str) -> float:
     return total / encoded if encoded else 0.0
 
 
-def _fewer(before: float, after: float) -> str:
-    if not after:
+def _fewer(base: float, new: float) -> str:
+    """``new`` against ``base``: " (1.22x fewer)", " (1.04x more)", " (same)"; nothing for 0."""
+    if not new:
         return ""
-    if after <= before:
-        return f" ({before / after:.2f}x fewer)"
-    return f" ({after / before:.2f}x more)"
+    if new == base:
+        return " (same)"
+    if new < base:
+        return f" ({base / new:.2f}x fewer)"
+    return f" ({new / base:.2f}x more)"
+
+
+def _compared(values: list[float]) -> str:
+    """before | after (vs before) | one pass (vs after)."""
+    before, after, one = values
+    return f"{before:.0f} | {after:.0f}{_fewer(before, after)} | {one:.0f}{_fewer(after, one)}"
 
 
 def markdown(env: dict, rows: list[dict]) -> str:
+    versions = [LABELS[v] for v in VERSIONS]
+    cols = " | ".join(
+        f"{what} {versions[0]} | {' | '.join(versions[1:])}"
+        for what in ("loads/row", "sectors/row", "dictionary sectors/row")
+    )
     lines = [
         *header_lines("Fused decoder: metadata loads per row (counted, no GPU)", env),
         "Warp-wide global loads of table metadata that `decode_row` (`cuda/fetch_decode.cu`)",
         "issues per encoded row, and the 32-byte sectors they touch, on the codes the",
-        "reference codec gives each word of real rows. `before`: dictionaries column-major and",
-        "every chunk decoded in full; `after`: dictionaries code-major, chunks of grouped rows",
-        "with no code and no free bit written from their code-0 entries, and a flat row's codes",
-        "read in the payloads' pass. A model of the kernel's access pattern, not a GPU",
-        "measurement; the `profile` stage of `benchmarks/gpu_session.sh` measures instructions",
-        "and sectors per row on a GPU.",
+        "reference codec gives each word of real rows, in three versions of the kernel.",
+        "`before`: dictionaries column-major and every chunk decoded in full. `after`:",
+        "dictionaries code-major, chunks of grouped rows with no code and no free bit written",
+        "from their code-0 entries, and a flat row's codes read in the payloads' pass.",
+        "`one pass` (the current kernel): as `after`, except that a grouped row whose cluster",
+        "has no free bit is decoded in a single pass over its chunks (`decode_grouped_no_free`):",
+        "its codes' total width from code-width prefix sums read before its chunks, then per",
+        "chunk with codes one load of code widths and one of entries, no masks and no free-bit",
+        "prefix sums. In parentheses: `after` against `before`, `one pass` against `after`.",
+        "A model of the kernel's access pattern, not a GPU measurement; the `profile` stage of",
+        "`benchmarks/gpu_session.sh` measures instructions and sectors per row on a GPU.",
         "",
-        "| table | ratio | chunks/row | empty chunks, no free bit | loads/row before | after "
-        "| sectors/row before | after | dictionary sectors/row before | after |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| table | ratio | chunks/row | empty chunks, no free bit | rows in one pass | {cols} |",
+        "|---|---|---|---|---|" + "---|" * (3 * len(VERSIONS)),
     ]
     for r in rows:
         encoded = r["rows_counted"] - r["rows_raw"]
         chunks = encoded * r["chunks_per_row"]
         share = r["chunks_empty_no_free"] / chunks if chunks else 0.0
+        one = r["rows_one_pass"] / encoded if encoded else 0.0
         ins = [per_row(r, v, "instructions") for v in VERSIONS]
         sec = [per_row(r, v, "sectors") for v in VERSIONS]
         dic = [r[v]["sectors"].get("bitvals", 0) / encoded if encoded else 0.0 for v in VERSIONS]
         lines.append(
             f"| {r['table']} | {r['ratio']:.1f} | {r['chunks_per_row']} | {share:.0%} "
-            f"| {ins[0]:.0f} | {ins[1]:.0f}{_fewer(*ins)} "
-            f"| {sec[0]:.0f} | {sec[1]:.0f}{_fewer(*sec)} "
-            f"| {dic[0]:.0f} | {dic[1]:.0f} |"
+            f"| {one:.0%} | {_compared(ins)} | {_compared(sec)} "
+            f"| {' | '.join(f'{d:.0f}' for d in dic)} |"
         )
     lines += [
         "",
         "Rows counted per table, rows stored raw (no metadata loads; left out of the per-row",
-        "figures), and dictionary entries per column are in the JSON file.",
+        "figures), and dictionary entries per column are in the JSON file; there, loads and",
+        "sectors are totals over the counted rows, per metadata array.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -11,8 +11,12 @@
 // [c, e, j], the codec's `match_values`), so the words of 32 neighbouring columns that share a
 // code read one line. A chunk of 32 columns of a grouped row that holds no code, and whose
 // columns have no free bit, holds no bits at all: its words are their code-0 entries (one load
-// a lane, nothing else). Rows stored raw are copied through. Decoded words are written to a
-// row-major output of `row_bytes` bytes per row.
+// a lane, nothing else). A grouped row of a cluster whose columns have no free bit at all
+// decodes in one pass (decode_grouped_no_free): where its payloads start follows from the
+// prefix sums of the subgroups that hold codes, so each word is read with its code, as its
+// code's entry or, escaped, as the payload its rank among the chunk's escapes (a warp vote)
+// places. Rows stored raw are copied through. Decoded words are written to a row-major output
+// of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
 // host may pass the ids sorted (rows then read in address order) with `out_pos` the
@@ -205,6 +209,77 @@ __device__ __forceinline__ void zero_row(u8* out_row, int V, int row_bytes, bool
     for (int j = lane; j < V; j += 32) store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
 }
 
+// Decode a grouped row `s` of cluster `c`, none of whose columns has a free bit, in one pass
+// over its chunks (the row's header read, `subs` its subgroup bits): its codes start at bit
+// `codes_at` of `buf`, and its payloads follow them (where, the prefix sums of the code widths
+// of its subgroups with codes say). A word is its code's entry, or, when its code is the
+// escape, the next payload (T * 8 bits, in column order): a ballot counts a chunk's escapes,
+// and a lane's rank among them places its payload. A chunk with no code is its code-0
+// entries. The row is zeroed, and output position `p` recorded in `error[1]`, when its codes
+// or payloads run past its stored length.
+template <typename W>
+__device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Staged& s,
+                                       u32 codes_at, u32 base, int c,
+                                       const u8* __restrict__ code_bits,
+                                       const u32* __restrict__ code_prefix,
+                                       const W* __restrict__ bitvals, u8* out_row, int* error,
+                                       i64 p, int V, int E, int row_bytes, bool word_aligned,
+                                       int lane) {
+    const int TB = Word<W>::BITS;
+    const int C = (V + 31) >> 5;
+    const u64 len_bits = s.len * 8;
+    const u32* __restrict__ prefix = code_prefix + (size_t)c * (V + 1);
+    // Where the payloads start: past the codes of every subgroup that holds some (lane q sums
+    // chunk q's, by the prefix sums).
+    u32 payloads_at = codes_at;
+    for (int q0 = 0; q0 < C; q0 += 32) {
+        const int q = q0 + lane;
+        u32 bits = 0;
+        u32 sub = q < C ? (u32)subs[q] : 0u;
+        for (int lo = 32 * q; sub != 0; lo += 8, sub >>= 1) {
+            if (sub & 1u) bits += prefix[min(lo + 8, V)] - prefix[lo];
+        }
+        payloads_at += __shfl_sync(FULL_MASK, warp_inclusive_scan(bits, lane), 31);
+    }
+    if ((u64)(payloads_at - base) > len_bits) {  // the header and codes run past the row
+        if (lane == 0) record_first(&error[1], p);
+        zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+        return;
+    }
+    const u8* __restrict__ widths = code_bits + (size_t)c * V;
+    const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
+    const unsigned below = (1u << lane) - 1u;  // the lanes before this one
+    for (int j0 = 0; j0 < V; j0 += 32) {
+        const int j = j0 + lane;
+        const u32 sub = subs[j0 >> 5];  // warp-uniform
+        if (sub == 0) {
+            if (j < V) store_word<W>(out_row, j, entries[j], row_bytes, word_aligned);
+            continue;
+        }
+        u32 w = 0;  // the lane's code width, 0 for a column without a code
+        if (j < V && ((sub >> ((j & 31) >> 3)) & 1u)) w = (u32)widths[j];
+        const u32 incl = warp_inclusive_scan(w, lane);
+        const u32 code = (u32)read_field(buf, codes_at + incl - w, (int)w);
+        codes_at += __shfl_sync(FULL_MASK, incl, 31);
+        const bool escaped = w != 0 && code == (1u << w) - 1u;
+        const unsigned escapes = __ballot_sync(FULL_MASK, escaped);
+        const u32 n_escaped = (u32)__popc(escapes);
+        if (n_escaped != 0 && (u64)(payloads_at + n_escaped * TB - base) > len_bits) {
+            if (lane == 0) record_first(&error[1], p);
+            zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+            return;
+        }
+        if (j < V) {
+            const W word = escaped ? (W)read_field(buf, payloads_at +
+                                                             (u32)__popc(escapes & below) * TB,
+                                                   TB)
+                                   : entries[(size_t)code * V + j];
+            store_word<W>(out_row, j, word, row_bytes, word_aligned);
+        }
+        payloads_at += n_escaped * TB;
+    }
+}
+
 // Decode the staged row `s` (its span in `buf`, the warp synced) into `out_row`, or zero it
 // and record output position `p` in `error[1]` when its fields run past its stored length.
 // `codes` (V bytes) and `subs` (C bytes) are the warp's scratch.
@@ -229,7 +304,11 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     }
     const int c = cluster_ids ? (int)cluster_ids[s.row] : 0;
     const size_t col0 = (size_t)c * V;
+    const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
     const bool grouped = read_field(buf, base, 1) != 0;
+    // No column of the cluster has a free bit (bag-of-words tables): every word that does not
+    // escape is its code's entry, and the row decodes in one pass (decode_grouped_no_free).
+    const bool no_free = grouped && free_prefix[pre0 + V] == 0;
     u32 cursor = base + 1;
     if (grouped) {
         cursor += (u32)C;
@@ -245,8 +324,13 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
             cursor += __shfl_sync(FULL_MASK, incl, 31);
         }
         __syncwarp();
+        if (no_free) {
+            decode_grouped_no_free<W>(buf, subs, s, cursor, base, c, code_bits, code_prefix,
+                                      bitvals, out_row, error, p, V, E, row_bytes, word_aligned,
+                                      lane);
+            return;
+        }
     }
-    const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
     const u32 code_at = cursor;  // a flat row's codes: each at its column's code prefix
     if (!grouped) {
         cursor += code_prefix[pre0 + V];  // every code is present: read with its payload
@@ -271,16 +355,13 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         return;
     }
     const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
-    // No column of the cluster has a free bit (bag-of-words tables): no chunk needs a look.
-    const bool no_free = grouped && free_prefix[pre0 + V] == 0;
     for (int j0 = 0; j0 < V; j0 += 32) {
         const int j = j0 + lane;
         // A chunk of a grouped row with no code (warp-uniform): every code is 0. When its
         // columns have no free bit either, its words are their code-0 entries and it holds
         // no bits: one coalesced load a lane.
         const bool coded = !grouped || subs[j0 >> 5] != 0;
-        if (!coded &&
-            (no_free || free_prefix[pre0 + min(j0 + 32, V)] == free_prefix[pre0 + j0])) {
+        if (!coded && free_prefix[pre0 + min(j0 + 32, V)] == free_prefix[pre0 + j0]) {
             if (j < V) store_word<W>(out_row, j, entries[j], row_bytes, word_aligned);
             continue;
         }

@@ -72,6 +72,115 @@ def test_counts_follow_the_kernels_loads_chunk_by_chunk(one_coded_chunk) -> None
     assert after.sectors["free_prefix"] == n
 
 
+def test_one_pass_reads_no_masks_and_no_free_bit_prefix_sums(one_coded_chunk) -> None:
+    table, x = one_coded_chunk
+    ids = np.flatnonzero(x[:, 3])
+    r = decode_loads.lanes(table, x, ids)
+    assert decode_loads.one_pass_rows(r).all()  # grouped, and the cluster has no free bit
+    one = decode_loads.count(r, "one_pass")
+    n = ids.size
+    # The cluster's free-bit total; in the pass summing the code widths, lane 0 (chunk 0,
+    # subgroup 0 with codes) reads code prefix sums 8 and 0; chunk 0 loads its subgroup's 8
+    # code widths and the entries of its 31 words that do not escape, chunk 1 its code-0
+    # entries.
+    assert one.instructions == {
+        "code_prefix": 2 * n,
+        "code_bits": n,
+        "free_prefix": n,
+        "bitvals": 2 * n,
+        "masks": 0,
+    }
+    assert one.sectors == {
+        "code_prefix": 2 * n,
+        "code_bits": n,
+        "free_prefix": n,
+        "bitvals": 2 * 4 * n,
+        "masks": 0,
+    }
+    after = decode_loads.count(r, "after")
+    assert sum(one.sectors.values()) < sum(after.sectors.values())
+
+
+def _code_width_pass_reference(sub: np.ndarray, v: int) -> tuple[int, int]:
+    """Loads and sectors of the pass summing the code widths, row by row and subgroup by
+    subgroup: ``sub`` ``(n, C, 4)`` subgroup bits, one cluster (prefix sums from address 0)."""
+    loads = sectors = 0
+    n, c, _ = sub.shape
+    for i in range(n):
+        for q0 in range(0, c, 32):
+            for g in range(4):
+                qs = [q for q in range(q0, min(q0 + 32, c)) if sub[i, q, g]]
+                if not qs:
+                    continue
+                lo = [32 * q + 8 * g for q in qs]
+                hi = [min(a + 8, v) for a in lo]
+                loads += 2
+                sectors += len({4 * a // 32 for a in hi}) + len({4 * a // 32 for a in lo})
+    return loads, sectors
+
+
+def test_one_pass_issues_fewer_loads_than_after_without_free_bits(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    x = (rng.random((300, 1100)) < 0.01).astype(np.float32)  # bag of words, 35 chunks
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    v = x.shape[1]
+    assert table.params.free_bits.max() == 0
+    r = decode_loads.lanes(table, x, np.arange(300))
+    n, c = r.shape
+    assert n == 300 and c == 35 and decode_loads.one_pass_rows(r).all()
+    # A word has a non-zero code exactly where it is not 0.0.
+    assert np.array_equal(r.code.reshape(n, -1)[:, :v] != 0, x != 0)
+    after = decode_loads.count(r, "after")
+    one = decode_loads.count(r, "one_pass")
+    assert sum(one.instructions.values()) < sum(after.instructions.values())
+    assert sum(one.sectors.values()) < sum(after.sectors.values())
+    assert one.instructions["masks"] == one.sectors["masks"] == 0
+    assert one.instructions["free_prefix"] == one.sectors["free_prefix"] == n  # once a row
+    coded = int((~r.empty).sum())
+    assert coded > 0
+    assert one.instructions["code_bits"] == coded  # once per chunk with codes, not twice
+    assert after.instructions["code_bits"] == 2 * coded
+    assert one.instructions["bitvals"] == after.instructions["bitvals"] == n * c
+    # The pass summing the code widths (two iterations: chunks 0..31, 32..34), from the
+    # subgroup bits of the words themselves.
+    padded = np.zeros((n, 32 * c), bool)
+    padded[:, :v] = x != 0
+    sub = padded.reshape(n, c, 4, 8).any(axis=-1)
+    loads, sectors = _code_width_pass_reference(sub, v)
+    assert loads > 0
+    assert one.instructions["code_prefix"] == loads
+    assert one.sectors["code_prefix"] == sectors
+    assert after.instructions["code_prefix"] == 0
+    table.close()
+
+
+def test_one_pass_is_after_for_rows_of_clusters_with_free_bits(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    x = (rng.random((400, 96)) < 0.03).astype(np.float32)  # rows 0..199: no free bit
+    x[200:] = 0
+    x[200:, 50:60] = 1.5 + rng.random((200, 10), dtype=np.float32) * np.float32(2**-12)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1, clusters=2)
+    r = decode_loads.lanes(table, x, np.arange(400))
+    one_pass = decode_loads.one_pass_rows(r)[:, 0]
+    assert r.grouped.all() and 0 < one_pass.sum() < 400  # both kinds of cluster
+    free_ids, no_free_ids = np.flatnonzero(~one_pass), np.flatnonzero(one_pass)
+    free = decode_loads.lanes(table, x, free_ids)
+    no_free = decode_loads.lanes(table, x, no_free_ids)
+    # Rows of the cluster with free bits load as in "after".
+    assert decode_loads.count(free, "one_pass") == decode_loads.count(free, "after")
+    # All rows: the sum of the two kinds, each counted on its own.
+    both = decode_loads.count(r, "one_pass")
+    a, b = decode_loads.count(free, "after"), decode_loads.count(no_free, "one_pass")
+    for what in ("instructions", "sectors"):
+        x_a, x_b = getattr(a, what), getattr(b, what)
+        total = {k: x_a.get(k, 0) + x_b.get(k, 0) for k in {*x_a, *x_b}}
+        assert getattr(both, what) == total
+    assert sum(both.instructions.values()) < sum(
+        decode_loads.count(r, "after").instructions.values()
+    )
+    table.close()
+
+
 def test_with_free_bits_an_empty_chunk_reads_its_two_end_prefix_sums(tmp_path) -> None:
     rng = np.random.default_rng(3)
     x = np.zeros((300, 64), np.float32)
@@ -90,6 +199,7 @@ def test_with_free_bits_an_empty_chunk_reads_its_two_end_prefix_sums(tmp_path) -
     assert after.instructions["free_prefix"] == n * (1 + 2 + 2 + 1)
     assert after.instructions["code_bits"] == after.instructions["masks"] == n
     assert after.instructions["bitvals"] == 2 * n
+    assert decode_loads.count(r, "one_pass") == after  # the cluster has free bits
     table.close()
 
 
@@ -119,7 +229,26 @@ def test_a_flat_row_loads_its_code_widths_once(tmp_path) -> None:
     after = decode_loads.count(r, "after").instructions
     assert before["code_bits"] == 2 * 2 * n and after["code_bits"] == 2 * n
     assert before["code_prefix"] == after["code_prefix"] == 2 * n
+    assert decode_loads.count(r, "one_pass").instructions == after
     table.close()
+
+
+def test_one_pass_is_after_on_a_dense_table(tmp_path) -> None:
+    x = np.random.default_rng(7).standard_normal((300, 80)).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp")
+    assert table.params.free_bits.min() > 0
+    r = decode_loads.lanes(table, x, np.arange(300))
+    assert r.shape[0] > 100 and not decode_loads.one_pass_rows(r).any()
+    after = decode_loads.count(r, "after")
+    assert sum(after.instructions.values()) > 0
+    assert decode_loads.count(r, "one_pass") == after
+
+
+def test_unknown_version_is_refused(one_coded_chunk) -> None:
+    table, x = one_coded_chunk
+    r = decode_loads.lanes(table, x, np.arange(10))
+    with pytest.raises(ValueError, match="version must be one of"):
+        decode_loads.count(r, "later")
 
 
 def test_raw_rows_load_no_metadata(tmp_path) -> None:
@@ -130,15 +259,25 @@ def test_raw_rows_load_no_metadata(tmp_path) -> None:
     table.close()
 
 
-def test_main_writes_both_results(tmp_path) -> None:
+def test_main_writes_every_version(tmp_path) -> None:
     decode_loads.main(["--no-real", "--rows", "64", "--out", str(tmp_path)])
     payload = json.loads((tmp_path / "decode-loads-cpu.json").read_text())
     names = [r["table"] for r in payload["results"]]
     assert names == [f"{k}-512B" for k in decode_loads.KINDS]
     sparse = payload["results"][names.index("sparse-5pct-512B")]
     assert sum(sparse["after"]["sectors"].values()) < sum(sparse["before"]["sectors"].values())
+    for r in payload["results"]:
+        assert {"before", "after", "one_pass"} <= r.keys() and "rows_one_pass" in r
+        if not r["rows_one_pass"]:
+            assert r["one_pass"] == r["after"]
     md = (tmp_path / "decode-loads-cpu.md").read_text()
     assert "| sparse-5pct-512B |" in md
+    head = next(line for line in md.splitlines() if line.startswith("| table |"))
+    assert "loads/row before | after | one pass |" in head
+    assert "dictionary sectors/row before | after | one pass |" in head
+    width = head.count("|")
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "-512B" in line]
+    assert len(rows) == len(names) and all(line.count("|") == width for line in rows)
 
 
 def test_rows_must_be_positive(capsys) -> None:

@@ -332,8 +332,11 @@ def record(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[La
     """Patch ``module``'s CuPy calls with recorders; the list its launches are appended to."""
     launches: list[Launch] = []
 
-    def fake_kernel(source: str, entry: str, device: Any) -> FakeKernel:
-        return FakeKernel(source, entry, launches)
+    def fake_kernel(source: str, entry: str, device: Any, *, max_smem=None) -> FakeKernel:
+        fn = FakeKernel(source, entry, launches)
+        if max_smem is not None:
+            fn.max_dynamic_shared_size_bytes = max_smem
+        return fn
 
     fakes = {
         "kernel": fake_kernel,

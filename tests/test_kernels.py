@@ -700,6 +700,39 @@ def test_resident_blocks_follow_registers_shared_memory_and_threads() -> None:
     assert resident_blocks_per_sm(64, 256, 0, types.SimpleNamespace()) == 4  # sm_80/90 defaults
 
 
+def test_the_shared_memory_limit_is_raised_once_per_kernel_and_device(monkeypatch) -> None:
+    from ibp_graph.kernels import runtime
+
+    sets: list[tuple[str, int, int]] = []
+
+    class Fn:
+        def __init__(self, entry: str, device: int) -> None:
+            self.entry, self.device = entry, device
+
+        def __setattr__(self, name: str, value: object) -> None:
+            if name == "max_dynamic_shared_size_bytes":
+                sets.append((self.entry, self.device, value))
+            object.__setattr__(self, name, value)
+
+    made: dict[tuple[str, str, int], Fn] = {}
+
+    def fake_kernel(source: str, entry: str, device: int) -> Fn:
+        return made.setdefault((source, entry, device), Fn(entry, device))
+
+    monkeypatch.setattr(runtime, "_kernel", fake_kernel)
+    runtime._allow_smem.cache_clear()
+    try:
+        limit = 227 * 1024
+        for _ in range(3):
+            fn = runtime.kernel("fetch_decode.cu", "a", 0, max_smem=limit)
+            assert fn.max_dynamic_shared_size_bytes == limit
+        runtime.kernel("fetch_decode.cu", "a", 1, max_smem=limit)  # another device: its own
+        runtime.kernel("fetch_decode.cu", "b", 0)  # narrow launches leave the limit alone
+        assert sets == [("a", 0, limit), ("a", 1, limit)]
+    finally:
+        runtime._allow_smem.cache_clear()
+
+
 def test_default_grid_is_its_blocks_per_sm_and_never_more_than_fits(monkeypatch) -> None:
     from ibp_graph.kernels import runtime
 

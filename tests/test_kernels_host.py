@@ -18,8 +18,9 @@ import pytest
 import torch
 
 import ibp_graph
+from ibp_graph.codec import row_layout
 from ibp_graph.cuda_table import raw_bypass
-from ibp_graph.dtypes import row_bytes
+from ibp_graph.dtypes import row_bytes, rows_to_words
 from ibp_graph.kernels.fetch_decode import WARP, codec_prefixes, smem_plan
 from ibp_graph.kernels.raw_gather import vector_bytes
 from ibp_graph.pinned import TAIL_PAD
@@ -429,6 +430,85 @@ def test_a_row_whose_chunk_bits_run_past_its_length_is_corrupt(lib, tmp_path) ->
         assert error.tolist() == [0, 2]
         assert (out[[1, 3]] == 0).all()
         assert np.array_equal(out[[0, 2]], x[[0, 3]].view(np.uint8).reshape(2, -1))
+
+
+# --------------------------------------------------------------------------------------------
+# Grouped rows of clusters with no free bit: one pass, escapes placed by their rank
+# --------------------------------------------------------------------------------------------
+
+
+def _word_counts(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Bag-of-words counts: mostly 0, some 1, and a long tail (2..39) that the columns'
+    dictionaries cannot hold, so those words escape."""
+    x = np.zeros((rows, cols), np.float32)
+    hit = rng.random((rows, cols)) < 0.08
+    x[hit] = 1
+    tail = hit & (rng.random((rows, cols)) < 0.3)
+    x[tail] = rng.integers(2, 40, int(tail.sum()))
+    return x
+
+
+def _escapes(table: ibp_graph.IBPTable, x: np.ndarray) -> np.ndarray:
+    """``(n, V)`` bool: word j of row i of ``x`` is escaped in ``table``'s encoding."""
+    params = table.params
+    n = x.shape[0]
+    cluster = (
+        np.zeros(n, np.intp) if table.cluster_ids is None else table.cluster_ids.astype(np.intp)
+    )
+    words = rows_to_words(x, table.dtype_name, params.word_bytes)
+    lay = row_layout(words, params, None if params.num_clusters == 1 else cluster)
+    return lay.code == params.escape[cluster]
+
+
+@pytest.mark.parametrize("word_bytes,align,clusters", [(4, 1, 1), (8, 16, 2), (4, 4, 3)])
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_grouped_rows_without_free_bits_decode_their_escapes(
+    lib, tmp_path, word_bytes, align, clusters, double_buffer
+) -> None:
+    rng = np.random.default_rng(60)
+    x = _word_counts(rng, 300, 100)  # 4 chunks, the last of 4 columns
+    table = ibp_graph.compress(
+        x, tmp_path / "t.ibp", word_bytes=word_bytes, align=align, clusters=clusters
+    )
+    assert (table.params.free_bits == 0).all()
+    ids = np.concatenate([np.arange(x.shape[0]), rng.integers(0, x.shape[0], 100)])
+    assert "grouped" in _row_kinds(table, ids)  # 8-byte words also make some rows flat
+    escaped = _escapes(table, x)
+    # Rows with escapes in several chunks, and chunks with several escapes.
+    assert ((escaped[:, :32].sum(1) >= 2) & (escaped[:, 32:64].sum(1) >= 1)).any()
+    out, error = fetch_on_host(lib, table, ids, grid=2, warps=2, double_buffer=double_buffer)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+def _counts_ending_with(tmp_path, last: np.ndarray) -> tuple[ibp_graph.IBPTable, np.ndarray]:
+    """A word-count table (align 1) whose last row is ``last``, that row cut one byte short."""
+    x = np.vstack([_word_counts(np.random.default_rng(61), 300, 100), last[None]])
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    assert (table.params.free_bits == 0).all()
+    assert _row_kinds(table, np.array([x.shape[0] - 1])) == {"grouped"}
+    table._offsets = table.offsets.copy()
+    table._offsets[-1] -= 1
+    return table, x
+
+
+@pytest.mark.parametrize("tail", ["an escaped payload", "a code"])
+def test_a_grouped_row_without_free_bits_cut_short_is_corrupt(lib, tmp_path, tail) -> None:
+    """The row's last bits are an escaped word's payload (then the codes still fit), or, with
+    no escape, a code."""
+    last = np.zeros(100, np.float32)
+    last[[3, 40, 41]] = 1
+    if tail == "an escaped payload":
+        last[[5, 70]] = [17, 33]
+    table, x = _counts_ending_with(tmp_path, last)
+    row = x.shape[0] - 1
+    assert _escapes(table, x)[row].any() == (tail == "an escaped payload")
+    ids = np.array([0, row, 7, row])
+    for double_buffer in (False, True):
+        out, error = fetch_on_host(lib, table, ids, grid=1, double_buffer=double_buffer)
+        assert error.tolist() == [0, 2]
+        assert (out[[1, 3]] == 0).all()  # no half-decoded row
+        assert np.array_equal(out[[0, 2]], x[[0, 7]].view(np.uint8).reshape(2, -1))
 
 
 # --------------------------------------------------------------------------------------------

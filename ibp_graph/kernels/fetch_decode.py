@@ -330,11 +330,10 @@ def fetch_decode(
     # The kernel, its attribute, the DLPack views and the launch all in device's context, on
     # the launch stream (see runtime.cupy_stream).
     with cupy_stream(stream, device):
-        fn = kernel(SOURCE, _entry(codec, double_buffer), device.index)
-        if plan.bytes_per_block > DEFAULT_SMEM:
-            # Every table of this entry point shares `fn`: always the device's limit, so that a
-            # thread launching between another's setting and launch never finds it lowered.
-            fn.max_dynamic_shared_size_bytes = max_smem
+        wide = plan.bytes_per_block > DEFAULT_SMEM
+        fn = kernel(
+            SOURCE, _entry(codec, double_buffer), device.index, max_smem=max_smem if wide else None
+        )
         grid = grid_size(
             -(-n // plan.warps_per_block),
             device,

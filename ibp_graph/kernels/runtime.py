@@ -76,12 +76,24 @@ def _kernel(source: str, entry: str, device: int) -> Any:
         return _module(source).get_function(entry)
 
 
-def kernel(source: str, entry: str, device: int) -> Any:
+@functools.cache
+def _allow_smem(source: str, entry: str, device: int, max_smem: int) -> None:
+    # Set once per kernel and device: the attribute is a driver call on every launch otherwise.
+    _kernel(source, entry, device).max_dynamic_shared_size_bytes = max_smem
+
+
+def kernel(source: str, entry: str, device: int, *, max_smem: int | None = None) -> Any:
     """The ``entry`` kernel of ``cuda/<source>`` built for ``device`` (cached).
+
+    ``max_smem``: allow launches of up to that many bytes of dynamic shared memory (above
+    the default 48 KiB). Always pass the device's limit: the kernel is shared between tables
+    and threads, so the limit is only ever raised, once, to that value.
 
     A CuPy kernel runs in the context of the device that is current when it is called (or
     when an attribute is set), so call it inside `cupy_stream` for the same device.
     """
+    if max_smem is not None:
+        _allow_smem(source, entry, int(device), int(max_smem))
     return _kernel(source, entry, int(device))
 
 
