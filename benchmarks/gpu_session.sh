@@ -17,16 +17,17 @@
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
 #   tests      about 4 min (203 s on an H100): `pytest -m gpu -x` one file at a time (a
 #              sticky CUDA fault ends only its own file), at most 240 s per file.
-#   sanitize   about 8-9 min: compute-sanitizer memcheck and synccheck over the kernel tests
+#   sanitize   about 7-9 min: three compute-sanitizer tools at once, each in a process of its
+#              own, at most 540 s each: memcheck and synccheck over the kernel tests
 #              (tests/test_gpu_kernels.py, not slow, and the fused sampling hop's
-#              tests/test_sampler_hop_host.py, 40 tests), at most 270 s per tool (on an H100
-#              memcheck got through 27 of them in 150 s); the tests see
+#              tests/test_sampler_hop_host.py, 40 tests; on an H100 memcheck got through 27 of
+#              them in 150 s), and racecheck over the tests of the one kernel with shared
+#              memory, the fused fetch (test_gpu_kernels.py; its tests of other kernels skip,
+#              25 tests; on an H100 it got through 10 of them in 150 s). The tests see
 #              IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with torch's caching
 #              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
-#              is past its allocation.
-#   racecheck  about 6-9 min: compute-sanitizer racecheck over the tests of the one kernel
-#              with shared memory, the fused fetch (test_gpu_kernels.py; its tests of other
-#              kernels skip), at most 540 s (on an H100 it got through 10 of them in 150 s).
+#              is past its allocation. A tool that cannot start beside the others (its log
+#              has a sanitizer error and no summary) runs again alone in the time left.
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
@@ -78,8 +79,8 @@
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
 # what it wrote), and a command whose stages would write more than 8 files is refused before
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
-# times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log; racecheck:
-# racecheck.log; fetch and
+# times: always), then smoke: smoke.log; tests: tests.log; sanitize: memcheck.log,
+# synccheck.log, racecheck.log; fetch and
 # pages and grid: their log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
@@ -103,16 +104,16 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize racecheck fetch profile pages grid lanes sampling e2e overlap
-    fused ddp synthetic corasu)
+ALL_STAGES=(smoke tests sanitize fetch profile pages grid lanes sampling e2e overlap fused ddp
+    synthetic corasu)
 MAX_FILES=8
 MAX_COMMAND=2000
 
 # files STAGE: how many files the stage writes under $OUT.
 files() {
     case "$1" in
-    smoke | tests | sanitize | racecheck) echo 1 ;;
-    ddp) echo 3 ;;
+    smoke | tests) echo 1 ;;
+    sanitize | ddp) echo 3 ;;
     fetch | pages | grid | sampling) echo 3 ;;
     lanes | profile) echo 5 ;;
     e2e | overlap | fused | synthetic | corasu) echo 4 ;;
@@ -124,7 +125,7 @@ minutes() {
     case "$1" in
     smoke) echo 2 ;;
     tests) echo 6 ;;
-    sanitize | racecheck) echo 9 ;;
+    sanitize) echo 9 ;;
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
@@ -169,11 +170,12 @@ plan() {
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; on an H100 the first calls took 4-5 minutes each, machine start and transfers
 # included, so 30 minutes of GPU time get through the first four or five). First what the
-# first run left unchecked: every GPU test, the sanitizers over every kernel test; then the
-# fetch at the current defaults (a current-stream fetch takes every block the SMs hold) and
-# its profile; then the overlap and the prefetch thread with the fused hop kernels.
-CALLS=("smoke tests" "sanitize" "racecheck" "fetch" "profile" "overlap sampling" "fused ddp"
-    "e2e grid" "corasu" "synthetic pages" "lanes")
+# first run left unchecked: every GPU test, the sanitizers over every kernel test (the three
+# tools at once, in one call); then the fetch at the current defaults (a current-stream fetch
+# takes every block the SMs hold, and rows without free bits decode in one pass) and its
+# profile; then the overlap and the prefetch thread with the fused hop kernels.
+CALLS=("smoke tests" "sanitize" "fetch" "profile" "overlap sampling" "fused ddp" "e2e grid"
+    "corasu" "synthetic pages" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -313,37 +315,69 @@ run() {
     timeout -s INT -k 15 "$limit" "$@" 2>&1 | tee -a "$OUT/$log"
 }
 
-# sanitizers LOG SECONDS TOOL...: each compute-sanitizer TOOL over the kernel tests (not slow),
-# at most SECONDS each, into $OUT/LOG; 4 without compute-sanitizer, 1 when a tool fails.
+# sanitize_one SECONDS TOOL: compute-sanitizer TOOL over the kernel tests (not slow), at most
+# SECONDS, into $OUT/TOOL.log; its exit status.
+sanitize_one() {
+    local budget=$1 tool=$2 tests
+    echo "-- $tool" >>"$OUT/$tool.log"
+    export IBP_GRAPH_SANITIZER=$tool  # the tests take fewer ids under a tool
+    # memcheck sees a write past a tensor only if the tensor is its own allocation: torch's
+    # caching allocator is off for it.
+    if [ "$tool" = memcheck ]; then
+        export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+    else
+        unset PYTORCH_NO_CUDA_MEMORY_CACHING
+    fi
+    # racecheck checks shared memory, which only the fused fetch kernel uses: it skips the
+    # sampler's kernels, and test_gpu_kernels.py skips its tests of other kernels.
+    tests=(tests/test_gpu_kernels.py)
+    if [ "$tool" != racecheck ]; then tests+=(tests/test_sampler_hop_host.py); fi
+    run "$budget" "$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
+        --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" "${tests[@]}"
+}
+
+# sanitizers SECONDS TOOL...: every compute-sanitizer TOOL over the kernel tests at the same
+# time, each in a process of its own (started a few seconds apart, so that each has taken its
+# port to its target before the next starts) and at most SECONDS; a tool whose log has a
+# sanitizer error but no summary (it could not run beside the others) runs again alone in the
+# time left. 4 without compute-sanitizer, 1 when a tool fails.
 sanitizers() {
-    local log=$1 budget=$2 tool trc status=0 tests
-    shift 2
+    local budget=$1 tool trc status=0 pids=() alone=()
+    shift
     if ! command -v compute-sanitizer >/dev/null; then
-        echo "$log: compute-sanitizer is not on the PATH" | tee -a "$OUT/$log"
+        echo "sanitize: compute-sanitizer is not on the PATH" | tee -a "$OUT/$1.log"
         return 4
     fi
     for tool in "$@"; do
-        echo "-- $tool" >>"$OUT/$log"
+        (sanitize_one "$budget" "$tool" >/dev/null) &
+        pids+=($!)
+        sleep "${IBP_GPU_SANITIZER_STAGGER:-5}"
+    done
+    local i=0
+    for tool in "$@"; do
         trc=0
-        export IBP_GRAPH_SANITIZER=$tool  # the tests take fewer ids under a tool
-        # memcheck sees a write past a tensor only if the tensor is its own allocation:
-        # torch's caching allocator is off for it.
-        if [ "$tool" = memcheck ]; then
-            export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-        else
-            unset PYTORCH_NO_CUDA_MEMORY_CACHING
+        wait "${pids[$i]}" || trc=$?
+        i=$((i + 1))
+        if [ "$trc" -ne 0 ] && grep -q "^========= Error" "$OUT/$tool.log" &&
+            ! grep -q "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/$tool.log"; then
+            echo "$tool rc=$trc beside the others; again alone" | tee -a "$SUMMARY"
+            alone+=("$tool")
+            continue
         fi
-        # racecheck checks shared memory, which only the fused fetch kernel uses: it skips
-        # the sampler's kernels, and test_gpu_kernels.py skips its tests of other kernels.
-        tests=(tests/test_gpu_kernels.py)
-        if [ "$tool" != racecheck ]; then tests+=(tests/test_sampler_hop_host.py); fi
-        run "$budget" "$log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
-            --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" "${tests[@]}" || trc=$?
         if [ "$trc" -ne 0 ]; then status=1; fi
         echo "$tool rc=$trc" | tee -a "$SUMMARY"
     done
-    unset IBP_GRAPH_SANITIZER PYTORCH_NO_CUDA_MEMORY_CACHING
-    grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/$log" | tee -a "$SUMMARY"
+    for tool in "${alone[@]}"; do
+        echo "-- again, alone" >>"$OUT/$tool.log"
+        trc=0
+        (sanitize_one "$budget" "$tool" >/dev/null) || trc=$?
+        if [ "$trc" -ne 0 ]; then status=1; fi
+        echo "$tool rc=$trc (alone)" | tee -a "$SUMMARY"
+    done
+    for tool in "$@"; do
+        grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/$tool.log" | sed "s/^/$tool: /" |
+            tee -a "$SUMMARY"
+    done
     return "$status"
 }
 
@@ -431,10 +465,7 @@ for stage in "${STAGES[@]}"; do
         done
         ;;
     sanitize)
-        sanitizers sanitize.log 270 memcheck synccheck || rc=$?
-        ;;
-    racecheck)
-        sanitizers racecheck.log 540 racecheck || rc=$?
+        sanitizers 540 memcheck synccheck racecheck || rc=$?
         ;;
     fetch)
         run 420 fetch.log python3 benchmarks/fetch.py --table-gb 4 --batch 100000,1000000 \

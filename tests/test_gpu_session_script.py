@@ -27,7 +27,6 @@ STAGES = (
     "smoke",
     "tests",
     "sanitize",
-    "racecheck",
     "fetch",
     "profile",
     "pages",
@@ -122,7 +121,7 @@ def test_every_stage_alone_fits_what_comes_back(stage: str) -> None:
 
 
 def test_a_command_writing_more_than_8_files_is_refused(tmp_path: Path) -> None:
-    assert _files(["smoke", "tests", "sanitize"]) == 4
+    assert _files(["smoke", "tests", "sanitize"]) == 6
     done = script("e2e", "synthetic", OUT=str(tmp_path / "out"))
     assert done.returncode == 2 and "would write 9 files" in done.stderr
     assert not (tmp_path / "out").exists()
@@ -133,6 +132,10 @@ def test_files_written_per_stage_match_the_plan() -> None:
     text = SCRIPT.read_text().replace("\\\n", " ")
     for stage in STAGES:
         logs = set(re.findall(rf"\b({stage}\.log)\b", text))
+        if stage == "sanitize":  # a log per tool, the three run at once
+            assert not logs and '"$tool.log"' in text and _files([stage]) == 1 + 3
+            assert "sanitize: memcheck.log,\n# synccheck.log, racecheck.log" in SCRIPT.read_text()
+            continue
         assert logs == {f"{stage}.log"}, stage
     # Benchmarks write straight under $OUT (results come back even when a stage is cut off).
     for name, argvs in stage_commands().items():
@@ -388,37 +391,89 @@ def test_profile_stage_with_stand_in_tools(refuse_metrics: bool, tmp_path: Path)
     assert "ncu stand-in" in summary and "profile rc=0" in summary
 
 
-def test_sanitize_stage_runs_each_tool_with_what_the_tests_need(tmp_path: Path) -> None:
+def _stand_in_sanitizer(tmp_path: Path, body: str = "") -> Path:
+    """A compute-sanitizer stand-in that logs each call (tool, environment, arguments) to
+    $OUT/sanitizer-calls.txt; given a tool, it runs ``body``, then reports 0 errors."""
     bin_dir = stand_in_tools(tmp_path, "")
     sanitizer = bin_dir / "compute-sanitizer"
     sanitizer.write_text(
         "#!/usr/bin/env bash\n"
         'echo "$2 sanitizer=$IBP_GRAPH_SANITIZER caching_off=${PYTORCH_NO_CUDA_MEMORY_CACHING:-}'
         ' $*" >>"$OUT/sanitizer-calls.txt"\n'
-        'if [ "$1" = --tool ]; then echo "========= ERROR SUMMARY: 0 errors"; fi\n'
+        'if [ "$1" != --tool ]; then exit 0; fi\n'
+        f"{body}"
+        'echo "========= ERROR SUMMARY: 0 errors"\n'
     )
     sanitizer.chmod(0o755)
+    return bin_dir
+
+
+def _sanitize(tmp_path: Path, bin_dir: Path) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out"
     done = script(
-        "sanitize", "racecheck", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"),
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        "sanitize", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"),
+        PATH=f"{bin_dir}:{os.environ['PATH']}", IBP_GPU_SANITIZER_STAGGER="0",
     )  # fmt: skip
+    return done, out
+
+
+def test_sanitize_stage_runs_the_three_tools_at_once_with_what_the_tests_need(
+    tmp_path: Path,
+) -> None:
+    # Each stand-in waits until all three have started: run one after another, they would
+    # wait out their 5 s and say so.
+    bin_dir = _stand_in_sanitizer(
+        tmp_path,
+        'touch "$OUT/started-$2"\n'
+        "for _ in $(seq 50); do\n"
+        '    [ "$(ls "$OUT" | grep -c ^started-)" -ge 3 ] && break\n'
+        "    sleep 0.1\n"
+        "done\n"
+        '[ "$(ls "$OUT" | grep -c ^started-)" -ge 3 ] || echo "ran alone" >>"$OUT/alone.txt"\n',
+    )
+    done, out = _sanitize(tmp_path, bin_dir)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert not (out / "alone.txt").exists()
     calls = [c for c in (out / "sanitizer-calls.txt").read_text().splitlines() if "--tool" in c]
-    assert [c.split()[:3] for c in calls] == [
+    assert sorted(c.split()[:3] for c in calls) == [
         ["memcheck", "sanitizer=memcheck", "caching_off=1"],
+        ["racecheck", "sanitizer=racecheck", "caching_off="],
         ["synccheck", "sanitizer=synccheck", "caching_off="],
-        ["racecheck", "sanitizer=racecheck", "caching_off="],  # its own stage and log
     ]
-    assert "-- racecheck" in (out / "racecheck.log").read_text()
-    assert "-- racecheck" not in (out / "sanitize.log").read_text()
+    for tool in ("memcheck", "synccheck", "racecheck"):  # each in its own log
+        log = (out / f"{tool}.log").read_text()
+        assert f"-- {tool}" in log and "ERROR SUMMARY: 0 errors" in log
     for call in calls:
         assert "--error-exitcode" in call and "gpu and not slow" in call
         assert "tests/test_gpu_kernels.py" in call
         # racecheck checks shared memory, which the sampler's kernels do not use.
         assert ("tests/test_sampler_hop_host.py" in call) == (not call.startswith("racecheck"))
     summary = (out / "summary.txt").read_text()
-    assert "memcheck rc=0" in summary and summary.count("ERROR SUMMARY: 0 errors") == 3
+    assert all(f"{tool} rc=0" in summary for tool in ("memcheck", "synccheck", "racecheck"))
+    assert summary.count("ERROR SUMMARY: 0 errors") == 3
+
+
+def test_a_tool_that_cannot_start_beside_the_others_runs_again_alone(tmp_path: Path) -> None:
+    # racecheck's first start fails as a sanitizer that cannot reach its target does; a
+    # finding (an error summary) is never run again.
+    bin_dir = _stand_in_sanitizer(
+        tmp_path,
+        'if [ "$2" = racecheck ] && [ ! -e "$OUT/failed-once" ]; then\n'
+        '    touch "$OUT/failed-once"\n'
+        '    echo "========= Error: No attachable process found."\n'
+        "    exit 1\n"
+        "fi\n"
+        'if [ "$2" = synccheck ]; then echo "========= ERROR SUMMARY: 1 error"; exit 86; fi\n',
+    )
+    done, out = _sanitize(tmp_path, bin_dir)
+    assert done.returncode == 1  # synccheck's finding
+    calls = (out / "sanitizer-calls.txt").read_text().splitlines()
+    assert [c.split()[0] for c in calls].count("racecheck") == 2
+    assert [c.split()[0] for c in calls].count("synccheck") == 1
+    summary = (out / "summary.txt").read_text()
+    assert "racecheck rc=1 beside the others; again alone" in summary
+    assert "racecheck rc=0 (alone)" in summary and "synccheck rc=86" in summary
+    assert "-- again, alone" in (out / "racecheck.log").read_text()
 
 
 def test_the_gpu_tests_collect_without_dgl_and_ogb() -> None:
