@@ -96,6 +96,29 @@ __device__ __forceinline__ u64 read_field(const u32* buf, u32 pos, int w) {
     return v & low_mask64(w);
 }
 
+// Read `w` (0..32) bits at bit `pos` of a shared-memory buffer of 32-bit words: one funnel
+// shift of the two words the field can touch. Unlike read_field it reads them even for w = 0,
+// at positions read_field reads for the fields around it (in the warp's buffer).
+__device__ __forceinline__ u32 read_bits(const u32* buf, u32 pos, int w) {
+    const u32 i = pos >> 5;
+    const u32 v = __funnelshift_r(buf[i], buf[i + 1], pos & 31u);
+    return w >= 32 ? v : (v & ((1u << w) - 1u));
+}
+
+// A field of up to a whole word of type W: one funnel shift for 4-byte words.
+template <typename W>
+__device__ __forceinline__ W read_word(const u32* buf, u32 pos, int w);
+
+template <>
+__device__ __forceinline__ u32 read_word<u32>(const u32* buf, u32 pos, int w) {
+    return read_bits(buf, pos, w);
+}
+
+template <>
+__device__ __forceinline__ u64 read_word<u64>(const u32* buf, u32 pos, int w) {
+    return read_field(buf, pos, w);
+}
+
 // Deposit the low bits of `p` into the set bits of `m`, in ascending order (inverse pext).
 template <typename W>
 __device__ __forceinline__ W pdep(W p, W m) {
@@ -259,7 +282,7 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
         u32 w = 0;  // the lane's code width, 0 for a column without a code
         if (j < V && ((sub >> ((j & 31) >> 3)) & 1u)) w = (u32)widths[j];
         const u32 incl = warp_inclusive_scan(w, lane);
-        const u32 code = (u32)read_field(buf, codes_at + incl - w, (int)w);
+        const u32 code = read_bits(buf, codes_at + incl - w, (int)w);
         codes_at += __shfl_sync(FULL_MASK, incl, 31);
         const bool escaped = w != 0 && code == (1u << w) - 1u;
         const unsigned escapes = __ballot_sync(FULL_MASK, escaped);
@@ -270,7 +293,7 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
             return;
         }
         if (j < V) {
-            const W word = escaped ? (W)read_field(buf, payloads_at +
+            const W word = escaped ? read_word<W>(buf, payloads_at +
                                                              (u32)__popc(escapes & below) * TB,
                                                    TB)
                                    : entries[(size_t)code * V + j];
@@ -297,7 +320,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     const u64 len = s.len;
     if (len >= (u64)raw_bytes) {
         for (int j = lane; j < V; j += 32) {
-            const W word = (W)read_field(buf, base + (u32)j * TB, TB);
+            const W word = read_word<W>(buf, base + (u32)j * TB, TB);
             store_word<W>(out_row, j, word, row_bytes, word_aligned);
         }
         return;
@@ -305,7 +328,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     const int c = cluster_ids ? (int)cluster_ids[s.row] : 0;
     const size_t col0 = (size_t)c * V;
     const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
-    const bool grouped = read_field(buf, base, 1) != 0;
+    const bool grouped = read_bits(buf, base, 1) != 0;
     // No column of the cluster has a free bit (bag-of-words tables): every word that does not
     // escape is its code's entry, and the row decodes in one pass (decode_grouped_no_free).
     const bool no_free = grouped && free_prefix[pre0 + V] == 0;
@@ -315,12 +338,12 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         for (int q0 = 0; q0 < C; q0 += 32) {
             const int q = q0 + lane;
             u32 w = 0;
-            if (q < C && read_field(buf, base + 1 + q, 1)) {
+            if (q < C && read_bits(buf, base + 1 + q, 1)) {
                 const int in_chunk = min(32, V - 32 * q);
                 w = (u32)((in_chunk + 7) >> 3);
             }
             const u32 incl = warp_inclusive_scan(w, lane);
-            if (q < C) subs[q] = (u8)read_field(buf, cursor + incl - w, (int)w);
+            if (q < C) subs[q] = (u8)read_bits(buf, cursor + incl - w, (int)w);
             cursor += __shfl_sync(FULL_MASK, incl, 31);
         }
         __syncwarp();
@@ -345,7 +368,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
             const u32 incl = warp_inclusive_scan(w, lane);
             // codes[j] is the lane's own: written here and read below by lane j % 32 only,
             // so no __syncwarp is needed between the two passes.
-            if (j < V) codes[j] = (u8)read_field(buf, cursor + incl - w, (int)w);
+            if (j < V) codes[j] = (u8)read_bits(buf, cursor + incl - w, (int)w);
             cursor += __shfl_sync(FULL_MASK, incl, 31);
         }
     }
@@ -371,7 +394,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         if (j < V) {
             const int b = code_bits[col0 + j];
             if (!grouped) {
-                code = (u32)read_field(buf, code_at + code_prefix[pre0 + j], b);
+                code = read_bits(buf, code_at + code_prefix[pre0 + j], b);
             } else if (coded) {
                 code = codes[j];
             }
@@ -400,7 +423,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
             return;
         }
         if (j < V) {
-            const W payload = (W)read_field(buf, at, (int)w);
+            const W payload = read_word<W>(buf, at, (int)w);
             const W word = code == esc ? payload
                                        : (W)(entries[(size_t)code * V + j] |
                                              pdep<W>(payload, (W)~mask));
