@@ -208,7 +208,7 @@ def count(r: Rows, version: str) -> Loads:
         entry = col0 * r.e + r.code
     load("bitvals", full, t * entry, r.valid & ~r.escaped)
     if version == "one_pass":
-        # Header pass, lane q on chunk q (32 chunks an iteration): for each subgroup g that
+        # Before the chunks, lane q on chunk q (32 chunks an iteration): for each subgroup g that
         # holds codes, the code-width prefix sums at its two ends. The warp issues the pair
         # for g when any lane has subgroup bit g, those lanes active.
         h = -(-c // WARP)
