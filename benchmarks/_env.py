@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -28,6 +29,20 @@ def result_name(kind: str, device: torch.device) -> str:
     if device.type != "cuda":
         return f"{kind}-{device.type}"
     return f"{kind}-{slug(torch.cuda.get_device_name(device))}"
+
+
+def blocks_per_sm(text: str) -> float:
+    """``--max-blocks``: a fetch grid cap in blocks per SM, a positive number (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of blocks per SM (0.25: a block on a quarter of the "
+            f"SMs), got {text!r}"
+        )
+    return value
 
 
 def grid_cap(per_sm: float | None, device: torch.device) -> int | None:

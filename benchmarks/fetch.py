@@ -133,6 +133,7 @@ import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
+    blocks_per_sm,
     environment,
     grid_cap,
     header_lines,
@@ -757,7 +758,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-real", dest="real", action="store_false", help="skip the real tables")
     p.add_argument(
         "--max-blocks",
-        type=float,
+        type=blocks_per_sm,
         default=None,
         help="fetch grid cap in blocks per SM, e.g. 0.25 for a block on a quarter of the SMs "
         "(default: the library's, every block the SMs hold for a fetch on the current stream)",
@@ -809,8 +810,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(
             f"--widths: synthetic rows are float32, widths must be multiples of 4: {args.widths}"
         )
-    if args.max_blocks is not None and not args.max_blocks > 0:
-        p.error(f"--max-blocks must be a positive number of blocks per SM, got {args.max_blocks}")
     args.table_bytes = int(args.table_gb * GIB)
     args.max_batch_bytes = int(args.max_batch_gb * GIB)
     return args

@@ -56,6 +56,7 @@ sys.path.insert(0, str(REPO))
 import ibp_graph  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
+    blocks_per_sm,
     environment,
     grid_cap,
     header_lines,
@@ -377,7 +378,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-fetches", type=int, default=400)
     p.add_argument(
         "--max-blocks",
-        type=float,
+        type=blocks_per_sm,
         nargs="*",
         default=[0.1, 1, 4],
         help="grid caps besides the default, in blocks per SM (0.25: a block on a quarter of "

@@ -78,7 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import fetch  # noqa: E402
-from benchmarks._env import RESULTS, environment  # noqa: E402
+from benchmarks._env import RESULTS, blocks_per_sm, environment  # noqa: E402
 from ibp_graph.pinned import PAGE_KINDS  # noqa: E402
 
 #: Cora's bag-of-words width: 1,433 float32 columns, 5,732 bytes a row.
@@ -783,7 +783,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100_000, help="ids in the batch")
     p.add_argument("--block-rows", type=int, default=fetch.BLOCK_ROWS, help="distinct rows")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-blocks", type=float, default=None, help="fetch grid cap in blocks per SM")
+    p.add_argument(
+        "--max-blocks", type=blocks_per_sm, default=None, help="fetch grid cap in blocks per SM"
+    )
     p.add_argument("--pages", choices=PAGE_KINDS, default="huge")
     p.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="the launches, JSON")
     p.add_argument(
@@ -811,12 +813,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if value < 1:
             flag = "--" + name.replace("_", "-")
             p.exit(2, f"{PROG}: error: {flag} must be >= 1, got {value}\n")
-    if args.max_blocks is not None and not args.max_blocks > 0:
-        p.exit(
-            2,
-            f"{PROG}: error: --max-blocks must be a positive number of blocks per SM, "
-            f"got {args.max_blocks}\n",
-        )
     args.table_bytes = int(args.table_gb * fetch.GIB)
     if args.summarise and args.out is None:
         args.out = args.summarise[0].parent / "profile.md"

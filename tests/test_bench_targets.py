@@ -76,3 +76,16 @@ def test_grid_caps_are_given_in_blocks_per_sm(monkeypatch) -> None:
     assert fetch.parse_args(["--max-blocks", "0.25"]).max_blocks == 0.25
     assert "0.25 blocks per SM" in fetch.grid_label(0.25)
     assert "default" in fetch.grid_label(None)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "nan", "inf"])
+def test_every_benchmark_refuses_a_grid_cap_that_is_not_a_positive_number(bad, capsys) -> None:
+    from benchmarks import fetch, overlap, profile_fetch
+
+    for parse in (fetch.parse_args, profile_fetch.parse_args, overlap.parse_args):
+        with pytest.raises(SystemExit) as exc:
+            parse(["--max-blocks", bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "--max-blocks: must be a positive number of blocks per SM" in err
+        assert repr(bad) in err
