@@ -232,6 +232,15 @@ __device__ __forceinline__ void zero_row(u8* out_row, int V, int row_bytes, bool
     for (int j = lane; j < V; j += 32) store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
 }
 
+// A row whose fields run past its stored length (a corrupt file): zero it and record output
+// position `p` in `error[1]` (warp-uniform; the caller returns).
+template <typename W>
+__device__ __forceinline__ void reject_corrupt_row(u8* out_row, int* error, i64 p, int V,
+                                                   int row_bytes, bool word_aligned, int lane) {
+    if (lane == 0) record_first(&error[1], p);
+    zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+}
+
 // Decode a grouped row `s` of cluster `c`, none of whose columns has a free bit, in one pass
 // over its chunks (the row's header read, `subs` its subgroup bits): its codes start at bit
 // `codes_at` of `buf`, and its payloads follow them (where, the prefix sums of the code widths
@@ -265,8 +274,7 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
         payloads_at += __shfl_sync(FULL_MASK, warp_inclusive_scan(bits, lane), 31);
     }
     if ((u64)(payloads_at - base) > len_bits) {  // the header and codes run past the row
-        if (lane == 0) record_first(&error[1], p);
-        zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+        reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         return;
     }
     const u8* __restrict__ widths = code_bits + (size_t)c * V;
@@ -288,8 +296,7 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
         const unsigned escapes = __ballot_sync(FULL_MASK, escaped);
         const u32 n_escaped = (u32)__popc(escapes);
         if (n_escaped != 0 && (u64)(payloads_at + n_escaped * TB - base) > len_bits) {
-            if (lane == 0) record_first(&error[1], p);
-            zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
             return;
         }
         if (j < V) {
@@ -373,8 +380,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         }
     }
     if (cursor - base > (u32)(len * 8)) {  // the header and codes run past the row
-        if (lane == 0) record_first(&error[1], p);
-        zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+        reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         return;
     }
     const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
@@ -418,8 +424,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
             end = cursor + __shfl_sync(FULL_MASK, incl, 31);
         }
         if (end - base > (u32)(len * 8)) {  // warp-uniform: `end` is the warp's total
-            if (lane == 0) record_first(&error[1], p);
-            zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
             return;
         }
         if (j < V) {
