@@ -144,7 +144,7 @@ from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph.codec import decode  # noqa: E402
 from ibp_graph.dtypes import row_bytes as dtype_row_bytes  # noqa: E402
 from ibp_graph.dtypes import rows_to_words  # noqa: E402
-from ibp_graph.pinned import PAGE_KINDS  # noqa: E402
+from ibp_graph.pinned import PAGE_KINDS, transparent_huge_pages  # noqa: E402
 
 WIDTHS = (256, 512, 1024, 4096)
 KINDS = ("dense-normal", "bf16-in-fp32", "sparse-5pct", "random-bits")
@@ -334,6 +334,19 @@ def fill_tiled(dst: np.ndarray, block: np.ndarray, times: int) -> None:
         step = min(done, times - done)
         dst[done * per : (done + step) * per] = dst[: step * per]
         done += step
+
+
+def fill_noise(dst: np.ndarray, nbytes: int, seed: int) -> None:
+    """Random bytes in the first ``nbytes`` of ``dst``: 64 MiB of them (seeded), tiled.
+
+    The raw gather does not look at the bytes; what matters is that every page is touched
+    (backed, and with huge pages advised, backed by huge pages) before it is pinned.
+    """
+    size = min(64 << 20, nbytes)
+    noise = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+    reps = nbytes // size if size else 0
+    fill_tiled(dst, noise, reps)
+    dst[reps * size : nbytes] = noise[: nbytes - reps * size]
 
 
 def stored_block(table: ibp_graph.IBPTable) -> np.ndarray:
@@ -597,6 +610,34 @@ def grid_label(per_sm: float | None) -> str:
     return f"{per_sm:g} blocks per SM"
 
 
+def share_text(share: float | None) -> str:
+    """A huge-page share for a results page: ``"100%"``, or ``"unknown"`` for None."""
+    return "unknown" if share is None else f"{share:.0%}"
+
+
+def thp_text(settings: dict[str, str] | None) -> str:
+    """The kernel's transparent-huge-page settings for a results page."""
+    if not settings:
+        return "THP settings unknown"
+    return "THP " + ", ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def pages_sentence(payload: dict) -> str:
+    """What backed the pinned memory: the page kind asked for and the huge-page shares found."""
+    shares = [r.get("huge_page_share") for r in payload["cases"]]
+    known = [v for v in shares if v is not None]
+    tables = (
+        f"{share_text(min(known))} to {share_text(max(known))} of the tiled tables"
+        if known
+        else "tiled tables unknown"
+    )
+    return (
+        f"Pinned memory: {payload['settings']['pages']} pages asked for; in transparent huge "
+        f"pages: {share_text(payload.get('raw_huge_page_share'))} of the raw rows, {tables} "
+        f"({thp_text(payload.get('transparent_huge_pages'))})."
+    )
+
+
 def markdown(payload: dict) -> str:
     rows = payload["cases"]
     s = payload["settings"]
@@ -615,7 +656,7 @@ def markdown(payload: dict) -> str:
         f"table fits in L2): under {L2_FIT_FACTOR}x L2, its rows may stay in L2 whatever the "
         f"ids; (id batches fit in L2): the id batches' stored rows are under {L2_FIT_FACTOR}x "
         "L2 (the ids' memory ran out first), so they may be read from L2. "
-        f"Real tables: {payload['real_tables']}."
+        f"Real tables: {payload['real_tables']}. {pages_sentence(payload)}"
         + ("" if payload["complete"] else " **Incomplete run: " + payload["stopped"] + "**"),
         "",
         "Delivered (decoded) GB/s. Target cells: value, met or **gap** (how far from the goal, "
@@ -1059,12 +1100,9 @@ class Bench:
         self.guard = QueueGuard(device)
         t0 = time.perf_counter()
         self.raw = PinnedBuffer(args.table_bytes, "raw rows", cuda, pages=args.pages)
-        # Any bytes will do (the gather does not look at them), as long as every page is real.
-        size = min(64 << 20, args.table_bytes)
-        noise = np.random.default_rng(args.seed).integers(0, 256, size, dtype=np.uint8)
-        reps = args.table_bytes // size
-        fill_tiled(self.raw.array, noise, reps)
-        self.raw.array[reps * size : args.table_bytes] = noise[: args.table_bytes - reps * size]
+        fill_noise(self.raw.array, args.table_bytes, args.seed)
+        #: The share of the raw rows in transparent huge pages (None: not known).
+        self.huge_page_share = self.raw.huge_page_share()
         self.raw_ptr = self.pin(self.raw)
         log(
             f"raw buffer: {args.table_bytes / GIB:.2f} GiB pinned in "
@@ -1350,6 +1388,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     on_gpu = None
     try:
         fill_tiled(pinned.array, block, times)
+        huge_share = pinned.huge_page_share()
         ptr = bench.pin(pinned)
         pin_s = time.perf_counter() - t0
         codec = tiled_codec(table, times, ptr, device)
@@ -1447,6 +1486,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 "errors": errors,
                 "compress_s": compress_s,
                 "pin_s": pin_s,
+                "huge_page_share": huge_share,
                 "note": case.note,
             }
             if db_note:
@@ -1509,6 +1549,8 @@ def run_cases(
     start = time.perf_counter() if start is None else start
     payload["settings"]["queue_guard"] = bench.guard.on
     payload["l2_bytes"] = bench.l2_bytes
+    payload["transparent_huge_pages"] = transparent_huge_pages()
+    payload["raw_huge_page_share"] = bench.huge_page_share
     with tempfile.TemporaryDirectory() as tmp:
         for i, case in enumerate(cases):
             spent = time.perf_counter() - start

@@ -46,8 +46,11 @@
 #              metrics if this ncu refuses one); then profile.md: per launch, duration,
 #              throughputs, L1 and L2 hit rates, occupancy, registers, top stalls,
 #              instructions, global loads and load sectors per row.
-#   pages      about 2 min: the fetch benchmark's 512 B cases with small (4 KiB) pages, to
-#              compare with the huge pages of `fetch`.
+#   pages      about 2 min: benchmarks/pages.py, the raw gather from a 4 GiB buffer of each
+#              page kind (huge, small, cuda) side by side, rows of 256 B to 4 KiB, ids over
+#              spans of 32 MiB to the whole buffer and sorted: whether address translation
+#              (a TLB miss per row) is what holds small rows below the link's rate; each
+#              buffer's share in transparent huge pages.
 #   grid       about 3 min: the fetch benchmark's dense and sparse 512 B cases and the first
 #              real tables (Cora's rows first) with the grid of a side-stream fetch
 #              (--max-blocks 0.25: a block on a quarter of the SMs), to compare with the
@@ -80,8 +83,9 @@
 # what it wrote), and a command whose stages would write more than 8 files is refused before
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
 # times: always), then smoke: smoke.log; tests: tests.log; sanitize: memcheck.log,
-# synccheck.log, racecheck.log; fetch and
-# pages and grid: their log + fetch-*.json + fetch-*.md; lanes: lanes.log + 2 of each; sampling: sampling.log + 2; e2e: e2e.log + 3;
+# synccheck.log, racecheck.log; fetch and grid: their log + fetch-*.json + fetch-*.md; pages:
+# pages.log + pages-*.json + pages-*.md; lanes: lanes.log + 2 of each; sampling:
+# sampling.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
 # corasu: corasu.log + 3 in corasu/;
@@ -171,11 +175,12 @@ plan() {
 # minutes; on an H100 the first calls took 4-5 minutes each, machine start and transfers
 # included, so 30 minutes of GPU time get through the first four or five). First what the
 # first run left unchecked: every GPU test, the sanitizers over every kernel test (the three
-# tools at once, in one call); then the fetch at the current defaults (a current-stream fetch
+# tools at once, in one call), with the page kinds' raw gather after the tests (2 minutes that
+# say what limits small rows); then the fetch at the current defaults (a current-stream fetch
 # takes every block the SMs hold, and rows without free bits decode in one pass) and its
 # profile; then the overlap and the prefetch thread with the fused hop kernels.
-CALLS=("smoke tests" "sanitize" "fetch" "profile" "overlap sampling" "fused ddp" "e2e grid"
-    "corasu" "synthetic pages" "lanes")
+CALLS=("smoke tests pages" "sanitize" "fetch" "profile" "overlap sampling" "fused ddp"
+    "e2e grid" "corasu" "synthetic" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -274,6 +279,8 @@ export IBP_GRAPH_SIMT_WERROR=0
     echo "host: $(uname -srm), $(nproc) cores"
     echo "memory: $(grep -E '^(MemTotal|MemAvailable):' /proc/meminfo | tr -s ' ' | paste -sd ';')," \
         "IBP_GRAPH_HOST_MEMORY=$IBP_GRAPH_HOST_MEMORY"
+    echo "transparent huge pages: enabled $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1)," \
+        "defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>&1)"
 } | tee "$SUMMARY"
 if compgen -G "$DATA/wheels/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
@@ -507,10 +514,8 @@ for stage in "${STAGES[@]}"; do
         fi
         ;;
     pages)
-        run 200 pages.log python3 benchmarks/fetch.py --pages small --table-gb 4 \
-            --batch 100000,1000000 --widths 512 --kinds dense-normal,sparse-5pct --no-real \
-            --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 150 \
-            --out "$OUT" || rc=$?
+        run 200 pages.log python3 benchmarks/pages.py --table-gb 4 --batch 100000 \
+            --repeats 5 --time-budget 150 --out "$OUT" || rc=$?
         ;;
     grid)
         run 240 grid.log python3 benchmarks/fetch.py --max-blocks 0.25 --table-gb 4 \

@@ -6,6 +6,7 @@ import atexit
 import ctypes
 import mmap
 import os
+import re
 import resource
 import threading
 from collections.abc import Callable
@@ -95,6 +96,63 @@ def host_memory() -> int | None:
             f"(e.g. 128G), got {text!r}"
         )
     return int(number) * _UNITS[unit]
+
+
+#: Where the kernel says how it uses transparent huge pages.
+_THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
+#: The kernel's per-mapping memory accounting of this process.
+_SMAPS = Path("/proc/self/smaps")
+
+
+def transparent_huge_pages() -> dict[str, str]:
+    """The kernel's transparent-huge-page settings in force.
+
+    The bracketed choice of each file of /sys/kernel/mm/transparent_hugepage, e.g.
+    ``{"enabled": "madvise", "defrag": "madvise"}``. A setting that cannot be read is left out
+    (empty off Linux).
+    """
+    settings = {}
+    for name in ("enabled", "defrag"):
+        try:
+            text = (_THP_DIR / name).read_text()
+        except OSError:
+            continue
+        chosen = re.search(r"\[([^\]]+)\]", text)
+        if chosen:
+            settings[name] = chosen.group(1)
+    return settings
+
+
+def huge_page_bytes(array: np.ndarray, smaps: str | None = None) -> int | None:
+    """Bytes of ``array``'s memory that transparent huge pages back, at most its size.
+
+    From /proc/self/smaps: each mapping that overlaps the array counts its ``AnonHugePages``,
+    up to the bytes of the overlap (a mapping that the kernel merged with a neighbour may
+    count a little of the neighbour's). Memory that a driver maps itself (cudaHostAlloc) is
+    not the kernel's anonymous memory and counts 0 whatever its pages. None where smaps cannot
+    be read.
+
+    Args:
+        array: a NumPy array over the memory.
+        smaps: the text of an smaps file (default: None, this process's).
+    """
+    if smaps is None:
+        try:
+            smaps = _SMAPS.read_text()
+        except OSError:
+            return None
+    start = int(array.ctypes.data)
+    end = start + int(array.nbytes)
+    total = 0
+    overlap = 0
+    for line in smaps.splitlines():
+        head = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if head:
+            lo, hi = int(head.group(1), 16), int(head.group(2), 16)
+            overlap = max(0, min(hi, end) - max(lo, start))
+        elif overlap and line.startswith("AnonHugePages:"):
+            total += min(overlap, int(line.split()[1]) * 1024)
+    return min(total, int(array.nbytes))
 
 
 def default_pages() -> str:
@@ -246,6 +304,19 @@ class PinnedBuffer:
         whole = np.frombuffer(self._map, dtype=np.uint8)
         skip = -whole.ctypes.data % HUGE_PAGE
         return whole[skip : skip + total]
+
+    def huge_page_share(self) -> float | None:
+        """The share of the buffer that transparent huge pages back, from 0 to 1.
+
+        `huge_page_bytes` over the buffer's size; None where /proc/self/smaps cannot be read
+        or the buffer is closed. Pages are backed at first touch: ask after the buffer is
+        filled. ``pages="huge"`` only advises the kernel, which may still give 4 KiB pages
+        (huge pages disabled or none free): this says what it gave.
+        """
+        if self.array.size == 0:
+            return None
+        held = huge_page_bytes(self.array)
+        return None if held is None else held / self.array.size
 
     def pin(self, progress: Callable[[int], None] | None = None) -> int:
         """Register the memory with CUDA in chunks; return the device-visible address.

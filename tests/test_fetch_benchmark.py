@@ -27,6 +27,7 @@ from ibp_graph.codec import CodecParams, decode
 from ibp_graph.kernels import fetch_decode as fused
 from ibp_graph.kernels import raw_gather as gather
 from ibp_graph.kernels.fetch_decode import check_error, check_launch, check_out_pos
+from ibp_graph.pinned import transparent_huge_pages
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -776,6 +777,11 @@ def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
     assert "Incomplete" not in md and "| sparse-5pct-512B (stored table fits in L2) |" in md
     assert "| dense-normal-512B |" in md and "| random-bits-512B (raw) |" in md
     assert "sorted" not in md and "ibp db" not in md
+    # What backed the pinned memory: the kind asked for and the huge-page shares found.
+    shares = [doc["raw_huge_page_share"], *(r["huge_page_share"] for r in doc["cases"])]
+    assert all(v is None or 0 <= v <= 1 for v in shares)
+    assert doc["transparent_huge_pages"] == transparent_huge_pages()
+    assert "Pinned memory: huge pages asked for; in transparent huge pages: " in md
 
 
 def test_gpu_run_flags_id_batches_that_fit_in_l2(numpy_kernels, monkeypatch, tmp_path) -> None:

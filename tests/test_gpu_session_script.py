@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import e2e, fetch, overlap, profile_fetch
+from benchmarks import e2e, fetch, overlap, pages, profile_fetch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
@@ -149,7 +149,7 @@ def test_files_written_per_stage_match_the_plan() -> None:
 
 def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     cmds = stage_commands()
-    assert set(cmds) == {"fetch", "sampling", "e2e", "overlap", "profile_fetch"}
+    assert set(cmds) == {"fetch", "pages", "sampling", "e2e", "overlap", "profile_fetch"}
     driver, again, summarise = (profile_fetch.parse_args(c) for c in cmds["profile_fetch"])
     for run in (driver, again):  # with the extra metrics, then with the sections alone
         assert str(run.manifest) == "/tmp/o/profile-manifest.json" and not run.dry_run
@@ -162,20 +162,24 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert str(summarise.out) == "/tmp/o/profile.md"
     (ov,) = (overlap.parse_args(c) for c in cmds["overlap"])
     assert ov.device == "cuda" and str(ov.out) == "/tmp/o" and ov.tables == ["dense", "sparse"]
-    full, small_pages, grid, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
-    assert full.pages == "huge" and small_pages.pages == "small"
+    full, grid, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
+    assert full.pages == "huge"
+    # pages: every page kind side by side, at the fetch's table size and batch.
+    (kinds,) = (pages.parse_args(c) for c in cmds["pages"])
+    assert kinds.kinds == ["huge", "small", "cuda"] and kinds.table_gb == full.table_gb
+    assert kinds.batch == min(full.batch) and str(kinds.out) == "/tmp/o"
+    assert kinds.time_budget < 200 and not kinds.dry_run
     # grid: a side-stream fetch's grid, against fetch's default (every block the SMs hold).
     assert full.max_blocks is None and grid.max_blocks == 0.25 and grid.tag == "grid"
     assert grid.widths == [512] and grid.real and grid.pages == "huge"
     assert full.raw_kernel == "auto" and lanes.raw_kernel == "lines"
-    assert full.sort_ids and not small_pages.sort_ids and not lanes.sort_ids
-    assert full.double_buffer and not small_pages.double_buffer and not lanes.double_buffer
+    assert full.sort_ids and not lanes.sort_ids
+    assert full.double_buffer and not lanes.double_buffer
     assert "for raw_kernel in auto lines; do" in SCRIPT.read_text()
     assert all(w % 16 for w in lanes.widths) and lanes.tag == "lanes"
-    for args in (full, small_pages, grid, lanes):
+    for args in (full, grid, lanes):
         assert args.table_gb >= 2 and args.time_budget <= 400
         assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
-    assert small_pages.widths == [512] and not small_pages.real
     bundled, fused, synthetic, corasu = (e2e.parse_args(c) for c in cmds["e2e"])
     assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
     assert bundled.sampler_backend == "torch" and not bundled.prefetch_thread
@@ -244,7 +248,7 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
         assert _files(stages) <= MAX_FILES
         covered |= set(stages)
     assert covered == set(STAGES)
-    assert calls[0].endswith("smoke tests")  # the smoke test comes first
+    assert "gpu_session.sh smoke tests" in calls[0]  # the smoke test and the tests come first
     stages_of = [c.split("gpu_session.sh", 1)[1].split() for c in calls]
     fetch_call = next(i for i, st in enumerate(stages_of) if "fetch" in st)
     assert stages_of[fetch_call + 1] == ["profile"]  # the profile right after the fetch
@@ -294,6 +298,7 @@ def test_without_a_gpu_the_script_logs_the_machine_and_stops_clearly(tmp_path: P
     assert re.search(
         r"memory: MemTotal: \d+ kB;MemAvailable: \d+ kB, IBP_GRAPH_HOST_MEMORY=128G", summary
     )
+    assert "transparent huge pages: enabled " in summary  # what the pinned buffers may get
     assert "torch 2." in summary or "torch sees no CUDA device" in summary
     assert sorted(p.name for p in out.iterdir()) == ["summary.txt"]
 
