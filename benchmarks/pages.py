@@ -174,7 +174,7 @@ class Buffers:
     """
 
     def __init__(self, args: argparse.Namespace, device: torch.device, cuda: Any) -> None:
-        from ibp_graph.pinned import PinnedBuffer
+        from ibp_graph.pinned import PinnedBuffer, PinningError
 
         self.device = device
         self.buffers: dict[str, Any] = {}
@@ -183,12 +183,18 @@ class Buffers:
         try:
             for kind in args.kinds:
                 t0 = time.perf_counter()
-                buf = PinnedBuffer(args.table_bytes, f"{kind} pages", cuda, pages=kind)
-                self.buffers[kind] = buf
-                fill_noise(buf.array, args.table_bytes, args.seed)
-                share = buf.huge_page_share()  # after the first touch, before pinning
-                with cuda.Device(device.index or 0):
-                    self.ptrs[kind] = buf.pin()
+                try:
+                    buf = PinnedBuffer(args.table_bytes, f"{kind} pages", cuda, pages=kind)
+                    self.buffers[kind] = buf
+                    fill_noise(buf.array, args.table_bytes, args.seed)
+                    share = buf.huge_page_share()  # after the first touch, before pinning
+                    with cuda.Device(device.index or 0):
+                        self.ptrs[kind] = buf.pin()
+                except PinningError as exc:  # the other kinds are still worth measuring
+                    self.buffers.pop(kind, None)
+                    self.info[kind] = {"error": str(exc)}
+                    log(f"pages: {kind}: not measured: {exc}")
+                    continue
                 self.info[kind] = {"huge_page_share": share, "pin_s": time.perf_counter() - t0}
                 log(
                     f"pages: {kind}: {args.table_gb:g} GiB filled and pinned in "
@@ -318,7 +324,7 @@ def effects(payload: dict) -> list[str]:
 
 def markdown(payload: dict) -> str:
     s = payload["settings"]
-    kinds = s["kinds"]
+    kinds = [k for k in s["kinds"] if "error" not in payload["kinds"].get(k, {})]
     lines = [
         *header_lines("Raw zero-copy gather by page kind and span of the ids", payload),
         f"Buffers of {s['table_gb']:g} GiB pinned per page kind; batches of {s['batch']:,} ids "
@@ -341,8 +347,11 @@ def markdown(payload: dict) -> str:
         "small": "shared anonymous, 4 KiB pages",
         "cuda": "cudaHostAlloc (the driver's pages: smaps cannot see their size)",
     }
-    for kind in kinds:
+    for kind in s["kinds"]:
         info = payload["kinds"].get(kind, {})
+        if "error" in info:
+            lines.append(f"| {kind} | {alloc[kind]} | not measured: {info['error']} | - |")
+            continue
         lines.append(
             f"| {kind} | {alloc[kind]} | {share_text(info.get('huge_page_share'))} "
             f"| {info.get('pin_s', float('nan')):.1f} |"
@@ -412,6 +421,8 @@ def run(args: argparse.Namespace, device: torch.device, cuda: Any, env: dict, na
     payload["kinds"] = bufs.info
     widths_done = set()
     try:
+        if not bufs.ptrs:
+            raise SystemExit(f"pages: no page kind could be pinned: {bufs.info}")
         out = torch.empty(args.batch * max(args.widths), dtype=torch.uint8, device=device)
         error = torch.zeros(2, dtype=torch.int32, device=device)
         for width, span, is_sorted in cells(args):

@@ -248,3 +248,23 @@ def test_time_budget_stops_before_a_width(numpy_kernels, tmp_path: Path) -> None
     assert not doc["complete"] and doc["cells"] == []
     assert "not run: widths 256, 4096" in doc["stopped"]
     assert "Incomplete run" in (tmp_path / "pages-fake.md").read_text()
+
+
+def test_a_kind_that_cannot_be_pinned_is_reported_and_the_others_measured(
+    numpy_kernels,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    cuda = HostAllocCuda()
+
+    def refuse(size: int, flags: int) -> int:
+        raise cuda.runtime.CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")
+
+    cuda.runtime.hostAlloc = refuse
+    doc = fake_run([*SMALL, "--widths", "256"], tmp_path, cuda)
+    assert doc["complete"] and "cudaErrorMemoryAllocation" in doc["kinds"]["cuda"]["error"]
+    assert all(set(c["rates"]) == {"huge", "small"} for c in doc["cells"])
+    md = (tmp_path / "pages-fake.md").read_text()
+    assert "| cuda | cudaHostAlloc (the driver's pages: smaps cannot see their size) | not " in md
+    assert "| span | rows | huge | small | checked |" in md
+    with pytest.raises(SystemExit, match="no page kind could be pinned"):
+        fake_run([*SMALL, "--kinds", "cuda"], tmp_path, cuda)
