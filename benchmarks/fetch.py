@@ -300,6 +300,7 @@ def tiled_codec(table: ibp_graph.IBPTable, times: int, rows_ptr: int, device: to
         word_bytes=params.word_bytes,
         align=table.align,
         row_bytes=dtype_row_bytes(table.shape[1], table.dtype_name),
+        longest_row=table.stored_row_range[1],  # the tiles' rows are the block's
     )
 
 

@@ -24,11 +24,15 @@
 // checked here). Out-of-range ids are never read: their output row is zero-filled and
 // `error[0]` receives 1 + the smallest `p` holding one, the caller's position (whatever the
 // order in which warps find them). A row whose fields run past its stored length (a corrupt
-// file) is zero-filled too and sets `error[1]` the same way. An output row is therefore
-// always written: the decoded row, or zeros with the error slot set.
+// file), or that is longer than the staging buffer, is zero-filled too and sets `error[1]` the
+// same way. An output row is therefore always written: the decoded row, or zeros with the
+// error slot set.
 //
 // Blocks have at most IBP_FETCH_THREADS threads (`__launch_bounds__`); the host sizes the
-// grid from the kernel's occupancy (ibp_graph/kernels/runtime.py).
+// grid from the kernel's occupancy (ibp_graph/kernels/runtime.py), and the staging buffers
+// (`buf_words`) for the table's longest stored row, not for the longest a row could be: a
+// bag-of-words table's rows are stored in tens of bytes, so its blocks take little shared
+// memory and more of them fit an SM.
 //
 // Entry points (extern "C"): ibp_fetch_decode_w{4,8}_o{4,8}, word size x offset width, and
 // ibp_fetch_decode_db_w{4,8}_o{4,8}, the same with double buffering: each warp stages its next
@@ -185,22 +189,34 @@ __device__ __forceinline__ void copy_async_wait_one() {
 }
 #endif
 
-// Where a requested row's stored bytes sit: `row` < 0 for an out-of-range id (nothing staged).
+// Where a requested row's stored bytes sit: `row` < 0 when nothing is staged, ROW_OUT_OF_RANGE
+// for an out-of-range id, ROW_TOO_LONG for a row longer than the staging buffer.
 struct Staged {
     i64 row;
     u64 start;  // byte offset in the row section
     u64 len;    // stored bytes
 };
+#define ROW_OUT_OF_RANGE (-1)
+#define ROW_TOO_LONG (-2)
 
-// The stored span of row `id` (its two offsets read), or row -1 when `id` is out of range.
+// The 16-byte chunks that hold a row stored at `start`, `len` bytes long.
+__device__ __forceinline__ u64 row_chunks(u64 start, u64 len) {
+    return ((start & 15ull) + len + 15) >> 4;
+}
+
+// The stored span of row `id` (its two offsets read): row ROW_OUT_OF_RANGE when `id` is out
+// of range, ROW_TOO_LONG when its chunks and two zero words do not fit a staging buffer of
+// `buf_words` u32. The host sizes the buffers for the table's longest row, so a row longer
+// than that (offsets that do not match what the host was told) is refused, not staged past
+// the buffer.
 template <typename O>
 __device__ __forceinline__ Staged locate_row(const O* __restrict__ offsets, i64 id,
-                                             i64 num_rows, int align) {
-    Staged s = {-1, 0, 0};
+                                             i64 num_rows, int align, int buf_words) {
+    Staged s = {ROW_OUT_OF_RANGE, 0, 0};
     if (id >= 0 && id < num_rows) {
-        s.row = id;
         s.start = (u64)offsets[id] * (u64)align;
         s.len = (u64)offsets[id + 1] * (u64)align - s.start;
+        s.row = row_chunks(s.start, s.len) * 4 + 2 > (u64)buf_words ? ROW_TOO_LONG : id;
     }
     return s;
 }
@@ -213,7 +229,7 @@ __device__ __forceinline__ void stage_row(const u8* __restrict__ rows, const Sta
                                           u32* buf, int lane) {
     if (s.row < 0) return;
     const u64 first = s.start & ~15ull;
-    const int chunks = (int)((s.start + s.len - first + 15) >> 4);
+    const int chunks = (int)row_chunks(s.start, s.len);
     const uint4* src = reinterpret_cast<const uint4*>(rows + first);
     uint4* dst = reinterpret_cast<uint4*>(buf);
     for (int q = lane; q < chunks; q += 32) {
@@ -474,36 +490,38 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     // request r decodes, the copies of r + step are in flight (its offsets were read one
     // request earlier) and so are the offsets of r + 2 step (its id read one request earlier)
     // and the id of r + 3 step, so no dependent load waits between two decodes.
-    Staged s = {-1, 0, 0}, s1 = {-1, 0, 0};
+    Staged s = {ROW_OUT_OF_RANGE, 0, 0}, s1 = {ROW_OUT_OF_RANGE, 0, 0};
     i64 id2 = -1;
     if (BUFFERS == 2) {
-        if (r < n) s = locate_row(offsets, idx[r], num_rows, align);
-        if (r + step < n) s1 = locate_row(offsets, idx[r + step], num_rows, align);
+        if (r < n) s = locate_row(offsets, idx[r], num_rows, align, buf_words);
+        if (r + step < n) s1 = locate_row(offsets, idx[r + step], num_rows, align, buf_words);
         if (r + 2 * step < n) id2 = idx[r + 2 * step];
         stage_row<true>(rows, s, buf, lane);
         copy_async_commit();
     }
     for (int b = 0; r < n; r += step, b ^= (BUFFERS - 1)) {
         const u32* cur = buf + b * buf_words;
-        Staged s2 = {-1, 0, 0};
+        Staged s2 = {ROW_OUT_OF_RANGE, 0, 0};
         if (BUFFERS == 2) {
             // Stage the next request into the other buffer (the warp is done reading it: the
             // __syncwarp ending the last iteration) and read ahead, then wait for this row's
             // copies: every group but the one just committed.
             stage_row<true>(rows, s1, buf + (b ^ 1) * buf_words, lane);
             copy_async_commit();
-            if (r + 2 * step < n) s2 = locate_row(offsets, id2, num_rows, align);
+            if (r + 2 * step < n) s2 = locate_row(offsets, id2, num_rows, align, buf_words);
             id2 = r + 3 * step < n ? idx[r + 3 * step] : -1;
             copy_async_wait_one();
         } else {
-            s = locate_row(offsets, idx[r], num_rows, align);
+            s = locate_row(offsets, idx[r], num_rows, align, buf_words);
             stage_row<false>(rows, s, buf, lane);
         }
         const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
         u8* out_row = out + p * (i64)row_bytes;
-        if (s.row < 0) {
+        if (s.row == ROW_OUT_OF_RANGE) {
             if (lane == 0) record_first(&error[0], p);
             zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+        } else if (s.row == ROW_TOO_LONG) {
+            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         } else {
             __syncwarp();  // the staged bytes (and zero words) of every lane are visible
             decode_row<W>(cur, codes, subs, s, cluster_ids, masks, code_bits, bitvals,

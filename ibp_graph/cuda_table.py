@@ -160,8 +160,7 @@ def raw_bypass(table: IBPTable) -> bool:
     then costs what a raw table costs.
     """
     width = row_bytes(table.shape[1], table.dtype_name)
-    stored = np.diff(table.offsets) * table.align
-    return bool(np.all(stored == width))
+    return table.stored_row_range == (width, width)
 
 
 #: Below this compression ratio a fetch is bound by the link, not by decoding, and sorting its
@@ -405,6 +404,7 @@ class CudaIBPTable(_CudaTableBase):
             word_bytes=params.word_bytes,
             align=cpu.align,
             row_bytes=row_bytes(cpu.shape[1], cpu.dtype_name),
+            longest_row=cpu.stored_row_range[1],
         )
         self._bypass = bypass
         # The constant tensors (and the prefix sums derived from them) are read by address

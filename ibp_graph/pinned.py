@@ -26,7 +26,8 @@ _CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91  # cudaDevAttrCanUseHostPointerFor
 #: cudaHostAllocPortable | cudaHostAllocMapped, for ``pages="cuda"``.
 _HOST_ALLOC_FLAGS = 0x01 | 0x02
 #: How a buffer's pages are allocated: "huge" (private anonymous memory advised to use
-#: transparent huge pages before first touch: one GPU TLB entry per 2 MiB instead of 4 KiB),
+#: transparent huge pages before first touch, so that the GPU may translate 2 MiB at a time
+#: rather than 4 KiB; benchmarks/pages.py measures whether it does),
 #: "small" (shared anonymous 4 KiB pages), "cuda" (cudaHostAlloc, pinned at allocation).
 PAGE_KINDS = ("huge", "small", "cuda")
 #: Environment variable choosing the default page kind (default: "huge").

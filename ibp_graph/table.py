@@ -288,6 +288,26 @@ class IBPTable:
         return self._rows_nbytes
 
     @property
+    def stored_row_range(self) -> tuple[int, int]:
+        """The shortest and the longest stored row, in bytes ((0, 0) for a table of no rows).
+
+        Computed once from the offsets (a pass over them), then kept.
+        """
+        cached = getattr(self, "_row_range", None)
+        if cached is None:
+            units = np.diff(self._offsets)
+            cached = (
+                (0, 0)
+                if units.size == 0
+                else (
+                    int(units.min()) * self._align,
+                    int(units.max()) * self._align,
+                )
+            )
+            self._row_range = cached
+        return cached
+
+    @property
     def raw_bytes(self) -> int:
         """Bytes of the original table."""
         n, d = self._shape

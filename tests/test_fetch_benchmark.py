@@ -232,6 +232,10 @@ def test_tiled_table_decodes_to_the_tiled_rows(kind: str, sort_ids: bool, tmp_pa
     rows = fetch.synthetic_block(kind, 512, 300, np.random.default_rng(1))
     with ibp_graph.compress(rows, tmp_path / "t.ibp", progress=False) as table:
         assert fetch.check_tiled_on_cpu(table, rows, 7, seed=0, sort_ids=sort_ids) > 0
+        # The tiles' longest stored row is the block's: the kernel's buffers are sized for it.
+        codec = fetch.tiled_codec(table, 7, 0x1000, torch.device("cpu"))
+        lengths = np.diff(fetch.tiled_offsets(table.offsets, 7).astype(np.int64)) * table.align
+        assert codec.longest_row == int(lengths.max()) == table.stored_row_range[1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,6 +54,11 @@ def _sparse(rng: np.random.Generator, n: int, d: int, p: float = 0.05) -> np.nda
     return x.astype(np.float32)
 
 
+def _dense(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    """Normal float32 rows: stored at about 0.85 of their width."""
+    return rng.standard_normal((n, d)).astype(np.float32)
+
+
 def _bits_equal(got: torch.Tensor, want: np.ndarray) -> bool:
     g = got.detach().cpu().contiguous().view(torch.uint8).numpy().reshape(len(want), -1)
     w = np.ascontiguousarray(want).view(np.uint8).reshape(len(want), -1)
@@ -111,7 +116,9 @@ def test_rows_wider_than_48_kb_of_shared_memory_per_block(tmp_path) -> None:
     from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM
 
     rng = np.random.default_rng(2)
-    x = _sparse(rng, 64, 4096, p=0.02)  # 16 KiB rows: 8 warps need ~136 KB per block
+    # 16 KiB rows, half of them dense (some stored raw): buffers for the longest stored row
+    # make 8 warps need about 165 KB a block.
+    x = np.concatenate([_sparse(rng, 32, 4096, p=0.02), _dense(rng, 32, 4096)])
     with _table(x, tmp_path) as table:
         props = torch.cuda.get_device_properties(0)
         plan = table.codec.plan(props.shared_memory_per_block_optin)
@@ -120,13 +127,54 @@ def test_rows_wider_than_48_kb_of_shared_memory_per_block(tmp_path) -> None:
         assert _bits_equal(table.fetch(idx), x[idx.cpu().numpy()])
 
 
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_rows_longer_than_the_codec_says_are_refused_not_staged(tmp_path, double_buffer) -> None:
+    """Buffers sized for a longest row shorter than the table's: the rows that do not fit are
+    zeroed and reported in error[1] (the first position), the others decode exactly."""
+    rng = np.random.default_rng(6)
+    density = rng.random((2000, 1)) * 0.6  # stored lengths spread over a wide range
+    x = np.where(rng.random((2000, 90)) < density, rng.standard_normal((2000, 90)), 0)
+    x = x.astype(np.float32)
+    with _table(x, tmp_path, align=1) as table:
+        lengths = np.diff(table.cpu_table.offsets).astype(np.int64)
+        starts = table.cpu_table.offsets[:-1].astype(np.int64)
+        told = dataclasses.replace(table.codec, longest_row=int(np.median(lengths)))
+        props = torch.cuda.get_device_properties(0)
+        plan = told.plan(props.shared_memory_per_block_optin, 2 if double_buffer else 1)
+        fits = ((starts & 15) + lengths + 15) // 16 * 4 + 2 <= plan.buf_words
+        assert 0 < fits.sum() < fits.size
+        ids = _ids(rng, 2000, _n(8000))
+        first = [int(np.flatnonzero(fits)[0]), int(np.flatnonzero(~fits)[0])]
+        ids[:2] = torch.tensor(first, device=CUDA)
+        out, error = _launch(told, ids, double_buffer=double_buffer)
+        assert error == [0, 2]
+        ok = torch.from_numpy(fits).to(CUDA)[ids]
+        assert (out[~ok] == 0).all()
+        assert _bits_equal(out[ok], x[ids[ok].cpu().numpy()])
+        out, error = _launch(table.codec, ids, double_buffer=double_buffer)  # told the truth
+        assert error == [0, 0] and _bits_equal(out, x[ids.cpu().numpy()])
+
+
 def test_rows_too_wide_for_shared_memory_are_a_clear_error(tmp_path) -> None:
     rng = np.random.default_rng(3)
-    x = _sparse(rng, 4, 64_000, p=0.01)  # 250 KiB rows: more than any block gets
+    x = _dense(rng, 4, 64_000)  # 250 KiB rows stored in about 190 KB: with the codes, more
+    # shared memory than a block gets
     with _table(x, tmp_path) as table:
         assert not table.bypass
         with pytest.raises(ValueError, match="shared memory per warp"):
             table.fetch(torch.zeros(1, dtype=torch.int64, device=CUDA))
+
+
+def test_a_bag_of_words_as_wide_decodes_its_short_stored_rows(tmp_path) -> None:
+    """The same width, 1% of it non-zero: rows stored in about 4 KB, staged in buffers sized
+    for them (a raw-sized buffer would not fit a block)."""
+    rng = np.random.default_rng(4)
+    x = _sparse(rng, 6, 64_000, p=0.01)
+    with _table(x, tmp_path) as table:
+        longest = table.cpu_table.stored_row_range[1]
+        assert table.codec.longest_row == longest < 64_000 * 4 // 20
+        idx = torch.tensor([5, 0, 3, 3, 1], device=CUDA)
+        assert _bits_equal(table.fetch(idx), x[[5, 0, 3, 3, 1]])
 
 
 @pytest.mark.parametrize("align", [2, 4, 8, 16, 32])
@@ -198,7 +246,8 @@ def test_double_buffered_kernel_gives_the_one_buffer_bits(tmp_path, word_bytes, 
 
 def test_double_buffered_tables_fetch_the_same_rows_and_errors(tmp_path) -> None:
     rng = np.random.default_rng(23)
-    x = _sparse(rng, 64, 4096, p=0.02)  # 16 KiB rows: two buffers a warp, well over 48 KB
+    # 16 KiB rows, half of them dense: two buffers a warp, well over 48 KB a block.
+    x = np.concatenate([_sparse(rng, 32, 4096, p=0.02), _dense(rng, 32, 4096)])
     with _table(x, tmp_path, double_buffer=True) as table:
         assert table.double_buffer
         props = torch.cuda.get_device_properties(0)
@@ -210,7 +259,7 @@ def test_double_buffered_tables_fetch_the_same_rows_and_errors(tmp_path) -> None
         idx[300] = 64
         with pytest.raises(IBPInputError, match=r"row index 64 \(at position 300\)"):
             table.fetch(idx)
-    wide = _sparse(rng, 4, 36_000, p=0.01)  # 141 KB rows: one buffer fits, two do not
+    wide = _dense(rng, 4, 36_000)  # 141 KB rows stored in about 108 KB: one buffer fits, not two
     with _table(wide, tmp_path, name="w.ibp", double_buffer=True) as table:
         with pytest.raises(ValueError, match="double-buffered rows .* one buffer"):
             table.fetch(torch.zeros(1, dtype=torch.int64, device=CUDA))

@@ -68,6 +68,42 @@ def test_smem_plan_fits_the_largest_row() -> None:
     assert 1 <= plan.warps_per_block <= 8
 
 
+def test_smem_plan_sized_for_the_longest_stored_row() -> None:
+    """Cora's rows: 1,433 words, stored in at most 80 bytes."""
+    full = smem_plan(num_words=1433, word_bytes=4, align=1, max_smem=48 * 1024)
+    tight = smem_plan(num_words=1433, word_bytes=4, align=1, max_smem=48 * 1024, longest_row=80)
+    assert tight.buf_words == 4 * -(-(15 + 80) // 16) + 4  # its chunks and the slack
+    codes = 4 * -(-(1433 + 45) // 4)  # the code bytes and subgroup bytes stay
+    assert tight.bytes_per_warp == -(-(4 * tight.buf_words + codes) // 16) * 16
+    assert full.bytes_per_warp > 4 * tight.bytes_per_warp
+    assert (full.warps_per_block, tight.warps_per_block) == (6, 8)
+    # Never more than the raw width, whatever it is told; 0 rows: one chunk.
+    assert smem_plan(1433, 4, 1, 48 * 1024, longest_row=10**9) == full
+    assert smem_plan(8, 4, 1, 48 * 1024, longest_row=0).buf_words == 8
+    with pytest.raises(ValueError, match="longest_row must be >= 0 bytes, got -1"):
+        smem_plan(1433, 4, 1, 48 * 1024, longest_row=-1)
+    # A bag of words too wide for a raw-sized buffer fits when its rows are short.
+    with pytest.raises(ValueError, match="shared memory"):
+        smem_plan(num_words=64_000, word_bytes=4, align=4, max_smem=227 * 1024)
+    wide = smem_plan(num_words=64_000, word_bytes=4, align=4, max_smem=227 * 1024, longest_row=400)
+    assert wide.warps_per_block == 3
+
+
+def test_stored_row_range_and_the_raw_bypass(tmp_path) -> None:
+    from ibp_graph.cuda_table import raw_bypass
+
+    rng = np.random.default_rng(5)
+    x = np.where(rng.random((200, 40)) < 0.1, rng.standard_normal((200, 40)), 0)
+    table = ibp_graph.compress(x.astype(np.float32), tmp_path / "s.ibp", align=4)
+    lengths = np.diff(table.offsets).astype(np.int64) * 4
+    assert table.stored_row_range == (int(lengths.min()), int(lengths.max()))
+    assert table.stored_row_range is table.stored_row_range  # computed once
+    assert not raw_bypass(table)
+    noise = rng.integers(0, 2**32, (100, 64), dtype=np.uint64).astype(np.uint32)
+    flat = ibp_graph.compress(noise.view(np.float32), tmp_path / "r.ibp", align=16)
+    assert flat.stored_row_range == (256, 256) and raw_bypass(flat)  # every row stored raw
+
+
 def test_smem_plan_rejects_rows_too_wide() -> None:
     with pytest.raises(ValueError, match="shared memory"):
         smem_plan(num_words=100_000, word_bytes=4, align=16, max_smem=48 * 1024)
@@ -816,3 +852,9 @@ def test_device_codec_checks_its_constant_tensors_once() -> None:
     for name, value in bad.items():
         with pytest.raises(ValueError, match=name):
             dataclasses.replace(codec, **{name: value})
+    for longest in (-1, 2.5, "80"):
+        with pytest.raises(ValueError, match="longest_row must be None or bytes >= 0"):
+            dataclasses.replace(codec, longest_row=longest)
+    assert codec.longest_row is None  # the default: buffers for the longest a row can be
+    short = dataclasses.replace(codec, longest_row=1)  # rows of 20 bytes stored in 1
+    assert (short.plan(48 * 1024).buf_words, codec.plan(48 * 1024).buf_words) == (8, 16)

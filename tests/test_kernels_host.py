@@ -41,8 +41,12 @@ def fetch_on_host(
     warps: int = 2,
     out_pos: np.ndarray | None = None,
     double_buffer: bool = False,
+    longest_row: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run the fused kernel over ``ids``: ``(out bytes (n, row_bytes), error slots)``.
+
+    The staging buffers are sized as `CudaIBPTable` sizes them, for the table's longest stored
+    row, or for ``longest_row`` bytes when given (shorter: rows the buffers cannot hold).
 
     ``offsets_dtype`` forces the offsets' width (``"<u8"``: the 8-byte-offset entry points);
     ``grid`` blocks of at most ``warps`` warps run; ``out_pos`` (None: identity) says where
@@ -57,7 +61,12 @@ def fetch_on_host(
     )
     width = row_bytes(table.shape[1], table.dtype_name)
     plan = smem_plan(
-        params.num_words, params.word_bytes, table.align, SMEM, 2 if double_buffer else 1
+        params.num_words,
+        params.word_bytes,
+        table.align,
+        SMEM,
+        2 if double_buffer else 1,
+        table.stored_row_range[1] if longest_row is None else longest_row,
     )
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if out_pos is not None:
@@ -220,6 +229,44 @@ def test_corrupt_row_sets_the_error_slot_and_is_zero_filled(lib, tmp_path) -> No
     assert (out[1:] == 0).all()  # no half-decoded row
 
 
+@pytest.mark.parametrize("double_buffer", [False, True])
+@pytest.mark.parametrize("word_bytes,align", [(4, 1), (8, 16)])
+def test_a_row_longer_than_the_staging_buffer_is_refused_not_staged(
+    lib, tmp_path, word_bytes, align, double_buffer
+) -> None:
+    """Buffers sized for a shorter longest row than the table has (offsets that do not match
+    what the host was told): the rows that do not fit are zeroed and reported in error[1], the
+    others decode exactly, and nothing is written past a buffer (the sanitized harness)."""
+    rng = np.random.default_rng(7 + word_bytes)
+    density = rng.random((300, 1)) * 0.6  # stored lengths spread over a wide range
+    x = np.where(rng.random((300, 90)) < density, rng.standard_normal((300, 90)), 0)
+    x = x.astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, align=align)
+    starts = table.offsets[:-1].astype(np.int64) * table.align
+    lengths = np.diff(table.offsets).astype(np.int64) * table.align
+    told = int(np.median(lengths))
+    plan = smem_plan(
+        table.params.num_words, word_bytes, align, SMEM, 2 if double_buffer else 1, told
+    )
+    fits = ((starts & 15) + lengths + 15) // 16 * 4 + 2 <= plan.buf_words
+    assert 0 < fits.sum() < fits.size
+    ids = rng.integers(0, x.shape[0], 400)
+    ids[:2] = [int(np.flatnonzero(fits)[0]), int(np.flatnonzero(~fits)[0])]
+    out, error = fetch_on_host(
+        lib, table, ids, longest_row=told, double_buffer=double_buffer, grid=2
+    )
+    assert error.tolist() == [0, 2]  # the first refused row's position, plus one
+    ok = fits[ids]
+    assert (out[~ok] == 0).all()
+    want = x[ids[ok]].view(np.uint8).reshape(int(ok.sum()), -1)
+    assert np.array_equal(out[ok], want)
+    # Told the truth, the same rows all decode.
+    out, error = fetch_on_host(lib, table, ids, double_buffer=double_buffer, grid=2)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+    table.close()
+
+
 @pytest.mark.parametrize("word_bytes,align,clusters", [(4, 1, 1), (8, 16, 3)])
 def test_random_byte_damage_touches_only_the_damaged_rows(
     lib, tmp_path, word_bytes, align, clusters
@@ -235,7 +282,8 @@ def test_random_byte_damage_touches_only_the_damaged_rows(
     )
     starts = table.offsets.astype(np.int64) * table.align
     section = np.asarray(table.rows_section).view(np.uint8)
-    kept = ("params", "offsets", "header", "shape", "dtype_name", "align", "stored_bytes")
+    kept = ("params", "offsets", "header", "shape", "dtype_name", "align", "stored_bytes",
+            "stored_row_range")  # fmt: skip
     undamaged = {a: getattr(table, a) for a in (*kept, "cluster_ids")}
     reported = 0
     for trial in range(4):

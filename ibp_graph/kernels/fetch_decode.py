@@ -41,21 +41,36 @@ class SmemPlan:
 
 
 def smem_plan(
-    num_words: int, word_bytes: int, align: int, max_smem: int, buffers: int = 1
+    num_words: int,
+    word_bytes: int,
+    align: int,
+    max_smem: int,
+    buffers: int = 1,
+    longest_row: int | None = None,
 ) -> SmemPlan:
     """Size the per-warp staging buffers for rows of ``num_words`` words.
 
-    A stored row is at most ``align_up(V*T, align)`` bytes and may start anywhere in a 16-byte
-    chunk, so it spans at most ``ceil((15 + that) / 16)`` chunks; two zero words follow for
-    reads that straddle the end. A warp has ``buffers`` such buffers (2: double buffering),
-    then the V code bytes and C subgroup bytes.
+    A stored row is at most ``align_up(V*T, align)`` bytes (``longest_row`` when the table's
+    longest is known and shorter) and may start anywhere in a 16-byte chunk, so it spans at
+    most ``ceil((15 + that) / 16)`` chunks; two zero words follow for reads that straddle the
+    end. A warp has ``buffers`` such buffers (2: double buffering), then the V code bytes and
+    C subgroup bytes. The kernel refuses a row longer than its buffer (``error[1]``).
+
+    Sizing for the longest stored row rather than the raw width matters for sparse tables:
+    Cora's 5,732-byte rows are stored in at most 80 bytes, so a warp's share shrinks from
+    about 7 KiB to under 2 KiB and more blocks fit an SM.
 
     Raises:
-        ValueError: when one warp's share exceeds ``max_smem``.
+        ValueError: when one warp's share exceeds ``max_smem``, or ``longest_row`` is
+            negative.
     """
     if buffers not in (1, 2):
         raise ValueError(f"buffers must be 1 or 2, got {buffers!r}")
     raw = -(-num_words * word_bytes // align) * align
+    if longest_row is not None:
+        if longest_row < 0:
+            raise ValueError(f"longest_row must be >= 0 bytes, got {longest_row}")
+        raw = min(raw, int(longest_row))
     chunks = -(-(15 + raw) // 16)
     buf_words = 4 * chunks + 4
     extra_words = -(-(num_words + -(-num_words // 32)) // 4)
@@ -110,6 +125,10 @@ class DeviceCodec:
         bitvals: ``(k, E, V)`` int32/int64 CUDA tensor, the dictionaries code-major (entry
             ``[c, e, j]`` is the codec's ``bitvals[c, j, e]``): `CodecParams.match_values`.
         num_rows, num_words, word_bytes, align, row_bytes: the table's geometry.
+        longest_row: bytes of the table's longest stored row (its offsets' largest step
+            times ``align``), or None (the default) for the longest a row can be. The staging
+            buffers are sized for it (`smem_plan`); a row longer than it is refused as
+            corrupt (``error[1]``), never staged past its buffer.
 
     The tensors are read by every launch and never change: they are checked once here, and
     a launch passes their addresses (`const_args`) instead of exchanging a DLPack view of each
@@ -132,6 +151,7 @@ class DeviceCodec:
     word_bytes: int
     align: int
     row_bytes: int
+    longest_row: int | None = None
 
     def __post_init__(self) -> None:
         word = {4: torch.int32, 8: torch.int64}.get(self.word_bytes)
@@ -148,6 +168,10 @@ class DeviceCodec:
         }
         if self.cluster_ids is not None:
             want["cluster_ids"] = ((self.num_rows,), (torch.uint8,))
+        if self.longest_row is not None and (
+            not isinstance(self.longest_row, int) or self.longest_row < 0
+        ):
+            raise ValueError(f"longest_row must be None or bytes >= 0, got {self.longest_row!r}")
         device = self.offsets.device if isinstance(self.offsets, torch.Tensor) else None
         for name, (shape, dtypes) in want.items():
             t = getattr(self, name)
@@ -188,14 +212,21 @@ class DeviceCodec:
 
     def plan(self, max_smem: int, buffers: int = 1) -> SmemPlan:
         """The shared-memory plan of this table for a block limit of ``max_smem`` (cached)."""
-        return _cached_plan(self.num_words, self.word_bytes, self.align, int(max_smem), buffers)
+        return _cached_plan(
+            self.num_words, self.word_bytes, self.align, int(max_smem), buffers, self.longest_row
+        )
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_plan(
-    num_words: int, word_bytes: int, align: int, max_smem: int, buffers: int
+    num_words: int,
+    word_bytes: int,
+    align: int,
+    max_smem: int,
+    buffers: int,
+    longest_row: int | None,
 ) -> SmemPlan:
-    return smem_plan(num_words, word_bytes, align, max_smem, buffers)
+    return smem_plan(num_words, word_bytes, align, max_smem, buffers, longest_row)
 
 
 def _entry(codec: DeviceCodec, double_buffer: bool) -> str:
