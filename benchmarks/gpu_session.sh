@@ -128,7 +128,7 @@ files() {
 minutes() {
     case "$1" in
     smoke) echo 2 ;;
-    tests) echo 6 ;;
+    tests) echo 5 ;;
     sanitize) echo 9 ;;
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
