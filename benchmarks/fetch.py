@@ -762,7 +762,8 @@ def write_results(payload: dict, out: Path, name: str) -> tuple[Path, Path]:
 # --------------------------------------------------------------------------------------------
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
+    """Positive integers like ``256,512`` (argparse type)."""
     try:
         values = [int(float(v)) for v in text.replace(",", " ").split()]
     except ValueError:
@@ -772,14 +773,19 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _kind_list(text: str) -> list[str]:
-    names = [k.strip() for k in text.split(",") if k.strip()]
-    bad = [k for k in names if k not in KINDS]
-    if bad:
-        raise argparse.ArgumentTypeError(
-            f"unknown kinds {bad}; expected some of {', '.join(KINDS)}"
-        )
-    return names
+def names_in(choices: Sequence[str], what: str) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each one of ``choices`` (``what`` they are)."""
+
+    def parse(text: str) -> list[str]:
+        names = [k.strip() for k in text.split(",") if k.strip()]
+        bad = [k for k in names if k not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {bad}; expected some of {', '.join(choices)}"
+            )
+        return names
+
+    return parse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -787,15 +793,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--table-gb", type=float, default=4.0, help="GiB of raw rows per table")
     p.add_argument(
         "--batch",
-        type=_int_list,
+        type=int_list,
         default=[100_000, 1_000_000],
         help="rows per batch, e.g. 100000,1000000",
     )
     p.add_argument("--max-batch-gb", type=float, default=1.0, help="cap on a batch's GiB of rows")
     p.add_argument("--repeats", type=int, default=10, help="timed samples per GPU measurement")
     p.add_argument("--torch-repeats", type=int, default=3, help="timed runs of the torch path")
-    p.add_argument("--widths", type=_int_list, default=list(WIDTHS), help="synthetic row bytes")
-    p.add_argument("--kinds", type=_kind_list, default=list(KINDS), help="synthetic kinds")
+    p.add_argument("--widths", type=int_list, default=list(WIDTHS), help="synthetic row bytes")
+    p.add_argument(
+        "--kinds", type=names_in(KINDS, "kinds"), default=list(KINDS), help="synthetic kinds"
+    )
     p.add_argument("--block-rows", type=int, default=BLOCK_ROWS, help="distinct synthetic rows")
     p.add_argument("--no-real", dest="real", action="store_false", help="skip the real tables")
     p.add_argument(

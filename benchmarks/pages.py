@@ -62,8 +62,10 @@ from benchmarks.fetch import (  # noqa: E402
     fill_noise,
     gbps,
     gpu_seconds,
+    int_list,
     l2_bytes,
     log,
+    names_in,
     raw_rows_match,
     rotating,
     share_text,
@@ -78,43 +80,24 @@ SPANS_MB = (32, 128, 512, 1024, 2048)
 MIB = 1 << 20
 
 
-def _list(kind: Callable[[str], Any], what: str) -> Callable[[str], list]:
-    def parse(text: str) -> list:
-        try:
-            values = [kind(v) for v in text.replace(",", " ").split()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return values
-
-    return parse
-
-
-def _page_kind(text: str) -> str:
-    if text not in PAGE_KINDS:
-        raise ValueError(text)
-    return text
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--table-gb", type=float, default=4.0, help="GiB pinned per page kind")
     p.add_argument(
         "--kinds",
-        type=_list(_page_kind, f"page kinds among {', '.join(PAGE_KINDS)}"),
+        type=names_in(PAGE_KINDS, "page kinds"),
         default=list(PAGE_KINDS),
         help=f"page kinds to compare (default: {','.join(PAGE_KINDS)})",
     )
     p.add_argument(
         "--widths",
-        type=_list(int, "row widths in bytes like 256,512"),
+        type=int_list,
         default=list(WIDTHS),
         help="row bytes",
     )
     p.add_argument(
         "--spans-mb",
-        type=_list(int, "spans in MiB like 128,512"),
+        type=int_list,
         default=list(SPANS_MB),
         help="MiB the ids range over, besides the whole buffer",
     )
@@ -132,9 +115,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(f"--table-gb must be positive, got {args.table_gb}")
     if len(set(args.kinds)) != len(args.kinds):
         p.error(f"--kinds names a kind twice: {','.join(args.kinds)}")
-    for flag, values in (("--widths", args.widths), ("--spans-mb", args.spans_mb)):
-        if any(v < 1 for v in values):
-            p.error(f"{flag} must be positive: {values}")
     for flag in ("batch", "id_batches", "repeats"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")

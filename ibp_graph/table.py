@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -287,25 +288,16 @@ class IBPTable:
         """Bytes of the row section (what host memory holds and the GPU reads)."""
         return self._rows_nbytes
 
-    @property
+    @functools.cached_property
     def stored_row_range(self) -> tuple[int, int]:
         """The shortest and the longest stored row, in bytes ((0, 0) for a table of no rows).
 
         Computed once from the offsets (a pass over them), then kept.
         """
-        cached = getattr(self, "_row_range", None)
-        if cached is None:
-            units = np.diff(self._offsets)
-            cached = (
-                (0, 0)
-                if units.size == 0
-                else (
-                    int(units.min()) * self._align,
-                    int(units.max()) * self._align,
-                )
-            )
-            self._row_range = cached
-        return cached
+        units = np.diff(self._offsets)
+        if units.size == 0:
+            return (0, 0)
+        return (int(units.min()) * self._align, int(units.max()) * self._align)
 
     @property
     def raw_bytes(self) -> int:

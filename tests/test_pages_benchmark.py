@@ -136,10 +136,14 @@ def test_plan_spans_and_rotation() -> None:
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--kinds", "huge,tiny"], "page kinds among huge, small, cuda"),
+        (
+            ["--kinds", "huge,tiny"],
+            "unknown page kinds ['tiny']; expected some of huge, small, cuda",
+        ),
         (["--kinds", "huge,huge"], "names a kind twice"),
-        (["--widths", "0"], "--widths must be positive"),
-        (["--spans-mb", "x"], "spans in MiB"),
+        (["--widths", "0"], "argument --widths: expected positive integers, got '0'"),
+        (["--spans-mb", "64,-1"], "argument --spans-mb: expected positive integers"),
+        (["--spans-mb", "x"], "argument --spans-mb: expected integers like 256,512, got 'x'"),
         (["--batch", "0"], "--batch must be >= 1"),
         (["--id-batches", "0"], "--id-batches must be >= 1"),
         (["--table-gb", "0"], "--table-gb must be positive"),
