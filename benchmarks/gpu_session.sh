@@ -60,7 +60,9 @@
 #              1,028 B, 5,732 B like Cora's), run twice: the widest vectors (the default)
 #              and whole 16-byte loads (--raw-kernel lines).
 #   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
-#              and fused-kernel hops; time, host CPU, GPU busy and ops per batch).
+#              hops, and fused-kernel hops with the default grid and with every block the SMs
+#              hold (--hop-grids default,32); time, host CPU, GPU busy and ops per batch, and
+#              where a batch's time goes: kernels, torch ops, Python functions).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, with --thread-mode (IBP
 #              on also with the prefetch thread, beside the other modes).
 #   overlap    about 2-4 min: benchmarks/overlap.py, fetches on a side stream beside GraphSAGE
@@ -532,8 +534,8 @@ for stage in "${STAGES[@]}"; do
         done
         ;;
     sampling)
-        run 200 sampling.log python3 benchmarks/sampling.py --device cuda --out "$OUT" ||
-            rc=$?
+        run 200 sampling.log python3 benchmarks/sampling.py --device cuda \
+            --hop-grids default,32 --out "$OUT" || rc=$?
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \

@@ -33,8 +33,15 @@ inside ``sample()``) and, on CUDA, the GPU's busy time per batch (the summed dur
 kernels and copies of 5 profiled batches) and the ratio of the two: host time per batch
 against the batch's GPU time; and the torch ops, hop-kernel launches and host reads of one more
 batch (`benchmarks/sampling_ops.py`). The ``kernel`` backend runs every hop with fanout up to
-256 as three launches and one host read (`ibp_graph.sample_hop`). Threads: torch's default
-(all visible cores).
+256 as three launches and one host read (`ibp_graph.sample_hop`); ``--hop-grids`` runs it at
+each of several grid caps (``default``: the library's one block per SM; a number: blocks per
+SM, cut to what the SMs hold), a row each. Threads: torch's default (all visible cores).
+
+Where a batch's time goes, per row (`benchmarks.time_split`, 5 of the measured seed batches
+again): the GPU kernels and copies by time, the torch ops by their own host time, and the
+Python functions by their own time (``cProfile``), each the longest 6, per batch. The GPU busy
+time above is the sum of the first list, all entries. Profilers slow the host: read the shares,
+not the sums.
 
 ``--compare-dgl`` (CPU only) times our sampler against DGL's C++ sampler side by side in one
 process instead: DGL's multi-layer sampling as ``dgl.dataloading.NeighborSampler.sample_blocks``
@@ -83,9 +90,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import time_split  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
+    blocks_per_sm,
     environment,
+    grid_cap,
     header_lines,
     result_name,
     write_json,
@@ -94,10 +104,13 @@ from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph import sample_cpu  # noqa: E402
 from ibp_graph import sampler as sampler_module  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
+from ibp_graph.kernels.sample_neighbors import CudaHopKernels  # noqa: E402
 from ibp_graph.sampler import BACKENDS, NeighborSampler  # noqa: E402
 
 GAMMA = 2.5
 CHUNK = 5_000_000
+#: Batches of a row profiled to say where their time goes (`benchmarks.time_split`).
+PROFILED_BATCHES = 5
 #: Seed batches the 1-thread CPU baseline of a CUDA run times at most (after its warm-ups).
 CPU1_BATCHES = 10
 #: Warm-up batches of the 1-thread CPU baseline at most.
@@ -189,16 +202,47 @@ def throughput(timed: dict) -> dict:
     }
 
 
+def backend_label(r: dict) -> str:
+    """A row's backend, with its hop grid where not the library's default."""
+    grid = r.get("hop_grid")
+    return r["backend"] if grid is None else f"{r['backend']}, {grid:g} blocks/SM"
+
+
+def cycling(sampler: NeighborSampler, seeds: torch.Tensor):
+    """A callable sampling the rows of ``seeds`` in turn, from the first again after the last."""
+    state = {"i": 0}
+
+    def work():
+        row = seeds[state["i"] % seeds.shape[0]]
+        state["i"] += 1
+        return sampler.sample(row)
+
+    return work
+
+
 def measure(
-    graph: CSRGraph, args: argparse.Namespace, label: str, backend: str, memory: str
+    graph: CSRGraph,
+    args: argparse.Namespace,
+    label: str,
+    backend: str,
+    memory: str,
+    hop_grid: float | None = None,
 ) -> dict:
+    """One row: `timed_batches` of a sampler, where its time goes, and its op counts.
+
+    ``hop_grid``: the ``kernel`` backend's grid cap in blocks per SM (None: the library's).
+    """
     device = graph.device
     sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, backend=backend)
+    if hop_grid is not None:
+        sampler._hop_kernels = CudaHopKernels(device, max_blocks=grid_cap(hop_grid, device))
     seeds = seed_batches(graph.num_nodes, args).to(device)
     timed = timed_batches(sampler, seeds, args.warmup)
     host, spans = timed["host"], timed["spans"]
     cuda = device.type == "cuda"
-    gpu = gpu_busy_per_batch(sampler, seeds[args.warmup : args.warmup + 5]) if cuda else None
+    profiled = seeds[args.warmup : args.warmup + PROFILED_BATCHES]
+    where = time_split.split(cycling(sampler, profiled), profiled.shape[0], cuda)
+    gpu = where["gpu_busy_s"]
     from benchmarks.sampling_ops import count  # the counts of one more batch, untimed
 
     ops = count(sampler, seeds[args.warmup])
@@ -214,6 +258,8 @@ def measure(
         "indices": label,
         "graph_memory": memory,
         "backend": backend,
+        "hop_grid": hop_grid,
+        "time_split": where,
         "batches": args.batches,
         **summary,
         "mean_sampled_nodes": sum(timed["nodes"]) / len(timed["nodes"]),
@@ -282,7 +328,7 @@ def gpu_targets(results: list[dict], cpu1: dict | None) -> list[dict]:
     out = []
 
     def where(r: dict) -> str:
-        return f"{r['indices']}, {r['graph_memory']}, {r['backend']}"
+        return f"{r['indices']}, {r['graph_memory']}, {backend_label(r)}"
 
     name = "GPU / 1-thread CPU edges/s"
     device_rows = [r for r in gpu if r["graph_memory"] == "device"]
@@ -308,15 +354,15 @@ def gpu_targets(results: list[dict], cpu1: dict | None) -> list[dict]:
     for r in gpu:
         if r["graph_memory"] != "uva":
             continue
-        key = (r["indices"], r["backend"])
-        dev = [d for d in device_rows if (d["indices"], d["backend"]) == key]
+        key = (r["indices"], backend_label(r))
+        dev = [d for d in device_rows if (d["indices"], backend_label(d)) == key]
         if dev:
             pairs += 1
             uva, device = r["median_edges_per_s"], dev[0]["median_edges_per_s"]
             out.append(
                 target(
                     name,
-                    f"{r['indices']}, {r['backend']}",
+                    f"{r['indices']}, {backend_label(r)}",
                     uva / device,
                     GOAL_UVA_OVER_DEVICE,
                     True,
@@ -391,31 +437,6 @@ def targets_markdown(targets: list[dict]) -> list[str]:
     return lines
 
 
-def gpu_busy_per_batch(sampler: NeighborSampler, seeds: torch.Tensor) -> float | None:
-    """Mean GPU time per batch of the kernels and copies sampling ``seeds`` (rows) ran.
-
-    From the torch profiler (CUPTI records CuPy's launches too): the sum of the durations of
-    every device activity, so idle gaps between them do not count. None where profiling fails.
-    """
-    try:
-        from torch.profiler import ProfilerActivity, profile
-
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for row in seeds:
-                sampler.sample(row)
-            torch.cuda.synchronize()
-        busy_us = sum(
-            e.time_range.elapsed_us()
-            for e in prof.events()
-            if str(getattr(e, "device_type", "")).endswith("CUDA")
-        )
-    except Exception as exc:  # profiling is an extra: report and go on
-        print(f"GPU busy time not measured: {exc}", file=sys.stderr, flush=True)
-        return None
-    return busy_us / 1e6 / len(seeds) if busy_us else None
-
-
 def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
@@ -446,7 +467,8 @@ def markdown(env: dict, payload: dict) -> str:
     for r in payload["results"]:
         ratio = r.get("host_over_gpu_busy")
         lines.append(
-            f"| {r['indices']} | {r['graph_memory']} | {r['backend']} | {r['csr_build_s']:.2f} "
+            f"| {r['indices']} | {r['graph_memory']} | {backend_label(r)} "
+            f"| {r['csr_build_s']:.2f} "
             f"| {1e3 * r['median_batch_s']:.1f} "
             f"| {r['median_edges_per_s'] / 1e6:.2f} M | {r['total_edges_per_s'] / 1e6:.2f} M "
             f"| {r['mean_sampled_edges']:,.0f} | {r['mean_sampled_nodes']:,.0f} "
@@ -476,6 +498,13 @@ def markdown(env: dict, payload: dict) -> str:
             ]
         else:
             lines += ["", f"1-thread CPU baseline: not measured ({cpu1.get('error', '-')})."]
+    lines += ["", "## Where a batch's time goes", ""]
+    for r in payload["results"]:
+        split = r.get("time_split")
+        if split:
+            title = f"{r['indices']}, {r['graph_memory']}, {backend_label(r)}"
+            lines += [*time_split.markdown(title, split), ""]
+    lines.pop()
     if payload.get("targets"):
         lines += ["", *targets_markdown(payload["targets"])]
     return "\n".join(lines) + "\n"
@@ -514,9 +543,10 @@ def run(
             del placed["device"]
         for memory, g in placed.items():
             for backend in backends:
-                row = {"csr_build_s": build, **measure(g, args, label, backend, memory)}
-                print(f"  {row}", file=sys.stderr, flush=True)
-                results.append(row)
+                for grid in args.hop_grids if backend == "kernel" else [None]:
+                    row = {"csr_build_s": build, **measure(g, args, label, backend, memory, grid)}
+                    print(f"  {row}", file=sys.stderr, flush=True)
+                    results.append(row)
         del graph, placed
     payload = {
         **env,
@@ -708,6 +738,24 @@ def parse_threads(text: str) -> list[int]:
     return values
 
 
+def parse_hop_grids(text: str) -> list[float | None]:
+    """``"default,32"`` -> ``[None, 32.0]`` (argparse type of ``--hop-grids``)."""
+    grids: list[float | None] = []
+    for item in (part.strip() for part in text.split(",")):
+        if item == "default":
+            grids.append(None)
+            continue
+        try:
+            grids.append(blocks_per_sm(item))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"each grid is 'default' or a positive number of blocks per SM, got {item!r}"
+            ) from None
+    if len(set(grids)) != len(grids):
+        raise argparse.ArgumentTypeError(f"each grid once, got {text!r}")
+    return grids
+
+
 def parse_backends(text: str) -> list[str]:
     """``"torch,kernel"`` -> ``["torch", "kernel"]`` (argparse type of ``--backend``)."""
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -729,7 +777,8 @@ def backends_for(device: str, asked: list[str] | None) -> list[str]:
     return asked
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of `main` (``argv``: None for ``sys.argv[1:]``), checked."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=2_000_000)
     p.add_argument("--edges", type=int, default=50_000_000)
@@ -753,6 +802,15 @@ def main() -> None:
         metavar="device,uva",
         help="on CUDA: the graph in GPU memory, in pinned host memory over UVA, or both",
     )
+    p.add_argument(
+        "--hop-grids",
+        type=parse_hop_grids,
+        default=[None],
+        metavar="default,32",
+        help="backend kernel: the hop kernels' grid caps to run, each 'default' (the "
+        "library's: one block per SM) or blocks per SM, cut to what the SMs hold "
+        "(default: default)",
+    )
     p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
     p.add_argument(
         "--compare-dgl",
@@ -766,15 +824,20 @@ def main() -> None:
         metavar="1,2",
         help="with --compare-dgl: the torch.set_num_threads values to run (default: 1,2)",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if not args.graph_memory or set(args.graph_memory) - {"device", "uva"}:
         p.error(f"--graph-memory: expected device, uva or device,uva, got {args.graph_memory}")
-    devices = {"auto": ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), "cpu": ["cpu"]}
-    devices["cuda"] = ["cuda"]
     if args.device == "cpu" and args.backend == ["kernel"]:
         p.error("--backend kernel needs --device cuda (or auto on a machine with a GPU)")
     if args.compare_dgl and (args.device == "cuda" or args.backend not in (None, ["torch"])):
         p.error("--compare-dgl times CPU samplers: drop --device cuda and --backend kernel")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    devices = {"auto": ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), "cpu": ["cpu"]}
+    devices["cuda"] = ["cuda"]
     env = environment()
     t0 = time.perf_counter()
     edge_index = power_law_edges(args.nodes, args.edges, args.seed)

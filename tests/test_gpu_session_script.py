@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import e2e, fetch, overlap, pages, profile_fetch
+from benchmarks import e2e, fetch, overlap, pages, profile_fetch, sampling
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
@@ -195,6 +195,10 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert corasu.setting == "corasu" and corasu.graph_list == []
     assert corasu.synthetic_nodes == 2_449_029 and corasu.synthetic_features == "cora"
     assert corasu.epochs == 3 and corasu.device == "cuda" and str(corasu.out) == "/tmp/o/corasu"
+    # sampling: both backends (the default on CUDA), the fused hops at two grids.
+    (samp,) = (sampling.parse_args(c) for c in cmds["sampling"])
+    assert samp.device == "cuda" and samp.backend is None and str(samp.out) == "/tmp/o"
+    assert samp.hop_grids == [None, 32.0] and samp.graph_memory == ["device", "uva"]
 
 
 def test_stage_limits_end_the_command_before_the_device_kills_it() -> None:

@@ -43,6 +43,14 @@ def test_sampling_benchmark_writes_its_results(tmp_path: Path) -> None:
     assert payload["targets"] and all(t["met"] is None for t in payload["targets"])
     assert "## Targets" in md and "| not measured |" in md
     assert "| met |" not in md and "gap" not in md
+    # Where each row's time goes: host ops and Python functions (no GPU here), in a table each.
+    for r in rows:
+        split = r["time_split"]
+        assert split["calls"] == 2 and split["gpu_busy_s"] is None and split["kernels"] == []
+        assert split["host_ops"] and split["python"] and r["hop_grid"] is None
+    assert "## Where a batch's time goes" in md
+    assert md.count("| # | GPU kernel or copy | torch op, own host time |") == 2
+    assert "int64, host, torch (per call, 2 calls profiled" in md
 
 
 def test_sampling_benchmark_rejects_bad_options() -> None:
@@ -50,6 +58,9 @@ def test_sampling_benchmark_rejects_bad_options() -> None:
     assert done.returncode == 2 and "--graph-memory: expected device, uva" in done.stderr
     done = run("--device", "cpu", "--backend", "kernel")
     assert done.returncode == 2 and "--backend kernel needs --device cuda" in done.stderr
+    done = run("--hop-grids", "default,0")
+    assert done.returncode == 2
+    assert "each grid is 'default' or a positive number of blocks per SM, got '0'" in done.stderr
     done = run("--backend", "numba")
     assert (
         done.returncode == 2 and "expected a comma-separated list of torch, kernel" in done.stderr
@@ -108,6 +119,49 @@ def bench():
     return module
 
 
+def test_hop_grids_are_parsed(bench) -> None:
+    assert bench.parse_hop_grids("default") == [None]
+    assert bench.parse_hop_grids("default, 32") == [None, 32.0]
+    assert bench.parse_hop_grids("0.5,4") == [0.5, 4.0]
+    for bad, message in (
+        ("x", "got 'x'"),
+        ("-1", "got '-1'"),
+        ("", "got ''"),
+        ("4,default,4", "each grid once"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            bench.parse_hop_grids(bad)
+
+
+def test_a_hop_grid_reaches_the_hop_kernels(bench, lib, monkeypatch) -> None:
+    import torch
+    from simt.host_hops import HostHopKernels
+
+    from ibp_graph.graph import CSRGraph
+
+    made = []
+
+    def kernels(device, max_blocks=None):
+        made.append((device, max_blocks))
+        return HostHopKernels(lib)
+
+    monkeypatch.setattr(bench, "CudaHopKernels", kernels)
+    args = argparse.Namespace(
+        nodes=3000, batch_size=64, batches=2, warmup=1, seed=0, fanouts=[4, 3]
+    )
+    graph = CSRGraph.from_edge_index(bench.power_law_edges(args.nodes, 30000, seed=0), args.nodes)
+    default = bench.measure(graph, args, "int64", "torch", "host")
+    assert made == [] and default["hop_grid"] is None
+    row = bench.measure(graph, args, "int64", "torch", "host", hop_grid=3.0)
+    # grid_cap: 3 blocks per SM of a device with one SM (off CUDA).
+    assert made == [(torch.device("cpu"), 3)] and row["hop_grid"] == 3.0
+    assert row["kernel_launches_per_batch"] == 6  # draw, flags, emit per hop
+    python = [e["name"] for e in row["time_split"]["python"]]
+    assert row["median_edges_per_s"] > 0 and python
+    assert bench.backend_label(row) == "torch, 3 blocks/SM"
+    assert bench.backend_label(default) == "torch"
+
+
 def test_thread_counts_are_parsed(bench) -> None:
     assert bench.parse_threads("1,2") == [1, 2] and bench.parse_threads("4") == [4]
     for bad in ("0", "1,x", ""):
@@ -115,12 +169,15 @@ def test_thread_counts_are_parsed(bench) -> None:
             bench.parse_threads(bad)
 
 
-def row(indices: str, memory: str, backend: str, edges_per_s: float, host_over_gpu=None) -> dict:
+def row(
+    indices: str, memory: str, backend: str, edges_per_s: float, host_over_gpu=None, grid=None
+) -> dict:
     """A made-up result row: only the keys the targets read."""
     return {
         "indices": indices,
         "graph_memory": memory,
         "backend": backend,
+        "hop_grid": grid,
         "median_edges_per_s": edges_per_s,
         "host_over_gpu_busy": host_over_gpu,
     }
@@ -172,6 +229,22 @@ def test_gpu_targets_verdicts(bench) -> None:
     assert "| UVA / device graph edges/s | int64, kernel | 0.45x | >= 0.5x | gap 10.0% |" in md
     assert "| int64, uva, torch | 0.25x | <= 0.2x | gap 25.0% |" in md
     assert "| int64, uva, kernel | - | <= 0.2x | not measured |" in md
+
+
+def test_gpu_targets_pair_rows_of_the_same_hop_grid(bench) -> None:
+    rows = [
+        row("int64", "device", "kernel", 40e6, 0.1),
+        row("int64", "device", "kernel", 80e6, 0.1, grid=32.0),
+        row("int64", "uva", "kernel", 30e6, 0.1),
+        row("int64", "uva", "kernel", 20e6, 0.1, grid=32.0),
+    ]
+    t = by_target(bench.gpu_targets(rows, {"median_edges_per_s": 5e6}))
+    cpu = "GPU / 1-thread CPU edges/s"
+    assert t[cpu, "int64, device, kernel"]["value"] == pytest.approx(8.0)
+    assert t[cpu, "int64, device, kernel, 32 blocks/SM"]["value"] == pytest.approx(16.0)
+    uva = "UVA / device graph edges/s"
+    assert t[uva, "int64, kernel"]["value"] == pytest.approx(0.75)
+    assert t[uva, "int64, kernel, 32 blocks/SM"]["value"] == pytest.approx(0.25)
 
 
 def test_gpu_targets_without_measurements_read_not_measured(bench) -> None:
