@@ -24,7 +24,11 @@ datasets folder, make the facebook table here and pass the file::
 
 ``--sampler-backend kernel`` (CUDA) samples with the fused hop kernels and
 ``--prefetch-thread`` prepares the batches on a background thread (the loaders' options of the
-same names); the settings are recorded in the results.
+same names); the settings are recorded in the results. ``--profile-epoch`` says where an
+epoch's time goes (`benchmarks.time_split`): after the measured epochs and the evaluation, each
+mode trains one more epoch under the torch profiler (the longest GPU kernels and copies, torch
+ops by their own host time) and one under ``cProfile`` (the training loop's Python functions
+by their own time, waits for the loader included), a table per mode.
 
 For every graph, the same seeded training run (model initialisation, dropout, shuffle order
 and neighbor draws all from ``--seed``, so every mode trains on the same batches) is repeated
@@ -117,7 +121,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
-from benchmarks import real_tables  # noqa: E402
+from benchmarks import real_tables, time_split  # noqa: E402
 from benchmarks._env import RESULTS, environment, header_lines, result_name  # noqa: E402
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
@@ -136,6 +140,8 @@ from ibp_graph.train.run import (  # noqa: E402
 MODES = ("ibp", "raw", "gpu")
 #: The mode ``--thread-mode`` adds: IBP on, with the loaders' prefetch thread.
 THREAD_MODE = "ibp-thread"
+#: Entries per list of ``--profile-epoch``'s tables.
+PROFILE_TOP = 8
 MODE_TITLES = {
     "ibp": "IBP on",
     "raw": "IBP off (raw)",
@@ -480,8 +486,9 @@ def train_and_evaluate(
     device: torch.device,
     args: argparse.Namespace,
     prefetch_thread: bool,
-) -> tuple[list[dict], str, tuple[float | None, float | None, float | None]]:
-    """The seeded run: per-epoch rows, the loader's features, (valid, test, eval seconds)."""
+) -> tuple[list[dict], str, tuple[float | None, float | None, float | None], dict | None]:
+    """The seeded run: per-epoch rows, the loader's features, (valid, test, eval seconds),
+    and with ``--profile-epoch`` where an epoch's time goes (`profile_epoch`), else None."""
     from ibp_graph.loaders.pyg import NeighborLoader
 
     det = args.deterministic
@@ -546,9 +553,13 @@ def train_and_evaluate(
             f"{st.wait_s:.3f}), {st.pcie_bytes / 1e6:.1f} MB read"
         )
     label = repr(loader.features)
-    del loader
     if not graph.labelled or graph.eval_ids is None:
-        return rows, label, (None, None, None)
+        return (
+            rows,
+            label,
+            (None, None, None),
+            profile_epoch(model, loader, optimizer, device, args),
+        )
     start = time.perf_counter()
     eval_loader = NeighborLoader(
         graph.data,
@@ -562,7 +573,31 @@ def train_and_evaluate(
     with deterministic(det):
         val_acc, test_acc = _evaluate(model, eval_loader, device)
     sync(device)
-    return rows, label, (val_acc, test_acc, time.perf_counter() - start)
+    scores = (val_acc, test_acc, time.perf_counter() - start)
+    del eval_loader
+    return rows, label, scores, profile_epoch(model, loader, optimizer, device, args)
+
+
+def profile_epoch(
+    model: Any, loader: Any, optimizer: Any, device: torch.device, args: argparse.Namespace
+) -> dict | None:
+    """With ``--profile-epoch``: where a training epoch's time goes, else None.
+
+    Two more epochs after the measured ones and the evaluation, so that nothing reported
+    changes: one under the torch profiler (GPU kernels and copies, torch ops by their own host
+    time), one under ``cProfile`` (the training loop's Python functions by their own time,
+    waits for the loader included; the prefetch thread's functions are not in it).
+    """
+    if not args.profile_epoch:
+        return None
+    det = args.deterministic
+    steps = StepTimes(device, lambda: deterministic(det))
+
+    def epoch() -> None:
+        train_epoch(model, loader, optimizer, device, step_context=steps)
+        sync(device)
+
+    return time_split.split(epoch, 1, device.type == "cuda", top=PROFILE_TOP)
 
 
 def run_mode(
@@ -580,7 +615,7 @@ def run_mode(
         return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     open_s = time.perf_counter() - t0
     try:
-        rows, label, (val_acc, test_acc, eval_s) = train_and_evaluate(
+        rows, label, (val_acc, test_acc, eval_s), where = train_and_evaluate(
             mode, graph, features, hp, device, args, thread
         )
     finally:
@@ -625,6 +660,7 @@ def run_mode(
         "val_acc": val_acc,
         "test_acc": test_acc,
         "eval_s": eval_s,
+        "time_split": where,
         "epochs": rows,
     }
 
@@ -878,6 +914,10 @@ def markdown(payload: dict) -> str:
             ),
             "",
         ]
+        for m in g["modes"]:
+            if m.get("time_split"):
+                title = f"Where an epoch's time goes, {m['title']}"
+                lines += [*time_split.markdown(title, m["time_split"]), ""]
     if payload.get("plot"):
         lines += [f"![stage breakdown]({payload['plot']})", ""]
     return "\n".join(lines)
@@ -1058,6 +1098,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help=f"also run IBP on with the prefetch thread ({THREAD_MODE!r}), beside the other "
         "modes, same seed and batches",
+    )
+    p.add_argument(
+        "--profile-epoch",
+        action="store_true",
+        help="after the evaluation, one more epoch per mode under the torch profiler and one "
+        "under cProfile: the longest kernels, torch ops and Python functions of an epoch",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

@@ -64,7 +64,8 @@
 #              hold (--hop-grids default,32); time, host CPU, GPU busy and ops per batch, and
 #              where a batch's time goes: kernels, torch ops, Python functions).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, with --thread-mode (IBP
-#              on also with the prefetch thread, beside the other modes).
+#              on also with the prefetch thread, beside the other modes) and --profile-epoch
+#              (per mode, where an epoch's time goes: kernels, torch ops, Python functions).
 #   overlap    about 2-4 min: benchmarks/overlap.py, fetches on a side stream beside GraphSAGE
 #              training steps (dense and sparse tables, raw and IBP, grid caps, stream
 #              priorities): the steps' slowdown from CUDA event timelines, and a chart.
@@ -539,7 +540,8 @@ for stage in "${STAGES[@]}"; do
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
-            --graphs cora,citeseer --thread-mode --workdir "$WORK" --out "$OUT" || rc=$?
+            --graphs cora,citeseer --thread-mode --profile-epoch --workdir "$WORK" \
+            --out "$OUT" || rc=$?
         ;;
     overlap)
         run 300 overlap.log python3 benchmarks/overlap.py --device cuda \
@@ -547,7 +549,7 @@ for stage in "${STAGES[@]}"; do
         ;;
     fused)
         run 200 fused.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
-            --graphs cora,citeseer --sampler-backend kernel --thread-mode \
+            --graphs cora,citeseer --sampler-backend kernel --thread-mode --profile-epoch \
             --workdir "$WORK" --out "$OUT/fused" || rc=$?
         ;;
     ddp)

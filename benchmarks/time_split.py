@@ -155,7 +155,8 @@ def markdown(title: str, result: dict) -> list[str]:
         ("python", "Python function, own time"),
     )
     lines = [
-        f"{title} (per call, {result['calls']} calls profiled; ms and calls per call):",
+        f"{title} (per call, {result['calls']} call{'s' if result['calls'] != 1 else ''} "
+        "profiled; ms and calls per call):",
         "",
         "| # | " + " | ".join(label for _, label in columns) + " |",
         "|---|" + "---|" * len(columns),

@@ -257,3 +257,34 @@ def test_e2e_kernel_sampler_needs_cuda() -> None:
         e2e.parse_args(["--device", "cpu", "--sampler-backend", "kernel"])
     args = e2e.parse_args(["--device", "cuda", "--sampler-backend", "kernel", "--prefetch-thread"])
     assert args.sampler_backend == "kernel" and args.prefetch_thread
+
+
+def test_profile_epoch_says_where_the_time_goes_and_changes_nothing_reported(
+    tmp_path: Path,
+) -> None:
+    base = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
+    base += ["--thread-mode", "--workdir", str(tmp_path / "work")]
+    plain = e2e.main([*base, "--out", str(tmp_path / "plain")])
+    profiled = e2e.main([*base, "--profile-epoch", "--out", str(tmp_path / "profiled")])
+    (p,), (q,) = plain["graphs"], profiled["graphs"]
+    ran = [(a, b) for a, b in zip(p["modes"], q["modes"], strict=True) if "skipped" not in a]
+    assert [a["mode"] for a, _ in ran] == ["ibp", "raw", e2e.THREAD_MODE]  # no GPU here
+    for a, b in ran:
+        assert a["mode"] == b["mode"] and a["time_split"] is None
+        # The profiled epochs come after the evaluation: losses and accuracies unchanged.
+        assert (a["losses"], a["val_acc"], a["test_acc"]) == (
+            b["losses"],
+            b["val_acc"],
+            b["test_acc"],
+        )
+        where = b["time_split"]
+        assert where["calls"] == 1 and where["gpu_busy_s"] is None and where["kernels"] == []
+        assert 0 < len(where["python"]) <= e2e.PROFILE_TOP and where["host_ops"]
+        # The training step's ops are among the longest: a matrix product at least.
+        assert any(e["name"] in ("aten::mm", "aten::addmm") for e in where["host_ops"])
+    md = next((tmp_path / "profiled").glob("e2e-*.md")).read_text()
+    for _, m in ran:
+        assert f"Where an epoch's time goes, {m['title']} (per call, 1 call profiled" in md
+    assert (
+        "Where an epoch's time goes" not in next((tmp_path / "plain").glob("e2e-*.md")).read_text()
+    )

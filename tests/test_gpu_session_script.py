@@ -187,6 +187,8 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert bundled.thread_mode and fused.thread_mode and not fused.prefetch_thread
     assert fused.graph_list == bundled.graph_list and fused.epochs == bundled.epochs
     assert fused.sampler_backend == "kernel"
+    assert bundled.profile_epoch and fused.profile_epoch  # cheap on the small graphs only
+    assert not synthetic.profile_epoch and not corasu.profile_epoch
     assert str(fused.out) == "/tmp/o/fused"
     assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
     assert synthetic.epochs == 3 and synthetic.device == "cuda"
