@@ -54,6 +54,11 @@ sampling and fetching run on a side stream while the previous batch trains, so `
 fetch`` overlaps ``train``; on the CPU nothing overlaps and ``wait`` contains them, unless
 the batches are prepared on the loaders' prefetch thread (``--prefetch-thread``, or the
 ``ibp-thread`` mode of ``--thread-mode``: IBP on with the thread, beside the other modes).
+The last epoch of every mode also keeps its timeline (`benchmarks.epoch_timeline`: each
+batch's sample and fetch intervals, from the side stream's CUDA events on a GPU, each step's,
+and the loop's waits in ``next()``, on one clock from the epoch's start): the results say how
+long the loader sampled or fetched while a step ran, and the chart draws the timelines under
+the stage bars.
 
 IBP is lossless, so IBP on and off must give identical losses: the training steps run with
 ``torch.use_deterministic_algorithms(True, warn_only=True)`` (and, on a GPU,
@@ -121,7 +126,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
-from benchmarks import real_tables, time_split  # noqa: E402
+from benchmarks import epoch_timeline, real_tables, time_split  # noqa: E402
 from benchmarks._env import RESULTS, environment, header_lines, result_name  # noqa: E402
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
@@ -452,8 +457,8 @@ class StepTimes:
     def __init__(self, device: torch.device, inner: Any) -> None:
         self.cuda = device.type == "cuda"
         self.inner = inner
-        self.events: list[tuple[Any, Any]] = []
-        self.host_s = 0.0
+        #: Each step's (start, end): CUDA events on a GPU, host clock readings on the CPU.
+        self.spans: list[tuple[Any, Any]] = []
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
@@ -465,17 +470,19 @@ class StepTimes:
                     yield
                 finally:
                     end.record()
-                    self.events.append((start, end))
+                    self.spans.append((start, end))
             else:
                 t0 = time.perf_counter()
                 try:
                     yield
                 finally:
-                    self.host_s += time.perf_counter() - t0
+                    self.spans.append((t0, time.perf_counter()))
 
     def total_s(self) -> float:
         """Seconds in steps so far (after the device is synchronised)."""
-        return sum(a.elapsed_time(b) for a, b in self.events) / 1e3 + self.host_s
+        if self.cuda:
+            return sum(a.elapsed_time(b) for a, b in self.spans) / 1e3
+        return sum(b - a for a, b in self.spans)
 
 
 def train_and_evaluate(
@@ -518,10 +525,12 @@ def train_and_evaluate(
         seed=args.seed,
         **common,
     )
+    loader.stats.keep_timeline()
     rows: list[dict] = []
     for epoch in range(1, args.epochs + 1):
         steps = StepTimes(device, lambda: deterministic(det))
         sync(device)
+        clock = epoch_timeline.Clock(device)
         start = time.perf_counter()
         loss, train_acc, _, fingerprint = train_epoch(
             model, loader, optimizer, device, step_context=steps
@@ -529,6 +538,9 @@ def train_and_evaluate(
         sync(device)
         elapsed = time.perf_counter() - start
         st = loader.stats
+        timeline = None
+        if epoch == args.epochs:  # the last epoch's, for the chart and the overlap
+            timeline = epoch_timeline.spans(clock, st.timeline, steps.spans)
         rows.append(
             {
                 "epoch": epoch,
@@ -545,6 +557,7 @@ def train_and_evaluate(
                 "loss": loss,
                 "train_acc": train_acc,
                 "fingerprint": fingerprint,
+                **({"timeline": timeline} if timeline is not None else {}),
             }
         )
         log(
@@ -626,6 +639,7 @@ def run_mode(
         del features
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    timeline = rows[-1].pop("timeline", None)
     timed = rows[WARMUP_EPOCHS:]
     pcie = sum(r["pcie_bytes"] for r in timed)
     raw = sum(r["raw_bytes"] for r in timed)
@@ -648,6 +662,8 @@ def run_mode(
         "pipeline_bound_s": bound,
         "pipeline_ratio": ratio,
         "pipeline_check": pipeline_target(ratio),
+        "timeline": timeline,
+        "overlap": epoch_timeline.overlap(timeline) if timeline else None,
         "batches_per_epoch": median([r["batches"] for r in timed]),
         "rows_per_epoch": median([r["rows"] for r in timed]),
         "pcie_bytes_per_epoch": median([r["pcie_bytes"] for r in timed]),
@@ -862,6 +878,23 @@ def markdown(payload: dict) -> str:
             + f"; target <= {PIPELINE_TARGET:.2f}"
             + (" (GPU)." if a["target_applies"] else " (judged on a GPU only)."),
         ]
+        beside = [
+            f"{m['mode']} {m['overlap']['both_s']:.4f} s of {m['overlap']['loader_s']:.4f} s "
+            f"loader and {m['overlap']['step_s']:.4f} s steps"
+            + (
+                f" ({100 * m['overlap']['hidden']:.0f}% of the shorter)"
+                if m["overlap"]["hidden"] is not None
+                else ""
+            )
+            for m in g["modes"]
+            if m.get("overlap")
+        ]
+        if beside:
+            clocks = "CUDA events" if on_gpu else "the host clock"
+            lines.append(
+                f"- Last epoch's timeline ({clocks}; chart below): the loader sampling or "
+                "fetching while a training step ran: " + ", ".join(beside) + "."
+            )
         applies = "" if a["target_applies"] else " (does not apply on the CPU: no PCIe)"
         lines += [
             "",
@@ -964,7 +997,8 @@ def payload_notes(payload: dict) -> list[str]:
 
 
 def plot(payload: dict, path: Path) -> Path | None:
-    """A stacked bar chart of the stage breakdown per graph and mode (None: no matplotlib)."""
+    """A stacked bar chart of the stage breakdown per graph and mode, and under it the last
+    epoch's timeline of every mode that kept one (None: no matplotlib)."""
     try:
         import matplotlib
 
@@ -973,7 +1007,19 @@ def plot(payload: dict, path: Path) -> Path | None:
     except ImportError:
         return None
     graphs = payload["graphs"]
-    fig, axes = plt.subplots(1, len(graphs), figsize=(4.6 * len(graphs) + 0.6, 4.6), squeeze=False)
+    timelines = [
+        [(m["mode"], m["timeline"]) for m in g["modes"] if m.get("timeline")] for g in graphs
+    ]
+    rows = 2 if any(timelines) else 1
+    lanes = max((len(t) for t in timelines), default=0) * len(epoch_timeline.LANES)
+    heights = [4.6] + ([max(2.0, 0.28 * lanes + 1.2)] if rows == 2 else [])
+    fig, axes = plt.subplots(
+        rows,
+        len(graphs),
+        figsize=(4.6 * len(graphs) + 0.6 + 0.8 * (rows - 1), sum(heights)),
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+    )
     width = 0.36
     colors = {"train": "#4c72b0", "wait": "#dd8452", "sample": "#55a868", "fetch": "#c44e52"}
     for ax, g in zip(axes[0], graphs, strict=True):
@@ -1010,6 +1056,13 @@ def plot(payload: dict, path: Path) -> Path | None:
         ax.set_ylabel("seconds per epoch")
         ax.set_title(f"{g['name']} ({g['row_bytes']:,} B rows, r={a['ratio']:.2f}x)", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
+    if rows == 2:
+        for ax, g, runs in zip(axes[1], graphs, timelines, strict=True):
+            if runs:
+                epoch_timeline.draw(ax, runs, f"{g['name']}: the last epoch's timeline")
+            else:
+                ax.axis("off")
+    # The timeline's colours are the bars' (its lanes are named on the axis).
     fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8, frameon=False)
     where = "GPU" if payload["device_type"] == "cuda" else "CPU (pipeline only, no PCIe)"
     fig.suptitle(
@@ -1017,7 +1070,7 @@ def plot(payload: dict, path: Path) -> Path | None:
         "(train + wait = epoch); right bar: the loader (overlaps training on a GPU)",
         fontsize=9,
     )
-    fig.tight_layout(rect=(0, 0.07, 1, 0.92))
+    fig.tight_layout(rect=(0, 0.07 if rows == 1 else 0.05, 1, 0.92 if rows == 1 else 0.95))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

@@ -633,10 +633,10 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
             if not result.fetched:
                 t1 = time.perf_counter()
                 batch = self._fetch(batch, None)
-                self.stats.add_seconds("fetch", time.perf_counter() - t1)
+                self.stats.add_span("fetch", t1, time.perf_counter())
             add_counts(self.stats, result.counts)
             self.stats.batches += 1
-            self.stats.add_seconds("wait", time.perf_counter() - t0)
+            self.stats.add_span("wait", t0, time.perf_counter())
             yield batch
             del batch, result
 
@@ -701,10 +701,10 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
             t0 = time.perf_counter()
             out = self._sample_batch(task.epoch, task.index, torch.from_numpy(task.positions))
             t1 = time.perf_counter()
-            self.stats.add_seconds("sample", t1 - t0)
+            self.stats.add_span("sample", t0, t1)
             if self._fetch_in_worker:
                 out = self._fetch(out, None)
-                self.stats.add_seconds("fetch", time.perf_counter() - t1)
+                self.stats.add_span("fetch", t1, time.perf_counter())
             counts = {name: getattr(self.stats, name) for name in COUNTERS}
         finally:
             self.stats = own

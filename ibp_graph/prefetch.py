@@ -102,6 +102,11 @@ class LoaderStats:
         pcie_bytes: bytes the fetches read from host memory (stored, compressed bytes for IBP
             tables, raw bytes for raw ones, 0 for features already on the target device).
         decoded_bytes: bytes of the rows delivered (``rows * row_bytes``).
+        timeline: None, or after `keep_timeline` the epoch's stage intervals in the order
+            they were counted: ``(stage, start, end)``, two ``torch.cuda.Event`` for a stage
+            timed on a GPU stream, two ``time.perf_counter()`` readings for one timed on the
+            host (``wait`` always; everything on the CPU). Intervals counted in worker
+            processes are not in it.
     """
 
     batches: int = 0
@@ -111,18 +116,36 @@ class LoaderStats:
     rows: int = 0
     pcie_bytes: int = 0
     decoded_bytes: int = 0
+    timeline: list | None = field(default=None, repr=False, compare=False)
     _pending: deque = field(default_factory=deque, repr=False, compare=False)
 
     # -- counting ----------------------------------------------------------------------
+    def keep_timeline(self) -> None:
+        """Keep every stage interval counted from now on in `timeline` (emptied by `reset`).
+
+        For charts of how the stages overlap, e.g. ``benchmarks/e2e.py``'s epoch timelines;
+        off by default, since an epoch's CUDA events then stay alive until the next reset.
+        """
+        if self.timeline is None:
+            self.timeline = []
+
     def add_seconds(self, stage: str, seconds: float) -> None:
         """Add host-measured seconds to ``stage`` (one of `STAGES`)."""
         stage = check_choice("stage", stage, STAGES)
         setattr(self, f"{stage}_s", getattr(self, f"{stage}_s") + seconds)
 
+    def add_span(self, stage: str, t0: float, t1: float) -> None:
+        """Add the host interval from ``t0`` to ``t1`` (``time.perf_counter()``) to ``stage``."""
+        self.add_seconds(stage, t1 - t0)
+        if self.timeline is not None:
+            self.timeline.append((stage, t0, t1))
+
     def add_interval(self, stage: str, start: torch.cuda.Event, end: torch.cuda.Event) -> None:
         """Add the time between two recorded timing events to ``stage``, read lazily."""
         stage = check_choice("stage", stage, STAGES)
         self._pending.append((end, stage, start))
+        if self.timeline is not None:
+            self.timeline.append((stage, start, end))
 
     def add_fetch(self, rows: int, stored: int | torch.Tensor, decoded: int) -> None:
         """Count one fetch of ``rows`` rows.
@@ -169,11 +192,13 @@ class LoaderStats:
         return len(self._pending)
 
     def reset(self) -> None:
-        """Zero every counter and drop pending CUDA entries."""
+        """Zero every counter, drop pending CUDA entries and empty a kept `timeline`."""
         for f in dataclasses.fields(self):
-            if f.name != "_pending":
+            if f.name not in ("_pending", "timeline"):
                 setattr(self, f.name, f.default)
         self._pending.clear()
+        if self.timeline is not None:
+            self.timeline = []
 
     # -- derived -----------------------------------------------------------------------
     @property
@@ -350,7 +375,7 @@ class Prefetcher(Generic[S, T]):
                 self._handed += 1
             self._producer.release()
         self.stats.batches += 1
-        self.stats.add_seconds("wait", time.perf_counter() - t0)
+        self.stats.add_span("wait", t0, time.perf_counter())
         if self.stats.pending > _RESOLVE_EVERY:
             self.stats.resolve(block=False)
         return out
@@ -447,8 +472,8 @@ class Prefetcher(Generic[S, T]):
             return None
         t1 = time.perf_counter()
         out = self._fetch(sampled, None)
-        self.stats.add_seconds("sample", t1 - t0)
-        self.stats.add_seconds("fetch", time.perf_counter() - t1)
+        self.stats.add_span("sample", t0, t1)
+        self.stats.add_span("fetch", t1, time.perf_counter())
         return _Slot(out, None)
 
     def _produce_cuda(self) -> _Slot[T] | None:

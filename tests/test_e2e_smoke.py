@@ -247,6 +247,17 @@ def test_e2e_thread_mode_runs_beside_the_others_on_the_same_batches(tmp_path: Pa
     assert g["checks"]["thread_losses_identical"] and g["checks"]["thread_batches_identical"]
     md = next(tmp_path.glob("e2e-*.md")).read_text()
     assert "| IBP on, prefetch thread |" in md and "prefetch thread: losses identical" in md
+    # The last epoch's timeline: in one thread the loader and the steps take turns; with the
+    # prefetch thread the loader prepares batches while a step runs.
+    for m in (m for m in modes.values() if "skipped" not in m):
+        stages = {s[0] for s in m["timeline"]}
+        assert stages == {"sample", "fetch", "wait", "step"}
+        assert sum(s[0] == "step" for s in m["timeline"]) == m["epochs"][-1]["batches"]
+        assert all(0 <= s[1] <= s[2] for s in m["timeline"])
+        assert "timeline" not in m["epochs"][-1]  # kept once, at the mode
+    assert modes["ibp"]["overlap"]["both_s"] == 0.0
+    assert modes[e2e.THREAD_MODE]["overlap"]["both_s"] > 0
+    assert "Last epoch's timeline (the host clock; chart below)" in md
     assert f"ibp-thread {modes[e2e.THREAD_MODE]['pipeline_ratio']:.2f}" in md
     with pytest.raises(SystemExit):
         e2e.parse_args(["--thread-mode", "--prefetch-thread"])

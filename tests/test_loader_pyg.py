@@ -733,6 +733,35 @@ def test_loader_stats_arithmetic_and_reset() -> None:
     assert "2 batches" in s.summary() and "10 rows" in s.summary()
     s.reset()
     assert s == LoaderStats() and s.pending == 0
+    assert s.timeline is None  # off by default: add_span adds the seconds only
+    s.add_span("sample", 1.0, 1.25)
+    assert s.sample_s == 0.25 and s.timeline is None
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_a_kept_timeline_holds_each_batchs_stages_in_order(depth) -> None:
+    stats = LoaderStats()
+    stats.keep_timeline()
+    total = 4
+    pf = Prefetcher(range(total), lambda i, stream: Box(i), depth=depth, stats=stats)
+    assert [box.i for box in pf] == list(range(total))
+    timeline = stats.timeline
+    stages = [stage for stage, _, _ in timeline]
+    assert stages.count("sample") == stages.count("fetch") == stages.count("wait") == total
+    for _, t0, t1 in timeline:  # host clocks on the CPU
+        assert isinstance(t0, float) and t0 <= t1
+    loader = [(t0, t1) for stage, t0, t1 in timeline if stage != "wait"]
+    # sample, fetch, sample, ...: one after the other
+    assert all(a[1] <= b[0] for a, b in zip(loader, loader[1:], strict=False))
+    # Spans sum to the counters.
+    for name in ("sample", "fetch", "wait"):
+        spans = sum(t1 - t0 for stage, t0, t1 in timeline if stage == name)
+        assert spans == pytest.approx(getattr(stats, f"{name}_s"))
+    # The first batch is sampled and fetched inside the first next(), within its wait.
+    (_, w0, w1) = next(t for t in timeline if t[0] == "wait")
+    assert w0 <= loader[0][0] and loader[1][1] <= w1
+    stats.reset()
+    assert stats.timeline == [] and stats.batches == 0  # still kept, emptied
 
 
 # --------------------------------------------------------------------------------------------

@@ -199,11 +199,17 @@ def test_fetch_time_starts_at_the_first_kernel_not_at_the_python_before_it(
         return Batch(i)
 
     stats = LoaderStats()
+    stats.keep_timeline()
     pf = Prefetcher(range(4), fetch, depth=1, device="cuda", stats=stats)
     assert [batch.i for batch in pf] == [0, 1, 2, 3]
     log = fake_cuda.log
     fetch_intervals = [(end, start) for end, stage, start in stats._pending if stage == "fetch"]
     assert len(fetch_intervals) == 4
+    # The kept timeline holds the same events, start first, and the waits' host clocks.
+    kept = [(end, start) for stage, start, end in stats.timeline if stage == "fetch"]
+    assert all(a[0] is b[0] and a[1] is b[1] for a, b in zip(kept, fetch_intervals, strict=True))
+    waits = [(t0, t1) for stage, t0, t1 in stats.timeline if stage == "wait"]
+    assert len(waits) == 4 and all(isinstance(t0, float) and t0 <= t1 for t0, t1 in waits)
     for i, (end, start) in enumerate(fetch_intervals):
         python_at = log.index(("python", i))
         if i % 2 == 0:  # starts at the launch, after the host work
@@ -564,6 +570,43 @@ def test_gpu_a_prefetch_thread_hands_over_batches_written_on_its_side_stream() -
         seen.append(batch["v"].sum().item() / (1 << 16))
     assert seen == [float(i) for i in range(10)]
     assert threads and main not in threads
+
+
+@gpu
+@needs_gpu
+def test_gpu_a_kept_timeline_shows_the_fetches_beside_the_steps() -> None:
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.synchronize(dev)
+    ref = torch.cuda.Event(enable_timing=True)
+    ref.record()
+
+    def fetch(i: int, stream: torch.cuda.Stream) -> dict:
+        torch.cuda._sleep(_CYCLES // 4)  # the fetch's kernel, on the side stream
+        return {"v": torch.full((16,), float(i), device=dev)}
+
+    stats = LoaderStats()
+    stats.keep_timeline()
+    pf = Prefetcher(range(6), fetch, depth=2, device=dev, stats=stats)
+    steps = []
+    for batch in pf:
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        torch.cuda._sleep(_CYCLES // 4)  # the training step, on the consumer stream
+        end.record()
+        steps.append((start, end))
+        assert float(batch["v"][0]) == len(steps) - 1
+    torch.cuda.synchronize(dev)
+
+    def span(a: torch.cuda.Event, b: torch.cuda.Event) -> tuple[float, float]:
+        return ref.elapsed_time(a), ref.elapsed_time(b)
+
+    fetches = [span(a, b) for stage, a, b in stats.timeline if stage == "fetch"]
+    samples = [span(a, b) for stage, a, b in stats.timeline if stage == "sample"]
+    assert len(fetches) == len(samples) == 6 and all(0 <= a <= b for a, b in fetches)
+    step_spans = [span(a, b) for a, b in steps]
+    both = sum(max(0.0, min(f1, s1) - max(f0, s0)) for f0, f1 in fetches for s0, s1 in step_spans)
+    # A fetch ran on the side stream while a step ran on the consumer stream.
+    assert both > 0
 
 
 @pytest.mark.skipif(not hasattr(torch, "AcceleratorError"), reason="torch < 2.8")
