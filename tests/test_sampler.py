@@ -16,6 +16,7 @@ from conftest import in_lists, random_graph, reference_sample
 from ibp_graph import sampler as sampler_mod
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
+from ibp_graph.sample_draw import RANDOM_BITS
 from ibp_graph.sampler import (
     NeighborSampler,
     SampledBatch,
@@ -403,6 +404,25 @@ def test_selection_exactly_uniform(fn, deg, k):
     assert set(counts) <= set(subsets)
     observed = [counts.get(s, 0) for s in subsets]
     assert stats.chisquare(observed).pvalue > 1e-4
+
+
+def test_floyd_sample_is_floyds_algorithm_on_its_draws():
+    """Row by row, step by step, on the same draws: the same offsets."""
+    deg = torch.tensor([16, 17, 100, 1000, 2**40, 16, 31])
+    for k in (1, 2, 5, 15):
+        gen = torch.Generator().manual_seed(k)
+        state = gen.get_state()
+        chosen = floyd_sample(deg, k, gen)
+        draws = torch.randint(
+            0, 2**RANDOM_BITS, (k, deg.numel()), generator=gen.set_state(state), dtype=torch.int64
+        )
+        for r, d in enumerate(deg.tolist()):
+            taken: list[int] = []
+            for s in range(k):
+                j = d - k + s
+                t = int(draws[s, r]) % (j + 1)
+                taken.append(j if t in taken else t)
+            assert chosen[r].tolist() == sorted(taken), (k, r)
 
 
 def test_selection_mixed_degrees():
