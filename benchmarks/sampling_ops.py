@@ -11,7 +11,8 @@ On a GPU every torch op of the sampler is a launch (or an allocation, or a view)
 Python thread that also drives training, and every host read of a size waits for the stream.
 This counts them, which needs no GPU: the torch ops the sampler dispatches (torch's dispatcher,
 ``TorchDispatchMode``), split into allocations, views and the rest; the hop kernels launched;
-and the host reads (ops that copy a value to the host: ``item``, ``nonzero``, ``tolist``).
+and the host reads (ops that copy a value to the host: ``item``, ``nonzero``, ``tolist``, and
+indexing with a boolean mask, whose size the host needs).
 Two paths sample the same seeds of a power-law graph (`benchmarks/sampling.py`'s generator,
 smaller), fanouts [15, 10, 5], batch 1,024:
 
@@ -57,17 +58,28 @@ from ibp_graph.sampler import NeighborSampler  # noqa: E402
 ALLOCATIONS = {"empty.memory_format", "empty_strided.default", "new_empty.default"}
 #: Ops that copy a value to the host, and so wait for the stream.
 HOST_READS = {"_local_scalar_dense.default", "nonzero.default", "masked_select.default"}
+#: Ops that read a value back when an index is a boolean mask (``x[mask]``: its size).
+MASK_INDEXING = {"index.Tensor"}
+
+
+def _has_mask(indices) -> bool:
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
 
 
 class OpCounter(TorchDispatchMode):
-    """Counts the torch ops dispatched inside it, by name."""
+    """Counts the torch ops dispatched inside it, by name, and the boolean-mask indexing
+    among them (``mask_reads``: a host read on a GPU, though no op of `HOST_READS`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: collections.Counter = collections.Counter()
+        self.mask_reads = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.__name__ if hasattr(func, "__name__") else str(func)] += 1
+        name = func.__name__ if hasattr(func, "__name__") else str(func)
+        self.ops[name] += 1
+        if name in MASK_INDEXING and len(args) > 1 and _has_mask(args[1]):
+            self.mask_reads += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -131,7 +143,7 @@ def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
         "views": views,
         "other_ops": sum(ops.values()) - alloc - views,
         "kernel_launches": 0 if kernels is None else kernels.launches,
-        "host_reads": dispatched_reads + reads[0],
+        "host_reads": dispatched_reads + counter.mask_reads + reads[0],
         "sampled_edges": batch.num_edges,
         "top_ops": dict(ops.most_common(12)),
     }

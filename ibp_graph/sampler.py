@@ -410,13 +410,17 @@ class NeighborSampler:
             self._arange = iota = iota.to(self.graph.device)
         return iota
 
-    def _draw_without_replacement(self, deg: torch.Tensor, fanout: int) -> torch.Tensor:
-        """``fanout`` distinct offsets per row of ``deg`` (each ``> fanout``), ascending."""
+    def _draw_without_replacement(
+        self, deg: torch.Tensor, fanout: int, sort_entries: int
+    ) -> torch.Tensor:
+        """``fanout`` distinct offsets per row of ``deg`` (each ``> fanout``), ascending.
+
+        ``sort_entries`` is ``deg.sum()``, read by the caller with the hop's other sizes.
+        """
         if self.backend == "kernel" and fanout <= KERNEL_MAX_K:
             key = randint(1, 1, self.generator, deg.device).view(1)
             return kernel_sample(deg, fanout, key)
         floyd_cost = deg.numel() * fanout * fanout // 2
-        sort_entries = int(deg.sum())
         if floyd_cost > _SORT_COST_PER_ENTRY * sort_entries:
             return random_keys_sample(deg, fanout, self.generator, sort_entries)
         return floyd_sample(deg, fanout, self.generator)
@@ -427,7 +431,7 @@ class NeighborSampler:
         """CSR positions of the edges sampled into ``frontier`` and their targets' local ids.
 
         ``frontier`` is ``node[begin:begin + len(frontier)]``; the entries are grouped by target
-        in frontier order.
+        in frontier order. One host read (`read_counts`) gets every size the hop needs.
         """
         g = self.graph
         start = g.indptr.index_select(0, frontier)
@@ -438,7 +442,12 @@ class NeighborSampler:
             count = deg.clamp(max=1).mul_(fanout)
         else:
             count = deg.clamp(max=fanout)
-        total = int(count.sum())
+        if fanout > 0:  # rows whose neighbors are drawn: their number, and their degrees' sum
+            drawn = deg > (0 if self.replace else fanout)
+            sizes = torch.stack([count.sum(), drawn.sum(), deg.mul(drawn).sum()])
+            total, num_drawn, drawn_entries = read_counts(sizes)
+        else:
+            (total,) = read_counts(count.sum().view(1))
         iota = self._iota(max(total, begin + frontier.numel()))
         col = torch.repeat_interleave(
             iota[begin : begin + frontier.numel()], count, output_size=total
@@ -446,17 +455,16 @@ class NeighborSampler:
         first = exclusive_cumsum(count)
         # Entry j of a target takes its j-th in-neighbor; sampled targets are overwritten below.
         pos = torch.repeat_interleave(start - first, count, output_size=total).add_(iota[:total])
-        if fanout > 0:
-            rows = (deg > (0 if self.replace else fanout)).nonzero().squeeze(1)
-            if rows.numel():
-                rows_deg = deg.index_select(0, rows)
-                if self.replace:
-                    chosen = replace_sample(rows_deg, fanout, self.generator)
-                else:
-                    chosen = self._draw_without_replacement(rows_deg, fanout)
-                slots = first.index_select(0, rows).unsqueeze(1) + iota[:fanout]
-                chosen += start.index_select(0, rows).unsqueeze(1)
-                pos.index_copy_(0, slots.view(-1), chosen.view(-1))
+        if fanout > 0 and num_drawn:
+            rows = torch.nonzero_static(drawn, size=num_drawn).squeeze(1)  # no host read
+            rows_deg = deg.index_select(0, rows)
+            if self.replace:
+                chosen = replace_sample(rows_deg, fanout, self.generator)
+            else:
+                chosen = self._draw_without_replacement(rows_deg, fanout, drawn_entries)
+            slots = first.index_select(0, rows).unsqueeze(1) + iota[:fanout]
+            chosen += start.index_select(0, rows).unsqueeze(1)
+            pos.index_copy_(0, slots.view(-1), chosen.view(-1))
         return pos, col
 
     def sample(self, seeds: torch.Tensor, input_id: torch.Tensor | None = None) -> SampledBatch:
