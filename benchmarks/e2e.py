@@ -886,6 +886,11 @@ def markdown(payload: dict) -> str:
                 if m["overlap"]["hidden"] is not None
                 else ""
             )
+            + (
+                f", first step at {m['overlap']['lead_s']:.4f} s"
+                if m["overlap"].get("lead_s") is not None
+                else ""
+            )
             for m in g["modes"]
             if m.get("overlap")
         ]
@@ -893,7 +898,8 @@ def markdown(payload: dict) -> str:
             clocks = "CUDA events" if on_gpu else "the host clock"
             lines.append(
                 f"- Last epoch's timeline ({clocks}; chart below): the loader sampling or "
-                "fetching while a training step ran: " + ", ".join(beside) + "."
+                "fetching while a training step ran, and when the first step started (the "
+                "first batch's preparation, which no step hides): " + ", ".join(beside) + "."
             )
         applies = "" if a["target_applies"] else " (does not apply on the CPU: no PCIe)"
         lines += [

@@ -95,7 +95,8 @@ def overlap(timeline: Sequence[Sequence]) -> dict:
     Returns ``loader_s`` (time the loader sampled or fetched), ``step_s`` (time in steps),
     ``both_s`` (time both did), ``hidden`` (``both_s`` over the smaller of the two: 1.0 when
     the shorter one ran entirely beside the other, 0.0 when they took turns; None when one is
-    empty) and ``span_s`` (first start to last end).
+    empty), ``span_s`` (first start to last end) and ``lead_s`` (from the epoch's start to the
+    first step's: the first batch's preparation, which no step can hide; None without steps).
     """
     loader = union((a, b) for stage, a, b in timeline if stage in ("sample", "fetch"))
     steps = union((a, b) for stage, a, b in timeline if stage == "step")
@@ -105,6 +106,7 @@ def overlap(timeline: Sequence[Sequence]) -> dict:
     starts = [s[1] for s in timeline]
     ends = [s[2] for s in timeline]
     return {
+        "lead_s": steps[0][0] if steps else None,
         "loader_s": loader_s,
         "step_s": step_s,
         "both_s": both,

@@ -255,9 +255,12 @@ def test_e2e_thread_mode_runs_beside_the_others_on_the_same_batches(tmp_path: Pa
         assert sum(s[0] == "step" for s in m["timeline"]) == m["epochs"][-1]["batches"]
         assert all(0 <= s[1] <= s[2] for s in m["timeline"])
         assert "timeline" not in m["epochs"][-1]  # kept once, at the mode
+        # The first step waits for the first batch: sampled and fetched before it starts.
+        first_fetch_end = min(s[2] for s in m["timeline"] if s[0] == "fetch")
+        assert first_fetch_end <= m["overlap"]["lead_s"] < m["epochs"][-1]["time_s"]
     assert modes["ibp"]["overlap"]["both_s"] == 0.0
     assert modes[e2e.THREAD_MODE]["overlap"]["both_s"] > 0
-    assert "Last epoch's timeline (the host clock; chart below)" in md
+    assert "Last epoch's timeline (the host clock; chart below)" in md and "first step at" in md
     assert f"ibp-thread {modes[e2e.THREAD_MODE]['pipeline_ratio']:.2f}" in md
     with pytest.raises(SystemExit):
         e2e.parse_args(["--thread-mode", "--prefetch-thread"])

@@ -30,11 +30,12 @@ def test_overlap_of_a_timeline() -> None:
     o = et.overlap(timeline)
     assert o["loader_s"] == pytest.approx(2.0) and o["step_s"] == pytest.approx(2.0)
     assert o["both_s"] == pytest.approx(1.0) and o["hidden"] == pytest.approx(0.5)
-    assert o["span_s"] == pytest.approx(3.0)
+    assert o["span_s"] == pytest.approx(3.0) and o["lead_s"] == pytest.approx(0.5)
     # Taking turns: nothing at once; no steps at all: nothing to hide under.
     turns = et.overlap([["fetch", 0.0, 1.0], ["step", 1.0, 2.0]])
     assert turns["both_s"] == 0.0 and turns["hidden"] == 0.0
-    assert et.overlap([["fetch", 0.0, 1.0]])["hidden"] is None
+    alone = et.overlap([["fetch", 0.0, 1.0]])
+    assert alone["hidden"] is None and alone["lead_s"] is None
     assert et.overlap([])["span_s"] == 0.0
 
 
