@@ -899,7 +899,7 @@ def markdown(payload: dict) -> str:
             lines.append(
                 f"- Last epoch's timeline ({clocks}; chart below): the loader sampling or "
                 "fetching while a training step ran, and when the first step started (the "
-                "first batch's preparation, which no step hides): " + ", ".join(beside) + "."
+                "first batch's preparation, which no step hides): " + "; ".join(beside) + "."
             )
         applies = "" if a["target_applies"] else " (does not apply on the CPU: no PCIe)"
         lines += [
