@@ -314,6 +314,21 @@ def test_raw_target_for_rows_only_4_byte_aligned_is_07_of_memcpy() -> None:
     assert fetch.raw_goal(512)[0] == 0.85
 
 
+def test_raw_target_as_raw_tables_fetch_by_default_is_judged_on_sorted_ids() -> None:
+    # Without --sort-ids it was not measured, so it does not apply.
+    t = fake_row()["targets"]["raw_default_vs_memcpy"]
+    assert t["applies"] is False and t["met"] is None
+    t = fake_row(raw_gbps=20.0, raw_sorted_gbps=45.0)["targets"]
+    assert t["raw_vs_memcpy"]["met"] is False  # the kernel alone, ids in batch order: 0.4
+    sorted_ = t["raw_default_vs_memcpy"]
+    assert sorted_["applies"] and sorted_["value"] == pytest.approx(0.9) and sorted_["met"]
+    assert sorted_["goal"] == 0.85 and sorted_["rule"] == "512 B rows"
+    t = fake_row(row_bytes=5732, raw_sorted_gbps=30.0)["targets"]["raw_default_vs_memcpy"]
+    assert t["goal"] == 0.7 and t["met"] is False and t["gap"] == pytest.approx(1 - 0.6 / 0.7)
+    t = fake_row(row_bytes=1024, raw_sorted_gbps=30.0)["targets"]["raw_default_vs_memcpy"]
+    assert t["applies"] is False  # no goal at this width
+
+
 def test_raw_target_does_not_apply_to_other_widths() -> None:
     for width in (256, 1024, 4096, 80):
         t = fake_row(row_bytes=width, raw_gbps=10.0)["targets"]["raw_vs_memcpy"]
@@ -843,6 +858,13 @@ def test_gpu_run_with_sorted_ids_beside_the_unsorted(numpy_kernels, monkeypatch,
     assert all(ln.count("|") == lines[0].count("|") for ln in lines)
     assert re.search(r"\| \d+\.\d \(\d+\.\d\dx\) \|", md)  # a sorted rate and its ratio
     assert "Sorted: the ids sorted on the GPU" in md
+    # The raw gather as raw tables run it by default, judged beside the kernel alone.
+    title = fetch.TARGET_TITLES["raw_default_vs_memcpy"]
+    assert f"| {title} |" in md and f"- {title}: met in " in md
+    for r in doc["cases"]:
+        t = r["targets"]["raw_default_vs_memcpy"]
+        assert t["applies"] == (r["row_bytes"] == 512)
+        assert t["value"] == pytest.approx(r["raw_sorted_gbps"] / r["memcpy_gbps"])
 
 
 def test_gpu_run_with_double_buffer_beside_one_buffer(numpy_kernels, monkeypatch, tmp_path):
