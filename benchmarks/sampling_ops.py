@@ -22,7 +22,9 @@ smaller), fanouts [15, 10, 5], batch 1,024:
   kernels are the ``.cu`` source built for the host (tests/simt, needs g++); on CUDA the real
   launches.
 
-Counts are per batch, after one warm-up batch; they do not depend on timing, so one batch is
+Each op is also put down to the innermost ``ibp_graph`` function that dispatched it ("Ops by
+the ibp_graph function"), which says where to look for fewer. Counts are per batch, after
+one warm-up batch; they do not depend on timing, so one batch is
 enough. Times are not measured here (benchmarks/sampling.py does that on a GPU).
 """
 
@@ -66,18 +68,32 @@ def _has_mask(indices) -> bool:
     return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
 
 
+def caller() -> str:
+    """The innermost ``ibp_graph`` function on the stack, as ``module.function``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("ibp_graph"):
+            return f"{module.removeprefix('ibp_graph.')}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return "-"
+
+
 class OpCounter(TorchDispatchMode):
-    """Counts the torch ops dispatched inside it, by name, and the boolean-mask indexing
-    among them (``mask_reads``: a host read on a GPU, though no op of `HOST_READS`)."""
+    """Counts the torch ops dispatched inside it, by name and by the ``ibp_graph`` function
+    that called them (``by_function``), and the boolean-mask indexing among them
+    (``mask_reads``: a host read on a GPU, though no op of `HOST_READS`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: collections.Counter = collections.Counter()
+        self.by_function: collections.Counter = collections.Counter()
         self.mask_reads = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__ if hasattr(func, "__name__") else str(func)
         self.ops[name] += 1
+        self.by_function[caller()] += 1
         if name in MASK_INDEXING and len(args) > 1 and _has_mask(args[1]):
             self.mask_reads += 1
         return func(*args, **(kwargs or {}))
@@ -146,6 +162,7 @@ def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
         "host_reads": dispatched_reads + counter.mask_reads + reads[0],
         "sampled_edges": batch.num_edges,
         "top_ops": dict(ops.most_common(12)),
+        "ops_by_function": dict(counter.by_function.most_common()),
     }
 
 
@@ -168,6 +185,10 @@ def markdown(env: dict, payload: dict) -> str:
     lines += ["", "Most frequent ops per path:", ""]
     for r in payload["rows"]:
         shown = ", ".join(f"{k} x{v}" for k, v in r["top_ops"].items())
+        lines.append(f"- {r['path']}: {shown}")
+    lines += ["", "Ops by the ibp_graph function that dispatched them:", ""]
+    for r in payload["rows"]:
+        shown = ", ".join(f"{k} {v}" for k, v in r["ops_by_function"].items())
         lines.append(f"- {r['path']}: {shown}")
     return "\n".join(lines) + "\n"
 

@@ -330,6 +330,11 @@ def test_a_fused_batch_costs_few_ops_and_one_host_read_per_hop(lib) -> None:
     base = count(ops, seeds)
     assert base["kernel_launches"] == 0
     assert base["other_ops"] > 5 * got["other_ops"] and base["host_reads"] > got["host_reads"]
+    # Every op is put down to the ibp_graph function that dispatched it.
+    for counted in (got, base):
+        assert sum(counted["ops_by_function"].values()) == counted["torch_ops"]
+    assert next(iter(got["ops_by_function"])) == "sample_hop.fused_hop"
+    assert next(iter(base["ops_by_function"])) == "sample_draw.floyd_sample"
 
 
 def test_read_counts_waits_on_the_tensors_own_device(monkeypatch) -> None:
