@@ -59,11 +59,11 @@ def spans(
     return sorted(out, key=lambda s: (s[1], s[2]))
 
 
-def union(intervals: Iterable[Sequence[float]]) -> list[tuple[float, float]]:
-    """The intervals merged where they touch or overlap, in order."""
+def union(intervals: Iterable[Sequence[float]], join: float = 0.0) -> list[tuple[float, float]]:
+    """The intervals merged where they overlap or lie at most ``join`` apart, in order."""
     merged: list[tuple[float, float]] = []
     for a, b in sorted((float(a), float(b)) for a, b in intervals):
-        if merged and a <= merged[-1][1]:
+        if merged and a <= merged[-1][1] + join:
             merged[-1] = (merged[-1][0], max(merged[-1][1], b))
         else:
             merged.append((a, b))

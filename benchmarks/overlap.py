@@ -64,6 +64,7 @@ from benchmarks._env import (  # noqa: E402
     write_json,
 )
 from benchmarks._targets import check, verdict  # noqa: E402
+from benchmarks.epoch_timeline import union  # noqa: E402
 from benchmarks.sampling import power_law_edges  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
 from ibp_graph.kernels.runtime import SIDE_STREAM_BLOCKS_PER_SM  # noqa: E402
@@ -125,20 +126,10 @@ def covered(interval: tuple[float, float], spans: list[tuple[float, float]]) -> 
     gap between two fetches (the side stream drained) splits them, so a step across the gap
     ran partly alone and does not count.
     """
-    for lo, hi in _merged(spans):
+    for lo, hi in union(spans, join=JOIN_MS):
         if lo <= interval[0] and interval[1] <= hi:
             return True
     return False
-
-
-def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1] + JOIN_MS:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
 
 
 def case_summary(alone: list[list], beside: list[dict], fetch_alone: list[list]) -> dict:

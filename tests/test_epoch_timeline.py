@@ -11,6 +11,9 @@ from benchmarks import epoch_timeline as et
 def test_union_length_and_intersection() -> None:
     assert et.union([(2, 3), (0, 1), (0.5, 1.5), (1.5, 1.75)]) == [(0, 1.75), (2, 3)]
     assert et.union([]) == []
+    # Within `join` of each other they merge too (overlap.py's back-to-back fetches).
+    assert et.union([(0, 1), (1.5, 2)], join=0.5) == [(0, 2)]
+    assert et.union([(0, 1), (1.5, 2)], join=0.25) == [(0, 1), (1.5, 2)]
     assert et.length([(0, 1), (0.5, 2), (3, 3.5)]) == pytest.approx(2.5)
     x, y = [(0.0, 1.0), (2.0, 3.0)], [(0.5, 2.5)]
     assert et.intersection(x, y) == pytest.approx(1.0)
