@@ -604,10 +604,9 @@ def profile_epoch(
     if not args.profile_epoch:
         return None
     det = args.deterministic
-    steps = StepTimes(device, lambda: deterministic(det))
 
     def epoch() -> None:
-        train_epoch(model, loader, optimizer, device, step_context=steps)
+        train_epoch(model, loader, optimizer, device, step_context=lambda: deterministic(det))
         sync(device)
 
     return time_split.split(epoch, 1, device.type == "cuda", top=PROFILE_TOP)

@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import os
 import resource
 import statistics
@@ -208,18 +209,6 @@ def backend_label(r: dict) -> str:
     return r["backend"] if grid is None else f"{r['backend']}, {grid:g} blocks/SM"
 
 
-def cycling(sampler: NeighborSampler, seeds: torch.Tensor):
-    """A callable sampling the rows of ``seeds`` in turn, from the first again after the last."""
-    state = {"i": 0}
-
-    def work():
-        row = seeds[state["i"] % seeds.shape[0]]
-        state["i"] += 1
-        return sampler.sample(row)
-
-    return work
-
-
 def measure(
     graph: CSRGraph,
     args: argparse.Namespace,
@@ -241,7 +230,8 @@ def measure(
     host, spans = timed["host"], timed["spans"]
     cuda = device.type == "cuda"
     profiled = seeds[args.warmup : args.warmup + PROFILED_BATCHES]
-    where = time_split.split(cycling(sampler, profiled), profiled.shape[0], cuda)
+    rows = itertools.cycle(profiled)  # each call samples the next batch
+    where = time_split.split(lambda: sampler.sample(next(rows)), profiled.shape[0], cuda)
     gpu = where["gpu_busy_s"]
     from benchmarks.sampling_ops import count  # the counts of one more batch, untimed
 
