@@ -18,6 +18,7 @@ import gc
 import itertools
 import mmap
 import os
+import weakref
 
 import numpy as np
 import pytest
@@ -678,9 +679,17 @@ def test_uva_graph_lifetime_and_to(monkeypatch) -> None:
     want = NeighborSampler(dev, [10, 5], seed=3).sample(seeds)
     assert torch.equal(got.node, want.node) and torch.equal(got.edge, want.edge)
     # Dropped mid-epoch: no synchronise, the memory is released at the next safe point.
+    from ibp_graph.graph import _UVA_BUFFERS
+
+    held = [weakref.ref(b) for b in _UVA_BUFFERS.values()]
     del uva, got
     gc.collect()
-    assert deferred_count() == 3
+    alive = [
+        sorted({type(r).__qualname__ for r in gc.get_referrers(b)})
+        for b in (w() for w in held)
+        if b is not None
+    ]
+    assert deferred_count() == 3, alive
     assert release_deferred() == 3 and deferred_count() == 0
 
 
