@@ -38,8 +38,8 @@ def entry_point(row_bytes: int, table_ptr: int, out_ptr: int, line_aligned: bool
     addresses), or with ``line_aligned`` ``ibp_raw_gather_lines`` (whole aligned 16-byte
     loads, for rows of a multiple of 4 bytes from a 16-byte-aligned table into a 4-byte-aligned
     output). Vectors are the default: on an H100 they gathered Cora-width rows (5,732 B)
-    15-17% faster than whole 16-byte loads, and 260 B and 1,028 B rows as fast
-    (benchmarks/results/fetch-nvidia-h100-80gb-hbm3-lanes.md against -vector-raw-lanes.md).
+    5-9% faster than whole 16-byte loads, 260 B and 1,028 B rows 2% slower
+    (benchmarks/results/fetch-nvidia-h100-80gb-hbm3-lanes.md against -lines-raw-lanes.md).
 
     Raises:
         ValueError: ``line_aligned=True`` where the lines kernel cannot run (says why).
