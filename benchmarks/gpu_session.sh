@@ -15,15 +15,15 @@
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
 #              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
-#   tests      about 4 min (203 s on an H100): `pytest -m gpu -x` one file at a time (a
+#   tests      about 3-4 min (178-203 s on an H100): `pytest -m gpu -x` one file at a time (a
 #              sticky CUDA fault ends only its own file), at most 240 s per file.
-#   sanitize   about 7-9 min: three compute-sanitizer tools at once, each in a process of its
-#              own, at most 540 s each: memcheck and synccheck over the kernel tests
-#              (tests/test_gpu_kernels.py, not slow, and the fused sampling hop's
-#              tests/test_sampler_hop_host.py, 40 tests; on an H100 memcheck got through 27 of
-#              them in 150 s), and racecheck over the tests of the one kernel with shared
-#              memory, the fused fetch (test_gpu_kernels.py; its tests of other kernels skip,
-#              25 tests; on an H100 it got through 10 of them in 150 s). The tests see
+#   sanitize   about 2-3 min (121-129 s on an H100): three compute-sanitizer tools at once,
+#              each in a process of its own, at most 540 s each: memcheck and synccheck over
+#              the kernel tests (tests/test_gpu_kernels.py, not slow, and the fused sampling
+#              hop's tests/test_sampler_hop_host.py, 43 tests; on an H100 each ran them in
+#              about 20 s of test time), and racecheck over the tests of the one kernel with
+#              shared memory, the fused fetch (test_gpu_kernels.py; its tests of other kernels
+#              skip, 32 tests; on an H100 about 110 s). The tests see
 #              IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with torch's caching
 #              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
 #              is past its allocation. A tool that cannot start beside the others (its log
@@ -131,8 +131,8 @@ files() {
 minutes() {
     case "$1" in
     smoke) echo 2 ;;
-    tests) echo 5 ;;
-    sanitize) echo 9 ;;
+    tests) echo 4 ;;
+    sanitize) echo 3 ;;
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
@@ -175,15 +175,14 @@ plan() {
 }
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
-# minutes; on an H100 the first calls took 4-5 minutes each, machine start and transfers
-# included, so 30 minutes of GPU time get through the first four or five). First what the
-# first run left unchecked: every GPU test, the sanitizers over every kernel test (the three
-# tools at once, in one call), with the page kinds' raw gather after the tests (2 minutes that
-# say what limits small rows); then the fetch at the current defaults (a current-stream fetch
-# takes every block the SMs hold, and rows without free bits decode in one pass) and its
-# profile; then the overlap and the prefetch thread with the fused hop kernels.
-CALLS=("smoke tests pages" "sanitize" "fetch" "profile" "overlap sampling" "fused ddp"
-    "e2e grid" "corasu" "synthetic" "lanes")
+# minutes; on an H100 the calls took 1-6 minutes each, machine start and transfers included,
+# so 30 minutes of GPU time get through the first five or six). First every GPU test and the
+# sanitizers over every kernel test (one call, about 6 minutes); then what has not run at the
+# current code: the fetch at the current defaults (a current-stream fetch takes every block
+# the SMs hold, rows without free bits decode in one pass) and its profile, CoraSU, and the
+# epochs with the fused hop kernels; then the rest again.
+CALLS=("smoke tests sanitize" "fetch" "profile" "corasu" "fused ddp" "overlap sampling"
+    "e2e grid" "synthetic" "pages" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
