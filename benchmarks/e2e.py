@@ -24,7 +24,8 @@ datasets folder, make the facebook table here and pass the file::
 
 ``--sampler-backend kernel`` (CUDA) samples with the fused hop kernels and
 ``--prefetch-thread`` prepares the batches on a background thread (the loaders' options of the
-same names); the settings are recorded in the results. ``--profile-epoch`` says where an
+same names; without it the loaders get ``prefetch_thread=False``, also on a GPU where their
+default is the thread); the settings are recorded in the results. ``--profile-epoch`` says where an
 epoch's time goes (`benchmarks.time_split`): after the measured epochs and the evaluation, each
 mode trains one more epoch under the torch profiler (the longest GPU kernels and copies, torch
 ops by their own host time) and one under ``cProfile`` (the training loop's Python functions
@@ -620,7 +621,9 @@ def run_mode(
     `THREAD_MODE` is the ``ibp`` mode with the loaders' prefetch thread.
     """
     source = "ibp" if mode == THREAD_MODE else mode
-    thread = args.prefetch_thread or mode == THREAD_MODE
+    # Always a bool, passed to the loaders: the plain modes run without the thread even on a
+    # GPU, where the loaders' default (prefetch_thread=None) would turn it on.
+    thread = bool(args.prefetch_thread or mode == THREAD_MODE)
     t0 = time.perf_counter()
     features = open_features(source, graph, table, device)
     if features is None:
@@ -1149,7 +1152,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--prefetch-thread",
         action="store_true",
-        help="prepare batches on a background thread (the loaders' prefetch_thread=True)",
+        help="prepare batches on a background thread (the loaders' prefetch_thread=True; "
+        "without it: prefetch_thread=False, also on a GPU)",
     )
     p.add_argument(
         "--thread-mode",

@@ -109,8 +109,9 @@ argument                    what happens
                             is sampled over UVA (``graph_memory="uva"``); on the CPU: a
                             one-time warning, the graph is sampled in host memory
 ``use_prefetch_thread``     True: without workers, the ``prefetch`` batches ahead are
-                            sampled and fetched on a background thread; None (DGL's
-                            automatic choice) and False: in this thread
+                            sampled and fetched on a background thread; False: in this
+                            thread; None: DGL's rule (`dgl_default_prefetch_thread`), on
+                            for a CUDA ``device`` with the graph on the CPU and no UVA
 ``use_alternate_streams``,  a one-time warning when set: batches are prepared ``prefetch``
 ``pin_prefetcher``          ahead, on a side stream on a GPU, in this thread (or in the
                             workers) on the CPU
@@ -132,7 +133,7 @@ from typing import Any
 
 import torch
 
-from ibp_graph.errors import IBPInputError
+from ibp_graph.errors import IBPInputError, check_bool
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.loading import (
     BaseNodeLoader,
@@ -159,6 +160,7 @@ __all__ = [
     "MultiLayerFullNeighborSampler",
     "MultiLayerNeighborSampler",
     "NeighborSampler",
+    "dgl_default_prefetch_thread",
     "to_csr",
 ]
 
@@ -179,6 +181,30 @@ class _Prepared:
     sampled: SampledBatch
     rows: torch.Tensor | None = None
     labels: torch.Tensor | None = None
+
+
+def dgl_default_prefetch_thread(
+    device: str | torch.device, graph_device: str | torch.device, uva: bool
+) -> bool:
+    """What ``use_prefetch_thread=None`` means, by DGL 2.1.0's rule.
+
+    DGL's ``DataLoader`` (``python/dgl/dataloading/dataloader.py`` at v2.1.0) turns its
+    prefetch thread on when the output ``device`` is CUDA, the graph is on the CPU and
+    ``use_uva`` is False (its "sampling on the CPU, batches on the GPU" case), and leaves it
+    off otherwise; it does not look at ``num_workers``. The same here, with our
+    ``graph_memory="uva"`` counted as ``use_uva=True``. This differs from the other
+    loaders' default (`ibp_graph.loading.default_prefetch_thread`: on for any CUDA device):
+    with a graph already on the GPU or read over UVA, pass ``use_prefetch_thread=True`` for
+    the thread (our sampler runs on the GPU in every CUDA case; the thread overlaps its host
+    work and reads of sizes from the GPU with the training loop).
+
+    Args:
+        device: where the blocks land (the loader's ``device``).
+        graph_device: where the graph was given (a DGL graph's or a `CSRGraph`'s device).
+        uva: the graph is read over UVA (``use_uva=True`` or ``graph_memory="uva"``).
+    """
+    on_gpu = torch.device(device).type == "cuda"
+    return on_gpu and torch.device(graph_device).type == "cpu" and not uva
 
 
 def _node_tensor(name: str, value: Any, num_nodes: int, what: str) -> torch.Tensor:
@@ -223,8 +249,10 @@ class DataLoader(BaseNodeLoader):
         drop_last: drop the last, smaller batch (default: False).
         shuffle: reshuffle the seeds every epoch (default: False).
         use_prefetch_thread: True: without workers, prepare the ``prefetch`` batches ahead
-            on a background thread (`ibp_graph.prefetch.Prefetcher`'s ``thread``); None and
-            False: in this thread (default: None).
+            on a background thread (`ibp_graph.prefetch.Prefetcher`'s ``thread``); False: in
+            this thread; None: as DGL decides it (`dgl_default_prefetch_thread`). The
+            resolved bool is ``loader.use_prefetch_thread`` (as in DGL) and
+            ``loader.prefetch_thread`` (default: None).
         use_alternate_streams: a one-time warning when it asks for something else than
             what happens: on a GPU batches are always prepared on a side stream
             (default: None).
@@ -301,7 +329,12 @@ class DataLoader(BaseNodeLoader):
             use_ddp=use_ddp,
             ddp_seed=ddp_seed,
             loader_kwargs=kwargs,
-            prefetch_thread=False if use_prefetch_thread is None else use_prefetch_thread,
+            # None: resolved below, by DGL's rule (not the other loaders' default).
+            prefetch_thread=(
+                None
+                if use_prefetch_thread is None
+                else check_bool("use_prefetch_thread", use_prefetch_thread)
+            ),
         )
         graph_memory = check_graph_memory(graph_memory)
         is_dgl = isinstance(graph, dgl.DGLGraph)
@@ -311,7 +344,6 @@ class DataLoader(BaseNodeLoader):
         self.graph_sampler = settings
         self.indices = indices
         self.use_uva = use_uva
-        self.use_prefetch_thread = use_prefetch_thread
         self.use_alternate_streams = use_alternate_streams
         self.pin_prefetcher = pin_prefetcher
         self.gpu_cache = gpu_cache
@@ -368,6 +400,12 @@ class DataLoader(BaseNodeLoader):
         if use_uva is True and dev.type == "cuda":
             graph_memory = "uva"
         self.graph_memory = graph_memory
+        if self.prefetch_thread is None:
+            graph_device = graph.device if is_dgl else csr.device
+            self.prefetch_thread = dgl_default_prefetch_thread(
+                dev, graph_device, uva=graph_memory == "uva"
+            )
+        self.use_prefetch_thread = self.prefetch_thread
         self.csr = place_graph(csr, dev, graph_memory)
         node_sampler = settings.csr_sampler(self.csr, seed=self.seed, backend=sampler_backend)
         self._start_pipeline(node_sampler)

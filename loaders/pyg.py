@@ -132,7 +132,7 @@ class NeighborLoader(BaseNodeLoader):
     instead, as CUDA tensors the sampler reads over PCIe: for graphs larger than the GPU, at
     the cost of slower sampling; the batches are the same. Node- and edge-level attributes of
     ``data`` are copied to the GPU once, and sampling and fetching run on a side stream,
-    ``prefetch`` batches ahead.
+    ``prefetch`` batches ahead, on a background thread unless ``prefetch_thread=False``.
 
     Reproducibility follows `ibp_graph.loading`: with ``seed`` set, epoch ``e`` of any loader
     built with the same arguments yields the same batches, whatever ``num_workers``, the
@@ -193,7 +193,9 @@ class NeighborLoader(BaseNodeLoader):
             `ibp_graph.sampler.NeighborSampler` (default: ``"torch"``).
         prefetch_thread: ours: without workers, sample and fetch the ``prefetch`` batches
             ahead on a background thread, so that their host work and waits for the GPU
-            overlap the training loop (default: False).
+            overlap the training loop; None: on for a CUDA ``device`` (which has no worker
+            processes), off on the CPU (`ibp_graph.loading.default_prefetch_thread`).
+            ``loader.prefetch_thread`` holds the resolved bool (default: None).
         use_ddp: each rank of ``torch.distributed`` iterates over its own share of the seeds
             (`ibp_graph.distributed.rank_share`), in an order shuffled alike on every rank
             (default: False).
@@ -252,7 +254,7 @@ class NeighborLoader(BaseNodeLoader):
         progress: bool = False,
         graph_memory: str = "device",
         sampler_backend: str = "torch",
-        prefetch_thread: bool = False,
+        prefetch_thread: bool | None = None,
         use_ddp: bool = False,
         ddp_seed: int = 0,
         input_id: torch.Tensor | None = None,

@@ -28,6 +28,7 @@ from ibp_graph.loaders.dgl import (  # noqa: E402
     MultiLayerFullNeighborSampler,
     MultiLayerNeighborSampler,
     NeighborSampler,
+    dgl_default_prefetch_thread,
 )
 from ibp_graph.loading import ArgumentIgnoredWarning  # noqa: E402
 
@@ -430,6 +431,24 @@ def test_use_prefetch_thread_prepares_the_same_batches_on_a_thread() -> None:
             g, torch.arange(60), NeighborSampler([3, 2]), batch_size=16, seed=2,
             use_prefetch_thread=use,
         )  # fmt: skip
-        assert loader.prefetch_thread is (use is True)
+        # Resolved: None is off on the CPU, by DGL's rule (as DGL's own loader says).
+        assert loader.prefetch_thread is loader.use_prefetch_thread is (use is True)
         runs.append([(i.tolist(), o.tolist(), b[0].num_edges()) for i, o, b in loader])
     assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 4
+    theirs = dgl.dataloading.DataLoader(
+        g, torch.arange(60), dgl.dataloading.NeighborSampler([3, 2]), batch_size=16
+    )
+    assert theirs.use_prefetch_thread is False
+    with pytest.raises(IBPInputError) as info:
+        DataLoader(g, torch.arange(60), NeighborSampler([3]), use_prefetch_thread="yes")
+    assert str(info.value) == "use_prefetch_thread must be a bool, got 'str'"
+
+
+def test_use_prefetch_thread_none_follows_dgls_rule() -> None:
+    # DGL 2.1.0: on for a CUDA device with the graph on the CPU and no UVA, else off.
+    assert dgl_default_prefetch_thread("cuda", "cpu", uva=False) is True
+    assert dgl_default_prefetch_thread(torch.device("cuda", 1), torch.device("cpu"), False)
+    assert dgl_default_prefetch_thread("cuda", "cpu", uva=True) is False
+    assert dgl_default_prefetch_thread("cuda", "cuda:0", uva=False) is False
+    assert dgl_default_prefetch_thread("cpu", "cpu", uva=False) is False
+    assert dgl_default_prefetch_thread("cpu", "cpu", uva=True) is False

@@ -235,7 +235,14 @@ def test_e2e_with_a_prefetch_thread_trains_on_the_same_batches(tmp_path: Path) -
     assert runs[0] == runs[1] and runs[0]["ibp"]
 
 
-def test_e2e_thread_mode_runs_beside_the_others_on_the_same_batches(tmp_path: Path) -> None:
+def test_e2e_thread_mode_runs_beside_the_others_on_the_same_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loaders' default as on a GPU (the thread on): the plain modes must still run
+    # without it, passing prefetch_thread=False themselves.
+    import ibp_graph.loading
+
+    monkeypatch.setattr(ibp_graph.loading, "default_prefetch_thread", lambda *a, **k: True)
     argv = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
     argv += ["--thread-mode", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path)]
     payload = e2e.main(argv)

@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -649,3 +650,94 @@ def test_loaders_with_a_prefetch_thread_yield_the_same_batches() -> None:
     assert runs[0] == runs[1] and len(runs[0]) == 5
     with pytest.raises(IBPInputError, match="prefetch_thread must be a bool, got 'str'"):
         NeighborLoader(data, [3], batch_size=4, prefetch_thread="yes")
+
+
+def test_the_prefetch_thread_is_on_by_default_on_a_cuda_device_without_workers() -> None:
+    from ibp_graph.loading import default_prefetch_thread, uses_workers
+
+    # A CUDA device never runs worker processes (num_workers is ignored there).
+    for device in ("cuda", torch.device("cuda", 1), "cuda:0"):
+        for workers in (0, 4):
+            assert default_prefetch_thread(device, workers) is True
+            assert uses_workers(device, workers) is False
+    # The CPU keeps the old default: off, with or without workers.
+    for workers in (0, 4):
+        assert default_prefetch_thread(torch.device("cpu"), workers) is False
+        assert default_prefetch_thread("cpu", workers) is False
+    assert default_prefetch_thread("cpu") is False and default_prefetch_thread("cuda") is True
+    assert uses_workers("cpu", 4) and not uses_workers("cpu", 0)
+    assert uses_workers("cpu", "2")  # not an int: left to torch's DataLoader to refuse
+
+
+def test_loaders_resolve_prefetch_thread_none_once_the_device_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Data
+
+    from ibp_graph import loading
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    gen = torch.Generator().manual_seed(0)
+    data = Data(x=torch.randn(40, 4, generator=gen), edge_index=torch.randint(0, 40, (2, 200)))
+    # On the CPU the default (None, given or not) stays off, with or without workers.
+    assert NeighborLoader(data, [3], batch_size=8).prefetch_thread is False
+    assert NeighborLoader(data, [3], batch_size=8, prefetch_thread=None).prefetch_thread is False
+    assert NeighborLoader(data, [3], batch_size=8, num_workers=2).prefetch_thread is False
+    for value in (True, False):
+        loader = NeighborLoader(data, [3], batch_size=8, prefetch_thread=value)
+        assert loader.prefetch_thread is value
+    # None is decided by default_prefetch_thread (device, num_workers), as on a GPU where it
+    # says True; a bool given is kept as it is.
+    calls = []
+
+    def says_on(device: torch.device, num_workers: object = 0) -> bool:
+        calls.append((device.type, num_workers))
+        return True
+
+    monkeypatch.setattr(loading, "default_prefetch_thread", says_on)
+    loader = NeighborLoader(data, [3], batch_size=8, seed=0)
+    assert loader.prefetch_thread is True and calls == [("cpu", 0)]
+    runs = [[b.n_id.tolist() for b in loader]]
+    loader = NeighborLoader(data, [3], batch_size=8, seed=0, prefetch_thread=False)
+    assert loader.prefetch_thread is False and len(calls) == 1
+    runs.append([b.n_id.tolist() for b in loader])
+    assert runs[0] == runs[1] and len(runs[0]) == 5
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0.0])
+def test_a_bad_prefetch_thread_is_refused_in_one_line(value: object) -> None:
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Data
+
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    data = Data(x=torch.randn(10, 2), edge_index=torch.randint(0, 10, (2, 30)))
+    with pytest.raises(IBPInputError) as info:
+        NeighborLoader(data, [3], batch_size=4, prefetch_thread=value)
+    message = str(info.value)
+    assert message == f"prefetch_thread must be a bool, got '{type(value).__name__}'"
+    assert "\n" not in message
+
+
+@gpu
+@needs_gpu
+def test_gpu_loaders_prepare_batches_on_the_thread_by_default() -> None:
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Data
+
+    from ibp_graph.loaders.pyg import NeighborLoader
+    from ibp_graph.loading import ArgumentIgnoredWarning
+
+    data = Data(x=torch.randn(40, 4), edge_index=torch.randint(0, 40, (2, 200)))
+    runs = []
+    for value in (None, False):
+        loader = NeighborLoader(data, [3], batch_size=8, seed=0, device="cuda",
+                                prefetch_thread=value)  # fmt: skip
+        assert loader.prefetch_thread is (value is None)
+        runs.append([b.n_id.tolist() for b in loader])
+    assert runs[0] == runs[1]
+    with warnings.catch_warnings():  # num_workers ignored on a GPU (warned once)
+        warnings.simplefilter("ignore", ArgumentIgnoredWarning)
+        loader = NeighborLoader(data, [3], batch_size=8, device="cuda", num_workers=2)
+    assert loader.prefetch_thread is True  # no workers on a GPU
