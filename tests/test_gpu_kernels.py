@@ -607,8 +607,8 @@ def test_a_side_stream_fetch_overlaps_a_training_step_in_time(tmp_path) -> None:
     rows = rng.integers(0, 256, (1 << 19, 512), dtype=np.uint8)  # 256 MiB, pinned
     with PinnedRawTable(rows, device=CUDA) as table:
         idx = torch.from_numpy(rng.integers(0, rows.shape[0], 1 << 20)).to(CUDA)
-        # The "training step": elementwise kernels over 256 MiB, a grid of many short blocks
-        # (about 0.2 ms each on an H100). A 4096 x 4096 float32 GEMM is no such step on an
+        # The "training step": four elementwise kernels over 256 MiB, each a grid of many short
+        # blocks. A 4096 x 4096 float32 GEMM is no such step on an
         # H100: measured there, it ended only after a fetch holding a quarter of the SMs did
         # (first step done at 9.6 and 15.8 ms, the fetch at 9.3 and 9.4 ms), although the
         # benchmark's GraphSAGE steps beside the same fetches ran 1.14x their time alone
@@ -641,7 +641,7 @@ def test_a_side_stream_fetch_overlaps_a_training_step_in_time(tmp_path) -> None:
         ]
         # Whole steps ran while the fetch was still running: the default fetch grid (a block
         # on a quarter of the SMs) left the other SMs to training. With a block on every SM
-        # (commit bda9369, H100) training kernels could not start until the fetch ended.
+        # (commit bda9369, H100) a GEMM step could not start on any SM until the fetch ended.
         assert len(inside) >= 2, (fetch, times)
 
 
