@@ -212,21 +212,21 @@ def uses_workers(device: str | torch.device, num_workers: object) -> bool:
     return cpu and not (isinstance(num_workers, int) and num_workers <= 0)
 
 
-def default_prefetch_thread(device: str | torch.device, num_workers: object = 0) -> bool:
-    """What ``prefetch_thread=None`` means: on a CUDA device without worker processes.
+def default_prefetch_thread(device: str | torch.device) -> bool:
+    """What ``prefetch_thread=None`` means: on for a CUDA device, off on the CPU.
 
-    There, without the thread, the sampler's host work and its reads of sizes back from the
-    GPU run inside ``next()``, serialised with the training loop; on the thread they overlap
-    it. Measured on an H100 (``benchmarks/results/e2e-nvidia-h100-80gb-hbm3.md``, GraphSAGE,
-    the same batches and losses): 0% overlap without the thread, 82% / 81% with it, and
-    epochs of 0.0600 s instead of 0.0656 s on Cora, 0.0424 s instead of 0.0533 s on
-    CiteSeer. On the CPU the default stays off (pass True to use the thread there).
+    On a GPU (where there are no worker processes, `uses_workers`), without the thread the
+    sampler's host work and its reads of sizes back from the GPU run inside ``next()``,
+    serialised with the training loop; on the thread they overlap it. Measured on an H100
+    (``benchmarks/results/e2e-nvidia-h100-80gb-hbm3.md``, GraphSAGE, the same batches and
+    losses): 0% overlap without the thread, 82% / 81% with it, and epochs of 0.0600 s
+    instead of 0.0656 s on Cora, 0.0424 s instead of 0.0533 s on CiteSeer. On the CPU the
+    default stays off (pass True to use the thread there).
 
     Args:
         device: where the loader samples and fetches.
-        num_workers: the torch ``DataLoader`` keyword (default: 0); see `uses_workers`.
     """
-    return torch.device(device).type == "cuda" and not uses_workers(device, num_workers)
+    return torch.device(device).type == "cuda"
 
 
 def place_graph(graph: CSRGraph, device: torch.device, graph_memory: str = "device") -> CSRGraph:
@@ -443,7 +443,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
             prefetch_thread: without workers, prepare the batches on a background thread
                 (`ibp_graph.prefetch.Prefetcher`'s ``thread``); None: decided by
                 `_start_pipeline` once the device is known (`default_prefetch_thread`: on a
-                CUDA device without worker processes), unless the subclass sets
+                CUDA device), unless the subclass sets
                 ``self.prefetch_thread`` to a bool before (default: None).
 
         Raises:
@@ -533,7 +533,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         num_workers = kwargs.get("num_workers", 0)
         self._use_workers = uses_workers(self.device, num_workers)
         if self.prefetch_thread is None:
-            self.prefetch_thread = default_prefetch_thread(self.device, num_workers)
+            self.prefetch_thread = default_prefetch_thread(self.device)
         if not self._use_workers and num_workers:
             # No workers will start: torch need not check (or warn about) their settings.
             worker_args = {k: kwargs.pop(k) for k in _WORKER_KEYWORDS if k in kwargs}

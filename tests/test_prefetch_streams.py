@@ -657,13 +657,11 @@ def test_the_prefetch_thread_is_on_by_default_on_a_cuda_device_without_workers()
 
     # A CUDA device never runs worker processes (num_workers is ignored there).
     for device in ("cuda", torch.device("cuda", 1), "cuda:0"):
+        assert default_prefetch_thread(device) is True
         for workers in (0, 4):
-            assert default_prefetch_thread(device, workers) is True
             assert uses_workers(device, workers) is False
     # The CPU keeps the old default: off, with or without workers.
-    for workers in (0, 4):
-        assert default_prefetch_thread(torch.device("cpu"), workers) is False
-        assert default_prefetch_thread("cpu", workers) is False
+    assert default_prefetch_thread(torch.device("cpu")) is False
     assert default_prefetch_thread("cpu") is False and default_prefetch_thread("cuda") is True
     assert uses_workers("cpu", 4) and not uses_workers("cpu", 0)
     assert uses_workers("cpu", "2")  # not an int: left to torch's DataLoader to refuse
@@ -687,17 +685,17 @@ def test_loaders_resolve_prefetch_thread_none_once_the_device_is_known(
     for value in (True, False):
         loader = NeighborLoader(data, [3], batch_size=8, prefetch_thread=value)
         assert loader.prefetch_thread is value
-    # None is decided by default_prefetch_thread (device, num_workers), as on a GPU where it
+    # None is decided by default_prefetch_thread(device), as on a GPU where it
     # says True; a bool given is kept as it is.
     calls = []
 
-    def says_on(device: torch.device, num_workers: object = 0) -> bool:
-        calls.append((device.type, num_workers))
+    def says_on(device: torch.device) -> bool:
+        calls.append(device.type)
         return True
 
     monkeypatch.setattr(loading, "default_prefetch_thread", says_on)
     loader = NeighborLoader(data, [3], batch_size=8, seed=0)
-    assert loader.prefetch_thread is True and calls == [("cpu", 0)]
+    assert loader.prefetch_thread is True and calls == ["cpu"]
     runs = [[b.n_id.tolist() for b in loader]]
     loader = NeighborLoader(data, [3], batch_size=8, seed=0, prefetch_thread=False)
     assert loader.prefetch_thread is False and len(calls) == 1
