@@ -127,7 +127,10 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 //   - fanout k > 0 (`ibp_hop_draw_*`): row i owns slots i*k .. i*k+k-1. A row with at most k
 //     in-neighbors (and replace == 0) takes all of them, in CSR order, then -1s; otherwise the
 //     draw above (distinct, or with replacement when `replace` != 0), offsets ascending.
-//     Rows with no in-neighbor take nothing, also with replacement;
+//     Rows with no in-neighbor take nothing, also with replacement. With `rows_at` set, only
+//     the first min(rows_at[0], rows) rows are expanded and the slots of the others are unused:
+//     the frontier's size is then a count on the device (written by the last hop's emit), and
+//     `rows` the bound the host sized the buffers for;
 //   - all in-neighbors (`ibp_hop_all_*`): row i owns slots slot_start[i] .. slot_start[i+1]-1
 //     (an exclusive prefix sum of the degrees, rows + 1 entries), in CSR order; no slot is unused.
 //
@@ -137,13 +140,20 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 // unseen holds the first slot that reached it, and a known node keeps its negative entry.
 //
 // `ibp_hop_flags` then marks slot e fresh (the first slot of a node new to the batch) and used,
-// as int64 pairs flags[2e], flags[2e+1]; the driver takes their inclusive prefix sums (`cum`,
-// same layout) and reads the two totals. `ibp_hop_emit` writes, for used slot e, at position
-// cum[2e+1] - 1 of the hop's edges: row = the neighbor's local id (a fresh node numbered
-// `end + cum[2v] - 1` after its first slot v, so in order of first occurrence), col = its
+// both in one int64 flags[e] (below); the driver takes their inclusive prefix sum (`cum`), whose
+// last word holds the two totals. `ibp_hop_emit` writes, for used slot e, at position
+// used(cum[e]) - 1 of the hop's edges: row = the neighbor's local id (a fresh node numbered
+// `end + fresh(cum[v]) - 1` after its first slot v, so in order of first occurrence), col = its
 // target's local id, edge = edge_ids[pos[e]]; a fresh slot also appends its node to `fresh`
 // and enters it in the map. A node's entry is read by several threads while its first slot
 // rewrites it; both values (its first slot, or its final id) give the same local id.
+//
+// Sizes on the device: with `counts` set, emit of hop `hop` (1-based, of `hops`) stores the
+// hop's totals, the new nodes at counts[hop] and the edges at counts[hops + hop] (counts[0]
+// holds the seeds), so that the next hop (`rows_at`) and the host's one read at the end of the
+// batch find them; with `begin` < 0 it also takes `end` = counts[0] + ... + counts[hop - 1]
+// and `begin` = end - counts[hop - 1] from there (the hop's frontier: the nodes the last hop
+// added).
 
 #define IBP_KNOWN (1ll << 62)
 // A slot's flags in one word, so that one device-wide scan counts both: used in the low 32
@@ -189,18 +199,19 @@ __device__ __forceinline__ void claim_slot(const I* __restrict__ indices, i64 p,
 
 template <int CAP, typename I>
 __device__ void hop_draw(const i64* __restrict__ indptr, const I* __restrict__ indices,
-                         const i64* __restrict__ frontier, const i64* __restrict__ key,
-                         long long* local, i64* __restrict__ nbr, i64* __restrict__ pos,
-                         i64 rows, int k, int replace) {
+                         const i64* __restrict__ frontier, const i64* __restrict__ rows_at,
+                         const i64* __restrict__ key, long long* local, i64* __restrict__ nbr,
+                         i64* __restrict__ pos, i64 rows, int k, int replace) {
     if (k < 1 || k > CAP) return;
     const u64 base = (u64)key[0];
+    const i64 used = rows_at ? min(rows_at[0], rows) : rows;
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += stride) {
-        const i64 v = frontier[i];
-        const i64 start = indptr[v];
-        const i64 n = indptr[v + 1] - start;
         const i64 e0 = i * k;
         int taken = 0;
+        const i64 v = i < used ? frontier[i] : -1;
+        const i64 start = v >= 0 ? indptr[v] : 0;
+        const i64 n = v >= 0 ? indptr[v + 1] - start : 0;
         if (n > 0 && (replace || n > k)) {
             // Above IBP_LOCAL_PICKS the picks are drawn into the row's pos slots: claiming
             // slot e0 + t reads picked[t] before it overwrites that slot.
@@ -250,10 +261,24 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
     ibp_hop_emit(const i64* __restrict__ nbr, const i64* __restrict__ pos,
                  const i64* __restrict__ edge_ids, const i64* __restrict__ cum,
                  const i64* __restrict__ slot_start, long long* local, i64* __restrict__ fresh,
-                 i64* __restrict__ row, i64* __restrict__ col, i64* __restrict__ edge, i64 slots,
-                 i64 rows, int k, i64 begin, i64 end) {
+                 i64* __restrict__ row, i64* __restrict__ col, i64* __restrict__ edge,
+                 i64* __restrict__ counts, i64 slots, i64 rows, int k, i64 begin, i64 end,
+                 int hop, int hops) {
+    const i64 first = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (counts) {
+        if (begin < 0) {
+            end = 0;
+            for (int t = 0; t < hop; ++t) end += counts[t];
+            begin = end - counts[hop - 1];
+        }
+        if (first == 0) {
+            const i64 total = cum[slots - 1];
+            counts[hop] = total >> 32;
+            counts[hops + hop] = total & IBP_USED_MASK;
+        }
+    }
     const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
+    for (i64 e = first; e < slots; e += stride) {
         const i64 v = nbr[e];
         if (v < 0) continue;
         const i64 at = (cum[e] & IBP_USED_MASK) - 1;
@@ -272,9 +297,11 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
 #define IBP_HOP_DRAW(NAME, CAP, I)                                                           \
     extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)                         \
         NAME(const i64* __restrict__ indptr, const I* __restrict__ indices,                  \
-             const i64* __restrict__ frontier, const i64* __restrict__ key, long long* local, \
-             i64* __restrict__ nbr, i64* __restrict__ pos, i64 rows, int k, int replace) {   \
-        hop_draw<CAP, I>(indptr, indices, frontier, key, local, nbr, pos, rows, k, replace); \
+             const i64* __restrict__ frontier, const i64* __restrict__ rows_at,              \
+             const i64* __restrict__ key, long long* local, i64* __restrict__ nbr,           \
+             i64* __restrict__ pos, i64 rows, int k, int replace) {                          \
+        hop_draw<CAP, I>(indptr, indices, frontier, rows_at, key, local, nbr, pos, rows, k,  \
+                         replace);                                                           \
     }
 
 #define IBP_HOP_ALL(NAME, I)                                                                 \

@@ -1,25 +1,33 @@
-"""One sampling hop in a few kernel launches and one host read (the ``"kernel"`` backend).
+"""Sampling hops in a few kernel launches, a batch's sizes read once (the ``"kernel"`` backend).
 
 The torch-ops hop (`ibp_graph.sampler`) costs a few dozen small ops and several host syncs per
 hop; on a GPU each op is a launch queued by the Python thread that also drives training.
-`fused_hop` does the same hop with the kernels of ``cuda/sample_neighbors.cu``:
+`fused_hop` does one hop with the kernels of ``cuda/sample_neighbors.cu``:
 
 1. draw: every frontier row fills its slots (``fanout`` per row, unused ones ``-1``) with
    sampled in-neighbors and claims, in the dense map, each neighbor not yet in the batch for
    its first slot (an ``atomicMin`` of the slot number);
 2. flags: every slot is marked used, and fresh when it is the first slot of a new node;
 3. one in-place prefix sum of the flags (torch; both flags of a slot in one word, used in the
-   low 32 bits, fresh in the high ones) and one host read of the two totals, to allocate the
-   outputs;
+   low 32 bits, fresh in the high ones), whose last word holds the hop's two totals;
 4. emit: every used slot writes its edge (neighbor's local id, target's local id, edge id) at
    its rank among the used slots, and every fresh slot appends its node and enters it in the
-   map, so that new nodes are numbered in order of first occurrence.
+   map, so that new nodes are numbered in order of first occurrence. Emit also stores the two
+   totals in the batch's ``counts`` on the device.
 
-A hop taking every in-neighbor (``fanout = -1``) lays its slots out by a prefix sum of the
-degrees instead, which costs one more host read. The result is what the torch hop returns for
-the same draws: edges grouped by target in frontier order, within a target in ascending CSR
-order, new nodes in order of discovery. The draws are the kernel's own (counter-based, a
-function of the hop's key and the row), so they differ from the torch backend's.
+`fused_batch` runs a batch's hops without waiting for the host between them: a hop that draws
+(``1 <= fanout <= MAX_K``) sizes its buffers for the most its frontier can hold, the last hop's
+slots (at most the graph's nodes), and the kernels read the frontier's real size from
+``counts``. The host reads ``counts`` once, at the end, and cuts the buffers to size. It reads
+them earlier only where a hop needs the sizes: a hop taking every in-neighbor (``fanout = -1``,
+its slots laid out by a prefix sum of the degrees, one more read), a hop of torch ops (a fanout
+above ``MAX_K``), ``draw="per_hop"`` (the frontier is every node so far), or a frontier bound
+so loose that its slots would pass `_BOUND_SLOTS`.
+
+The result is what the torch hops return for the same draws: edges grouped by target in
+frontier order, within a target in ascending CSR order, new nodes in order of discovery. The
+draws are the kernel's own (counter-based, a function of the hop's key and the row), so they
+differ from the torch backend's.
 
 The kernels are passed in (`HopKernels`): `ibp_graph.kernels.sample_neighbors.CudaHopKernels`
 on a GPU; the tests run the same driver with the kernel source built for the host.
@@ -28,19 +36,24 @@ on a GPU; the tests run the same driver with the kernel source built for the hos
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
 
 from .graph import CSRGraph
+from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
 
 #: A hop's slots must stay below this: the used count fills the low 32 bits of a flag word,
 #: and the fresh count (at most the slots) times 2^32 must stay below 2^63, the int64 scan's
 #: limit.
 _MAX_SLOTS = 1 << 31
 _USED_MASK = (1 << 32) - 1
+#: Most slots a hop is sized for from a bound on its frontier: above, the host reads the real
+#: sizes first (a batch's buffers stay within a few times its real size, about 56 bytes a slot).
+_BOUND_SLOTS = 1 << 22
 
-__all__ = ["HopKernels", "fused_hop", "read_counts"]
+__all__ = ["HopKernels", "fused_batch", "fused_hop", "read_counts"]
 
 
 class HopKernels(Protocol):
@@ -49,8 +62,12 @@ class HopKernels(Protocol):
     def launching(self) -> contextlib.AbstractContextManager:
         """A context around a batch's launches (device and stream made current)."""
 
-    def draw(self, indptr, indices, frontier, key, local, nbr, pos, k: int, replace: bool):
-        """Fill ``k`` slots per frontier row with drawn in-neighbors, claiming new nodes."""
+    def draw(self, indptr, indices, frontier, rows_at, key, local, nbr, pos, *, rows: int,
+             k: int, replace: bool):  # fmt: skip
+        """Fill ``k`` slots per frontier row with drawn in-neighbors, claiming new nodes.
+
+        ``rows`` frontier rows, or the first ``rows_at[0]`` of them when ``rows_at`` is a tensor.
+        """
 
     def take_all(self, indptr, indices, frontier, slot_start, local, nbr, pos, slots: int):
         """Fill the slots of ``slot_start`` with every in-neighbor, claiming new nodes."""
@@ -58,9 +75,12 @@ class HopKernels(Protocol):
     def flags(self, nbr, local, flags):
         """Mark every slot fresh and used (``(slots, 2)`` int64)."""
 
-    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, *,
-             rows: int, k: int, begin: int, end: int):  # fmt: skip
-        """Write the hop's edges and new nodes at their ranks."""
+    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
+             *, rows: int, k: int, begin: int, end: int, hop: int, hops: int):  # fmt: skip
+        """Write the hop's edges and new nodes at their ranks, and its totals in ``counts``.
+
+        ``begin < 0``: the frontier's place (``begin``, ``end``) comes from ``counts`` instead.
+        """
 
 
 def read_counts(t: torch.Tensor) -> list[int]:
@@ -91,8 +111,11 @@ def fused_hop(
     fanout: int,
     replace: bool,
     key: torch.Tensor,
+    counts: torch.Tensor | None = None,
+    hop: int = 1,
+    hops: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample one hop into ``frontier`` with the hop kernels.
+    """Sample one hop into ``frontier`` with the hop kernels, its sizes read on the host.
 
     Args:
         kernels: the launches (inside their ``launching()`` context).
@@ -105,51 +128,203 @@ def fused_hop(
         fanout: neighbors per node, in ``[1, MAX_K]``, or ``-1`` for all of them.
         replace: draw with replacement (``fanout > 0`` only).
         key: ``(1,)`` int64 random key of this hop, on the device.
+        counts: the batch's sizes on the device (see `fused_batch`), where the hop stores its
+            totals as hop ``hop`` of ``hops`` (default: None, nowhere).
+        hop: the hop's number, from 1 (with ``counts``).
+        hops: the batch's number of hops (with ``counts``).
 
     Returns:
         ``(row, col, edge, fresh)``: per sampled edge the local ids of the neighbor and of the
         target and the edge id; the new nodes in order of discovery (local ids ``end, ...``).
     """
     frontier = frontier.contiguous()
-    device = frontier.device
     rows = frontier.numel()
-    i64 = torch.int64
     slot_start = None
     if fanout > 0:
         slots = rows * fanout
     else:
         start = graph.indptr.index_select(0, frontier)
-        slot_start = torch.zeros(rows + 1, dtype=i64, device=device)
+        slot_start = torch.zeros(rows + 1, dtype=torch.int64, device=frontier.device)
         torch.cumsum(graph.indptr.index_select(0, frontier + 1).sub_(start), 0, out=slot_start[1:])
         (slots,) = read_counts(slot_start[rows:])
+    out = _launch_hop(
+        kernels, graph, local, frontier, None, rows, slots, slot_start, counts, begin=begin,
+        end=end, fanout=fanout, replace=replace, key=key, hop=hop, hops=hops,
+    )  # fmt: skip
+    (total,) = read_counts(out.pop()[-1:])
+    num_fresh, num_edges = total >> 32, total & _USED_MASK
+    row, col, edge, fresh = out
+    return row[:num_edges], col[:num_edges], edge[:num_edges], fresh[:num_fresh]
+
+
+def _launch_hop(
+    kernels: HopKernels,
+    graph: CSRGraph,
+    local: torch.Tensor,
+    frontier: torch.Tensor,
+    rows_at: torch.Tensor | None,
+    rows: int,
+    slots: int,
+    slot_start: torch.Tensor | None,
+    counts: torch.Tensor | None,
+    *,
+    begin: int,
+    end: int,
+    fanout: int,
+    replace: bool,
+    key: torch.Tensor,
+    hop: int,
+    hops: int,
+) -> list[torch.Tensor]:
+    """Launch one hop into buffers sized for ``slots`` slots; nothing is read on the host.
+
+    Returns ``[row, col, edge, fresh, cum]``: the first three hold the hop's edges first, the
+    fourth its new nodes first, and ``cum[-1]`` their numbers (see `fused_hop`).
+    """
     if slots >= _MAX_SLOTS:
         raise ValueError(
             f"a sampling hop of {slots:,} slots (frontier rows x fanout): the fused hop counts "
             f"fewer than {_MAX_SLOTS:,}; use smaller batches or backend='torch'"
         )
+    i64, device = torch.int64, frontier.device
     if slots == 0:
         empty = torch.empty(0, dtype=i64, device=device)
-        return empty, empty, empty, empty
-    nbr = torch.empty(slots, dtype=i64, device=device)
-    pos = torch.empty(slots, dtype=i64, device=device)
+        return [empty, empty, empty, empty, torch.zeros(1, dtype=i64, device=device)]
+    nbr, pos, cum = torch.empty((3, slots), dtype=i64, device=device)
     g = graph
     if fanout > 0:
-        kernels.draw(g.indptr, g.indices, frontier, key, local, nbr, pos, fanout, replace)
+        kernels.draw(g.indptr, g.indices, frontier, rows_at, key, local, nbr, pos, rows=rows,
+                     k=fanout, replace=replace)  # fmt: skip
     else:
         kernels.take_all(g.indptr, g.indices, frontier, slot_start, local, nbr, pos, slots)
     # One word per slot, used in the low 32 bits and fresh in the high ones: one 1-D scan
     # (device-wide on CUDA). torch walks a (slots, 2) tensor scanned along dim 0 with one block
     # of two threads, the likely reason why hops that did so took 62 ms of GPU time a batch on
     # an H100 (benchmarks/results/sampling-nvidia-h100-80gb-hbm3.md, kernel backend).
-    cum = torch.empty(slots, dtype=i64, device=device)
     kernels.flags(nbr, local, cum)
     cum.cumsum_(0)
-    (total,) = read_counts(cum[slots - 1 :])
-    num_fresh, num_edges = total >> 32, total & _USED_MASK
-    fresh = torch.empty(num_fresh, dtype=i64, device=device)
-    row, col, edge = torch.empty((3, num_edges), dtype=i64, device=device)
+    fresh = torch.empty(min(slots, g.num_nodes), dtype=i64, device=device)
+    row, col, edge = torch.empty((3, slots), dtype=i64, device=device)
     kernels.emit(
-        nbr, pos, g.edge_ids, cum, slot_start, local, fresh, row, col, edge,
-        rows=rows, k=max(fanout, 0), begin=begin, end=end,
+        nbr, pos, g.edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
+        rows=rows, k=max(fanout, 0), begin=begin, end=end, hop=hop, hops=hops,
     )  # fmt: skip
-    return row, col, edge, fresh
+    return [row, col, edge, fresh, cum]
+
+
+#: A hop run with torch ops: ``(frontier, fanout, begin, end) -> (row, col, edge, fresh)``.
+TorchHop = Callable[[torch.Tensor, int, int, int], tuple[torch.Tensor, ...]]
+
+
+class _Batch:
+    """The hops' outputs so far: buffers, and their sizes where the host knows them."""
+
+    def __init__(self, seeds: torch.Tensor, hops: int) -> None:
+        self.hops = hops
+        #: Nodes and edges per hop on the device: ``[seeds, new nodes of hop 1..H, edges of
+        #: hop 1..H]`` (the kernels' ``counts``).
+        self.counts = torch.zeros(2 * hops + 1, dtype=torch.int64, device=seeds.device)
+        self.counts[0] = seeds.numel()
+        self.nodes: list[torch.Tensor] = [seeds]
+        self.edges: list[tuple[torch.Tensor, ...]] = []
+        self.num_nodes: list[int | None] = [seeds.numel()]
+        self.num_edges: list[int | None] = []
+
+    def read(self) -> None:
+        """Read the sizes still unknown (one host read) and cut their buffers to size."""
+        if None not in self.num_nodes and None not in self.num_edges:
+            return
+        sizes = read_counts(self.counts)
+        for t, part in enumerate(self.nodes):
+            self.num_nodes[t] = sizes[t]
+            self.nodes[t] = part[: sizes[t]]
+        for t, part in enumerate(self.edges):
+            n = self.num_edges[t] = sizes[self.hops + 1 + t]
+            self.edges[t] = tuple(x[:n] for x in part)
+
+    def add(self, row, col, edge, fresh, num_edges: int | None, num_fresh: int | None) -> None:
+        self.edges.append((row, col, edge))
+        self.nodes.append(fresh)
+        self.num_edges.append(num_edges)
+        self.num_nodes.append(num_fresh)
+
+    def known_end(self) -> int | None:
+        """The number of nodes so far, where the host knows it."""
+        return None if None in self.num_nodes else sum(self.num_nodes)
+
+
+def fused_batch(
+    kernels: HopKernels,
+    graph: CSRGraph,
+    local: torch.Tensor,
+    seeds: torch.Tensor,
+    fanouts: Sequence[int],
+    *,
+    replace: bool,
+    per_hop: bool,
+    keys: torch.Tensor,
+    torch_hop: TorchHop | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """Every hop of a batch with the hop kernels, the sizes read once where they can be.
+
+    Args:
+        kernels: the launches (inside their ``launching()`` context).
+        graph: the CSR graph (its tensors on the kernels' device).
+        local: the sampler's dense map, holding the seeds (`ibp_graph.sample_index.dense_seed`).
+        seeds: ``(B,)`` int64 global ids of the seeds, local ids ``0 .. B - 1``.
+        fanouts: neighbors per node and hop, one or more: ``0`` (none), ``-1`` (all), or a
+            count; counts above ``KERNEL_MAX_K`` run as ``torch_hop``.
+        replace: draw with replacement.
+        per_hop: expand every node so far at each hop (``draw="per_hop"``), not the last hop's.
+        keys: ``(len(fanouts),)`` int64 random keys, one per hop, on the device.
+        torch_hop: the sampler's hop of torch ops, for fanouts the kernels do not draw.
+
+    Returns:
+        ``(node, row, col, edge, num_nodes, num_edges)``: the batch's nodes (seeds first, then
+        each hop's new nodes in order of discovery), its edges' local ids and edge ids, nodes
+        added per hop (the seeds first) and edges per hop.
+    """
+    hops = len(fanouts)
+    batch = _Batch(seeds, hops)
+    for hop, fanout in enumerate(fanouts, 1):
+        if fanout == 0:
+            empty = seeds.new_empty(0)
+            batch.add(empty, empty, empty, empty, 0, 0)  # its counts stay 0
+            continue
+        lazy = not per_hop and 1 <= fanout <= KERNEL_MAX_K
+        rows = batch.nodes[-1].numel()  # a bound on the frontier while its size is unknown
+        if not lazy or (batch.num_nodes[-1] is None and rows * fanout > _BOUND_SLOTS):
+            batch.read()
+        end = batch.known_end()
+        if per_hop:
+            frontier, begin = torch.cat(batch.nodes), 0
+        else:
+            frontier = batch.nodes[-1]
+            begin = -1 if end is None else end - frontier.numel()
+        rows = frontier.numel()
+        key = keys[hop - 1 : hop]
+        if rows == 0:
+            empty = frontier.new_empty(0)
+            batch.add(empty, empty, empty, empty, 0, 0)
+        elif lazy:
+            rows_at = batch.counts[hop - 1 : hop] if batch.num_nodes[-1] is None else None
+            out = _launch_hop(
+                kernels, graph, local, frontier, rows_at, rows, rows * fanout, None,
+                batch.counts, begin=begin, end=-1 if end is None else end, fanout=fanout,
+                replace=replace, key=key, hop=hop, hops=hops,
+            )  # fmt: skip
+            batch.add(*out[:4], None, None)
+        elif fanout == -1 or fanout <= KERNEL_MAX_K:
+            out = fused_hop(
+                kernels, graph, local, frontier, begin=begin, end=end, fanout=fanout,
+                replace=replace, key=key, counts=batch.counts, hop=hop, hops=hops,
+            )  # fmt: skip
+            batch.add(*out, out[0].numel(), out[3].numel())
+        else:
+            row, col, edge, fresh = torch_hop(frontier, fanout, begin, end)
+            batch.counts[hop] = fresh.numel()
+            batch.counts[hops + hop] = row.numel()
+            batch.add(row, col, edge, fresh, row.numel(), fresh.numel())
+    batch.read()
+    row, col, edge = (torch.cat(x) for x in zip(*batch.edges, strict=True))
+    return torch.cat(batch.nodes), row, col, edge, batch.num_nodes, batch.num_edges

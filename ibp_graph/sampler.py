@@ -25,8 +25,9 @@ Two backends run the hops. ``"torch"`` (the default, any device) uses torch ops
 runs each hop as one compiled pass instead (`ibp_graph.sample_cpu`, Numba, single-threaded,
 the GIL released) whenever Numba imports. ``"kernel"`` (graphs on a CUDA device; needs CuPy)
 runs each hop with fanout up to ``MAX_K`` (or ``-1``) as the three kernels of
-``cuda/sample_neighbors.cu`` driven by `ibp_graph.sample_hop.fused_hop`, and the torch path
-above that; with ``disjoint=True`` it keeps the torch hop and draws with the kernel
+``cuda/sample_neighbors.cu`` and a prefix sum, driven by `ibp_graph.sample_hop.fused_batch`,
+which reads a batch's sizes once, at its end, where it can; fanouts above ``MAX_K`` take the
+torch path; with ``disjoint=True`` it keeps the torch hop and draws with the kernel
 `ibp_graph.kernels.sample_neighbors.kernel_sample`. Both are uniform and reproducible for a
 seed, but they draw different neighbors for the same seed. Which one is faster depends on the
 graph and the GPU; ``benchmarks/sampling.py`` compares them.
@@ -34,7 +35,6 @@ graph and the GPU; ``benchmarks/sampling.py`` compares them.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -54,7 +54,7 @@ from .sample_draw import (
     random_keys_sample,
     replace_sample,
 )
-from .sample_hop import HopKernels, fused_hop, read_counts
+from .sample_hop import HopKernels, fused_batch, read_counts
 from .sample_index import UNSEEN, KeyIndex, dense_clear, dense_insert, dense_seed
 from .sample_modes import induced_edges, to_bidirectional
 
@@ -563,45 +563,52 @@ class NeighborSampler:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
         """The hops of `_sample_shared` with torch ops, or with the hop kernels (any device).
 
-        With the ``"kernel"`` backend a hop whose fanout the kernels draw (``-1`` or up to
-        their ``MAX_K``) is one `ibp_graph.sample_hop.fused_hop`; the others use torch ops.
+        With the ``"kernel"`` backend `ibp_graph.sample_hop.fused_batch` runs the hops: the
+        kernels for the fanouts they draw (``-1`` or up to their ``MAX_K``), `_torch_hop` for
+        the others.
         """
         g = self.graph
         batch_size = seeds.numel()
+        per_hop = self.draw == "per_hop"
+        kernels = self._hop_kernels
+        dense_seed(local, seeds, self._iota(batch_size))
+        if kernels is not None:
+            keys = randint(len(self.num_neighbors), 1, self.generator, g.device).view(-1)
+            with kernels.launching():
+                return fused_batch(
+                    kernels, g, local, seeds, self.num_neighbors, replace=self.replace,
+                    per_hop=per_hop, keys=keys, torch_hop=self._torch_hop,
+                )  # fmt: skip
         nodes, rows, cols, edges = [seeds], [], [], []
         num_nodes, num_edges = [batch_size], []
         empty = seeds.new_empty(0)
-        per_hop = self.draw == "per_hop"
-        kernels = self._hop_kernels
-        if kernels is not None:  # every hop's key at once: one op, no host read
-            keys = randint(len(self.num_neighbors), 1, self.generator, g.device).view(-1)
-        dense_seed(local, seeds, self._iota(batch_size))
         frontier, begin, end = seeds, 0, batch_size
-        with kernels.launching() if kernels is not None else contextlib.nullcontext():
-            for hop, fanout in enumerate(self.num_neighbors):
-                if per_hop:  # every node known so far
-                    frontier, begin = torch.cat(nodes), 0
-                if fanout == 0 or frontier.numel() == 0:
-                    loc, col, edge, fresh = empty, empty, empty, empty
-                elif kernels is not None and fanout <= KERNEL_MAX_K:
-                    loc, col, edge, fresh = fused_hop(
-                        kernels, g, local, frontier, begin=begin, end=end, fanout=fanout,
-                        replace=self.replace, key=keys[hop : hop + 1],
-                    )  # fmt: skip
-                else:
-                    pos, col = self._hop_entries(frontier, fanout, begin)
-                    nbr = g.indices.index_select(0, pos).long()
-                    loc, fresh = dense_insert(local, nbr, end, self._iota(nbr.numel()))
-                    edge = g.edge_ids.index_select(0, pos)
-                rows.append(loc)
-                cols.append(col)
-                edges.append(edge)
-                nodes.append(fresh)
-                num_nodes.append(fresh.numel())
-                num_edges.append(loc.numel())
-                frontier, begin, end = fresh, end, end + fresh.numel()
+        for fanout in self.num_neighbors:
+            if per_hop:  # every node known so far
+                frontier, begin = torch.cat(nodes), 0
+            if fanout == 0 or frontier.numel() == 0:
+                loc, col, edge, fresh = empty, empty, empty, empty
+            else:
+                loc, col, edge, fresh = self._torch_hop(frontier, fanout, begin, end)
+            rows.append(loc)
+            cols.append(col)
+            edges.append(edge)
+            nodes.append(fresh)
+            num_nodes.append(fresh.numel())
+            num_edges.append(loc.numel())
+            frontier, begin, end = fresh, end, end + fresh.numel()
         node, row, col, edge = (torch.cat(x) for x in (nodes, rows, cols, edges))
         return node, row, col, edge, num_nodes, num_edges
+
+    def _torch_hop(
+        self, frontier: torch.Tensor, fanout: int, begin: int, end: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One hop with torch ops: ``(row, col, edge, fresh)``, new nodes numbered from ``end``."""
+        g = self.graph
+        pos, col = self._hop_entries(frontier, fanout, begin)
+        nbr = g.indices.index_select(0, pos).long()
+        loc, fresh = dense_insert(self._scratch(), nbr, end, self._iota(nbr.numel()))
+        return loc, col, g.edge_ids.index_select(0, pos), fresh
 
     def _sample_disjoint(self, seeds: torch.Tensor) -> SampledBatch:
         """One tree per seed; a node's key is ``seed index * num_nodes + global id``."""

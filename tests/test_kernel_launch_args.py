@@ -633,10 +633,11 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
             ((2, True), (32, False), (33, True), (module.MAX_K, False)), (torch.int32, i64)
         ):
             indices, frontier = empty((500,), index_dtype), empty((rows,), i64)
-            nbr, pos = empty((rows * k,), i64), empty((rows * k,), i64)
-            hop.draw(indptr, indices, frontier, key, local, nbr, pos, k, replace)
+            nbr, pos, rows_at = empty((rows * k,), i64), empty((rows * k,), i64), empty((1,), i64)
+            hop.draw(indptr, indices, frontier, rows_at, key, local, nbr, pos, rows=rows, k=k,
+                     replace=replace)  # fmt: skip
             tensors = {"indptr": indptr, "indices": indices, "frontier": frontier, "key": key}
-            tensors |= {"local": local, "nbr": nbr, "pos": pos}
+            tensors |= {"rows_at": rows_at, "local": local, "nbr": nbr, "pos": pos}
             expected.append(distinct({**tensors, "rows": rows, "k": k, "replace": int(replace)}))
         slots = 77
         nbr, pos, start = empty((slots,), i64), empty((slots,), i64), empty((rows + 1,), i64)
@@ -649,12 +650,14 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
         cum = empty((slots,), i64)
         hop.flags(nbr, local, cum)
         expected.append(distinct({"nbr": nbr, "local": local, "flags": cum, "slots": slots}))
-        fresh, row, col, edge = (empty((n,), i64) for n in (9, 50, 50, 50))
-        hop.emit(nbr, pos, edge_ids, cum, start, local, fresh, row, col, edge,
-                 rows=rows, k=3, begin=5, end=60)  # fmt: skip
+        fresh, row, col, edge, counts = (empty((n,), i64) for n in (9, 50, 50, 50, 7))
+        hop.emit(nbr, pos, edge_ids, cum, start, local, fresh, row, col, edge, counts,
+                 rows=rows, k=3, begin=5, end=60, hop=2, hops=4)  # fmt: skip
         tensors = {"nbr": nbr, "pos": pos, "edge_ids": edge_ids, "cum": cum, "slot_start": start}
         tensors |= {"local": local, "fresh": fresh, "row": row, "col": col, "edge": edge}
-        values = {"slots": slots, "rows": rows, "k": 3, "begin": 5, "end": 60}
+        tensors |= {"counts": counts}
+        values = {"slots": slots, "rows": rows, "k": 3, "begin": 5, "end": 60, "hop": 2}
+        values |= {"hops": 4}
         expected.append(distinct({**tensors, **values}))
     return expected
 

@@ -232,6 +232,59 @@ def test_sampler_batches_match_the_python_sampler(lib, fanouts, replace, draw) -
         assert bool((sampler._map == UNSEEN).all()), "the map is left empty for the next batch"
 
 
+def test_sizes_read_early_or_at_the_end_give_the_same_batches(lib, monkeypatch) -> None:
+    # Buffers sized from the bounds, the sizes read once at the end, or read before every hop
+    # (every bound too loose): the same batch, and the outputs are cut to size (not views of
+    # the buffers sized for the bounds).
+    from ibp_graph import sample_hop
+
+    g = power_graph(14, n=1500, index_dtype=torch.int32)
+    seeds = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(2))[:64]
+    seeds[5] = seeds[1]
+    runs, reads = [], []
+    real_read = sample_hop.read_counts
+    monkeypatch.setattr(sample_hop, "read_counts", lambda t: reads.append(t) or real_read(t))
+    for bound in (sample_hop._BOUND_SLOTS, 0):
+        monkeypatch.setattr(sample_hop, "_BOUND_SLOTS", bound)
+        sampler = NeighborSampler(g, [6, 4, 3], seed=9)
+        kernels = sampler._hop_kernels = HostHopKernels(lib)
+        reads.clear()
+        out = sampler.sample(seeds)
+        runs.append(out)
+        # Once at the end; or before hops 2 and 3 (their bounds too loose), and at the end.
+        assert len(reads) == (1 if bound else 3)
+        assert kernels.launches == ["draw", "flags", "emit"] * 3
+        for t in (out.node, out.row, out.col, out.edge):
+            assert t.untyped_storage().nbytes() == t.numel() * 8
+    a, b = runs
+    for name in ("node", "row", "col", "edge", "num_sampled_nodes", "num_sampled_edges"):
+        assert torch.equal(*(torch.as_tensor(getattr(x, name)) for x in runs)), name
+    keys = randint(3, 1, torch.Generator().manual_seed(9), torch.device("cpu")).view(-1).tolist()
+    want = reference_batch(g, seeds.tolist(), [6, 4, 3], keys)
+    assert [a.node.tolist(), a.row.tolist(), a.col.tolist(), a.edge.tolist()] == list(want[:4])
+    assert a.num_sampled_nodes == want[4] and a.num_sampled_edges == want[5]
+
+
+def test_a_kernel_hop_after_a_torch_hop_finds_its_sizes(lib) -> None:
+    # The torch hop stores its sizes on the device for the kernel hop after it, which reads
+    # them there: the batch is whole (every edge real, its ends where the ids say).
+    g = power_graph(15, n=800)
+    sampler = NeighborSampler(g, [MAX_K + 1, 3, 0, 2], seed=4)
+    kernels = sampler._hop_kernels = HostHopKernels(lib)
+    out = sampler.sample(torch.tensor([3, 9, 3, 700]))
+    assert kernels.launches == ["draw", "flags", "emit"]  # hop 2; hop 3 takes none
+    assert out.num_sampled_edges[2:] == [0, 0] and out.num_sampled_nodes[3:] == [0, 0]
+    assert sum(out.num_sampled_nodes) == out.node.numel() == out.node.unique().numel() + 1
+    assert sum(out.num_sampled_edges) == out.row.numel() > out.num_sampled_edges[0] > 0
+    at = torch.empty_like(g.edge_ids)
+    at[g.edge_ids] = torch.arange(g.edge_ids.numel())
+    pos = at[out.edge]
+    dst = torch.repeat_interleave(torch.arange(g.num_nodes), g.indptr[1:] - g.indptr[:-1])
+    assert torch.equal(out.node[out.row], g.indices[pos].long())
+    assert torch.equal(out.node[out.col], dst[pos])
+    assert bool((sampler._map == UNSEEN).all())
+
+
 def test_fanouts_above_the_kernels_use_torch_ops(lib) -> None:
     g = power_graph(12)
     sampler = NeighborSampler(g, [MAX_K + 1, 2], seed=1)
@@ -294,6 +347,38 @@ def test_gpu_hop_matches_the_host_run(lib, index_dtype, fanout: int, replace: bo
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fanouts", [[15, 10, 5], [4, -1, 3]])
+def test_gpu_batch_matches_the_host_run(lib, fanouts) -> None:
+    # A whole batch, its sizes kept on the device between hops: the GPU's bits are the host's.
+    from ibp_graph.kernels.sample_neighbors import CudaHopKernels
+    from ibp_graph.sample_hop import fused_batch
+    from ibp_graph.sample_index import dense_seed
+
+    g = power_graph(23, n=600, index_dtype=torch.int32)
+    seeds = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(3))[:300]
+    seeds[7] = seeds[2]
+    keys = torch.tensor([-(2**33) + h for h in range(len(fanouts))])
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    runs = []
+    for graph, kernels in ((g, HostHopKernels(lib)), (gd, CudaHopKernels(gd.device))):
+        device = graph.indptr.device
+        local = torch.full((g.num_nodes,), UNSEEN, dtype=torch.int64, device=device)
+        s = seeds.to(device)
+        dense_seed(local, s, torch.arange(s.numel(), device=device))
+        with kernels.launching():
+            out = fused_batch(
+                kernels, graph, local, s, fanouts, replace=False, per_hop=False,
+                keys=keys.to(device), torch_hop=None,
+            )  # fmt: skip
+        runs.append([torch.as_tensor(x).cpu() for x in out])
+    host, dev = runs
+    assert host[4][0] == 300 and host[1].numel() > 1000
+    for a, b in zip(host, dev, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_sampler_kernel_backend_is_reproducible_and_valid() -> None:
     g = power_graph(22, n=5000)
     gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
@@ -312,7 +397,7 @@ def test_gpu_sampler_kernel_backend_is_reproducible_and_valid() -> None:
     assert a.node.unique().numel() == a.node.numel()
 
 
-def test_a_fused_batch_costs_few_ops_and_one_host_read_per_hop(lib) -> None:
+def test_a_fused_batch_costs_few_ops_and_reads_its_sizes_once(lib) -> None:
     from benchmarks.sampling_ops import count
 
     g = power_graph(13, n=2000)
@@ -321,7 +406,7 @@ def test_a_fused_batch_costs_few_ops_and_one_host_read_per_hop(lib) -> None:
     fused._hop_kernels = HostHopKernels(lib)
     got = count(fused, seeds)
     assert got["kernel_launches"] == 9  # draw, flags, emit per hop
-    assert got["host_reads"] == 4  # the seeds' range, then one per hop
+    assert got["host_reads"] == 2  # the seeds' range, then the batch's sizes once
     assert got["other_ops"] <= 20, got["top_ops"]
     assert got["sampled_edges"] > 0
     # Against the torch-ops hops on the same graph (the compiled CPU hop switched off).
@@ -333,7 +418,7 @@ def test_a_fused_batch_costs_few_ops_and_one_host_read_per_hop(lib) -> None:
     # Every op is put down to the ibp_graph function that dispatched it.
     for counted in (got, base):
         assert sum(counted["ops_by_function"].values()) == counted["torch_ops"]
-    assert next(iter(got["ops_by_function"])) == "sample_hop.fused_hop"
+    assert next(iter(got["ops_by_function"])) == "sample_hop._launch_hop"
     assert next(iter(base["ops_by_function"])) == "sample_draw.floyd_sample"
 
 

@@ -130,6 +130,7 @@ class CudaHopKernels:
         self.device = torch.device(device)
         self.max_blocks = max_blocks
         self._open = 0
+        self._entries: dict[str, tuple[object, int]] = {}  # entry -> (kernel, most blocks)
 
     @contextlib.contextmanager
     def launching(self) -> Iterator[None]:
@@ -144,26 +145,27 @@ class CudaHopKernels:
     def _launch(self, entry: str, work: int, args: tuple) -> None:
         if not self._open:
             raise RuntimeError(f"{entry} launched outside CudaHopKernels.launching()")
-        fn = kernel(SOURCE, entry, device_index(self.device))
-        grid = grid_size(
-            -(-work // THREADS_PER_BLOCK),
-            self.device,
-            self.max_blocks,
-            kernel_fn=fn,
-            threads=THREADS_PER_BLOCK,
-        )
+        found = self._entries.get(entry)
+        if found is None:  # the kernel and its grid cap, looked up once per entry point
+            fn = kernel(SOURCE, entry, device_index(self.device))
+            most = grid_size(
+                1 << 62, self.device, self.max_blocks, kernel_fn=fn, threads=THREADS_PER_BLOCK
+            )
+            found = self._entries[entry] = (fn, most)
+        fn, most = found
+        grid = max(1, min(-(-work // THREADS_PER_BLOCK), most))  # = grid_size(blocks, ...)
         fn((grid,), (THREADS_PER_BLOCK,), args)
 
     @staticmethod
     def _index_bits(indices: torch.Tensor) -> int:
         return 32 if indices.dtype == torch.int32 else 64
 
-    def draw(self, indptr, indices, frontier, key, local, nbr, pos, k: int, replace: bool):
+    def draw(self, indptr, indices, frontier, rows_at, key, local, nbr, pos, *, rows: int,
+             k: int, replace: bool):  # fmt: skip
         """``ibp_hop_draw_*``: ``k`` slots per frontier row (``k`` in ``[1, MAX_K]``)."""
-        rows = frontier.numel()
         entry = f"ibp_hop_draw_k{capacity(k)}_i{self._index_bits(indices)}"
         args = (
-            *map(_address, (indptr, indices, frontier, key, local, nbr, pos)),
+            *map(_address, (indptr, indices, frontier, rows_at, key, local, nbr, pos)),
             np.int64(rows),
             np.int32(k),
             np.int32(bool(replace)),
@@ -184,11 +186,11 @@ class CudaHopKernels:
         slots = nbr.numel()
         self._launch("ibp_hop_flags", slots, (*map(_address, (nbr, local, flags)), np.int64(slots)))
 
-    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, *,
-             rows: int, k: int, begin: int, end: int):  # fmt: skip
+    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
+             *, rows: int, k: int, begin: int, end: int, hop: int, hops: int):  # fmt: skip
         """``ibp_hop_emit``: the hop's edges and new nodes (``k = 0`` with ``slot_start``)."""
         slots = nbr.numel()
-        ptrs = (nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge)
+        ptrs = (nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts)
         args = (
             *map(_address, ptrs),
             np.int64(slots),
@@ -196,5 +198,7 @@ class CudaHopKernels:
             np.int32(k),
             np.int64(begin),
             np.int64(end),
+            np.int32(hop),
+            np.int32(hops),
         )
         self._launch("ibp_hop_emit", slots, args)

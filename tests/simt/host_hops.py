@@ -76,12 +76,13 @@ class HostHopKernels:
     def launching(self):
         return contextlib.nullcontext()
 
-    def draw(self, indptr, indices, frontier, key, local, nbr, pos, k, replace):
+    def draw(self, indptr, indices, frontier, rows_at, key, local, nbr, pos, *, rows, k,
+             replace):  # fmt: skip
         self.launches.append("draw")
         self.lib.simt_hop_draw(
             ctypes.c_int(capacity(k)), ctypes.c_int(indices.element_size()),
-            *map(_p, (indptr, indices, frontier, key, local, nbr, pos)),
-            ctypes.c_longlong(frontier.numel()), ctypes.c_int(k), ctypes.c_int(int(replace)),
+            *map(_p, (indptr, indices, frontier, rows_at, key, local, nbr, pos)),
+            ctypes.c_longlong(rows), ctypes.c_int(k), ctypes.c_int(int(replace)),
             self.grid, self.block,
         )  # fmt: skip
 
@@ -99,11 +100,12 @@ class HostHopKernels:
             *map(_p, (nbr, local, flags)), ctypes.c_longlong(nbr.numel()), self.grid, self.block
         )
 
-    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, *,
-             rows, k, begin, end):  # fmt: skip
+    def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
+             *, rows, k, begin, end, hop, hops):  # fmt: skip
         self.launches.append("emit")
+        ptrs = (nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts)
         self.lib.simt_hop_emit(
-            *map(_p, (nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge)),
-            ctypes.c_longlong(nbr.numel()), ctypes.c_longlong(rows), ctypes.c_int(k),
-            ctypes.c_longlong(begin), ctypes.c_longlong(end), self.grid, self.block,
+            *map(_p, ptrs), ctypes.c_longlong(nbr.numel()), ctypes.c_longlong(rows),
+            ctypes.c_int(k), ctypes.c_longlong(begin), ctypes.c_longlong(end),
+            ctypes.c_int(hop), ctypes.c_int(hops), self.grid, self.block,
         )  # fmt: skip

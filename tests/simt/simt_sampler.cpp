@@ -17,24 +17,25 @@ extern "C" void simt_sample_neighbors(int cap, const void* deg, const void* key,
 
 // The hop kernels (cuda/sample_neighbors.cu). cap: 32 or 256; index_bytes: 4 or 8.
 extern "C" void simt_hop_draw(int cap, int index_bytes, const void* indptr, const void* indices,
-                              const void* frontier, const void* key, void* local, void* nbr,
-                              void* pos, long long rows, int k, int replace, unsigned grid,
-                              unsigned block) {
+                              const void* frontier, const void* rows_at, const void* key,
+                              void* local, void* nbr, void* pos, long long rows, int k,
+                              int replace, unsigned grid, unsigned block) {
     auto ip = static_cast<const i64*>(indptr);
     auto f = static_cast<const i64*>(frontier);
+    auto ra = static_cast<const i64*>(rows_at);
     auto ky = static_cast<const i64*>(key);
     auto lo = static_cast<long long*>(local);
     auto nb = static_cast<i64*>(nbr);
     auto ps = static_cast<i64*>(pos);
     simt_launch(grid, block, 0, [&] {
         if (cap == 32 && index_bytes == 4)
-            ibp_hop_draw_k32_i32(ip, (const int*)indices, f, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k32_i32(ip, (const int*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
         else if (cap == 32)
-            ibp_hop_draw_k32_i64(ip, (const i64*)indices, f, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k32_i64(ip, (const i64*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
         else if (index_bytes == 4)
-            ibp_hop_draw_k256_i32(ip, (const int*)indices, f, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k256_i32(ip, (const int*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
         else
-            ibp_hop_draw_k256_i64(ip, (const i64*)indices, f, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k256_i64(ip, (const i64*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
     });
 }
 
@@ -64,14 +65,15 @@ extern "C" void simt_hop_flags(const void* nbr, const void* local, void* flags, 
 
 extern "C" void simt_hop_emit(const void* nbr, const void* pos, const void* edge_ids,
                               const void* cum, const void* slot_start, void* local, void* fresh,
-                              void* row, void* col, void* edge, long long slots, long long rows,
-                              int k, long long begin, long long end, unsigned grid,
-                              unsigned block) {
+                              void* row, void* col, void* edge, void* counts, long long slots,
+                              long long rows, int k, long long begin, long long end, int hop,
+                              int hops, unsigned grid, unsigned block) {
     simt_launch(grid, block, 0, [&] {
         ibp_hop_emit(static_cast<const i64*>(nbr), static_cast<const i64*>(pos),
                      static_cast<const i64*>(edge_ids), static_cast<const i64*>(cum),
                      static_cast<const i64*>(slot_start), static_cast<long long*>(local),
                      static_cast<i64*>(fresh), static_cast<i64*>(row), static_cast<i64*>(col),
-                     static_cast<i64*>(edge), slots, rows, k, begin, end);
+                     static_cast<i64*>(edge), static_cast<i64*>(counts), slots, rows, k, begin,
+                     end, hop, hops);
     });
 }
