@@ -29,7 +29,21 @@ measures the delivered (decoded) GB/s = batch rows x row bytes / time of:
 - ``raw``: our raw zero-copy gather from pinned memory (IBP off);
 - ``ibp``: our fetch from the pinned compressed rows, launched as `CudaIBPTable` launches it
   (the fused fetch + decode kernel, or the raw gather when the table is stored raw);
-- ``decode_only``: the same launch with the compressed rows in GPU memory (no PCIe).
+- ``decode_only``: the same launch with the compressed rows in GPU memory (no PCIe), on the
+  fetch grid cap like every launch: how fast the decoder runs at the fetch's grid;
+- ``decode_capacity``: that launch again on the largest grid the device holds at once for the
+  kernel (occupancy x SMs, as `ibp_graph.kernels.runtime.grid_size` counts it with
+  ``per_sm=None``; never more blocks than the batch needs): what the decoder does with the
+  GPU to itself. Measured after decode-only (and its db form) on the same id batches, its
+  output checked as decode-only's (in ``bit_identical``); its grid is
+  ``decode_capacity_blocks``, the fetch grid's ``decode_only_blocks``. Not measured (null,
+  n/a, with a ``decode_capacity_note``) where the fetch grid already is that grid (a run at
+  the library's default grid cap on the current stream: every block the SMs hold), for a
+  table stored raw (the raw gather: no decoder), or with ``--no-decode-capacity``. One
+  buffer only (``--double-buffer`` adds no capacity form). A dry run's plan says, per case,
+  whether a GPU run may time it (``decode_capacity``, `capacity_planned`: on, not stored raw,
+  and a ``--max-blocks`` cap; whether that cap is below the full grid is known on the GPU
+  only).
 
 ``--sort-ids`` adds, in the same run, the sorted-order fetch that the tables' ``sort_ids``
 option does, each measured right after its unsorted counterpart on the same id batches: ``raw
@@ -71,11 +85,11 @@ Id batches: a loader never fetches the same batch twice in a row, and the GPU's 
 (``l2_bytes`` in the JSON) may keep the rows one launch read for the next, so that a batch
 whose stored rows fit in L2 would be timed at L2's rate, not at PCIe's or HBM's. So per case
 and batch size, one seeded generator draws a pool of ``id_batches`` random batches
-(`draw_pool`; the first is the batch a one-batch run drew, which the torch baseline
-gathers) until their stored rows reach 4x L2, in at most 16 batches, or more while their
-stored rows are under 2x L2, within 256 MiB of ids (`id_batches`); every timed launch
-(warm-up included) of raw, ibp, decode-only, their sorted and db forms and the sort takes
-the next batch in turn (`rotating`); ``batch_ratio`` and ``ibp_pcie_gbps`` count the pool's
+(`draw_pool`; the first is the batch a one-batch run drew, which the torch baseline gathers)
+until their stored rows reach 4x L2, in at most 16 batches, or more while their stored rows
+are under 2x L2, within 256 MiB of ids (`id_batches`); every timed launch (warm-up included)
+of raw, ibp, decode-only, their sorted and db forms, decode capacity and the sort takes the
+next batch in turn (`rotating`); ``batch_ratio`` and ``ibp_pcie_gbps`` count the pool's
 stored bytes. memcpy copies the same number of bytes. A case whose whole stored table is
 under 2x L2 is marked "(stored table fits in L2)" (``stored_fits_l2``): rotating ids cannot
 keep its rows out of L2. A case whose pool's stored rows (``pool_stored_bytes``) stay under
@@ -99,10 +113,12 @@ the target holds for the case (its value is shown in parentheses where it does n
   raw gather as raw tables run it by default (`ibp_graph.cuda_table.default_sort_ids`: ids
   sorted on the GPU first, the sort's time included); ``raw_vs_memcpy`` judges the kernel
   alone on ids in batch order;
-- ``ibp_vs_ideal``: ibp >= 0.9 x min(ratio x raw, decode-only);
-- ``decode_vs_pcie``: decode-only (rows in GPU memory) >= 400 GB/s on a dense table,
+- ``ibp_vs_ideal``: ibp >= 0.9 x min(ratio x raw, decode-only), with decode-only at the
+  fetch grid cap: the grid of the fetch it bounds (not decode capacity);
+- ``decode_vs_pcie``: the decoder alone (rows in GPU memory) >= 400 GB/s on a dense table,
   >= 1000 GB/s on a sparse (bag-of-words) one: ``table_class``, sparse when at least 50% of
-  the elements of the case's distinct rows are zero (``zero_fraction``);
+  the elements of the case's distinct rows are zero (``zero_fraction``). Judged on decode
+  capacity where it was measured, else on decode-only (``rate`` says which);
 - ``no_compress_slowdown``: a table that does not compress (stored raw): raw / ibp, the IBP
   fetch's time over the raw gather's, <= 1.02 (within 2% of the raw gather). A measured ibp
   rate of 0 (raw finite) is a miss with value and gap infinite; a missing or non-finite rate
@@ -144,7 +160,7 @@ from benchmarks._env import (  # noqa: E402
     slug,
     write_json,
 )
-from benchmarks._targets import check, verdict  # noqa: E402
+from benchmarks._targets import check, measured, verdict  # noqa: E402
 from ibp_graph.codec import decode  # noqa: E402
 from ibp_graph.dtypes import row_bytes as dtype_row_bytes  # noqa: E402
 from ibp_graph.dtypes import rows_to_words  # noqa: E402
@@ -165,10 +181,14 @@ RAW_GOAL_ROW_BYTES = 512
 RAW_UNALIGNED_GOAL = 0.7  # raw gather / memcpy, rows not a multiple of RAW_LINE_BYTES
 RAW_LINE_BYTES = 16  # rows of a multiple of this many bytes are not "only 4-byte aligned"
 IBP_GOAL = 0.9  # ibp / min(ratio x raw, decode-only)
-DECODE_DENSE_GOAL = 400.0  # decode-only GB/s, dense tables
-DECODE_SPARSE_GOAL = 1000.0  # decode-only GB/s, sparse (bag-of-words) tables
+DECODE_DENSE_GOAL = 400.0  # decoder alone GB/s (decode capacity, else decode-only), dense
+DECODE_SPARSE_GOAL = 1000.0  # the same, sparse (bag-of-words) tables
 SPARSE_ZEROS = 0.5  # a table whose rows hold at least this fraction of zeros is sparse
 NO_COMPRESS_SLOWDOWN = 1.02  # raw / ibp (ibp time / raw time) at most, a table stored raw
+#: Why a case has no decode capacity (``decode_capacity_note``).
+CAPACITY_OFF = "turned off: --no-decode-capacity"
+CAPACITY_RAW = "table stored raw (the raw gather: no decoder)"
+CAPACITY_FULL = "the fetch grid is already the full grid"
 # Id batches (see the module docstring).
 L2_POOL_FACTOR = 4  # a pool's stored rows reach this many L2s ...
 MAX_ID_BATCHES = 16  # ... in at most this many batches (more while under L2_FIT_FACTOR) ...
@@ -488,19 +508,35 @@ def decode_goal(zeros: float) -> tuple[float, str]:
     return (DECODE_SPARSE_GOAL if kind == "sparse" else DECODE_DENSE_GOAL), kind
 
 
+def decode_alone(r: dict) -> tuple[float, str]:
+    """The decoder's rate with the GPU to itself, and which rate it is.
+
+    ``r["decode_capacity_gbps"]`` ("decode capacity": the largest grid the device holds) where
+    it was measured (a finite rate), else ``r["decode_only_gbps"]`` ("decode-only": the fetch
+    grid cap, which then is the full grid, or no capacity was timed).
+    """
+    capacity = r.get("decode_capacity_gbps")
+    if measured(capacity):
+        return float(capacity), "decode capacity"
+    return r["decode_only_gbps"], "decode-only"
+
+
 def targets(r: dict) -> dict:
     """The targets of a measured case (``applies`` says which hold for it).
 
     ``r["zero_fraction"]``: the fraction of zeros of the case's rows (its `table_class`). The
     raw gather is judged twice: as the kernel alone (``raw_vs_memcpy``, ids in batch order) and
     as raw tables fetch by default (``raw_default_vs_memcpy``: ids sorted first, the sort
-    included; `cuda_table.default_sort_ids`), where ``--sort-ids`` measured it.
+    included; `cuda_table.default_sort_ids`), where ``--sort-ids`` measured it. The fused
+    fetch's bound takes decode-only at the fetch grid cap (the grid of the fetch it bounds);
+    the decoder's own goal takes `decode_alone` (decode capacity where measured).
     """
     memcpy, raw, ibp, dec = r["memcpy_gbps"], r["raw_gbps"], r["ibp_gbps"], r["decode_only_gbps"]
     flat = incompressible(r["ratio"], r["bypass"])
     bound = ibp_bound(r["ratio"], raw, dec)
     raw_at, raw_rule = raw_goal(r["row_bytes"])
     dec_at, kind = decode_goal(r["zero_fraction"])
+    alone, rate = decode_alone(r)
     raw_sorted = r.get("raw_sorted_gbps")
     return {
         "raw_vs_memcpy": check(
@@ -514,7 +550,12 @@ def targets(r: dict) -> dict:
         ),
         "ibp_vs_ideal": check(_div(ibp, bound), IBP_GOAL, applies=not flat, bound_gbps=bound),
         "decode_vs_pcie": check(
-            dec, dec_at, applies=not flat, table_class=kind, zero_fraction=r["zero_fraction"]
+            alone,
+            dec_at,
+            applies=not flat,
+            table_class=kind,
+            zero_fraction=r["zero_fraction"],
+            rate=rate,
         ),
         "no_compress_slowdown": no_compress_slowdown(raw, ibp, flat),
     }
@@ -525,8 +566,9 @@ TARGET_TITLES = {
     f">= {RAW_UNALIGNED_GOAL} (rows not a multiple of {RAW_LINE_BYTES} B)",
     "raw_default_vs_memcpy": "raw sorted (raw tables' default) / memcpy, the same goals",
     "ibp_vs_ideal": f"ibp / min(ratio x raw, decode-only) >= {IBP_GOAL}",
-    "decode_vs_pcie": f"decode-only GB/s >= {DECODE_DENSE_GOAL:g} (dense), "
-    f">= {DECODE_SPARSE_GOAL:g} (sparse: >= {SPARSE_ZEROS:.0%} zeros)",
+    "decode_vs_pcie": "decoder alone GB/s (decode capacity, else decode-only) >= "
+    f"{DECODE_DENSE_GOAL:g} (dense), >= {DECODE_SPARSE_GOAL:g} "
+    f"(sparse: >= {SPARSE_ZEROS:.0%} zeros)",
     "no_compress_slowdown": f"raw / ibp <= {NO_COMPRESS_SLOWDOWN} (table that does not compress)",
 }
 
@@ -549,8 +591,11 @@ def _raw_cell(t: dict) -> str:
 
 
 def _decode_cell(t: dict) -> str:
+    """The decoder's goal: its rate, the table's class and goal, and "on decode capacity" where
+    that rate was judged (decode-only otherwise)."""
     zeros = t["zero_fraction"]
-    return _cell(t, digits=1, note=f"{t['table_class']}, {zeros:.0%} zeros: goal {t['goal']:g}")
+    on = "; on decode capacity" if t.get("rate") == "decode capacity" else ""
+    return _cell(t, digits=1, note=f"{t['table_class']}, {zeros:.0%} zeros: goal {t['goal']:g}{on}")
 
 
 def _slowdown_cell(t: dict) -> str:
@@ -659,6 +704,7 @@ def markdown(payload: dict) -> str:
     s = payload["settings"]
     sort = bool(s.get("sort_ids"))
     db = bool(s.get("double_buffer"))
+    cap = bool(s.get("decode_capacity"))
     # The raw tables' default (ids sorted) is judged where --sort-ids measured it.
     titles = {k: v for k, v in TARGET_TITLES.items() if sort or k != "raw_default_vs_memcpy"}
     lines = [
@@ -682,10 +728,23 @@ def markdown(payload: dict) -> str:
         "target does not apply; in brackets, the goal that applied. "
         f"Raw: {RAW_GOAL} x memcpy for {RAW_GOAL_ROW_BYTES} B rows, {RAW_UNALIGNED_GOAL} x for "
         f"rows not a multiple of {RAW_LINE_BYTES} B (only 4-byte aligned), no goal for other "
-        "widths. ibp bound = min(ratio x raw, decode-only): the most the fetch can deliver; "
-        f"the fused fetch's goal is {IBP_GOAL} x it. Decode-only (rows in GPU memory): "
-        f"{DECODE_DENSE_GOAL:g} GB/s on a dense table, {DECODE_SPARSE_GOAL:g} GB/s on a sparse "
-        f"(bag-of-words) one: at least {SPARSE_ZEROS:.0%} of the elements of its rows zero. "
+        "widths. Decode only: the fetch's launch with the rows in GPU memory (no PCIe), on "
+        "the fetch grid cap. "
+        + (
+            "Decode capacity: the same launch on the largest grid the device holds at once for "
+            "it (occupancy x SMs); in parentheses, the ratio to decode only; n/a where not "
+            "measured: the fetch grid is already that grid (decode only then is the decoder's "
+            "capacity), or the table is stored raw (no decoder). "
+            if cap
+            else ""
+        )
+        + "ibp bound = min(ratio x raw, decode-only), decode only at the fetch grid cap (the "
+        "grid of the fetch it bounds): the most the fetch can deliver; the fused fetch's goal "
+        f"is {IBP_GOAL} x it. The decoder alone ("
+        + ("decode capacity where measured, else decode only" if cap else "decode only")
+        + f"): {DECODE_DENSE_GOAL:g} GB/s on a dense table, {DECODE_SPARSE_GOAL:g} GB/s on a "
+        f"sparse (bag-of-words) one: at least {SPARSE_ZEROS:.0%} of the elements of its rows "
+        "zero. "
         "A table that does not compress (stored raw): raw / ibp, the fetch's time over the "
         f"raw gather's, at most {NO_COMPRESS_SLOWDOWN} (within "
         f"{NO_COMPRESS_SLOWDOWN - 1:.0%} of the raw gather)."
@@ -705,12 +764,13 @@ def markdown(payload: dict) -> str:
         ),
         "",
         "| case | row B | ratio | batch rows | memcpy | torch | raw | ibp | decode only "
+        + ("| decode capacity " if cap else "")
         + ("| raw sorted | ibp sorted | sort ms " if sort else "")
         + ("| ibp db | decode only db " if db else "")
         + "| ibp / bound | "
         + " | ".join(titles.values())
         + " | bit-identical |",
-        "|---|" + "---|" * (14 + 4 * sort + 2 * db),
+        "|---|" + "---|" * (14 + cap + 4 * sort + 2 * db),
     ]
     for r in rows:
         t = r["targets"]
@@ -726,12 +786,13 @@ def markdown(payload: dict) -> str:
             if db
             else ""
         )
+        capacity = f"| {_vs(r.get('decode_capacity_gbps'), r['decode_only_gbps'])} " if cap else ""
         by_default = f"| {_raw_cell(t['raw_default_vs_memcpy'])} " if sort else ""
         lines.append(
             f"| {_case_cell(r)} | {r['row_bytes']:,} "
             f"| {r['ratio']:.3f} | {r['batch']:,} | {_num(r['memcpy_gbps'])} "
             f"| {_num(r['torch_gbps'])} | {_num(r['raw_gbps'])} | {_num(r['ibp_gbps'])} "
-            f"| {_num(r['decode_only_gbps'])} {ordered}"
+            f"| {_num(r['decode_only_gbps'])} {capacity}{ordered}"
             f"{buffered}"
             f"| {_num(r['ibp_vs_bound'], 2)} | {_raw_cell(t['raw_vs_memcpy'])} "
             f"{by_default}"
@@ -747,6 +808,7 @@ def markdown(payload: dict) -> str:
         unmeasured = v.get("not_measured")
         missed += f"; not measured: {', '.join(unmeasured)}" if unmeasured else ""
         lines.append(f"- {TARGET_TITLES[key]}: met in {v['met']} of {v['cases']} cases{missed}")
+    lines += capacity_lines(rows)
     unbuffered = sorted({r["case"] for r in rows if r.get("double_buffer_note")})
     if unbuffered:
         lines.append(
@@ -756,6 +818,27 @@ def markdown(payload: dict) -> str:
     if payload.get("skipped"):
         lines.append(f"- not run (time budget): {', '.join(payload['skipped'])}")
     return "\n".join(lines) + "\n"
+
+
+def capacity_lines(rows: list[dict]) -> list[str]:
+    """The summary's line on the cases whose fetch grid already was the full grid.
+
+    They have no decode capacity (`CAPACITY_FULL`): decode only is the decoder's capacity
+    there. "every case with a decoder" when that is all of them (tables stored raw aside).
+    """
+    full = [r for r in rows if r.get("decode_capacity_note") == CAPACITY_FULL]
+    if not full:
+        return []
+    decoded = [r for r in rows if r.get("decode_capacity_note") != CAPACITY_RAW]
+    which = (
+        "every case with a decoder"
+        if len(full) == len(decoded)
+        else ", ".join(_case_batch(r) for r in full)
+    )
+    return [
+        f"- decode capacity not measured, {CAPACITY_FULL} (decode only is the decoder's "
+        f"capacity): {which}"
+    ]
 
 
 def _finite(obj: Any) -> Any:
@@ -860,6 +943,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "tables' double_buffer), beside the one-buffer ones",
     )
     p.add_argument(
+        "--no-decode-capacity",
+        dest="decode_capacity",
+        action="store_false",
+        help="do not time decode capacity (decode-only again on the largest grid the device "
+        "holds, where the fetch grid cap is smaller; on by default)",
+    )
+    p.add_argument(
         "--tag", default="", help="appended to the results' name (fetch-<device>[-...]-<tag>)"
     )
     p.add_argument("--seed", type=int, default=0)
@@ -901,6 +991,7 @@ def settings(args: argparse.Namespace) -> dict:
         "max_blocks": args.max_blocks,
         "sort_ids": args.sort_ids,
         "double_buffer": args.double_buffer,
+        "decode_capacity": args.decode_capacity,
         "seed": args.seed,
         "min_sample_s": MIN_SAMPLE_S,
     }
@@ -951,6 +1042,20 @@ def check_tiled_on_cpu(
     return int(ids.size)
 
 
+def capacity_planned(args: argparse.Namespace, bypass: bool) -> bool:
+    """Whether a GPU run may time a case's decode capacity: on, a decoder (not stored raw), and
+    a fetch grid that may be below the full grid.
+
+    With no ``--max-blocks`` the fetch takes the library's default grid on the current stream
+    (`runtime.fetch_blocks_per_sm`), every block the SMs hold: never. With a cap, whether it
+    is below the full grid is known on the GPU only (occupancy, SMs, the batch's blocks).
+    """
+    from ibp_graph.kernels.runtime import fetch_blocks_per_sm
+
+    capped = args.max_blocks is not None or fetch_blocks_per_sm(None) is not None
+    return bool(args.decode_capacity and not bypass and capped)
+
+
 def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list[dict]:
     """Compress every case, check its tiled layout on the CPU; the plan of the GPU run."""
     from ibp_graph.cuda_table import raw_bypass
@@ -963,6 +1068,7 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
             table = ibp_graph.compress(case.rows, Path(tmp) / "block.ibp", progress=False)
             compress_s = time.perf_counter() - t0
             times = tiles(args.table_bytes, case.rows.shape[0], case.row_bytes)
+            bypass = raw_bypass(table)
             checked = check_tiled_on_cpu(
                 table, case.rows, min(times, 3), args.seed, sort_ids=args.sort_ids
             )
@@ -973,7 +1079,7 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
                 "row_bytes": case.row_bytes,
                 "ratio": float(table.ratio),
                 "zero_fraction": zero_fraction(case.rows),
-                "bypass": raw_bypass(table),
+                "bypass": bypass,
                 "rows": times * case.rows.shape[0],
                 "stored_gb": stored / 1e9,
                 "batches": [
@@ -986,6 +1092,7 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
                 "rows_checked": checked,
                 "sort_ids": args.sort_ids,
                 "double_buffer": args.double_buffer,
+                "decode_capacity": capacity_planned(args, bypass),
             }
             item["table_class"] = table_class(item["zero_fraction"])
             plan.append(item)
@@ -996,7 +1103,8 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
                 f"{item['stored_gb']:6.2f} GB pinned, batches {item['batches']}, compressed in "
                 f"{compress_s:.1f} s; tiled layout checked on {checked} rows"
                 f"{' (sorted, written back)' if args.sort_ids else ''}"
-                f"{'; double-buffered timings planned' if args.double_buffer else ''}",
+                f"{'; double-buffered timings planned' if args.double_buffer else ''}"
+                f"{'; decode capacity planned' if item['decode_capacity'] else ''}",
                 flush=True,
             )
             table.close()
@@ -1371,6 +1479,92 @@ def double_buffered(
     return seconds, same, ""
 
 
+def decode_grids(
+    codec: Any, n: int, device: torch.device, max_blocks: int | None
+) -> tuple[int, int]:
+    """The grids (blocks) of a one-buffer fused launch of ``n`` rows on the current stream.
+
+    ``(at the fetch grid cap max_blocks, the largest the device holds at once)``, each as
+    `ibp_graph.kernels.fetch_decode.fetch_decode` sizes its grid with `runtime.grid_size`:
+    the second with no cap and ``per_sm=None`` (occupancy x SMs, and no more blocks than the
+    rows need). Off CUDA (the tests' stand-in): one SM (as `benchmarks._env.grid_cap` counts
+    there) holding the occupancy calculator's blocks for 64 registers a thread.
+    """
+    from ibp_graph.kernels import fetch_decode as fused
+    from ibp_graph.kernels import runtime
+
+    cuda = device.type == "cuda"
+    props = torch.cuda.get_device_properties(device) if cuda else None
+    max_smem = int(getattr(props, "shared_memory_per_block_optin", fused.DEFAULT_SMEM))
+    plan = codec.plan(max_smem)
+    threads = fused.WARP * plan.warps_per_block
+    needed = -(-n // plan.warps_per_block)
+    if not cuda:
+        resident = runtime.resident_blocks_per_sm(64, threads, plan.bytes_per_block, None)
+        full = max(1, min(needed, resident))
+        return (full if max_blocks is None else max(1, min(full, max_blocks))), full
+    index = runtime.device_index(device)
+    with runtime.cupy_stream(None, device):  # the kernel and its attribute in device's context
+        wide = plan.bytes_per_block > fused.DEFAULT_SMEM
+        entry = fused._entry(codec, False)
+        fn = runtime.kernel(fused.SOURCE, entry, index, max_smem=max_smem if wide else None)
+        grid = partial(
+            runtime.grid_size,
+            needed,
+            device,
+            kernel_fn=fn,
+            threads=threads,
+            smem=plan.bytes_per_block,
+        )
+        return grid(max_blocks, per_sm=runtime.fetch_blocks_per_sm(None)), grid(None, per_sm=None)
+
+
+def decode_capacity(
+    bench: Bench,
+    codec: Any,
+    bypass: bool,
+    out: torch.Tensor,
+    pool: Sequence[torch.Tensor],
+    matches: Callable[[int], bool],
+) -> tuple[dict, bool]:
+    """Decode capacity: the decode-only launch on the largest grid the device holds.
+
+    ``codec``: the rows in GPU memory. Timed and checked as `timed` does, on the grid
+    `decode_grids` gives, passed as the launch's cap. Returns the result's fields and whether
+    every batch matched: ``decode_only_blocks`` (the fetch grid's; None when off or stored
+    raw), ``decode_capacity_blocks`` and ``decode_capacity_gbps``, both None where not
+    measured, and then ``decode_capacity_note`` saying why (`CAPACITY_OFF`, `CAPACITY_RAW`,
+    `CAPACITY_FULL`).
+    """
+    fields: dict[str, Any] = dict.fromkeys(
+        ("decode_only_blocks", "decode_capacity_blocks", "decode_capacity_gbps")
+    )
+    if not bench.args.decode_capacity:
+        return fields | {"decode_capacity_note": CAPACITY_OFF}, True
+    if bypass:
+        return fields | {"decode_capacity_note": CAPACITY_RAW}, True
+    n = pool[0].numel()
+    at_cap, full = decode_grids(codec, n, bench.device, bench.max_blocks)
+    fields["decode_only_blocks"] = at_cap
+    if full <= at_cap:
+        return fields | {"decode_capacity_note": CAPACITY_FULL}, True
+    launch = fused_launch(codec, bypass, out, bench.error, full)
+    seconds, same = timed(launch, pool, out, matches, bench)
+    rate = gbps(n * codec.row_bytes, seconds)
+    return fields | {"decode_capacity_blocks": full, "decode_capacity_gbps": rate}, same
+
+
+def capacity_text(fields: dict) -> str:
+    """Decode capacity for the log: its rate and grid, or why it was not measured."""
+    if fields["decode_capacity_blocks"] is None:
+        return f"decode capacity not measured ({fields['decode_capacity_note']})"
+    return (
+        f"decode capacity {_num(fields['decode_capacity_gbps'])} GB/s on "
+        f"{fields['decode_capacity_blocks']:,} blocks (fetch grid "
+        f"{fields['decode_only_blocks']:,})"
+    )
+
+
 def device_copy(dst: torch.Tensor, pinned: Any, src_ptr: int, nbytes: int) -> None:
     """Copy the first ``nbytes`` of ``pinned`` (device address ``src_ptr``) into ``dst``.
 
@@ -1476,6 +1670,8 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 db_note = db_note or gpu_note
                 same_on_gpu = same_on_gpu and db_same
                 buffered["decode_only_db_gbps"] = gbps(nbytes, db_s)
+            capacity, same_at_capacity = decode_capacity(bench, gpu_codec, bypass, out, pool, match)
+            same_on_gpu = same_on_gpu and same_at_capacity
             errors = [int(v) for v in err.tolist()]
             pool_bytes = len(pool) * nbytes  # decoded bytes of the pool's batches
             ibp, dec = gbps(nbytes, ibp_s), gbps(nbytes, dec_s)
@@ -1507,6 +1703,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 "ibp_gbps": ibp,
                 "ibp_pcie_gbps": ibp * pool_stored / pool_bytes,
                 "decode_only_gbps": dec,
+                **capacity,
                 **sorted_rates,
                 **buffered,
                 "ibp_bound_gbps": bound,
@@ -1541,7 +1738,8 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 f"{'; stored table fits in L2' if fits else ''}"
                 f"{'; id batches fit in L2' if pool_fits else ''}; {table_class(zeros)}, "
                 f"{zeros:.0%} zeros): memcpy {memcpy:.1f}, torch "
-                f"{torch_rate:.1f}, raw {raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s;"
+                f"{torch_rate:.1f}, raw {raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s; "
+                f"{capacity_text(capacity)};"
                 f"{ordered}{db} ratio {ratio:.3f}; bit-identical {same} (pinned), "
                 f"{same_on_gpu} (GPU memory)"
             )

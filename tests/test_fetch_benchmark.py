@@ -56,6 +56,18 @@ def test_defaults_follow_the_spec() -> None:
     assert args.time_budget < 540  # a case started before the budget ends in the stage limit
 
 
+def test_decode_capacity_is_on_by_default_and_can_be_turned_off() -> None:
+    args = fetch.parse_args([])
+    assert args.decode_capacity is True and fetch.settings(args)["decode_capacity"] is True
+    off = fetch.parse_args(["--no-decode-capacity", "--max-blocks", "0.25", "--double-buffer"])
+    assert off.decode_capacity is False and fetch.settings(off)["decode_capacity"] is False
+    assert off.max_blocks == 0.25 and off.double_buffer  # the other options unchanged
+    with pytest.raises(SystemExit):  # a flag, no value
+        fetch.parse_args(["--no-decode-capacity=yes"])
+    with pytest.raises(SystemExit):  # there is no --decode-capacity to turn it on: it is on
+        fetch.parse_args(["--decode-capacity"])
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -352,6 +364,41 @@ def test_decode_target_is_400_gbps_dense_and_1000_sparse() -> None:
     assert text == "700.0 **gap 30.0%** [sparse, 95% zeros: goal 1000]"
 
 
+def test_decode_target_is_judged_on_decode_capacity_where_it_was_measured() -> None:
+    """Decode-only at the fetch grid misses 400; the same decoder on the full grid meets it."""
+    r = fake_row(decode_only_gbps=300.0, decode_capacity_gbps=450.0, decode_capacity_blocks=528)
+    dec = r["targets"]["decode_vs_pcie"]
+    assert dec["value"] == 450.0 and dec["met"] is True and dec["rate"] == "decode capacity"
+    assert fetch._decode_cell(dec) == "450.0 met [dense, 0% zeros: goal 400; on decode capacity]"
+    # Not measured (skipped: None, or a rate that is not finite): decode-only is judged.
+    for missing in ({}, {"decode_capacity_gbps": None}, {"decode_capacity_gbps": math.nan}):
+        dec = fake_row(decode_only_gbps=300.0, **missing)["targets"]["decode_vs_pcie"]
+        assert dec["value"] == 300.0 and dec["met"] is False and dec["rate"] == "decode-only"
+        assert dec["gap"] == pytest.approx(0.25)
+        assert fetch._decode_cell(dec) == "300.0 **gap 25.0%** [dense, 0% zeros: goal 400]"
+    # A sparse table: capacity judged against 1000, a miss there too.
+    dec = fake_row(decode_only_gbps=350.0, decode_capacity_gbps=900.0, zero_fraction=0.95)[
+        "targets"
+    ]["decode_vs_pcie"]
+    assert dec["goal"] == 1000.0 and dec["met"] is False and dec["gap"] == pytest.approx(0.1)
+    assert fetch.decode_alone({"decode_only_gbps": 1.0, "decode_capacity_gbps": 2.0}) == (
+        2.0,
+        "decode capacity",
+    )
+    # A table stored raw: no decoder goal, whichever rate.
+    flat = fake_row(ratio=1.0, bypass=True, decode_capacity_gbps=900.0)["targets"]
+    assert not flat["decode_vs_pcie"]["applies"]
+
+
+def test_fused_fetch_bound_keeps_decode_only_at_the_fetch_grid() -> None:
+    """The bound min(ratio x raw, decode-only) is the fetch's own grid, not the full grid's."""
+    r = fake_row(ratio=15.1, raw_gbps=43.5, decode_only_gbps=300.0, decode_capacity_gbps=900.0,
+                 ibp_gbps=280.0, zero_fraction=0.95)  # fmt: skip
+    t = r["targets"]["ibp_vs_ideal"]
+    assert t["bound_gbps"] == 300.0 and t["value"] == pytest.approx(280 / 300) and t["met"]
+    assert r["targets"]["decode_vs_pcie"]["value"] == 900.0  # the decoder's goal: capacity
+
+
 def test_zero_fraction_classifies_the_synthetic_kinds() -> None:
     assert fetch.zero_fraction(np.array([[0.0, -0.0, 1.0, 2.0]], np.float32)) == 0.5
     assert fetch.zero_fraction(np.zeros((0, 4), np.float32)) == 0.0
@@ -516,7 +563,10 @@ def test_results_files(tmp_path: Path) -> None:
     )
     assert "raw / memcpy >= 0.85 (512 B rows), >= 0.7 (rows not a multiple of 16 B)" in text
     assert "ibp / min(ratio x raw, decode-only) >= 0.9" in text
-    assert "decode-only GB/s >= 400 (dense), >= 1000 (sparse: >= 50% zeros)" in text
+    assert (
+        "decoder alone GB/s (decode capacity, else decode-only) >= 400 (dense), >= 1000 "
+        "(sparse: >= 50% zeros)" in text
+    )
     assert "raw / ibp <= 1.02 (table that does not compress)" in text
     flat = doc["cases"][1]["targets"]["no_compress_slowdown"]
     assert flat["value"] == pytest.approx(44 / 41.8) and flat["met"] is False
@@ -541,15 +591,63 @@ def test_results_files_show_double_buffered_rates_beside_one_buffer(tmp_path: Pa
     assert doc["cases"][1]["ibp_db_gbps"] is None  # NaN is not JSON
     assert "one buffer" in doc["cases"][1]["double_buffer_note"]
     text = md.read_text()
-    assert "| decode only | ibp db | decode only db | ibp / bound |" in text
+    assert "| decode only | decode capacity | ibp db | decode only db | ibp / bound |" in text
     lines = [ln for ln in text.splitlines() if ln.startswith("|")]
     assert len(lines) == 2 + len(rows)
     assert all(ln.count("|") == lines[0].count("|") for ln in lines)
-    assert "| 600.0 | 88.0 (1.10x) | 540.0 (0.90x) |" in text
-    assert "| 600.0 | n/a | n/a |" in text
+    assert "| 600.0 | n/a | 88.0 (1.10x) | 540.0 (0.90x) |" in text  # no capacity measured
+    assert "| 600.0 | n/a | n/a | n/a |" in text
     assert "| random-bits-512B (raw) |" in text and "| 40.0 (1.00x) | 600.0 (1.00x) |" in text
     assert "Db: the double-buffered fused kernel" in text
     assert "- not double-buffered (rows too wide for two staging buffers): wide-4096B" in text
+
+
+def test_results_files_show_decode_capacity_in_one_column(tmp_path: Path) -> None:
+    rows = [
+        fake_row(case="dense-normal-512B", decode_only_gbps=300.0, decode_capacity_gbps=450.0,
+                 decode_only_blocks=33, decode_capacity_blocks=528),
+        fake_row(case="small-512B", batch=100, decode_only_gbps=200.0, decode_capacity_gbps=None,
+                 decode_only_blocks=13, decode_capacity_blocks=None,
+                 decode_capacity_note=fetch.CAPACITY_FULL),
+        fake_row(case="random-bits-512B", ratio=1.0, bypass=True, ibp_gbps=41.8,
+                 decode_capacity_gbps=None, decode_capacity_note=fetch.CAPACITY_RAW),
+    ]  # fmt: skip
+    payload = fake_payload(rows)
+    js, md = fetch.write_results(payload, tmp_path, "fetch-capacity")
+    doc = json.loads(js.read_text())
+    assert doc["settings"]["decode_capacity"] is True
+    assert doc["cases"][0]["decode_capacity_blocks"] == 528
+    assert doc["cases"][1]["decode_capacity_gbps"] is None
+    assert doc["cases"][1]["decode_capacity_note"] == fetch.CAPACITY_FULL
+    text = md.read_text()
+    assert "| decode only | decode capacity | ibp / bound |" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert len(lines) == 2 + len(rows) and lines[1].count("---") == lines[0].count("|") - 1
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
+    assert "| 300.0 | 450.0 (1.50x) |" in text  # decode only, then capacity and its ratio
+    assert "| 200.0 | n/a |" in text
+    assert "450.0 met [dense, 0% zeros: goal 400; on decode capacity]" in text
+    assert "200.0 **gap 50.0%** [dense, 0% zeros: goal 400]" in text
+    # The paragraph: what each decode rate is, and which target takes which.
+    assert "Decode capacity: the same launch on the largest grid the device holds" in text
+    assert "decode only at the fetch grid cap (the grid of the fetch it bounds)" in text
+    assert "The decoder alone (decode capacity where measured, else decode only): 400" in text
+    assert (
+        "- decode capacity not measured, the fetch grid is already the full grid (decode only "
+        "is the decoder's capacity): small-512B @ 100" in text
+    )
+    # Every case with a decoder at the full grid already: said once, not listed.
+    text = fetch.markdown(fake_payload(rows[1:]) | {"summary": fetch.summary(rows[1:])})
+    assert "full grid (decode only is the decoder's capacity): every case with a decoder" in text
+    # Turned off: no column, and the decoder alone is decode only.
+    payload = fake_payload([fake_row(case="dense-normal-512B")])
+    payload["settings"]["decode_capacity"] = False
+    text = fetch.markdown(payload | {"summary": fetch.summary(payload["cases"])})
+    assert "decode capacity |" not in text and "Decode capacity:" not in text
+    assert "| decode only | ibp / bound |" in text
+    assert "The decoder alone (decode only): 400" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines)
 
 
 def test_results_files_mark_tables_that_fit_in_l2(tmp_path: Path) -> None:
@@ -852,7 +950,7 @@ def test_gpu_run_with_sorted_ids_beside_the_unsorted(numpy_kernels, monkeypatch,
     }
     assert all(ascending for _, pos, ascending in calls if pos)
     md = (tmp_path / "fetch-fake.md").read_text()
-    assert "| decode only | raw sorted | ibp sorted | sort ms | ibp / bound |" in md
+    assert "| decode only | decode capacity | raw sorted | ibp sorted | sort ms |" in md
     lines = [ln for ln in md.splitlines() if ln.startswith("|")]
     assert len(lines) == 2 + len(doc["cases"])
     assert all(ln.count("|") == lines[0].count("|") for ln in lines)
@@ -913,6 +1011,140 @@ def test_gpu_run_double_buffered_output_is_checked(numpy_kernels, monkeypatch, t
     argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--double-buffer"]
     doc = fake_gpu_run(argv, tmp_path)
     assert doc["cases"] and not any(r["bit_identical"] for r in doc["cases"])
+
+
+def grid_codec(warps: int, smem: int) -> SimpleNamespace:
+    """A codec stand-in for `fetch.decode_grids`: its shared-memory plan and entry point."""
+    plan = fused.SmemPlan(buf_words=4, bytes_per_warp=smem // warps, warps_per_block=warps)
+    return SimpleNamespace(
+        plan=lambda max_smem, buffers=1: plan,
+        offsets=torch.zeros(2, dtype=torch.int32),
+        word_bytes=4,
+    )
+
+
+def test_decode_grids_off_cuda_one_sm_of_resident_blocks() -> None:
+    cpu = torch.device("cpu")
+    # 8 warps of 64 registers: the register file holds 4 blocks (65,536 / (8 x 2,048)).
+    codec = grid_codec(8, 8 * 1024)
+    assert fetch.decode_grids(codec, 10_000, cpu, None) == (4, 4)  # the cap is the full grid
+    assert fetch.decode_grids(codec, 10_000, cpu, 1) == (1, 4)
+    assert fetch.decode_grids(codec, 10_000, cpu, 8) == (4, 4)  # never more than it holds
+    assert fetch.decode_grids(codec, 20, cpu, 1) == (1, 3)  # 20 rows: 3 blocks of 8 warps
+    assert fetch.decode_grids(codec, 5, cpu, 1) == (1, 1)
+    # Shared memory limits it: 100 KiB a block, 2 blocks in 228 KiB.
+    assert fetch.decode_grids(grid_codec(8, 100 * 1024), 10_000, cpu, 1) == (1, 2)
+
+
+def test_decode_grids_on_cuda_size_as_the_fetch_launcher(monkeypatch) -> None:
+    """Through `runtime.grid_size`: the fetch's default on the current stream, and the whole
+    device (occupancy x SMs), on 132 SMs of 4 resident blocks."""
+    from contextlib import nullcontext
+
+    from ibp_graph.kernels import runtime
+
+    props = SimpleNamespace(multi_processor_count=132, shared_memory_per_block_optin=227 * 1024)
+    taken: list[tuple[str, str, int, int | None]] = []
+
+    def kernel(source, entry, device, *, max_smem=None):
+        taken.append((source, entry, device, max_smem))
+        return SimpleNamespace(num_regs=64)  # no driver handle: the occupancy calculator
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    monkeypatch.setattr(runtime, "kernel", kernel)
+    monkeypatch.setattr(runtime, "cupy_stream", lambda stream, device: nullcontext())
+    gpu = torch.device("cuda", 0)
+    codec = grid_codec(8, 8 * 1024)
+    assert fetch.decode_grids(codec, 10**6, gpu, 33) == (33, 4 * 132)
+    assert taken == [(fused.SOURCE, "ibp_fetch_decode_w4_o4", 0, None)]  # one buffer
+    # The library's default on the current stream is every block the SMs hold: no gap.
+    assert runtime.fetch_blocks_per_sm(None) is None
+    assert fetch.decode_grids(codec, 10**6, gpu, None) == (4 * 132, 4 * 132)
+    assert fetch.decode_grids(codec, 1000, gpu, 33) == (33, 125)  # 125 blocks cover the rows
+    # Wide blocks: the kernel allowed the device's shared memory, as the launcher does.
+    assert fetch.decode_grids(grid_codec(8, 100 * 1024), 10**6, gpu, 33) == (33, 2 * 132)
+    assert taken[-1][3] == 227 * 1024
+
+
+def capacity_run(argv: list[str], tmp_path: Path, monkeypatch, flip_at_full: bool = False):
+    """`fake_gpu_run` recording the fused launches' (rows address, grid cap); with
+    ``flip_at_full``, launches given a cap above one block get a byte wrong."""
+    caps: list[tuple[int, int | None]] = []
+
+    def launch(codec, idx, out, error, *, max_blocks=None, **kw):
+        caps.append((codec.rows_ptr, max_blocks))
+        numpy_fetch_decode(codec, idx, out, error, max_blocks=max_blocks, **kw)
+        if flip_at_full and max_blocks is not None and max_blocks > 1:
+            out.view(torch.uint8).view(-1)[0] ^= 1
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", launch)
+    return fake_gpu_run(argv, tmp_path), caps
+
+
+def test_gpu_run_times_decode_capacity_below_the_full_grid(numpy_kernels, monkeypatch, tmp_path):
+    """A quarter of the SMs (one block on the stand-in's one SM): decode capacity is timed on
+    the full grid, from the GPU copy of the rows, and judged by the decoder's goal."""
+    argv = [*SMALL, "--kinds", "dense-normal,sparse-5pct,random-bits", "--max-blocks", "0.25"]
+    doc, caps = capacity_run(argv, tmp_path, monkeypatch)
+    assert doc["complete"] and doc["settings"]["decode_capacity"] is True
+    assert len(doc["cases"]) == 2 * 3 * 2
+    full_caps = {cap for _, cap in caps if cap != 1}
+    for r in doc["cases"]:
+        assert r["bit_identical"] and r["errors"] == [0, 0]
+        dec = r["targets"]["decode_vs_pcie"]
+        if r["bypass"]:
+            assert r["decode_capacity_note"] == fetch.CAPACITY_RAW
+            assert r["decode_capacity_gbps"] is None and r["decode_only_blocks"] is None
+            continue
+        assert r["decode_only_blocks"] == 1 < r["decode_capacity_blocks"]
+        assert r["decode_capacity_gbps"] > 0 and "decode_capacity_note" not in r
+        assert r["decode_capacity_blocks"] in full_caps  # the launch's cap was that grid
+        assert dec["rate"] == "decode capacity" and dec["value"] == r["decode_capacity_gbps"]
+        # The fused fetch's bound stays on decode-only at the fetch grid.
+        assert r["ibp_bound_gbps"] == pytest.approx(
+            min(r["ratio"] * r["raw_gbps"], r["decode_only_gbps"])
+        )
+    # The full grid was given to launches from the GPU copy only, never to the pinned fetch.
+    pinned = {ptr for ptr, cap in caps if cap == 1}
+    at_full = {ptr for ptr, cap in caps if cap != 1}
+    assert at_full and at_full < pinned  # the GPU copies also ran decode-only at the cap
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "| decode only | decode capacity | ibp / bound |" in md
+    assert re.search(r"\| \d+\.\d \| \d+\.\d \(\d+\.\d\dx\) \| ", md)  # rate, ratio
+    assert "decode capacity not measured" not in md
+
+
+def test_gpu_run_skips_decode_capacity_at_the_full_grid(numpy_kernels, monkeypatch, tmp_path):
+    """The default grid cap (None) already is the full grid: nothing more is timed."""
+    doc, caps = capacity_run([*SMALL, "--kinds", "sparse-5pct"], tmp_path, monkeypatch)
+    assert {cap for _, cap in caps} == {None}
+    for r in doc["cases"]:
+        assert r["decode_capacity_note"] == fetch.CAPACITY_FULL
+        assert r["decode_capacity_gbps"] is None and r["decode_capacity_blocks"] is None
+        assert r["decode_only_blocks"] >= 1
+        assert r["targets"]["decode_vs_pcie"]["rate"] == "decode-only"
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "(decode only is the decoder's capacity): every case with a decoder" in md
+    # Turned off: no grid asked, no column.
+    doc, caps = capacity_run(
+        [*SMALL, "--kinds", "sparse-5pct", "--max-blocks", "0.25", "--no-decode-capacity"],
+        tmp_path,
+        monkeypatch,
+    )
+    assert {cap for _, cap in caps} == {1} and doc["settings"]["decode_capacity"] is False
+    for r in doc["cases"]:
+        assert r["decode_capacity_note"] == fetch.CAPACITY_OFF
+        assert r["decode_only_blocks"] is None and r["decode_capacity_gbps"] is None
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "| decode only | ibp / bound |" in md and "| decode capacity |" not in md
+    assert "Decode capacity:" not in md and "decode capacity not measured" not in md
+
+
+def test_gpu_run_checks_the_decode_capacity_output(numpy_kernels, monkeypatch, tmp_path) -> None:
+    argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--max-blocks", "0.25"]
+    doc, _ = capacity_run(argv, tmp_path, monkeypatch, flip_at_full=True)
+    assert doc["cases"] and all(r["decode_capacity_gbps"] > 0 for r in doc["cases"])
+    assert not any(r["bit_identical"] for r in doc["cases"])
 
 
 def nth_batch(num_rows: int, n: int, k: int, seed: int = 0) -> torch.Tensor:
@@ -1034,7 +1266,17 @@ def test_main_without_a_gpu(monkeypatch, capsys) -> None:
     assert all(p["rows_checked"] > 0 for p in plan)
     assert [p["bypass"] for p in plan] == [False, True, False, True]
     assert not any(p["sort_ids"] or p["double_buffer"] for p in plan)
-    assert "The measurements need a CUDA GPU" in capsys.readouterr().out
+    # The library's default grid (no --max-blocks) already is the full grid: none planned.
+    assert not any(p["decode_capacity"] for p in plan)
+    out = capsys.readouterr().out
+    assert "The measurements need a CUDA GPU" in out and "decode capacity" not in out
+    quarter = [*SMALL, "--dry-run", "--kinds", "dense-normal,random-bits", "--max-blocks", "0.25"]
+    plan = fetch.main(quarter)
+    assert [p["decode_capacity"] for p in plan] == [True, False, True, False]  # raw: no decoder
+    assert capsys.readouterr().out.count("decode capacity planned") == 2
+    plan = fetch.main([*quarter, "--no-decode-capacity"])
+    assert len(plan) == 4 and not any(p["decode_capacity"] for p in plan)
+    assert "decode capacity planned" not in capsys.readouterr().out
     plan = fetch.main([*SMALL, "--dry-run", "--kinds", "sparse-5pct", "--sort-ids"])
     assert [p["case"] for p in plan] == ["sparse-5pct-256B", "sparse-5pct-512B"]
     assert all(p["sort_ids"] and p["rows_checked"] > 0 for p in plan)
