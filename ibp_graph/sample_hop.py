@@ -151,10 +151,11 @@ def fused_hop(
         kernels, graph, local, frontier, None, rows, slots, slot_start, counts, begin=begin,
         end=end, fanout=fanout, replace=replace, key=key, hop=hop, hops=hops,
     )  # fmt: skip
-    (total,) = read_counts(out.pop()[-1:])
+    edges, fresh, cum = out
+    (total,) = read_counts(cum[-1:])
     num_fresh, num_edges = total >> 32, total & _USED_MASK
-    row, col, edge, fresh = out
-    return row[:num_edges], col[:num_edges], edge[:num_edges], fresh[:num_fresh]
+    row, col, edge = edges[:, :num_edges]
+    return row, col, edge, fresh[:num_fresh]
 
 
 def _launch_hop(
@@ -175,11 +176,12 @@ def _launch_hop(
     key: torch.Tensor,
     hop: int,
     hops: int,
-) -> list[torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch one hop into buffers sized for ``slots`` slots; nothing is read on the host.
 
-    Returns ``[row, col, edge, fresh, cum]``: the first three hold the hop's edges first, the
-    fourth its new nodes first, and ``cum[-1]`` their numbers (see `fused_hop`).
+    Returns ``(edges, fresh, cum)``: ``edges`` ``(3, slots)`` (rows: row, col, edge) holds the
+    hop's edges first, ``fresh`` its new nodes first, and ``cum[-1]`` their numbers (see
+    `fused_hop`).
     """
     if slots >= _MAX_SLOTS:
         raise ValueError(
@@ -188,8 +190,8 @@ def _launch_hop(
         )
     i64, device = torch.int64, frontier.device
     if slots == 0:
-        empty = torch.empty(0, dtype=i64, device=device)
-        return [empty, empty, empty, empty, torch.zeros(1, dtype=i64, device=device)]
+        empty = torch.empty((3, 0), dtype=i64, device=device)
+        return empty, empty[0], torch.zeros(1, dtype=i64, device=device)
     nbr, pos, cum = torch.empty((3, slots), dtype=i64, device=device)
     g = graph
     if fanout > 0:
@@ -204,12 +206,13 @@ def _launch_hop(
     kernels.flags(nbr, local, cum)
     cum.cumsum_(0)
     fresh = torch.empty(min(slots, g.num_nodes), dtype=i64, device=device)
-    row, col, edge = torch.empty((3, slots), dtype=i64, device=device)
+    edges = torch.empty((3, slots), dtype=i64, device=device)
+    row, col, edge = edges.unbind()
     kernels.emit(
         nbr, pos, g.edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
         rows=rows, k=max(fanout, 0), begin=begin, end=end, hop=hop, hops=hops,
     )  # fmt: skip
-    return [row, col, edge, fresh, cum]
+    return edges, fresh, cum
 
 
 #: A hop run with torch ops: ``(frontier, fanout, begin, end) -> (row, col, edge, fresh)``.
@@ -226,7 +229,7 @@ class _Batch:
         self.counts = torch.zeros(2 * hops + 1, dtype=torch.int64, device=seeds.device)
         self.counts[0] = seeds.numel()
         self.nodes: list[torch.Tensor] = [seeds]
-        self.edges: list[tuple[torch.Tensor, ...]] = []
+        self.edges: list[torch.Tensor] = []  # (3, E) per hop: row, col, edge
         self.num_nodes: list[int | None] = [seeds.numel()]
         self.num_edges: list[int | None] = []
 
@@ -240,10 +243,10 @@ class _Batch:
             self.nodes[t] = part[: sizes[t]]
         for t, part in enumerate(self.edges):
             n = self.num_edges[t] = sizes[self.hops + 1 + t]
-            self.edges[t] = tuple(x[:n] for x in part)
+            self.edges[t] = part[:, :n]
 
-    def add(self, row, col, edge, fresh, num_edges: int | None, num_fresh: int | None) -> None:
-        self.edges.append((row, col, edge))
+    def add(self, edges, fresh, num_edges: int | None, num_fresh: int | None) -> None:
+        self.edges.append(edges)
         self.nodes.append(fresh)
         self.num_edges.append(num_edges)
         self.num_nodes.append(num_fresh)
@@ -288,8 +291,7 @@ def fused_batch(
     batch = _Batch(seeds, hops)
     for hop, fanout in enumerate(fanouts, 1):
         if fanout == 0:
-            empty = seeds.new_empty(0)
-            batch.add(empty, empty, empty, empty, 0, 0)  # its counts stay 0
+            batch.add(seeds.new_empty((3, 0)), seeds[:0], 0, 0)  # its counts stay 0
             continue
         lazy = not per_hop and 1 <= fanout <= KERNEL_MAX_K
         rows = batch.nodes[-1].numel()  # a bound on the frontier while its size is unknown
@@ -304,8 +306,7 @@ def fused_batch(
         rows = frontier.numel()
         key = keys[hop - 1 : hop]
         if rows == 0:
-            empty = frontier.new_empty(0)
-            batch.add(empty, empty, empty, empty, 0, 0)
+            batch.add(seeds.new_empty((3, 0)), seeds[:0], 0, 0)
         elif lazy:
             rows_at = batch.counts[hop - 1 : hop] if batch.num_nodes[-1] is None else None
             out = _launch_hop(
@@ -313,18 +314,18 @@ def fused_batch(
                 batch.counts, begin=begin, end=-1 if end is None else end, fanout=fanout,
                 replace=replace, key=key, hop=hop, hops=hops,
             )  # fmt: skip
-            batch.add(*out[:4], None, None)
+            batch.add(*out[:2], None, None)
         elif fanout == -1 or fanout <= KERNEL_MAX_K:
             out = fused_hop(
                 kernels, graph, local, frontier, begin=begin, end=end, fanout=fanout,
                 replace=replace, key=key, counts=batch.counts, hop=hop, hops=hops,
             )  # fmt: skip
-            batch.add(*out, out[0].numel(), out[3].numel())
+            batch.add(torch.stack(out[:3]), out[3], out[0].numel(), out[3].numel())
         else:
             row, col, edge, fresh = torch_hop(frontier, fanout, begin, end)
             batch.counts[hop] = fresh.numel()
             batch.counts[hops + hop] = row.numel()
-            batch.add(row, col, edge, fresh, row.numel(), fresh.numel())
+            batch.add(torch.stack([row, col, edge]), fresh, row.numel(), fresh.numel())
     batch.read()
-    row, col, edge = (torch.cat(x) for x in zip(*batch.edges, strict=True))
+    row, col, edge = torch.cat(batch.edges, dim=1).unbind()
     return torch.cat(batch.nodes), row, col, edge, batch.num_nodes, batch.num_edges
