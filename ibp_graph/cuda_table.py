@@ -16,7 +16,7 @@ from .errors import IBPFormatError, IBPIndexError, IBPInputError, check_bool
 from .indexing import normalize_ids
 from .kernels.fetch_decode import DeviceCodec, check_idx, check_launch, fetch_decode
 from .kernels.raw_gather import raw_gather
-from .kernels.runtime import cupy, require_cuda
+from .kernels.runtime import check_chunk_rows, cupy, require_cuda
 from .pinned import PinnedBuffer
 from .table import IBPTable
 
@@ -138,14 +138,16 @@ def launch_fetch(
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
     double_buffer: bool = False,
+    chunk_rows: int | None = None,
 ) -> None:
     """Launch one fetch of rows ``idx`` into ``out``; does not synchronise.
 
     The fused fetch + decode kernel (double-buffered with ``double_buffer``), or the raw
-    gather when ``bypass`` (see `raw_bypass`). Row ``idx[r]`` goes to row ``out_pos[r]`` of
-    ``out`` (``r`` when ``out_pos`` is None).
+    gather when ``bypass`` (see `raw_bypass`), in chunks of ``chunk_rows`` rows when given.
+    Row ``idx[r]`` goes to row ``out_pos[r]`` of ``out`` (``r`` when ``out_pos`` is None).
     """
     where = {"out_pos": out_pos, "stream": stream, "max_blocks": max_blocks}
+    where["chunk_rows"] = chunk_rows
     if bypass:
         raw_gather(codec.rows_ptr, codec.num_rows, codec.row_bytes, idx, out, error, **where)
     else:
@@ -198,9 +200,17 @@ class _CudaTableBase:
     dtype: torch.dtype
     device: torch.device
 
-    def __init__(self, device: torch.device, max_blocks: int | None, sort_ids: bool = False):
+    def __init__(
+        self,
+        device: torch.device,
+        max_blocks: int | None,
+        sort_ids: bool = False,
+        chunk_rows: int | None = None,
+    ):
         self.device = device
         self.max_blocks = max_blocks
+        #: Launch each fetch as kernels of at most this many rows (None: one launch).
+        self.chunk_rows = check_chunk_rows(chunk_rows)
         self.sort_ids = check_bool("sort_ids", sort_ids)
         self._pinned: PinnedBuffer | None = None
         # Held while a launch reads the pinned memory, so that `close` cannot free it between
@@ -357,6 +367,11 @@ class CudaIBPTable(_CudaTableBase):
             that raise ``ValueError`` at the first fetch). Rows and errors are the same, bit
             for bit. Off until measured on a GPU (``benchmarks/fetch.py --double-buffer``)
             (default: False).
+        chunk_rows: launch each fetch as kernels of at most this many rows, one after another
+            on its stream, so that the fetch's blocks leave the SMs between them and kernels
+            beside it (training) can take whole SMs. Rows and errors are the same. Off until
+            measured on a GPU (``benchmarks/overlap.py --chunk-rows``) (default: None, one
+            launch per fetch).
     """
 
     def __init__(
@@ -371,13 +386,16 @@ class CudaIBPTable(_CudaTableBase):
         pages: str | None = None,
         sort_ids: bool | None = None,
         double_buffer: bool = False,
+        chunk_rows: int | None = None,
     ):
         self.double_buffer = check_bool("double_buffer", double_buffer)
+        check_chunk_rows(chunk_rows)
         dev = _device(device)
         cp = cupy()
         cpu = IBPTable(path, mmap=True, verify=verify)
         bypass = raw_bypass(cpu)
-        super().__init__(dev, max_blocks, default_sort_ids(sort_ids, cpu.ratio, bypass))
+        sort_ids = default_sort_ids(sort_ids, cpu.ratio, bypass)
+        super().__init__(dev, max_blocks, sort_ids, chunk_rows)
         self.path = cpu.path
         self.shape = cpu.shape
         self.dtype = cpu.dtype
@@ -449,6 +467,7 @@ class CudaIBPTable(_CudaTableBase):
             stream=stream,
             max_blocks=self.max_blocks,
             double_buffer=self.double_buffer,
+            chunk_rows=self.chunk_rows,
         )
 
     def __repr__(self) -> str:
@@ -475,6 +494,8 @@ class PinnedRawTable(_CudaTableBase):
         sort_ids: gather each fetch's rows in ascending id order and write them back to the
             caller's positions, as :class:`CudaIBPTable`'s ``sort_ids`` (default: None, on:
             a raw gather is bound by the link).
+        chunk_rows: launch each fetch as kernels of at most this many rows, as
+            :class:`CudaIBPTable`'s ``chunk_rows`` (default: None, one launch per fetch).
     """
 
     def __init__(
@@ -486,11 +507,13 @@ class PinnedRawTable(_CudaTableBase):
         progress: bool | None = None,
         pages: str | None = None,
         sort_ids: bool | None = None,
+        chunk_rows: int | None = None,
     ):
+        check_chunk_rows(chunk_rows)
         dev = _device(device)
         cp = cupy()
         array, name = as_table(data)
-        super().__init__(dev, max_blocks, default_sort_ids(sort_ids, 1.0, True))
+        super().__init__(dev, max_blocks, default_sort_ids(sort_ids, 1.0, True), chunk_rows)
         self.path = f"<raw {name} table>"
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = torch_dtype(name)
@@ -528,6 +551,7 @@ class PinnedRawTable(_CudaTableBase):
             out_pos=out_pos,
             stream=stream,
             max_blocks=self.max_blocks,
+            chunk_rows=self.chunk_rows,
         )
 
     def __repr__(self) -> str:

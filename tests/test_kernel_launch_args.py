@@ -606,6 +606,14 @@ def launch_raw_gather(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch)
                 }
             )
         )
+    # In chunks of 2 of 5 rows: three launches, each at its requests (the sorted-ids path).
+    idx, out_pos = empty((n,), torch.int64), empty((n,), torch.int64)
+    out, error = empty((n, 64), torch.uint8), empty((2,), torch.int32)
+    module.raw_gather(table_ptr, num_rows, 64, idx, out, error, out_pos=out_pos, chunk_rows=2)
+    for r0, r1 in ((0, 2), (2, 4), (4, 5)):
+        tensors = {"idx": idx[r0:r1], "out_pos": out_pos[r0:r1], "out": out, "error": error}
+        values = {"table": table_ptr, "n": r1 - r0, "num_rows": num_rows, "row_bytes": 64}
+        expected.append(distinct({**tensors, **values}))
     return expected
 
 
@@ -952,6 +960,52 @@ def test_raw_gather_vectors_fit_the_output_address(monkeypatch) -> None:
         module.raw_gather(0x1000, 10, 64, idx, out, error)
         assert buf.data_ptr() % 16 == 0
         assert launches[-1].entry == f"ibp_raw_gather_{entry}", offset
+
+
+@pytest.mark.parametrize("launcher", ["raw_gather", "fetch_decode"])
+def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, monkeypatch) -> None:
+    from ibp_graph.kernels import runtime
+
+    module = importlib.import_module(f"ibp_graph.kernels.{launcher}")
+    launches = record(module, monkeypatch)
+    made = []
+    real_positions = runtime.chunk_positions
+
+    def positions(*args):
+        got = real_positions(*args)
+        if got is not None:
+            made.append(got)
+        return got
+
+    monkeypatch.setattr(module, "chunk_positions", positions)
+    v, n = 16, 7
+    idx, error = empty((n,), torch.int64), torch.zeros(2, dtype=torch.int32)
+    out = empty((n, v), torch.float32)
+
+    def launch(**kw) -> None:
+        if launcher == "raw_gather":
+            module.raw_gather(0x1000, 10, 4 * v, idx, out, error, **kw)
+        else:
+            module.fetch_decode(small_codec(v), idx, out, error, **kw)
+
+    at = {"raw_gather": (1, 2, 3, 4, 5), "fetch_decode": (8, 9, 10, 11, 12)}[launcher]
+    launch(chunk_rows=3)  # no positions given: 0 .. n - 1 made for the chunks
+    assert [t.tolist() for t in made] == [list(range(n))]
+    assert len(launches) == 3
+    for launch_, (r0, r1) in zip(launches, ((0, 3), (3, 6), (6, 7)), strict=True):
+        i, pos, dst, err, count = (launch_.args[k] for k in at)
+        assert i.data_ptr == idx.data_ptr() + 8 * r0 and i.shape == (r1 - r0,)
+        assert pos.data_ptr == made[0].data_ptr() + 8 * r0 and pos.shape == (r1 - r0,)
+        assert dst.data_ptr == out.data_ptr() and err.data_ptr == error.data_ptr()
+        assert count == np.int64(r1 - r0)
+    launches.clear()
+    launch(chunk_rows=7)  # one chunk: one launch, no positions made
+    launch()
+    assert len(launches) == 2 and len(made) == 1
+    assert all(launch_.args[at[1]] == np.uint64(0) for launch_ in launches)
+    for bad, message in ((0, "at least 1"), (2.5, "None or an int"), (True, "None or an int")):
+        with pytest.raises(ValueError, match=f"chunk_rows must be {message}"):
+            launch(chunk_rows=bad)
 
 
 def test_fetch_decode_refuses_what_the_kernel_cannot_use(monkeypatch) -> None:

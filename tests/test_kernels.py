@@ -147,6 +147,45 @@ def test_double_buffer_must_be_a_bool(tmp_path) -> None:
         CudaIBPTable(tmp_path / "t.ibp", double_buffer=1)
 
 
+def test_launch_fetch_passes_chunk_rows_to_both_kernels(monkeypatch) -> None:
+    from ibp_graph import cuda_table
+
+    calls = []
+    monkeypatch.setattr(cuda_table, "fetch_decode", lambda *a, **kw: calls.append(("fused", kw)))
+    monkeypatch.setattr(cuda_table, "raw_gather", lambda *a, **kw: calls.append(("raw", kw)))
+    codec = types.SimpleNamespace(rows_ptr=16, num_rows=4, row_bytes=8)
+    for bypass, chunk_rows in [(False, 512), (True, 64), (False, None)]:
+        cuda_table.launch_fetch(codec, bypass, None, None, None, chunk_rows=chunk_rows)
+    assert [(kind, kw["chunk_rows"]) for kind, kw in calls] == [
+        ("fused", 512),
+        ("raw", 64),
+        ("fused", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [(0, "at least 1"), (-3, "at least 1"), (1.5, "None or an int"), (False, "None or an int")],
+)
+def test_chunk_rows_must_be_a_positive_int(tmp_path, bad, message) -> None:
+    # Refused before anything needs a GPU (this runs without one).
+    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+
+    with pytest.raises(ValueError, match=f"chunk_rows must be {message}"):
+        CudaIBPTable(tmp_path / "t.ibp", chunk_rows=bad)
+    with pytest.raises(ValueError, match=f"chunk_rows must be {message}"):
+        PinnedRawTable(np.zeros((2, 2), np.float32), chunk_rows=bad)
+
+
+def test_chunk_spans_cover_every_request_once() -> None:
+    from ibp_graph.kernels.runtime import chunk_spans
+
+    assert chunk_spans(10, None) == [(0, 10)]
+    assert chunk_spans(10, 10) == chunk_spans(10, 99) == [(0, 10)]
+    assert chunk_spans(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert chunk_spans(0, 4) == [(0, 0)]
+
+
 def test_vector_width() -> None:
     assert vector_bytes(512, 4096) == 16
     assert vector_bytes(24, 4096) == 8

@@ -10,6 +10,9 @@ import torch
 
 from .runtime import (
     as_cupy,
+    check_chunk_rows,
+    chunk_positions,
+    chunk_spans,
     cupy_stream,
     describe,
     fetch_blocks_per_sm,
@@ -305,6 +308,7 @@ def fetch_decode(
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
     double_buffer: bool = False,
+    chunk_rows: int | None = None,
 ) -> None:
     """Decode rows ``idx`` of a table into ``out`` on ``stream`` (the current one if None).
 
@@ -334,6 +338,9 @@ def fetch_decode(
             its next row with asynchronous copies (``cp.async``, sm_80 and newer) while it
             decodes the current one, and reads the ids and offsets of the rows after it
             ahead, in twice the staging shared memory. Same output and errors, bit for bit.
+        chunk_rows: launch the fetch as kernels of at most this many rows each, one after
+            another on ``stream`` (`runtime.chunk_spans`), so that its blocks leave the SMs
+            between them. Same output and errors (default: None, one launch).
 
     Raises:
         ValueError: a tensor has the wrong device, type, shape or alignment (named), or a row
@@ -351,8 +358,10 @@ def fetch_decode(
             f"out must start at a multiple of {codec.word_bytes} bytes, got {out.data_ptr():#x}"
         )
     n = idx.shape[0]
+    spans = chunk_spans(n, check_chunk_rows(chunk_rows))
     if n == 0:
         return
+    out_pos = chunk_positions(out_pos, n, spans, stream, device)
     props = torch.cuda.get_device_properties(device)
     max_smem = int(getattr(props, "shared_memory_per_block_optin", DEFAULT_SMEM))
     plan = codec.plan(max_smem, 2 if double_buffer else 1)
@@ -366,7 +375,7 @@ def fetch_decode(
             SOURCE, _entry(codec, double_buffer), device.index, max_smem=max_smem if wide else None
         )
         grid = grid_size(
-            -(-n // plan.warps_per_block),
+            -(-spans[0][1] // plan.warps_per_block),
             device,
             max_blocks,
             kernel_fn=fn,
@@ -374,26 +383,28 @@ def fetch_decode(
             smem=plan.bytes_per_block,
             per_sm=fetch_blocks_per_sm(stream),
         )
-        args = (
-            np.uint64(codec.rows_ptr),
-            offsets,
-            cluster_ids,
-            masks,
-            code_bits,
-            bitvals,
-            code_prefix,
-            free_prefix,
-            as_cupy(idx),
-            np.uint64(0) if out_pos is None else as_cupy(out_pos),
-            as_cupy(out.view(torch.uint8).reshape(-1)),
-            as_cupy(error),
-            np.int64(n),
-            np.int64(codec.num_rows),
-            np.int32(codec.num_words),
-            np.int32(codec.bitvals.shape[1]),
-            np.int32(codec.align),
-            np.int32(codec.row_bytes),
-            np.int32(plan.buf_words),
-        )
+        out_arg, error_arg = as_cupy(out.view(torch.uint8).reshape(-1)), as_cupy(error)
         note_launch(stream)
-        fn((grid,), (threads,), args, shared_mem=plan.bytes_per_block)
+        for r0, r1 in spans:
+            args = (
+                np.uint64(codec.rows_ptr),
+                offsets,
+                cluster_ids,
+                masks,
+                code_bits,
+                bitvals,
+                code_prefix,
+                free_prefix,
+                as_cupy(idx[r0:r1]),
+                np.uint64(0) if out_pos is None else as_cupy(out_pos[r0:r1]),
+                out_arg,
+                error_arg,
+                np.int64(r1 - r0),
+                np.int64(codec.num_rows),
+                np.int32(codec.num_words),
+                np.int32(codec.bitvals.shape[1]),
+                np.int32(codec.align),
+                np.int32(codec.row_bytes),
+                np.int32(plan.buf_words),
+            )
+            fn((grid,), (threads,), args, shared_mem=plan.bytes_per_block)

@@ -8,6 +8,9 @@ import torch
 from .fetch_decode import WARP, check_error, check_launch, check_out_pos
 from .runtime import (
     as_cupy,
+    check_chunk_rows,
+    chunk_positions,
+    chunk_spans,
     cupy_stream,
     fetch_blocks_per_sm,
     grid_size,
@@ -68,6 +71,7 @@ def raw_gather(
     stream: torch.cuda.Stream | None = None,
     max_blocks: int | None = None,
     line_aligned: bool = False,
+    chunk_rows: int | None = None,
 ) -> None:
     """Copy rows ``idx`` of a ``(num_rows, row_bytes)`` table at ``table_ptr`` into ``out``.
 
@@ -96,6 +100,9 @@ def raw_gather(
         line_aligned: load whole aligned 16-byte chunks (see `entry_point`), reading up to 15
             bytes past a row: the table must then be readable 16 bytes past its end (pinned
             buffers are) (default: False, the widest vectors).
+        chunk_rows: launch the gather as kernels of at most this many rows each, one after
+            another on ``stream`` (`runtime.chunk_spans`), so that its blocks leave the SMs
+            between them (default: None, one launch).
 
     Raises:
         ValueError: a tensor has the wrong device, type, shape or size (named), or
@@ -105,30 +112,33 @@ def raw_gather(
     check_launch(idx, out, row_bytes, device)
     check_out_pos(out_pos, idx, device)
     check_error(error, device)
-    n = idx.shape[0]
-    if n == 0:
+    spans = chunk_spans(idx.shape[0], check_chunk_rows(chunk_rows))
+    if idx.shape[0] == 0:
         return
     name = entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)
     threads = WARP * WARPS_PER_BLOCK
+    out_pos = chunk_positions(out_pos, idx.shape[0], spans, stream, device)
     with cupy_stream(stream, device):
         fn = kernel(SOURCE, name, device.index)
         grid = grid_size(
-            -(-n // WARPS_PER_BLOCK),
+            -(-spans[0][1] // WARPS_PER_BLOCK),
             device,
             max_blocks,
             kernel_fn=fn,
             threads=threads,
             per_sm=fetch_blocks_per_sm(stream),
         )
-        args = (
-            np.uint64(table_ptr),
-            as_cupy(idx),
-            np.uint64(0) if out_pos is None else as_cupy(out_pos),
-            as_cupy(out.view(torch.uint8).reshape(-1)),
-            as_cupy(error),
-            np.int64(n),
-            np.int64(num_rows),
-            np.int64(row_bytes),
-        )
+        out_arg, error_arg = as_cupy(out.view(torch.uint8).reshape(-1)), as_cupy(error)
         note_launch(stream)
-        fn((grid,), (threads,), args)
+        for r0, r1 in spans:
+            args = (
+                np.uint64(table_ptr),
+                as_cupy(idx[r0:r1]),
+                np.uint64(0) if out_pos is None else as_cupy(out_pos[r0:r1]),
+                out_arg,
+                error_arg,
+                np.int64(r1 - r0),
+                np.int64(num_rows),
+                np.int64(row_bytes),
+            )
+            fn((grid,), (threads,), args)

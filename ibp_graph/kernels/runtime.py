@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import IBPDeviceError
@@ -304,6 +305,45 @@ def grid_size(
     if grid > sms:  # one block per SM always fits; ask the occupancy only beyond that
         grid = min(grid, occupancy(kernel_fn, threads, smem, props) * sms)
     return max(1, grid)
+
+
+def check_chunk_rows(chunk_rows: object) -> int | None:
+    """``chunk_rows`` of a fetch: None, or a positive int (else a ``ValueError`` naming it)."""
+    if chunk_rows is None:
+        return None
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)):
+        raise ValueError(f"chunk_rows must be None or an int, got '{type(chunk_rows).__name__}'")
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be at least 1, got {int(chunk_rows)}")
+    return int(chunk_rows)
+
+
+def chunk_spans(n: int, chunk_rows: int | None) -> list[tuple[int, int]]:
+    """The request ranges ``[r0, r1)`` of a fetch of ``n`` rows launched in chunks.
+
+    One launch per ``chunk_rows`` requests (the last one shorter), or one for all of them when
+    ``chunk_rows`` is None. A fetch launched in chunks holds SMs only while a chunk runs: its
+    blocks leave between chunks, so that kernels queued beside it (training) can take whole
+    SMs.
+    """
+    if chunk_rows is None or n <= chunk_rows:
+        return [(0, n)]
+    return [(r0, min(r0 + chunk_rows, n)) for r0 in range(0, n, chunk_rows)]
+
+
+def chunk_positions(
+    out_pos: torch.Tensor | None, n: int, spans: list, stream: Any, device: torch.device
+) -> torch.Tensor | None:
+    """The output positions a chunked fetch passes to its launches.
+
+    ``out_pos``, or ``0 .. n - 1`` (allocated for ``stream``) when it is None and there are
+    several chunks: each chunk then writes at its requests' positions, and an error names the
+    caller's position.
+    """
+    if out_pos is not None or len(spans) == 1:
+        return out_pos
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        return torch.arange(n, dtype=torch.int64, device=device)
 
 
 def describe(x: object) -> str:
