@@ -136,7 +136,7 @@ minutes() {
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
-    overlap) echo 4 ;;
+    overlap) echo 7 ;;
     pages | sampling | e2e | fused | ddp) echo 2 ;;
     lanes | grid) echo 3 ;;
     esac
@@ -543,7 +543,7 @@ for stage in "${STAGES[@]}"; do
             --out "$OUT" || rc=$?
         ;;
     overlap)
-        run 300 overlap.log python3 benchmarks/overlap.py --device cuda \
+        run 450 overlap.log python3 benchmarks/overlap.py --device cuda \
             --workdir "$WORK/overlap" --out "$OUT" || rc=$?
         ;;
     fused)

@@ -19,9 +19,16 @@ pinned host memory, on a side stream (torch's default priority, the lowest): ``r
 decode), for two synthetic float32 tables of ``--nodes`` rows: ``dense`` (128 normal values,
 512-byte rows) and ``sparse`` (500 values, 1.3% of them 1.0, the rest 0.0, like a
 bag-of-words). Each fetch case runs with the default grid of a side-stream fetch
-(`SIDE_STREAM_BLOCKS_PER_SM`: a block on a quarter of the SMs) and with every
-``--max-blocks`` cap (blocks per SM), and with the training
-stream at default and at high priority.
+(`SIDE_STREAM_BLOCKS_PER_SM`: a block on a quarter of the SMs), with every ``--max-blocks``
+cap (blocks per SM; the default 0.001 is one block in all on a GPU of under 1,500 SMs, as
+`benchmarks._env.grid_cap` keeps at least one: "one block in all (1)"), and at the default
+grid launched in chunks of each ``--chunk-rows`` rows (the tables' ``chunk_rows``: a fetch
+runs as several kernels, so its blocks leave the SMs between chunks; "-" in the "chunk rows"
+column where unchunked; a table without the attribute runs no chunked cases, with a note),
+each with the training stream at default and at high priority. By default that is
+(1 default grid + 4 caps + 2 chunk sizes) x 2 training streams = 14 cases per table and
+fetch, 56 in all (32 before the one-block and chunked cases); on the CPU only the default grid
+runs (4 cases): grid caps and chunks are GPU launches.
 
 A round records an origin event on the training stream; the side stream waits for it and then
 queues its fetches (enough to outlast the steps) while the training stream queues ``--steps``
@@ -30,18 +37,38 @@ origin. Per case, over ``--rounds`` rounds: the median time of the steps that ra
 while fetches were running, against the median step time of rounds without fetches (the
 slowdown; target at most 1.10, judged by `benchmarks._targets`: met, the gap in percent of the
 goal, or not measured where no step ran entirely beside fetches), and the median fetch time
-alone against beside the steps (fetched GB/s, decoded). On the CPU there are no streams: steps
-and fetches run one after the other, so the slowdown says nothing and is reported as not
-applying.
+alone against beside the steps (fetched GB/s, decoded). A round of fetches alone queues
+``--fetches-alone`` fetches, or fewer where a fetch is slow (enough for about
+`FETCH_ALONE_ROUND_MS`, at least 2: a fetch in one block is expected to be slow), after one
+fetch that warms the case up and sets that count. On the CPU there are no streams: steps and
+fetches run one after the other, so the slowdown says nothing and is reported as not applying.
+
+Kernels (``--profile-case TABLE/FETCH[/CAP]``, default ``dense/ibp``: the dense table, the
+IBP fetch, the default grid, unchunked, default training stream; CAP is ``default`` or one of
+the ``--max-blocks`` values; ``none``: off): after that case's measured rounds, torch.profiler
+(CUDA activities) records one more round of steps alone and one beside fetches (the same
+round functions; the profiler is never on during a measured round). The training stream is
+the stream that ran the most kernel time in the round alone; its kernels and copies are
+grouped by name (calls and ms per step, alone and beside, the ms added beside the fetches,
+the grids in blocks, the blocks' threads), the 8 that gained the most are listed, the rest
+summed; every other stream's kernels in the round beside are the fetch's (count and total
+ms). JSON: ``profile``; a table under the main one. On the CPU it is skipped, with a note.
+
+JSON, besides the settings and environment: ``cases`` (per case its labels, ``grid_blocks``
+(None: the default grid), ``chunk_rows`` (None: unchunked), the summary and
+``fetches_alone_per_round``), ``profile``, ``notes`` (cases not run, and why), ``timelines``
+and ``elapsed_s`` (the run's wall time: benchmarks/gpu_session.sh gives it 450 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +101,10 @@ from ibp_graph.train.models import graphsage  # noqa: E402
 #: A step is slowed by a fetch beside it by at most this factor (the target).
 TARGET_SLOWDOWN = 1.10
 EDGES_PER_NODE = 25
+#: A round of fetches alone lasts about this long (ms) at most, or ``--fetches-alone`` fetches.
+FETCH_ALONE_ROUND_MS = 300.0
+#: Training-stream kernels listed by the profile: those that gained the most beside fetches.
+PROFILE_TOP = 8
 FANOUTS = [15, 10, 5]
 CLASSES = 47
 
@@ -273,12 +304,20 @@ def run_round(
     }
 
 
+def fetches_alone(fetch_ms: float, most: int) -> int:
+    """Fetches in a round alone: ``most``, or fewer (at least 2) where that many fetches of
+    ``fetch_ms`` would take longer than `FETCH_ALONE_ROUND_MS`."""
+    return min(most, max(2, int(FETCH_ALONE_ROUND_MS // max(fetch_ms, 1e-6))))
+
+
 def measure_case(clock, w, table, args, main, side) -> tuple[dict, dict]:
     """Rounds alone and together; the summary and one timeline for the chart."""
     alone = [run_round(clock, w, table, args.steps, 0, main, side)["steps"] for _ in range(2)]
-    fetch_alone = [
-        run_round(clock, w, table, 0, args.fetches_alone, main, side)["fetches"] for _ in range(2)
-    ]
+    # One fetch first: it warms the case up (its grid, its chunks), and sets how many fetches
+    # a round alone can queue (a fetch in a single block is expected to be slow).
+    (probe,) = run_round(clock, w, table, 0, 1, main, side)["fetches"]
+    n_alone = fetches_alone(probe[1] - probe[0], args.fetches_alone)
+    fetch_alone = [run_round(clock, w, table, 0, n_alone, main, side)["fetches"] for _ in range(2)]
     step_ms = statistics.median(e - s for r in alone for s, e in r)
     fetch_ms = statistics.median(e - s for r in fetch_alone for s, e in r)
     # Enough fetches to outlast the steps (they start together), at most --max-fetches.
@@ -289,7 +328,270 @@ def measure_case(clock, w, table, args, main, side) -> tuple[dict, dict]:
     ]
     summary = case_summary(alone, beside, fetch_alone)
     summary["fetches_per_round"] = max(count, 1)
+    summary["fetches_alone_per_round"] = n_alone
     return summary, beside[len(beside) // 2]
+
+
+# --------------------------------------------------------------------------------------------
+# Cases: grid caps and chunks
+# --------------------------------------------------------------------------------------------
+
+
+def grid_label(cap: int | None, sms: int) -> str:
+    """A case's grid in the tables: the default, one block in all, or blocks per SM."""
+    if cap is None:
+        return f"default ({SIDE_STREAM_BLOCKS_PER_SM:g}/SM)"
+    if cap == 1:
+        return "one block in all (1)"
+    return f"{cap / sms:g}/SM ({cap})"
+
+
+def plan_cases(caps: list[int | None], chunks: list[int]) -> list[tuple[int | None, int | None]]:
+    """A table's (grid cap, chunk rows) cases: every distinct cap unchunked (None: the default
+    grid), then the default grid in chunks of each of ``chunks`` rows."""
+    out: list[tuple[int | None, int | None]] = []
+    for cap in caps:
+        if (cap, None) not in out:
+            out.append((cap, None))
+    for rows in chunks:
+        if (None, rows) not in out:
+            out.append((None, rows))
+    return out
+
+
+@contextlib.contextmanager
+def configured(table: Any, max_blocks: int | None, chunk_rows: int | None) -> Iterator[dict]:
+    """``table`` with its ``max_blocks`` and ``chunk_rows`` set, those it has (a table
+    without one is left without it); their values before are set back on leaving. Yields the
+    attributes set."""
+    saved, given = {}, {}
+    for attr, value in (("max_blocks", max_blocks), ("chunk_rows", chunk_rows)):
+        if hasattr(table, attr):
+            saved[attr] = getattr(table, attr)
+            setattr(table, attr, value)
+            given[attr] = value
+    try:
+        yield given
+    finally:
+        for attr, value in saved.items():
+            setattr(table, attr, value)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels of one case: torch.profiler over a round alone and a round beside fetches
+# --------------------------------------------------------------------------------------------
+
+#: Chrome-trace categories of GPU work (kineto's names, older spellings too).
+GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+
+
+def gpu_activities(trace: dict) -> list[dict]:
+    """The GPU kernels, copies and sets of a torch.profiler chrome trace: name, stream, ms,
+    grid and block."""
+    out = []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in GPU_CATEGORIES:
+            continue
+        info = e.get("args") or {}
+        out.append(
+            {
+                "name": str(e.get("name", "?")),
+                "stream": info.get("stream", e.get("tid")),
+                "ms": float(e.get("dur", 0.0)) / 1e3,
+                "grid": info.get("grid"),
+                "block": info.get("block"),
+            }
+        )
+    return out
+
+
+def _count(dims: Any) -> int | None:
+    """Blocks in a grid (or threads in a block) from its ``[x, y, z]``."""
+    if not isinstance(dims, (list, tuple)) or not dims:
+        return None
+    return int(np.prod([int(d) for d in dims]))
+
+
+def _group(events: list[dict]) -> dict[str, dict]:
+    groups: dict[str, dict] = {}
+    for e in events:
+        g = groups.setdefault(e["name"], {"calls": 0, "ms": 0.0, "grids": set(), "threads": None})
+        g["calls"] += 1
+        g["ms"] += e["ms"]
+        if _count(e["grid"]) is not None:
+            g["grids"].add(_count(e["grid"]))
+        g["threads"] = g["threads"] or _count(e["block"])
+    return groups
+
+
+def kernel_summary(
+    alone: list[dict], beside: list[dict], steps: int, fetches: int, top: int = PROFILE_TOP
+) -> dict:
+    """The training stream's kernels alone and beside fetches, per step, and the fetch's.
+
+    Args:
+        alone: `gpu_activities` of a round of ``steps`` steps without fetches.
+        beside: those of a round of ``steps`` steps beside ``fetches`` fetches.
+
+    The training stream is the one with the most GPU time in ``alone`` (the only one busy
+    there); in ``beside`` every other stream's work is the fetches'. Kernels are grouped by
+    name: ``top`` by added ms per step, then the rest summed in ``others``.
+    """
+    per_stream: dict[Any, float] = {}
+    for e in alone:
+        per_stream[e["stream"]] = per_stream.get(e["stream"], 0.0) + e["ms"]
+    if not per_stream:
+        raise ValueError("the profiled round alone recorded no GPU kernels")
+    train = max(per_stream, key=lambda k: per_stream[k])
+    a = _group([e for e in alone if e["stream"] == train])
+    b = _group([e for e in beside if e["stream"] == train])
+    fetch_events = [e for e in beside if e["stream"] != train]
+    rows = []
+    for name in sorted(a.keys() | b.keys()):
+        ga = a.get(name, {"calls": 0, "ms": 0.0, "grids": set(), "threads": None})
+        gb = b.get(name, {"calls": 0, "ms": 0.0, "grids": set(), "threads": None})
+        rows.append(
+            {
+                "name": name,
+                "calls_per_step_alone": ga["calls"] / steps,
+                "calls_per_step_beside": gb["calls"] / steps,
+                "ms_per_step_alone": ga["ms"] / steps,
+                "ms_per_step_beside": gb["ms"] / steps,
+                "added_ms_per_step": (gb["ms"] - ga["ms"]) / steps,
+                "grid_blocks": sorted(ga["grids"] | gb["grids"]),
+                "block_threads": ga["threads"] or gb["threads"],
+            }
+        )
+    rows.sort(key=lambda r: -r["added_ms_per_step"])
+    rest = rows[top:]
+    keys = ("calls_per_step_alone", "calls_per_step_beside", "ms_per_step_alone")
+    keys += ("ms_per_step_beside", "added_ms_per_step")
+    return {
+        "train_stream": train,
+        "fetch_streams": sorted({e["stream"] for e in fetch_events}, key=str),
+        "steps": steps,
+        "fetches": fetches,
+        "train_ms_per_step": {
+            "alone": sum(g["ms"] for g in a.values()) / steps,
+            "beside": sum(g["ms"] for g in b.values()) / steps,
+        },
+        "kernel_names": len(rows),
+        "kernels": rows[:top],
+        "others": {"names": len(rest)} | {k: sum(r[k] for r in rest) for k in keys},
+        "fetch_kernels": {
+            "launches": len(fetch_events),
+            "ms": sum(e["ms"] for e in fetch_events),
+            "ms_per_fetch": sum(e["ms"] for e in fetch_events) / max(fetches, 1),
+            "names": sorted({e["name"] for e in fetch_events}),
+        },
+    }
+
+
+def parse_profile_case(text: str) -> str | None:
+    """``--profile-case``: ``TABLE/FETCH[/CAP]`` (CAP: ``default`` or blocks per SM), or
+    ``none``; returned in that form (argparse type)."""
+    if text.strip().lower() == "none":
+        return None
+    parts = text.strip().split("/")
+    ok = len(parts) in (2, 3) and parts[0] in ("dense", "sparse") and parts[1] in ("raw", "ibp")
+    if ok and len(parts) == 3 and parts[2] != "default":
+        try:
+            blocks_per_sm(parts[2])
+        except argparse.ArgumentTypeError:
+            ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            "must be TABLE/FETCH[/CAP] (TABLE dense or sparse, FETCH raw or ibp, CAP default "
+            f"or blocks per SM, e.g. dense/ibp or dense/ibp/0.001) or none, got {text!r}"
+        )
+    return "/".join(parts)
+
+
+def profile_target(text: str | None, device: torch.device) -> tuple | None:
+    """The case ``--profile-case`` names: ``(table, fetch, grid cap)``, or None."""
+    if text is None:
+        return None
+    table, name, *cap = text.split("/")
+    per_sm = None if not cap or cap[0] == "default" else blocks_per_sm(cap[0])
+    return table, name, grid_cap(per_sm, device)
+
+
+def profile_round(clock, w, table, steps, fetches, main, side, trace: Path) -> tuple:
+    """One round (`run_round`) under torch.profiler (CUDA activities): its GPU activities and
+    its timeline. (Off CUDA it records CPU activities, which only tests read.)"""
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if clock.cuda else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        timeline = run_round(clock, w, table, steps, fetches, main, side)
+    prof.export_chrome_trace(str(trace))
+    try:
+        events = gpu_activities(json.loads(trace.read_text()))
+    finally:
+        trace.unlink(missing_ok=True)
+    return events, timeline
+
+
+def profile_case(clock, w, table, args, main, side, fetches: int, workdir: Path) -> dict:
+    """The kernels of a case (`kernel_summary`), from one round alone and one beside
+    ``fetches`` fetches, and the step times of those two rounds (CUDA events)."""
+    alone, tl_alone = profile_round(
+        clock, w, table, args.steps, 0, main, side, workdir / "overlap-profile-alone.json"
+    )
+    beside, tl_beside = profile_round(
+        clock, w, table, args.steps, fetches, main, side, workdir / "overlap-profile-beside.json"
+    )
+    out = kernel_summary(alone, beside, args.steps, fetches)
+    out["step_ms"] = {
+        "alone": statistics.mean(e - s for s, e in tl_alone["steps"]),
+        "beside": statistics.mean(e - s for s, e in tl_beside["steps"]),
+    }
+    out["steps_covered"] = sum(covered((s, e), tl_beside["fetches"]) for s, e in tl_beside["steps"])
+    return out
+
+
+def _short(name: str, width: int = 72) -> str:
+    name = name.removeprefix("void ").replace("|", "\\|")
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def profile_markdown(prof: dict | None) -> list[str]:
+    """The lines of the kernel profile under the main table (none without a profile)."""
+    if not prof:
+        return []
+    title = f"Kernels of the training stream ({prof['case']})"
+    if prof.get("skipped"):
+        return ["", f"{title}: skipped ({prof['skipped']})."]
+    lines = [
+        "",
+        f"{title}: torch.profiler (CUDA activities) over one round of {prof['steps']} steps "
+        f"alone and one beside {prof['fetches']} fetches, run after the case's measured rounds "
+        f"(its label: {prof['label']}). Per step, the training stream's kernels grouped by "
+        f"name, the {len(prof['kernels'])} of {prof['kernel_names']} that gained the most time "
+        "beside the fetches; blocks: the grids seen, in blocks; threads: a block's.",
+        "",
+        "| kernel | blocks | threads | calls/step | alone (ms/step) | beside (ms/step) "
+        "| added (ms/step) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k in prof["kernels"] + [prof["others"] | {"name": f"({prof['others']['names']} others)"}]:
+        grids = ", ".join(str(g) for g in k.get("grid_blocks", [])[:4]) or "-"
+        lines.append(
+            f"| {_short(k['name'])} | {grids} | {k.get('block_threads') or '-'} "
+            f"| {k['calls_per_step_alone']:g} | {k['ms_per_step_alone']:.3f} "
+            f"| {k['ms_per_step_beside']:.3f} | {k['added_ms_per_step']:+.3f} |"
+        )
+    t, f, st = prof["train_ms_per_step"], prof["fetch_kernels"], prof["step_ms"]
+    lines += [
+        "",
+        f"All of the training stream's kernels: {t['alone']:.3f} ms per step alone, "
+        f"{t['beside']:.3f} beside ({t['beside'] - t['alone']:+.3f}); the profiled steps took "
+        f"{st['alone']:.3f} and {st['beside']:.3f} ms ({prof['steps_covered']} of "
+        f"{prof['steps']} entirely beside fetches). The fetches' kernels: {f['launches']} "
+        f"launches on other streams, {f['ms']:.3f} ms in all ({f['ms_per_fetch']:.3f} per "
+        "fetch).",
+    ]
+    return lines
 
 
 def slowdown_verdict(slowdown: float | None, applies: bool) -> str:
@@ -308,21 +610,26 @@ def markdown(env: dict, payload: dict) -> str:
         f"per case. Target: a step beside a fetch at most {TARGET_SLOWDOWN:.2f}x its time alone"
         + ("." if payload["applies"] else " (does not apply on the CPU: nothing overlaps)."),
         "",
-        "| table | fetch | grid cap | training stream | step alone (ms) | step beside (ms) "
-        "| slowdown | verdict | fetch alone (ms) | fetch beside (ms) | decoded GB/s alone |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| table | fetch | grid cap | chunk rows | training stream | step alone (ms) "
+        "| step beside (ms) | slowdown | verdict | fetch alone (ms) | fetch beside (ms) "
+        "| decoded GB/s alone |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["cases"]:
         slow = r["slowdown"]
         judged = slowdown_verdict(slow, payload["applies"])
         beside = "-" if r["step_beside_ms"] is None else f"{r['step_beside_ms']:.3f}"
         fb = "-" if r["fetch_beside_ms"] is None else f"{r['fetch_beside_ms']:.3f}"
+        chunk = "-" if r.get("chunk_rows") is None else f"{r['chunk_rows']:,}"
         lines.append(
-            f"| {r['table']} | {r['fetch']} | {r['grid_cap']} | {r['train_stream']} "
+            f"| {r['table']} | {r['fetch']} | {r['grid_cap']} | {chunk} | {r['train_stream']} "
             f"| {r['step_alone_ms']:.3f} | {beside} | "
             f"{'-' if slow is None else f'{slow:.3f}'} | {judged} | {r['fetch_alone_ms']:.3f} "
             f"| {fb} | {r['decoded_gbps_alone']:.1f} |"
         )
+    lines += profile_markdown(payload.get("profile"))
+    if payload.get("notes"):
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in payload["notes"]]
     if payload.get("plot"):
         lines += ["", f"![timelines]({payload['plot']})"]
     return "\n".join(lines) + "\n"
@@ -344,8 +651,9 @@ def plot(payload: dict, timelines: list[dict], path: Path) -> str | None:
         for lane, (key, color) in enumerate((("steps", "tab:blue"), ("fetches", "tab:orange"))):
             ax.broken_barh([(s, e - s) for s, e in tl[key]], (lane, 0.8), color=color)
         ax.set_yticks([0.4, 1.4], ["train", "fetch"])
+        chunks = "" if case.get("chunk_rows") is None else f", chunks of {case['chunk_rows']} rows"
         ax.set_title(
-            f"{case['table']} {case['fetch']}, cap {case['grid_cap']}, "
+            f"{case['table']} {case['fetch']}, cap {case['grid_cap']}{chunks}, "
             f"{case['train_stream']} training stream",
             fontsize=8,
         )
@@ -354,6 +662,17 @@ def plot(payload: dict, timelines: list[dict], path: Path) -> str | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path.name
+
+
+def positive_int(text: str) -> int:
+    """``--chunk-rows``: a positive whole number (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -371,9 +690,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-blocks",
         type=blocks_per_sm,
         nargs="*",
-        default=[0.1, 1, 4],
+        default=[0.001, 0.1, 1, 4],
         help="grid caps besides the default, in blocks per SM (0.25: a block on a quarter of "
-        "the SMs)",
+        "the SMs; 0.001: one block in all, the least a grid keeps)",
+    )
+    p.add_argument(
+        "--chunk-rows",
+        type=positive_int,
+        nargs="*",
+        default=[4096, 32768],
+        help="chunked cases: the default grid, each fetch launched in kernels of at most this "
+        "many rows (the tables' chunk_rows); none given: no chunked cases",
+    )
+    p.add_argument(
+        "--profile-case",
+        type=parse_profile_case,
+        default="dense/ibp",
+        help="the case whose kernels torch.profiler records after its measured rounds: "
+        "TABLE/FETCH[/CAP] (CAP: default or blocks per SM; default training stream, "
+        "unchunked), or none",
     )
     p.add_argument("--tables", nargs="+", choices=["dense", "sparse"], default=["dense", "sparse"])
     p.add_argument("--seed", type=int, default=0)
@@ -385,8 +720,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def run_profile(clock, w, table, args, main, side, summary: dict, case: dict) -> dict:
+    """`profile_case` of a measured case, labelled; a failure is noted, not raised (the
+    measured cases stand without it)."""
+    label = f"{case['table']} {case['fetch']}, grid {case['grid_cap']}, "
+    label += f"{case['train_stream']} training stream"
+    out = {"case": args.profile_case, "label": label}
+    try:
+        fetches = summary["fetches_per_round"]
+        return out | profile_case(clock, w, table, args, main, side, fetches, args.workdir)
+    except Exception as exc:  # noqa: BLE001 - reported in the results, the run goes on
+        print(f"overlap: the kernel profile failed: {exc!r}", file=sys.stderr)
+        return out | {"skipped": f"the profiler failed: {exc!r}"}
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    started = time.perf_counter()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("overlap: --device cuda but torch.cuda.is_available() is False")
     device = torch.device(args.device)
@@ -395,8 +745,16 @@ def main(argv: list[str] | None = None) -> dict:
     edges = power_law_edges(args.nodes, args.nodes * EDGES_PER_NODE, args.seed)
     graph = CSRGraph.from_edge_index(edges, num_nodes=args.nodes).to(device)
     del edges
-    cases, timelines = [], []
+    cases, timelines, notes = [], [], []
     work = None
+    target = profile_target(args.profile_case, device)
+    profile: dict | None = None
+    if target is not None:
+        profile = {"case": args.profile_case, "skipped": "no such case in this run"}
+        if not clock.cuda:
+            profile["skipped"] = (
+                "not run on the CPU: torch.profiler's CUDA kernels need --device cuda"
+            )
     if clock.cuda:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         side = torch.cuda.Stream(device)
@@ -404,6 +762,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "high priority": torch.cuda.Stream(device, priority=-1)}  # fmt: skip
     else:
         sms, side, streams = 1, None, {"none (CPU)": None}
+        notes.append("on the CPU only the default grid runs: grid caps are GPU grids.")
     for kind in args.tables:
         made = make_tables(kind, args.nodes, device, args.workdir)
         if work is None or kind == "dense":
@@ -411,29 +770,40 @@ def main(argv: list[str] | None = None) -> dict:
         for name, table in made["tables"].items():
             caps = [None] + [grid_cap(c, device) for c in args.max_blocks]
             caps = caps if clock.cuda else [None]
-            for cap in caps:
-                if hasattr(table, "max_blocks"):
-                    table.max_blocks = cap
-                for label, main_stream in streams.items():
-                    summary, timeline = measure_case(clock, work, table, args, main_stream, side)
-                    rows = statistics.mean(int(i.numel()) for i in work.fetch_ids)
-                    decoded = rows * made["row_bytes"] / (summary["fetch_alone_ms"] * 1e-3)
-                    case = {
-                        "table": kind,
-                        "fetch": name,
-                        "ratio": made["ratio"] if name == "ibp" else 1.0,
-                        "grid_cap": (
-                            f"default ({SIDE_STREAM_BLOCKS_PER_SM:g}/SM)"
-                            if cap is None
-                            else f"{cap / sms:g}/SM ({cap})"
-                        ),
-                        "train_stream": label,
-                        "decoded_gbps_alone": decoded / 1e9,
-                        **summary,
-                    }
-                    print(case, file=sys.stderr, flush=True)
-                    cases.append(case)
-                    timelines.append(timeline)
+            chunks = args.chunk_rows if hasattr(table, "chunk_rows") else []
+            if args.chunk_rows and not chunks:
+                notes.append(
+                    f"{kind} {name}: no chunked cases, its table ({type(table).__name__}) has "
+                    "no chunk_rows."
+                )
+            for cap, chunk in plan_cases(caps, chunks):
+                with configured(table, cap, chunk):
+                    for label, main_stream in streams.items():
+                        summary, timeline = measure_case(
+                            clock, work, table, args, main_stream, side
+                        )
+                        rows = statistics.mean(int(i.numel()) for i in work.fetch_ids)
+                        decoded = rows * made["row_bytes"] / (summary["fetch_alone_ms"] * 1e-3)
+                        case = {
+                            "table": kind,
+                            "fetch": name,
+                            "ratio": made["ratio"] if name == "ibp" else 1.0,
+                            "grid_cap": grid_label(cap, sms),
+                            "grid_blocks": cap,
+                            "chunk_rows": chunk,
+                            "train_stream": label,
+                            "decoded_gbps_alone": decoded / 1e9,
+                            **summary,
+                        }
+                        print(case, file=sys.stderr, flush=True)
+                        cases.append(case)
+                        timelines.append(timeline)
+                        wanted = clock.cuda and profile is not None and "label" not in profile
+                        if wanted and (kind, name, cap) == target and chunk is None:
+                            if label == "default":
+                                profile = run_profile(
+                                    clock, work, table, args, main_stream, side, summary, case
+                                )
         for t in made["tables"].values():
             close = getattr(t, "close", None)
             if callable(close):
@@ -446,12 +816,15 @@ def main(argv: list[str] | None = None) -> dict:
         "target_slowdown": TARGET_SLOWDOWN,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
         "cases": cases,
+        "profile": profile,
+        "notes": notes,
         "timelines": timelines,
         "plot": None,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     name = result_name("overlap", device)
     payload["plot"] = plot(payload, timelines, args.out / f"{name}.png")
+    payload["elapsed_s"] = time.perf_counter() - started
     write_json(name, payload, args.out)
     (args.out / f"{name}.md").write_text(markdown(env, payload))
     print((args.out / f"{name}.md").read_text())

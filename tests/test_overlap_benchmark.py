@@ -93,6 +93,17 @@ def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
         assert all(s <= e for s, e in timeline["steps"] + timeline["fetches"])
     md = (tmp_path / "overlap-cpu.md").read_text()
     assert "does not apply on the CPU" in md and md.count("| none (CPU) |") == 4
+    # The chunk rows column: "-" for every case (the CPU tables have no chunk_rows).
+    assert "| grid cap | chunk rows | training stream |" in md
+    assert md.count("| default (0.25/SM) | - | none (CPU) |") == 4
+    assert all(c["chunk_rows"] is None and c["grid_blocks"] is None for c in cases)
+    assert sum("has no chunk_rows" in n for n in payload["notes"]) == 4
+    assert "- dense raw: no chunked cases, its table (Tensor) has no chunk_rows." in md
+    # The kernel profile (dense/ibp by default) is skipped on the CPU, with its note.
+    skipped = "not run on the CPU: torch.profiler's CUDA kernels need --device cuda"
+    assert payload["profile"] == {"case": "dense/ibp", "skipped": skipped}
+    assert f"Kernels of the training stream (dense/ibp): skipped ({skipped})." in md
+    assert payload["elapsed_s"] > 0
     # On the CPU the target does not apply: no verdict. Where it applies, each case's
     # slowdown against at most 1.1: met, its gap in percent of 1.1, or not measured.
     assert "| met |" not in md and "gap" not in md
@@ -101,7 +112,243 @@ def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
     for case, slow in zip(redo["cases"], (1.05, 1.1, 1.32, None), strict=True):
         case["slowdown"] = slow
     rows = overlap.markdown(redo, redo).splitlines()
-    verdicts = [line.split(" | ")[7] for line in rows if line.startswith(("| dense", "| sparse"))]
+    verdicts = [line.split(" | ")[8] for line in rows if line.startswith(("| dense", "| sparse"))]
     assert verdicts == ["met", "met", "gap 20.0%", "not measured"]
     with pytest.raises(SystemExit):
         overlap.parse_args(["--device", "cpu", "--steps", "0"])
+
+
+def test_the_options_of_the_one_block_chunked_and_profiled_cases(monkeypatch, capsys) -> None:
+    import torch
+
+    args = overlap.parse_args(["--device", "cpu"])
+    assert args.max_blocks == [0.001, 0.1, 1, 4]  # the one-block cap, then the earlier ones
+    assert args.chunk_rows == [4096, 32768] and args.profile_case == "dense/ibp"
+    args = overlap.parse_args(["--chunk-rows", "--profile-case", "none", "--max-blocks", "2"])
+    assert args.chunk_rows == [] and args.profile_case is None and args.max_blocks == [2.0]
+    args = overlap.parse_args(["--chunk-rows", "100", "--profile-case", "sparse/raw/0.001"])
+    assert args.chunk_rows == [100] and args.profile_case == "sparse/raw/0.001"
+    for bad in (["--chunk-rows", "0"], ["--chunk-rows", "x"], ["--chunk-rows", "1.5"]):
+        with pytest.raises(SystemExit):
+            overlap.parse_args(bad)
+        assert "must be a positive whole number" in capsys.readouterr().err
+    for bad in ("dense", "dense/foo", "tall/ibp", "dense/ibp/0", "dense/ibp/x", "a/b/c/d"):
+        with pytest.raises(SystemExit):
+            overlap.parse_args(["--profile-case", bad])
+        assert "must be TABLE/FETCH[/CAP]" in capsys.readouterr().err
+    # On an H100 (132 SMs) the default caps are 1, 13, 132 and 528 blocks.
+    props = type("Props", (), {"multi_processor_count": 132})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    gpu = torch.device("cuda", 0)
+    caps = [overlap.grid_cap(c, gpu) for c in overlap.parse_args([]).max_blocks]
+    assert caps == [1, 13, 132, 528]
+    labels = [overlap.grid_label(c, 132) for c in [None, *caps]]
+    assert labels == [
+        "default (0.25/SM)", "one block in all (1)", "0.0984848/SM (13)", "1/SM (132)",
+        "4/SM (528)",
+    ]  # fmt: skip
+    assert overlap.profile_target("dense/ibp", gpu) == ("dense", "ibp", None)
+    assert overlap.profile_target("dense/ibp/default", gpu) == ("dense", "ibp", None)
+    assert overlap.profile_target("sparse/raw/0.001", gpu) == ("sparse", "raw", 1)
+    assert overlap.profile_target(None, gpu) is None
+
+
+def test_the_cases_of_a_table_and_how_many_fetches_a_round_alone_queues() -> None:
+    plan = overlap.plan_cases([None, 1, 13, 132, 528], [4096, 32768])
+    assert plan == [
+        (None, None), (1, None), (13, None), (132, None), (528, None), (None, 4096),
+        (None, 32768),
+    ]  # fmt: skip
+    # Caps that round to the same grid (a small GPU) run once; no chunks: no chunked cases.
+    assert overlap.plan_cases([None, 1, 1, 4], []) == [(None, None), (1, None), (4, None)]
+    assert overlap.plan_cases([None], [64, 64]) == [(None, None), (None, 64)]
+    assert overlap.fetches_alone(3.5, 10) == 10  # fast fetches: --fetches-alone of them
+    assert overlap.fetches_alone(100.0, 10) == 3  # 300 ms of them
+    assert overlap.fetches_alone(250.0, 10) == 2 and overlap.fetches_alone(0.0, 10) == 10
+    assert overlap.fetches_alone(250.0, 1) == 1  # never more than asked for
+
+
+def test_a_table_is_configured_for_a_case_and_set_back_after_it() -> None:
+    import torch
+
+    class Table:
+        max_blocks = None
+        chunk_rows = None
+
+    class Old:  # a table from before chunk_rows
+        max_blocks = 7
+
+    t = Table()
+    with overlap.configured(t, 13, 4096) as given:
+        assert (t.max_blocks, t.chunk_rows) == (13, 4096)
+        assert given == {"max_blocks": 13, "chunk_rows": 4096}
+    assert t.max_blocks is None and t.chunk_rows is None
+    t.chunk_rows = 99
+    with pytest.raises(RuntimeError), overlap.configured(t, None, 64):
+        assert t.chunk_rows == 64
+        raise RuntimeError("a failed case")
+    assert t.chunk_rows == 99 and t.max_blocks is None  # set back after a failure too
+    old = Old()
+    with overlap.configured(old, 1, 4096) as given:
+        assert old.max_blocks == 1 and not hasattr(old, "chunk_rows")
+        assert given == {"max_blocks": 1}
+    assert old.max_blocks == 7 and not hasattr(old, "chunk_rows")
+    plain = torch.zeros(3)  # a CPU table: neither attribute, none added
+    with overlap.configured(plain, 1, 64) as given:
+        assert given == {} and not hasattr(plain, "max_blocks")
+    assert not hasattr(plain, "chunk_rows")
+
+
+def _kernel(name: str, stream: int, us: float, grid=(132, 1, 1), block=(384, 1, 1)) -> dict:
+    return {
+        "ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": 0.0, "dur": us,
+        "args": {"stream": stream, "grid": list(grid), "block": list(block)},
+    }  # fmt: skip
+
+
+def test_the_kernel_profile_groups_the_training_streams_kernels_by_name() -> None:
+    steps, gemm, relu = 2, "void sm90_xmma_gemm<float|tf32>", "elementwise_relu"
+    alone = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50.0},
+        *[_kernel(gemm, 7, 1000.0) for _ in range(4)],
+        *[_kernel(relu, 7, 100.0, grid=(4096, 1, 1), block=(128, 1, 1)) for _ in range(6)],
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 0, "dur": 4.0,
+         "args": {"stream": 7}},
+    ]}  # fmt: skip
+    beside = {"traceEvents": [
+        *[_kernel(gemm, 7, 1750.0) for _ in range(4)],  # +3 ms per step
+        *[_kernel(relu, 7, 110.0, grid=(2048, 1, 1), block=(128, 1, 1)) for _ in range(6)],
+        _kernel("ibp_fetch_decode", 13, 3000.0, grid=(33, 1, 1)),
+        _kernel("ibp_fetch_decode", 13, 3200.0, grid=(33, 1, 1)),
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 0, "dur": 4.0,
+         "args": {"stream": 7}},
+    ]}  # fmt: skip
+    a, b = overlap.gpu_activities(alone), overlap.gpu_activities(beside)
+    assert len(a) == 11 and len(b) == 13  # the CPU op is no GPU activity
+    got = overlap.kernel_summary(a, b, steps, fetches=2, top=2)
+    assert got["train_stream"] == 7 and got["fetch_streams"] == [13]
+    assert [k["name"] for k in got["kernels"]] == [gemm, relu]  # by added time
+    g, r = got["kernels"]
+    assert g["calls_per_step_alone"] == 2 and g["calls_per_step_beside"] == 2
+    assert g["ms_per_step_alone"] == pytest.approx(2.0)
+    assert g["ms_per_step_beside"] == pytest.approx(3.5)
+    assert g["added_ms_per_step"] == pytest.approx(1.5)
+    assert g["grid_blocks"] == [132] and g["block_threads"] == 384
+    assert r["added_ms_per_step"] == pytest.approx(0.03) and r["grid_blocks"] == [2048, 4096]
+    assert got["kernel_names"] == 3 and got["others"]["names"] == 1  # the memset
+    assert got["others"]["added_ms_per_step"] == pytest.approx(0.0)
+    assert got["others"]["ms_per_step_alone"] == pytest.approx(0.002)
+    assert got["train_ms_per_step"]["alone"] == pytest.approx(2.302)
+    assert got["train_ms_per_step"]["beside"] == pytest.approx(3.832)
+    fetch = got["fetch_kernels"]
+    assert fetch["launches"] == 2 and fetch["ms"] == pytest.approx(6.2)
+    assert fetch["ms_per_fetch"] == pytest.approx(3.1) and fetch["names"] == ["ibp_fetch_decode"]
+    with pytest.raises(ValueError, match="no GPU kernels"):
+        overlap.kernel_summary([], b, steps, 2)
+    # Its table under the main one: names shortened, a name's "|" escaped, the others summed.
+    prof = {"case": "dense/ibp", "label": "dense ibp, grid default", **got}
+    prof |= {"step_ms": {"alone": 2.5, "beside": 4.0}, "steps_covered": 2}
+    lines = overlap.profile_markdown(prof)
+    assert lines[1].startswith("Kernels of the training stream (dense/ibp): torch.profiler")
+    assert "one round of 2 steps alone and one beside 2 fetches" in lines[1]
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert rows[0] == ("| sm90_xmma_gemm<float\\|tf32> | 132 | 384 | 2 | 2.000 | 3.500 | +1.500 |")
+    assert rows[1] == "| elementwise_relu | 2048, 4096 | 128 | 3 | 0.300 | 0.330 | +0.030 |"
+    assert rows[2].startswith("| (1 others) | - | - | 0.5 | 0.002 | 0.002 |")
+    assert "2.302 ms per step alone, 3.832 beside (+1.530)" in lines[-1]
+    assert "2 launches on other streams, 6.200 ms in all (3.100 per fetch)" in lines[-1]
+    assert overlap.profile_markdown(None) == []
+    assert overlap.profile_markdown({"case": "dense/raw", "skipped": "why"}) == [
+        "", "Kernels of the training stream (dense/raw): skipped (why).",
+    ]  # fmt: skip
+
+
+def test_a_cpu_run_with_chunkable_stand_in_tables_runs_the_chunked_cases(
+    tmp_path: Path, monkeypatch
+) -> None:
+    seen = []
+
+    class StandIn:  # a table with chunk_rows and max_blocks, fetching on the CPU
+        def __init__(self, inner) -> None:
+            self.inner, self.max_blocks, self.chunk_rows = inner, None, None
+
+        def __getitem__(self, ids):
+            seen.append((id(self), self.max_blocks, self.chunk_rows))
+            return overlap.fetch(self.inner, ids)
+
+    real = overlap.make_tables
+    made_tables = []
+
+    def make_tables(*args, **kwargs):
+        made = real(*args, **kwargs)
+        made["tables"] = {k: StandIn(t) for k, t in made["tables"].items()}
+        made_tables.extend(made["tables"].values())
+        return made
+
+    monkeypatch.setattr(overlap, "make_tables", make_tables)
+    argv = ["--device", "cpu", "--nodes", "2000", "--steps", "2", "--rounds", "1"]
+    argv += ["--fetch-batches", "2", "--fetches-alone", "2", "--max-fetches", "2"]
+    argv += ["--batch-size", "16", "--hidden", "8", "--tables", "dense"]
+    argv += ["--chunk-rows", "64", "4096", "--profile-case", "none"]
+    argv += ["--workdir", str(tmp_path / "w"), "--out", str(tmp_path)]
+    payload = overlap.main(argv)
+    got = [(c["table"], c["fetch"], c["chunk_rows"]) for c in payload["cases"]]
+    assert got == [
+        ("dense", "raw", None), ("dense", "raw", 64), ("dense", "raw", 4096),
+        ("dense", "ibp", None), ("dense", "ibp", 64), ("dense", "ibp", 4096),
+    ]  # fmt: skip
+    assert all(c["grid_cap"] == "default (0.25/SM)" for c in payload["cases"])
+    # Each case's fetches ran with its chunk_rows set; the tables were set back after.
+    raw, ibp = made_tables
+    for table in (raw, ibp):
+        chunks = [chunk for who, _, chunk in seen if who == id(table)]
+        assert set(chunks) == {None, 64, 4096} and chunks[-1] == 4096
+        assert table.chunk_rows is None and table.max_blocks is None
+    assert all(blocks is None for _, blocks, _ in seen)
+    assert not any("chunk_rows" in n for n in payload["notes"])
+    assert payload["profile"] is None and payload["settings"]["chunk_rows"] == [64, 4096]
+    md = (tmp_path / "overlap-cpu.md").read_text()
+    assert md.count("| default (0.25/SM) | - |") == 2
+    assert md.count("| default (0.25/SM) | 64 |") == 2
+    assert md.count("| default (0.25/SM) | 4,096 |") == 2
+    assert "Kernels of the training stream" not in md
+
+
+def test_a_profiled_case_runs_its_two_rounds_under_the_profiler(tmp_path: Path, monkeypatch):
+    # The plumbing of profile_case on the CPU: the profiler records CPU ops there, counted
+    # here as if they were kernels (the thread as their stream); on a GPU, CUDA kernels.
+    import torch
+
+    from benchmarks.sampling import power_law_edges
+    from ibp_graph.graph import CSRGraph
+
+    argv = ["--device", "cpu", "--nodes", "1000", "--steps", "2", "--fetch-batches", "2"]
+    args = overlap.parse_args([*argv, "--batch-size", "16", "--hidden", "8"])
+    cpu = torch.device("cpu")
+    edges = power_law_edges(1000, 1000 * overlap.EDGES_PER_NODE, 0)
+    graph = CSRGraph.from_edge_index(edges, num_nodes=1000)
+    made = overlap.make_tables("dense", 1000, cpu, tmp_path)
+    work = overlap.make_work(graph, made["tables"]["raw"], args, cpu)
+    clock = overlap.Clock(cpu)
+    monkeypatch.setattr(overlap, "GPU_CATEGORIES", {"cpu_op"})
+    got = overlap.profile_case(clock, work, made["tables"]["raw"], args, None, None, 3, tmp_path)
+    assert got["steps"] == 2 and got["fetches"] == 3 and got["steps_covered"] == 0
+    assert got["step_ms"]["alone"] > 0 and got["step_ms"]["beside"] > 0
+    assert got["train_ms_per_step"]["alone"] > 0 and got["kernel_names"] > 5
+    assert any(k["name"].startswith("aten::") for k in got["kernels"])
+    assert len(got["kernels"]) == overlap.PROFILE_TOP
+    assert not list(tmp_path.glob("overlap-profile-*"))  # the traces are read, then removed
+
+    # A profile that fails is noted in the results; the run goes on without it.
+    def broken(*a, **k):
+        raise RuntimeError("CUPTI busy")
+
+    monkeypatch.setattr(overlap, "profile_case", broken)
+    case = {"table": "dense", "fetch": "ibp", "grid_cap": "default (0.25/SM)"}
+    case["train_stream"] = "default"
+    out = overlap.run_profile(clock, work, None, args, None, None, {"fetches_per_round": 3}, case)
+    assert out == {
+        "case": "dense/ibp",
+        "label": "dense ibp, grid default (0.25/SM), default training stream",
+        "skipped": "the profiler failed: RuntimeError('CUPTI busy')",
+    }
