@@ -179,9 +179,10 @@ plan() {
 # so 30 minutes of GPU time get through the first five or six). First every GPU test and the
 # sanitizers over every kernel test (one call, about 6 minutes); then what has not run at the
 # current code: the kernel sampler (its batch now reads its sizes once) and the epochs with it,
-# CoraSU, the fetch at the current defaults (a current-stream fetch takes every block the SMs
-# hold, rows without free bits decode in one pass) and its profile; then the rest again.
-CALLS=("smoke tests sanitize" "sampling fused" "corasu" "fetch" "profile" "overlap ddp"
+# CoraSU, the fetch beside training (one-block and chunked fetches, the step's kernels), the
+# fetch at the current defaults (a current-stream fetch takes every block the SMs hold, rows
+# without free bits decode in one pass) and its profile; then the rest again.
+CALLS=("smoke tests sanitize" "sampling fused" "corasu" "overlap ddp" "fetch" "profile"
     "e2e grid" "synthetic" "pages" "lanes")
 
 prepare() {
