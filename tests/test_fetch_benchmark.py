@@ -775,7 +775,9 @@ def _positions(idx: torch.Tensor, out_pos: torch.Tensor | None) -> np.ndarray:
 
 
 def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, out_pos=None,
-                     stream=None, max_blocks=None, line_aligned=False) -> None:  # fmt: skip
+                     stream=None, max_blocks=None, line_aligned=False,
+                     chunk_rows=None) -> None:  # fmt: skip
+    assert chunk_rows is None, "the benchmark fetches in one launch"
     gather.entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)  # its checks
     check_launch(idx, out, row_bytes, error.device)
     check_out_pos(out_pos, idx, error.device)
@@ -791,7 +793,8 @@ def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, out_pos
 
 
 def numpy_fetch_decode(codec, idx, out, error, *, out_pos=None, stream=None,
-                       max_blocks=None, double_buffer=False) -> None:  # fmt: skip
+                       max_blocks=None, double_buffer=False, chunk_rows=None) -> None:  # fmt: skip
+    assert chunk_rows is None, "the benchmark fetches in one launch"
     check_launch(idx, out, codec.row_bytes, error.device)
     check_out_pos(out_pos, idx, error.device)
     check_error(error, error.device)
