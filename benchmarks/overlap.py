@@ -93,6 +93,7 @@ from benchmarks._env import (  # noqa: E402
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.epoch_timeline import union  # noqa: E402
 from benchmarks.sampling import power_law_edges  # noqa: E402
+from ibp_graph.cli._common import positive_int_arg  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
 from ibp_graph.kernels.runtime import SIDE_STREAM_BLOCKS_PER_SM  # noqa: E402
 from ibp_graph.sampler import NeighborSampler  # noqa: E402
@@ -664,17 +665,6 @@ def plot(payload: dict, timelines: list[dict], path: Path) -> str | None:
     return path.name
 
 
-def positive_int(text: str) -> int:
-    """``--chunk-rows``: a positive whole number (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return value
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
@@ -696,7 +686,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--chunk-rows",
-        type=positive_int,
+        type=positive_int_arg,
         nargs="*",
         default=[4096, 32768],
         help="chunked cases: the default grid, each fetch launched in kernels of at most this "

@@ -131,7 +131,7 @@ def test_the_options_of_the_one_block_chunked_and_profiled_cases(monkeypatch, ca
     for bad in (["--chunk-rows", "0"], ["--chunk-rows", "x"], ["--chunk-rows", "1.5"]):
         with pytest.raises(SystemExit):
             overlap.parse_args(bad)
-        assert "must be a positive whole number" in capsys.readouterr().err
+        assert "must be an integer >= 1" in capsys.readouterr().err
     for bad in ("dense", "dense/foo", "tall/ibp", "dense/ibp/0", "dense/ibp/x", "a/b/c/d"):
         with pytest.raises(SystemExit):
             overlap.parse_args(["--profile-case", bad])

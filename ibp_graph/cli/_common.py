@@ -81,6 +81,17 @@ def say(message: str) -> None:
 
 
 # -- option types: a bad value is a usage error naming the option --------------------------
+def positive_int_arg(text: str) -> int:
+    """An integer option that must be at least 1 (argparse type)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return n
+
+
 def clusters_arg(text: str) -> int:
     """``--clusters``: an integer in 1..255."""
     try:

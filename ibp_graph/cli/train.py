@@ -42,7 +42,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._common import UsageError, check_output_dir, say
+from ._common import UsageError, check_output_dir, positive_int_arg, say
 
 EXAMPLES = """\
 examples:
@@ -95,7 +95,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--nproc-per-node",
-        type=_nproc,
+        type=positive_int_arg,
         default=None,
         metavar="N",
         help="train data-parallel with N ranks on this host, started by torch's launcher "
@@ -103,17 +103,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.set_defaults(run=run, parser=p)
     return p
-
-
-def _nproc(text: str) -> int:
-    """``--nproc-per-node``: an integer >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return n
 
 
 def _is_rank0() -> bool:
