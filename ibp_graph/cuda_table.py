@@ -146,8 +146,12 @@ def launch_fetch(
     gather when ``bypass`` (see `raw_bypass`), in chunks of ``chunk_rows`` rows when given.
     Row ``idx[r]`` goes to row ``out_pos[r]`` of ``out`` (``r`` when ``out_pos`` is None).
     """
-    where = {"out_pos": out_pos, "stream": stream, "max_blocks": max_blocks}
-    where["chunk_rows"] = chunk_rows
+    where = {
+        "out_pos": out_pos,
+        "stream": stream,
+        "max_blocks": max_blocks,
+        "chunk_rows": chunk_rows,
+    }
     if bypass:
         raw_gather(codec.rows_ptr, codec.num_rows, codec.row_bytes, idx, out, error, **where)
     else:
@@ -209,8 +213,9 @@ class _CudaTableBase:
     ):
         self.device = device
         self.max_blocks = max_blocks
-        #: Launch each fetch as kernels of at most this many rows (None: one launch).
-        self.chunk_rows = check_chunk_rows(chunk_rows)
+        #: Launch each fetch as kernels of at most this many rows (None: one launch); checked
+        #: by the subclasses before anything is pinned, and by the launchers at each fetch.
+        self.chunk_rows = chunk_rows
         self.sort_ids = check_bool("sort_ids", sort_ids)
         self._pinned: PinnedBuffer | None = None
         # Held while a launch reads the pinned memory, so that `close` cannot free it between
@@ -389,7 +394,7 @@ class CudaIBPTable(_CudaTableBase):
         chunk_rows: int | None = None,
     ):
         self.double_buffer = check_bool("double_buffer", double_buffer)
-        check_chunk_rows(chunk_rows)
+        chunk_rows = check_chunk_rows(chunk_rows)
         dev = _device(device)
         cp = cupy()
         cpu = IBPTable(path, mmap=True, verify=verify)
@@ -509,7 +514,7 @@ class PinnedRawTable(_CudaTableBase):
         sort_ids: bool | None = None,
         chunk_rows: int | None = None,
     ):
-        check_chunk_rows(chunk_rows)
+        chunk_rows = check_chunk_rows(chunk_rows)
         dev = _device(device)
         cp = cupy()
         array, name = as_table(data)

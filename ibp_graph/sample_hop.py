@@ -111,9 +111,6 @@ def fused_hop(
     fanout: int,
     replace: bool,
     key: torch.Tensor,
-    counts: torch.Tensor | None = None,
-    hop: int = 1,
-    hops: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one hop into ``frontier`` with the hop kernels, its sizes read on the host.
 
@@ -128,14 +125,37 @@ def fused_hop(
         fanout: neighbors per node, in ``[1, MAX_K]``, or ``-1`` for all of them.
         replace: draw with replacement (``fanout > 0`` only).
         key: ``(1,)`` int64 random key of this hop, on the device.
-        counts: the batch's sizes on the device (see `fused_batch`), where the hop stores its
-            totals as hop ``hop`` of ``hops`` (default: None, nowhere).
-        hop: the hop's number, from 1 (with ``counts``).
-        hops: the batch's number of hops (with ``counts``).
 
     Returns:
         ``(row, col, edge, fresh)``: per sampled edge the local ids of the neighbor and of the
         target and the edge id; the new nodes in order of discovery (local ids ``end, ...``).
+    """
+    edges, fresh = _hop_read(
+        kernels, graph, local, frontier, None, begin=begin, end=end, fanout=fanout,
+        replace=replace, key=key, hop=1, hops=1,
+    )  # fmt: skip
+    row, col, edge = edges
+    return row, col, edge, fresh
+
+
+def _hop_read(
+    kernels: HopKernels,
+    graph: CSRGraph,
+    local: torch.Tensor,
+    frontier: torch.Tensor,
+    counts: torch.Tensor | None,
+    *,
+    begin: int,
+    end: int,
+    fanout: int,
+    replace: bool,
+    key: torch.Tensor,
+    hop: int,
+    hops: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fused_hop`, returning ``(edges, fresh)`` with ``edges`` ``(3, E)`` (row, col, edge).
+
+    With ``counts``, the hop also stores its totals there, as hop ``hop`` of ``hops``.
     """
     frontier = frontier.contiguous()
     rows = frontier.numel()
@@ -147,15 +167,12 @@ def fused_hop(
         slot_start = torch.zeros(rows + 1, dtype=torch.int64, device=frontier.device)
         torch.cumsum(graph.indptr.index_select(0, frontier + 1).sub_(start), 0, out=slot_start[1:])
         (slots,) = read_counts(slot_start[rows:])
-    out = _launch_hop(
+    edges, fresh, cum = _launch_hop(
         kernels, graph, local, frontier, None, rows, slots, slot_start, counts, begin=begin,
         end=end, fanout=fanout, replace=replace, key=key, hop=hop, hops=hops,
     )  # fmt: skip
-    edges, fresh, cum = out
     (total,) = read_counts(cum[-1:])
-    num_fresh, num_edges = total >> 32, total & _USED_MASK
-    row, col, edge = edges[:, :num_edges]
-    return row, col, edge, fresh[:num_fresh]
+    return edges[:, : total & _USED_MASK], fresh[: total >> 32]
 
 
 def _launch_hop(
@@ -316,11 +333,11 @@ def fused_batch(
             )  # fmt: skip
             batch.add(*out[:2], None, None)
         elif fanout == -1 or fanout <= KERNEL_MAX_K:
-            out = fused_hop(
-                kernels, graph, local, frontier, begin=begin, end=end, fanout=fanout,
-                replace=replace, key=key, counts=batch.counts, hop=hop, hops=hops,
+            edges, fresh = _hop_read(
+                kernels, graph, local, frontier, batch.counts, begin=begin, end=end,
+                fanout=fanout, replace=replace, key=key, hop=hop, hops=hops,
             )  # fmt: skip
-            batch.add(torch.stack(out[:3]), out[3], out[0].numel(), out[3].numel())
+            batch.add(edges, fresh, edges.shape[1], fresh.numel())
         else:
             row, col, edge, fresh = torch_hop(frontier, fanout, begin, end)
             batch.counts[hop] = fresh.numel()
