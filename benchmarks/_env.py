@@ -31,6 +31,17 @@ def result_name(kind: str, device: torch.device) -> str:
     return f"{kind}-{slug(torch.cuda.get_device_name(device))}"
 
 
+def block_warps_arg(text: str) -> int:
+    """``--block-warps``: warps per block of a fetch, as the launchers take them (argparse
+    type; `ibp_graph.kernels.runtime.check_block_warps`)."""
+    from ibp_graph.kernels.runtime import check_block_warps
+
+    try:
+        return check_block_warps(int(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def blocks_per_sm(text: str) -> float:
     """``--max-blocks``: a fetch grid cap in blocks per SM, a positive number (argparse type)."""
     try:

@@ -128,7 +128,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import epoch_timeline, real_tables, time_split  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, result_name  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    RESULTS,
+    block_warps_arg,
+    environment,
+    header_lines,
+    result_name,
+)
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
@@ -380,16 +386,30 @@ def hyper_parameters(graph: Graph, args: argparse.Namespace) -> dict:
     }
 
 
-def open_features(mode: str, graph: Graph, table: Any, device: torch.device) -> Any:
-    """The ``features=`` of a mode (None: the mode does not run on this device)."""
+def fetch_blocks_text(block_warps: int | None) -> str:
+    """The GPU tables' fetch blocks, for the results' notes."""
+    from ibp_graph.kernels.runtime import FETCH_BLOCK_WARPS
+
+    if block_warps is None:
+        return f"GPU fetches in blocks of {FETCH_BLOCK_WARPS} warps (the library's default)"
+    return f"GPU fetches in blocks of {block_warps} warps"
+
+
+def open_features(
+    mode: str, graph: Graph, table: Any, device: torch.device, block_warps: int | None = None
+) -> Any:
+    """The ``features=`` of a mode (None: the mode does not run on this device).
+
+    ``block_warps``: the GPU tables' (None: the library's default).
+    """
     from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
 
     if device.type == "cpu":
         return {"ibp": table, "raw": graph.x, "gpu": None}[mode]
     if mode == "ibp":
-        return CudaIBPTable(table.path, device=device, progress=False)
+        return CudaIBPTable(table.path, device=device, progress=False, block_warps=block_warps)
     if mode == "raw":
-        return PinnedRawTable(graph.x, device=device, progress=False)
+        return PinnedRawTable(graph.x, device=device, progress=False, block_warps=block_warps)
     return graph.x.to(device)
 
 
@@ -625,7 +645,7 @@ def run_mode(
     # GPU, where the loaders' default (prefetch_thread=None) would turn it on.
     thread = bool(args.prefetch_thread or mode == THREAD_MODE)
     t0 = time.perf_counter()
-    features = open_features(source, graph, table, device)
+    features = open_features(source, graph, table, device, args.block_warps)
     if features is None:
         return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     open_s = time.perf_counter() - t0
@@ -973,7 +993,8 @@ def payload_notes(payload: dict) -> list[str]:
         "training loop spent inside the loader's `next()`, `train` = epoch - wait; "
         f"prefetch depth {s['prefetch']}; seed {s['seed']} for every mode (same batches); "
         f"deterministic algorithms {'on' if s['deterministic'] else 'off'}; torch threads "
-        f"{s['torch_threads']}; sampler backend {s['sampler_backend']}; batches prepared "
+        f"{s['torch_threads']}; sampler backend {s['sampler_backend']}; "
+        f"{fetch_blocks_text(s.get('block_warps'))}; batches prepared "
         + (
             "on the loaders' prefetch thread."
             if s["prefetch_thread"]
@@ -1150,6 +1171,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the loaders' sampler_backend (kernel: the fused hop kernels; needs CUDA)",
     )
     p.add_argument(
+        "--block-warps",
+        type=block_warps_arg,
+        default=None,
+        help="warps per block of the GPU tables' fetches, 1-32 (their block_warps; default: "
+        "the library's, 8)",
+    )
+    p.add_argument(
         "--prefetch-thread",
         action="store_true",
         help="prepare batches on a background thread (the loaders' prefetch_thread=True; "
@@ -1262,6 +1290,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "warmup_epochs": WARMUP_EPOCHS,
         "prefetch": args.prefetch,
         "sampler_backend": args.sampler_backend,
+        "block_warps": args.block_warps,
         "prefetch_thread": args.prefetch_thread,
         "thread_mode": args.thread_mode,
         "seed": args.seed,

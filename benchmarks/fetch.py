@@ -153,6 +153,7 @@ import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
+    block_warps_arg,
     blocks_per_sm,
     environment,
     grid_cap,
@@ -671,6 +672,15 @@ def grid_label(per_sm: float | None) -> str:
     return f"{per_sm:g} blocks per SM"
 
 
+def block_label(warps: int | None) -> str:
+    """The fetch blocks' size for the results: ``blocks of N warps``."""
+    from ibp_graph.kernels.runtime import FETCH_BLOCK_WARPS
+
+    if warps is None:
+        return f"blocks of {FETCH_BLOCK_WARPS} warps (the library's default)"
+    return f"blocks of {warps} warps"
+
+
 def share_text(share: float | None) -> str:
     """A huge-page share for a results page: ``"100%"``, or ``"unknown"`` for None."""
     return "unknown" if share is None else f"{share:.0%}"
@@ -713,6 +723,7 @@ def markdown(payload: dict) -> str:
         f"memory); random ids uniform over the table's rows; GPU rates: CUDA events, median "
         f"of {s['repeats']} samples after a warm-up; torch: wall clock, median of "
         f"{s['torch_repeats']}; fetch grid cap: {grid_label(s['max_blocks'])}; "
+        f"{block_label(s.get('block_warps'))}; "
         f"queue guard {'on' if s['queue_guard'] else 'off'}; each timed launch takes the "
         f"next of its case's id batches (drawn until their stored rows reach {L2_POOL_FACTOR}x "
         f"the L2 of {_mb(payload.get('l2_bytes'))}, at most {MAX_ID_BATCHES} batches, or more "
@@ -943,6 +954,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "tables' double_buffer), beside the one-buffer ones",
     )
     p.add_argument(
+        "--block-warps",
+        type=block_warps_arg,
+        default=None,
+        help="warps per block of every fetch launch, 1-32 (the tables' block_warps; default: "
+        "the library's, 8)",
+    )
+    p.add_argument(
         "--no-decode-capacity",
         dest="decode_capacity",
         action="store_false",
@@ -989,6 +1007,7 @@ def settings(args: argparse.Namespace) -> dict:
         "kinds": args.kinds,
         "block_rows": args.block_rows,
         "max_blocks": args.max_blocks,
+        "block_warps": args.block_warps,
         "sort_ids": args.sort_ids,
         "double_buffer": args.double_buffer,
         "decode_capacity": args.decode_capacity,
@@ -1252,6 +1271,8 @@ class Bench:
         self.error = torch.zeros(2, dtype=torch.int32, device=device)
         #: The grid cap of every fetch launch (None: the library's default).
         self.max_blocks = grid_cap(args.max_blocks, device)
+        #: The warps per block of every fetch launch (None: the library's default).
+        self.block_warps = args.block_warps
         self._baselines: dict[tuple[int, int], tuple[float, float]] = {}
         self.l2_bytes = l2_bytes(device)
 
@@ -1302,7 +1323,7 @@ class Bench:
         from ibp_graph.kernels import raw_gather as launcher
 
         n = self.args.table_bytes // row_bytes
-        ptr, err, cap = self.raw_ptr, self.error, self.max_blocks
+        ptr, err, cap, warps = self.raw_ptr, self.error, self.max_blocks, self.block_warps
         lines = self.args.raw_kernel == "lines" and row_bytes % 4 == 0 and row_bytes % 16 != 0
 
         def gather(idx: torch.Tensor, out_pos: torch.Tensor | None = None) -> None:
@@ -1316,6 +1337,7 @@ class Bench:
                 out_pos=out_pos,
                 max_blocks=cap,
                 line_aligned=lines,
+                block_warps=warps,
             )
 
         return sorted_launch(gather) if sort else gather
@@ -1336,11 +1358,12 @@ def fused_launch(
     max_blocks: int | None,
     *,
     double_buffer: bool = False,
+    block_warps: int | None = None,
 ) -> Callable[..., None]:
     """``launch(idx, out_pos=None)``: `ibp_graph.cuda_table.launch_fetch` of rows ``idx``.
 
     Into ``out`` at ``out_pos``, from the rows ``codec`` points at; the double-buffered
-    kernel with ``double_buffer``.
+    kernel with ``double_buffer``, blocks of ``block_warps`` warps.
     """
     from ibp_graph.cuda_table import launch_fetch
 
@@ -1354,6 +1377,7 @@ def fused_launch(
             out_pos=out_pos,
             max_blocks=max_blocks,
             double_buffer=double_buffer,
+            block_warps=block_warps,
         )
 
     return launch
@@ -1480,9 +1504,15 @@ def double_buffered(
 
 
 def decode_grids(
-    codec: Any, n: int, device: torch.device, max_blocks: int | None
+    codec: Any,
+    n: int,
+    device: torch.device,
+    max_blocks: int | None,
+    block_warps: int | None = None,
 ) -> tuple[int, int]:
     """The grids (blocks) of a one-buffer fused launch of ``n`` rows on the current stream.
+
+    Blocks of ``block_warps`` warps (None: the library's default), as the launcher plans them.
 
     ``(at the fetch grid cap max_blocks, the largest the device holds at once)``, each as
     `ibp_graph.kernels.fetch_decode.fetch_decode` sizes its grid with `runtime.grid_size`:
@@ -1496,7 +1526,7 @@ def decode_grids(
     cuda = device.type == "cuda"
     props = torch.cuda.get_device_properties(device) if cuda else None
     max_smem = int(getattr(props, "shared_memory_per_block_optin", fused.DEFAULT_SMEM))
-    plan = codec.plan(max_smem)
+    plan = codec.plan(max_smem, 1, runtime.check_block_warps(block_warps))
     threads = fused.WARP * plan.warps_per_block
     needed = -(-n // plan.warps_per_block)
     if not cuda:
@@ -1544,11 +1574,11 @@ def decode_capacity(
     if bypass:
         return fields | {"decode_capacity_note": CAPACITY_RAW}, True
     n = pool[0].numel()
-    at_cap, full = decode_grids(codec, n, bench.device, bench.max_blocks)
+    at_cap, full = decode_grids(codec, n, bench.device, bench.max_blocks, bench.block_warps)
     fields["decode_only_blocks"] = at_cap
     if full <= at_cap:
         return fields | {"decode_capacity_note": CAPACITY_FULL}, True
-    launch = fused_launch(codec, bypass, out, bench.error, full)
+    launch = fused_launch(codec, bypass, out, bench.error, full, block_warps=bench.block_warps)
     seconds, same = timed(launch, pool, out, matches, bench)
     rate = gbps(n * codec.row_bytes, seconds)
     return fields | {"decode_capacity_blocks": full, "decode_capacity_gbps": rate}, same
@@ -1645,7 +1675,8 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 sorted_rates["raw_sorted_gbps"] = gbps(nbytes, raw_sorted_s)
             err.zero_()
             match = rows_match(out, ref, pool)
-            pinned_launch = partial(fused_launch, codec, bypass, out, err, cap)
+            warps = bench.block_warps
+            pinned_launch = partial(fused_launch, codec, bypass, out, err, cap, block_warps=warps)
             ibp_s, same = timed(pinned_launch(), pool, out, match, bench)
             buffered: dict[str, float] = {}
             db_note = ""
@@ -1661,7 +1692,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 sorted_rates["ibp_sorted_gbps"] = gbps(nbytes, ibp_sorted_s)
                 sort_s = gpu_seconds(rotating(torch.sort, pool), reps, guard, device)
                 sorted_rates["sort_ms"] = sort_s * 1e3
-            gpu_launch = partial(fused_launch, gpu_codec, bypass, out, err, cap)
+            gpu_launch = partial(fused_launch, gpu_codec, bypass, out, err, cap, block_warps=warps)
             dec_s, same_on_gpu = timed(gpu_launch(), pool, out, match, bench)
             if args.double_buffer:
                 db_s, db_same, gpu_note = double_buffered(

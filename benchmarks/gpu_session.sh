@@ -56,6 +56,13 @@
 #              (--max-blocks 0.25: a block on a quarter of the SMs), to compare with the
 #              default grid of `fetch`'s current-stream launches (every block the SMs hold):
 #              what the SMs left to training cost a fetch.
+#   warps      about 5-7 min: fetches in larger blocks on the same SMs. The grid caps blocks
+#              (a quarter of the SMs beside training), and a block has 8 warps unless the
+#              tables' block_warps says otherwise: benchmarks/fetch.py like `grid` with
+#              --block-warps 32 (100,000-row batches, tag grid-w32), then
+#              benchmarks/overlap.py at the default grid in blocks of 8, 16 and 32 warps
+#              (no other caps, no chunks, no profile; results in $OUT/warps/): whether
+#              fuller SMs keep the link busy, and what they cost the training step.
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
 #              1,028 B, 5,732 B like Cora's), run twice: the widest vectors (the default)
 #              and whole 16-byte loads (--raw-kernel lines).
@@ -76,10 +83,12 @@
 #   synthetic  about 3-5 min: benchmarks/e2e.py --setting papers100m scaled to a 20M-node,
 #              300M-edge power-law graph (0.18x ogbn-papers100M's nodes: what a 10-minute
 #              command can build, compress and train on three ways) with 8 GB of rows drawn
-#              from the derived facebook SVD-100 table.
+#              from the derived facebook SVD-100 table; batches prepared on the loaders'
+#              prefetch thread, their default on a GPU (--prefetch-thread).
 #   corasu     about 4-8 min: benchmarks/e2e.py --setting corasu, the IBP paper's CoraSU:
 #              Cora's bag-of-words rows (5,732 B) over an ogbn-products-sized power-law graph
-#              (2.45M nodes, 124M edges; 14 GB of rows), 50,000 training seeds, 3 epochs.
+#              (2.45M nodes, 124M edges; 14 GB of rows), 50,000 training seeds, 3 epochs,
+#              on the loaders' prefetch thread.
 #
 # A device command runs at most 10 minutes and returns at most 8 files from $OUT, 2 folders
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
@@ -91,7 +100,8 @@
 # sampling.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
-# corasu: corasu.log + 3 in corasu/;
+# corasu: corasu.log + 3 in corasu/; warps: warps.log + fetch-*-grid-w32.{json,md} + 3 in
+# warps/;
 # overlap: overlap.log + overlap-<gpu>.{json,md,png} (<gpu>: the GPU name as a slug, e.g.
 # nvidia-h100-80gb-hbm3, as every benchmark names its results); fused: fused.log + 3 in fused/.
 #
@@ -111,8 +121,8 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch profile pages grid lanes sampling e2e overlap fused ddp
-    synthetic corasu)
+ALL_STAGES=(smoke tests sanitize fetch profile pages grid warps lanes sampling e2e overlap fused
+    ddp synthetic corasu)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -124,6 +134,7 @@ files() {
     fetch | pages | grid | sampling) echo 3 ;;
     lanes | profile) echo 5 ;;
     e2e | overlap | fused | synthetic | corasu) echo 4 ;;
+    warps) echo 6 ;;
     esac
 }
 
@@ -136,7 +147,7 @@ minutes() {
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
-    overlap) echo 7 ;;
+    overlap | warps) echo 7 ;;
     pages | sampling | e2e | fused | ddp) echo 2 ;;
     lanes | grid) echo 3 ;;
     esac
@@ -179,10 +190,11 @@ plan() {
 # so 30 minutes of GPU time get through the first five or six). First every GPU test and the
 # sanitizers over every kernel test (one call, about 6 minutes); then what has not run at the
 # current code: the kernel sampler (its batch now reads its sizes once) and the epochs with it,
-# CoraSU, the fetch beside training (one-block and chunked fetches, the step's kernels), the
-# fetch at the current defaults (a current-stream fetch takes every block the SMs hold, rows
-# without free bits decode in one pass) and its profile; then the rest again.
-CALLS=("smoke tests sanitize" "sampling fused" "corasu" "overlap ddp" "fetch" "profile"
+# side-stream fetches in larger blocks (fetch rate and the step beside it), CoraSU, the fetch
+# beside training (one-block and chunked fetches, the step's kernels), the fetch at the
+# current defaults (a current-stream fetch takes every block the SMs hold, rows without free
+# bits decode in one pass) and its profile; then the rest again.
+CALLS=("smoke tests sanitize" "sampling fused" "warps" "corasu" "overlap ddp" "fetch" "profile"
     "e2e grid" "synthetic" "pages" "lanes")
 
 prepare() {
@@ -526,6 +538,17 @@ for stage in "${STAGES[@]}"; do
             --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 180 --tag grid \
             --out "$OUT" || rc=$?
         ;;
+    warps)
+        run 170 warps.log python3 benchmarks/fetch.py --max-blocks 0.25 --block-warps 32 \
+            --table-gb 4 --batch 100000 --widths 512 --kinds dense-normal,sparse-5pct \
+            --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 110 --tag grid-w32 \
+            --out "$OUT" || rc=$?
+        orc=0
+        run 330 warps.log python3 benchmarks/overlap.py --device cuda --max-blocks \
+            --chunk-rows --block-warps 16 32 --profile-case none --workdir "$WORK/overlap" \
+            --out "$OUT/warps" || orc=$?
+        if [ "$orc" -ne 0 ]; then rc=$orc; fi
+        ;;
     lanes)
         for raw_kernel in auto lines; do
             run 200 lanes.log python3 benchmarks/fetch.py --raw-kernel "$raw_kernel" \
@@ -570,15 +593,15 @@ for stage in "${STAGES[@]}"; do
             run 420 synthetic.log python3 benchmarks/e2e.py --device cuda --epochs 3 \
                 --graphs "" --setting papers100m --synthetic-nodes 20000000 \
                 --synthetic-edges 300000000 --synthetic-train 100000 \
-                --synthetic-features "$features" --workdir "$WORK" \
+                --synthetic-features "$features" --prefetch-thread --workdir "$WORK" \
                 --out "$OUT/synthetic" || rc=$?
         fi
         ;;
     corasu)
         # Cora is bundled with the package: nothing to carry.
         run 540 corasu.log python3 benchmarks/e2e.py --device cuda --epochs 3 --graphs "" \
-            --setting corasu --synthetic-train 50000 --workdir "$WORK" --out "$OUT/corasu" ||
-            rc=$?
+            --setting corasu --synthetic-train 50000 --prefetch-thread --workdir "$WORK" \
+            --out "$OUT/corasu" || rc=$?
         ;;
     esac
     echo "$stage rc=$rc $((SECONDS - start)) s" | tee -a "$SUMMARY"

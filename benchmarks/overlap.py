@@ -25,10 +25,12 @@ cap (blocks per SM; the default 0.001 is one block in all on a GPU of under 1,50
 grid launched in chunks of each ``--chunk-rows`` rows (the tables' ``chunk_rows``: a fetch
 runs as several kernels, so its blocks leave the SMs between chunks; "-" in the "chunk rows"
 column where unchunked; a table without the attribute runs no chunked cases, with a note),
-each with the training stream at default and at high priority. By default that is
-(1 default grid + 4 caps + 2 chunk sizes) x 2 training streams = 14 cases per table and
-fetch, 56 in all (32 before the one-block and chunked cases); on the CPU only the default grid
-runs (4 cases): grid caps and chunks are GPU launches.
+and at the default grid in blocks of each ``--block-warps`` warps (the tables' ``block_warps``:
+the same SMs, more rows in flight on them; "-" in the "block warps" column for the default,
+8; none by default), each with the training stream at default and at high priority. By
+default that is (1 default grid + 4 caps + 2 chunk sizes) x 2 training streams = 14 cases per
+table and fetch, 56 in all (32 before the one-block and chunked cases); on the CPU only the
+default grid runs (4 cases): grid caps, chunks and block sizes are GPU launches.
 
 A round records an origin event on the training stream; the side stream waits for it and then
 queues its fetches (enough to outlast the steps) while the training stream queues ``--steps``
@@ -55,7 +57,8 @@ summed; every other stream's kernels in the round beside are the fetch's (count 
 ms). JSON: ``profile``; a table under the main one. On the CPU it is skipped, with a note.
 
 JSON, besides the settings and environment: ``cases`` (per case its labels, ``grid_blocks``
-(None: the default grid), ``chunk_rows`` (None: unchunked), the summary and
+(None: the default grid), ``chunk_rows`` (None: unchunked), ``block_warps`` (None: the
+default), the summary and
 ``fetches_alone_per_round``), ``profile``, ``notes`` (cases not run, and why), ``timelines``
 and ``elapsed_s`` (the run's wall time: benchmarks/gpu_session.sh gives it 450 s).
 """
@@ -83,6 +86,7 @@ sys.path.insert(0, str(REPO))
 import ibp_graph  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
+    block_warps_arg,
     blocks_per_sm,
     environment,
     grid_cap,
@@ -347,26 +351,34 @@ def grid_label(cap: int | None, sms: int) -> str:
     return f"{cap / sms:g}/SM ({cap})"
 
 
-def plan_cases(caps: list[int | None], chunks: list[int]) -> list[tuple[int | None, int | None]]:
-    """A table's (grid cap, chunk rows) cases: every distinct cap unchunked (None: the default
-    grid), then the default grid in chunks of each of ``chunks`` rows."""
-    out: list[tuple[int | None, int | None]] = []
-    for cap in caps:
-        if (cap, None) not in out:
-            out.append((cap, None))
-    for rows in chunks:
-        if (None, rows) not in out:
-            out.append((None, rows))
+def plan_cases(
+    caps: list[int | None], chunks: list[int], warps: list[int] | tuple = ()
+) -> list[tuple[int | None, int | None, int | None]]:
+    """A table's (grid cap, chunk rows, block warps) cases: every distinct cap unchunked in
+    default blocks (None: the default grid), then the default grid in chunks of each of
+    ``chunks`` rows, then the default grid in blocks of each of ``warps`` warps."""
+    out: list[tuple[int | None, int | None, int | None]] = []
+    wanted = [(cap, None, None) for cap in caps]
+    wanted += [(None, rows, None) for rows in chunks]
+    wanted += [(None, None, w) for w in warps]
+    for case in wanted:
+        if case not in out:
+            out.append(case)
     return out
 
 
 @contextlib.contextmanager
-def configured(table: Any, max_blocks: int | None, chunk_rows: int | None) -> Iterator[dict]:
-    """``table`` with its ``max_blocks`` and ``chunk_rows`` set, those it has (a table
-    without one is left without it); their values before are set back on leaving. Yields the
-    attributes set."""
+def configured(
+    table: Any, max_blocks: int | None, chunk_rows: int | None, block_warps: int | None = None
+) -> Iterator[dict]:
+    """``table`` with its ``max_blocks``, ``chunk_rows`` and ``block_warps`` set, those it has
+    (a table without one is left without it; ``block_warps`` only when given); their values
+    before are set back on leaving. Yields the attributes set."""
     saved, given = {}, {}
-    for attr, value in (("max_blocks", max_blocks), ("chunk_rows", chunk_rows)):
+    asked = [("max_blocks", max_blocks), ("chunk_rows", chunk_rows)]
+    if block_warps is not None:
+        asked.append(("block_warps", block_warps))
+    for attr, value in asked:
         if hasattr(table, attr):
             saved[attr] = getattr(table, attr)
             setattr(table, attr, value)
@@ -611,10 +623,10 @@ def markdown(env: dict, payload: dict) -> str:
         f"per case. Target: a step beside a fetch at most {TARGET_SLOWDOWN:.2f}x its time alone"
         + ("." if payload["applies"] else " (does not apply on the CPU: nothing overlaps)."),
         "",
-        "| table | fetch | grid cap | chunk rows | training stream | step alone (ms) "
-        "| step beside (ms) | slowdown | verdict | fetch alone (ms) | fetch beside (ms) "
-        "| decoded GB/s alone |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| table | fetch | grid cap | chunk rows | block warps | training stream "
+        "| step alone (ms) | step beside (ms) | slowdown | verdict | fetch alone (ms) "
+        "| fetch beside (ms) | decoded GB/s alone |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["cases"]:
         slow = r["slowdown"]
@@ -622,8 +634,10 @@ def markdown(env: dict, payload: dict) -> str:
         beside = "-" if r["step_beside_ms"] is None else f"{r['step_beside_ms']:.3f}"
         fb = "-" if r["fetch_beside_ms"] is None else f"{r['fetch_beside_ms']:.3f}"
         chunk = "-" if r.get("chunk_rows") is None else f"{r['chunk_rows']:,}"
+        warps = "-" if r.get("block_warps") is None else str(r["block_warps"])
         lines.append(
-            f"| {r['table']} | {r['fetch']} | {r['grid_cap']} | {chunk} | {r['train_stream']} "
+            f"| {r['table']} | {r['fetch']} | {r['grid_cap']} | {chunk} | {warps} "
+            f"| {r['train_stream']} "
             f"| {r['step_alone_ms']:.3f} | {beside} | "
             f"{'-' if slow is None else f'{slow:.3f}'} | {judged} | {r['fetch_alone_ms']:.3f} "
             f"| {fb} | {r['decoded_gbps_alone']:.1f} |"
@@ -653,6 +667,8 @@ def plot(payload: dict, timelines: list[dict], path: Path) -> str | None:
             ax.broken_barh([(s, e - s) for s, e in tl[key]], (lane, 0.8), color=color)
         ax.set_yticks([0.4, 1.4], ["train", "fetch"])
         chunks = "" if case.get("chunk_rows") is None else f", chunks of {case['chunk_rows']} rows"
+        if case.get("block_warps") is not None:
+            chunks += f", blocks of {case['block_warps']} warps"
         ax.set_title(
             f"{case['table']} {case['fetch']}, cap {case['grid_cap']}{chunks}, "
             f"{case['train_stream']} training stream",
@@ -691,6 +707,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[4096, 32768],
         help="chunked cases: the default grid, each fetch launched in kernels of at most this "
         "many rows (the tables' chunk_rows); none given: no chunked cases",
+    )
+    p.add_argument(
+        "--block-warps",
+        type=block_warps_arg,
+        nargs="*",
+        default=[],
+        help="block-size cases: the default grid in blocks of this many warps, 1-32 (the "
+        "tables' block_warps; the default is 8); none given (the default): none",
     )
     p.add_argument(
         "--profile-case",
@@ -766,8 +790,14 @@ def main(argv: list[str] | None = None) -> dict:
                     f"{kind} {name}: no chunked cases, its table ({type(table).__name__}) has "
                     "no chunk_rows."
                 )
-            for cap, chunk in plan_cases(caps, chunks):
-                with configured(table, cap, chunk):
+            warps = args.block_warps if hasattr(table, "block_warps") else []
+            if args.block_warps and not warps:
+                notes.append(
+                    f"{kind} {name}: no block-size cases, its table ({type(table).__name__}) "
+                    "has no block_warps."
+                )
+            for cap, chunk, block_warps in plan_cases(caps, chunks, warps):
+                with configured(table, cap, chunk, block_warps):
                     for label, main_stream in streams.items():
                         summary, timeline = measure_case(
                             clock, work, table, args, main_stream, side
@@ -781,6 +811,7 @@ def main(argv: list[str] | None = None) -> dict:
                             "grid_cap": grid_label(cap, sms),
                             "grid_blocks": cap,
                             "chunk_rows": chunk,
+                            "block_warps": block_warps,
                             "train_stream": label,
                             "decoded_gbps_alone": decoded / 1e9,
                             **summary,
@@ -789,7 +820,8 @@ def main(argv: list[str] | None = None) -> dict:
                         cases.append(case)
                         timelines.append(timeline)
                         wanted = clock.cuda and profile is not None and "label" not in profile
-                        if wanted and (kind, name, cap) == target and chunk is None:
+                        plain = chunk is None and block_warps is None
+                        if wanted and (kind, name, cap) == target and plain:
                             if label == "default":
                                 profile = run_profile(
                                     clock, work, table, args, main_stream, side, summary, case

@@ -44,10 +44,11 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 #define FULL_MASK 0xffffffffu
-// Most threads per block (8 warps); IBP_FETCH_MIN_BLOCKS such blocks fit an SM: at most 64
-// registers a thread, so one block takes a quarter of the register file (the rest for training).
-#define IBP_FETCH_THREADS 256
-#define IBP_FETCH_MIN_BLOCKS 4
+// Most threads per block (32 warps), and one such block fits an SM: at most 64 registers a
+// thread. The host launches 8 warps a block by default (a quarter of the register file, the
+// rest for training) and up to 32 when asked (`block_warps`).
+#define IBP_FETCH_THREADS 1024
+#define IBP_FETCH_MIN_BLOCKS 1
 
 #ifndef IBP_RECORD_FIRST_DEFINED
 #define IBP_RECORD_FIRST_DEFINED

@@ -24,8 +24,10 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-#define IBP_GATHER_THREADS 256
-#define IBP_GATHER_MIN_BLOCKS 4
+// Most threads per block (32 warps), and one such block fits an SM: at most 64 registers a
+// thread, as blocks of the default 8 warps with 4 to an SM.
+#define IBP_GATHER_THREADS 1024
+#define IBP_GATHER_MIN_BLOCKS 1
 
 #ifndef IBP_RECORD_FIRST_DEFINED
 #define IBP_RECORD_FIRST_DEFINED

@@ -16,7 +16,7 @@ from .errors import IBPFormatError, IBPIndexError, IBPInputError, check_bool
 from .indexing import normalize_ids
 from .kernels.fetch_decode import DeviceCodec, check_idx, check_launch, fetch_decode
 from .kernels.raw_gather import raw_gather
-from .kernels.runtime import check_chunk_rows, cupy, require_cuda
+from .kernels.runtime import check_block_warps, check_chunk_rows, cupy, require_cuda
 from .pinned import PinnedBuffer
 from .table import IBPTable
 
@@ -139,11 +139,13 @@ def launch_fetch(
     max_blocks: int | None = None,
     double_buffer: bool = False,
     chunk_rows: int | None = None,
+    block_warps: int | None = None,
 ) -> None:
     """Launch one fetch of rows ``idx`` into ``out``; does not synchronise.
 
     The fused fetch + decode kernel (double-buffered with ``double_buffer``), or the raw
-    gather when ``bypass`` (see `raw_bypass`), in chunks of ``chunk_rows`` rows when given.
+    gather when ``bypass`` (see `raw_bypass`), in chunks of ``chunk_rows`` rows when given,
+    in blocks of ``block_warps`` warps.
     Row ``idx[r]`` goes to row ``out_pos[r]`` of ``out`` (``r`` when ``out_pos`` is None).
     """
     where = {
@@ -151,6 +153,7 @@ def launch_fetch(
         "stream": stream,
         "max_blocks": max_blocks,
         "chunk_rows": chunk_rows,
+        "block_warps": block_warps,
     }
     if bypass:
         raw_gather(codec.rows_ptr, codec.num_rows, codec.row_bytes, idx, out, error, **where)
@@ -210,12 +213,15 @@ class _CudaTableBase:
         max_blocks: int | None,
         sort_ids: bool = False,
         chunk_rows: int | None = None,
+        block_warps: int | None = None,
     ):
         self.device = device
         self.max_blocks = max_blocks
         #: Launch each fetch as kernels of at most this many rows (None: one launch); checked
         #: by the subclasses before anything is pinned, and by the launchers at each fetch.
         self.chunk_rows = chunk_rows
+        #: Warps per block of each fetch's kernels (`runtime.check_block_warps`).
+        self.block_warps = check_block_warps(block_warps)
         self.sort_ids = check_bool("sort_ids", sort_ids)
         self._pinned: PinnedBuffer | None = None
         # Held while a launch reads the pinned memory, so that `close` cannot free it between
@@ -377,6 +383,12 @@ class CudaIBPTable(_CudaTableBase):
             beside it (training) can take whole SMs. Rows and errors are the same. Off until
             measured on a GPU (``benchmarks/overlap.py --chunk-rows``) (default: None, one
             launch per fetch).
+        block_warps: warps per block of each fetch's kernels, 1 to 32 (default: None, 8).
+            The grid cap (``max_blocks``) counts blocks, so more warps a block put more rows
+            in flight on the same SMs: a fetch beside training keeps to a quarter of the
+            SMs but fills them. Rows and errors are the same. 8 until measured on a GPU
+            (``benchmarks/fetch.py --block-warps``, ``benchmarks/overlap.py
+            --block-warps``).
     """
 
     def __init__(
@@ -392,15 +404,17 @@ class CudaIBPTable(_CudaTableBase):
         sort_ids: bool | None = None,
         double_buffer: bool = False,
         chunk_rows: int | None = None,
+        block_warps: int | None = None,
     ):
         self.double_buffer = check_bool("double_buffer", double_buffer)
         chunk_rows = check_chunk_rows(chunk_rows)
+        block_warps = check_block_warps(block_warps)
         dev = _device(device)
         cp = cupy()
         cpu = IBPTable(path, mmap=True, verify=verify)
         bypass = raw_bypass(cpu)
         sort_ids = default_sort_ids(sort_ids, cpu.ratio, bypass)
-        super().__init__(dev, max_blocks, sort_ids, chunk_rows)
+        super().__init__(dev, max_blocks, sort_ids, chunk_rows, block_warps)
         self.path = cpu.path
         self.shape = cpu.shape
         self.dtype = cpu.dtype
@@ -473,6 +487,7 @@ class CudaIBPTable(_CudaTableBase):
             max_blocks=self.max_blocks,
             double_buffer=self.double_buffer,
             chunk_rows=self.chunk_rows,
+            block_warps=self.block_warps,
         )
 
     def __repr__(self) -> str:
@@ -501,6 +516,8 @@ class PinnedRawTable(_CudaTableBase):
             a raw gather is bound by the link).
         chunk_rows: launch each fetch as kernels of at most this many rows, as
             :class:`CudaIBPTable`'s ``chunk_rows`` (default: None, one launch per fetch).
+        block_warps: warps per block of each fetch's kernels, as :class:`CudaIBPTable`'s
+            ``block_warps`` (default: None, 8).
     """
 
     def __init__(
@@ -513,12 +530,15 @@ class PinnedRawTable(_CudaTableBase):
         pages: str | None = None,
         sort_ids: bool | None = None,
         chunk_rows: int | None = None,
+        block_warps: int | None = None,
     ):
         chunk_rows = check_chunk_rows(chunk_rows)
+        block_warps = check_block_warps(block_warps)
         dev = _device(device)
         cp = cupy()
         array, name = as_table(data)
-        super().__init__(dev, max_blocks, default_sort_ids(sort_ids, 1.0, True), chunk_rows)
+        sort_ids = default_sort_ids(sort_ids, 1.0, True)
+        super().__init__(dev, max_blocks, sort_ids, chunk_rows, block_warps)
         self.path = f"<raw {name} table>"
         self.shape = (int(array.shape[0]), int(array.shape[1]))
         self.dtype = torch_dtype(name)
@@ -557,6 +577,7 @@ class PinnedRawTable(_CudaTableBase):
             stream=stream,
             max_blocks=self.max_blocks,
             chunk_rows=self.chunk_rows,
+            block_warps=self.block_warps,
         )
 
     def __repr__(self) -> str:

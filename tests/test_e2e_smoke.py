@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from pathlib import Path
 
 import pytest
@@ -278,6 +279,28 @@ def test_e2e_kernel_sampler_needs_cuda() -> None:
         e2e.parse_args(["--device", "cpu", "--sampler-backend", "kernel"])
     args = e2e.parse_args(["--device", "cuda", "--sampler-backend", "kernel", "--prefetch-thread"])
     assert args.sampler_backend == "kernel" and args.prefetch_thread
+
+
+def test_block_warps_reach_the_gpu_tables(monkeypatch, capsys) -> None:
+    from ibp_graph import cuda_table
+
+    assert e2e.parse_args([]).block_warps is None
+    assert e2e.parse_args(["--block-warps", "32"]).block_warps == 32
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--block-warps", "0"])
+    assert "block_warps must be between 1 and 32, got 0" in capsys.readouterr().err
+    made = []
+    for name in ("CudaIBPTable", "PinnedRawTable"):
+        monkeypatch.setattr(cuda_table, name, lambda *a, _n=name, **kw: made.append((_n, kw)))
+    graph, table = types.SimpleNamespace(x=torch.zeros(3, 2)), types.SimpleNamespace(path="t")
+    gpu = torch.device("cuda", 0)
+    e2e.open_features("ibp", graph, table, gpu, 32)
+    e2e.open_features("raw", graph, table, gpu)
+    assert [(n, kw["block_warps"]) for n, kw in made] == [
+        ("CudaIBPTable", 32), ("PinnedRawTable", None),
+    ]  # fmt: skip
+    assert e2e.fetch_blocks_text(None) == "GPU fetches in blocks of 8 warps (the library's default)"
+    assert e2e.fetch_blocks_text(32) == "GPU fetches in blocks of 32 warps"
 
 
 def test_profile_epoch_says_where_the_time_goes_and_changes_nothing_reported(

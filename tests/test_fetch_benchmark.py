@@ -56,6 +56,28 @@ def test_defaults_follow_the_spec() -> None:
     assert args.time_budget < 540  # a case started before the budget ends in the stage limit
 
 
+def test_block_warps_default_to_the_librarys_and_reach_every_launch(
+    numpy_kernels, tmp_path: Path
+) -> None:
+    assert fetch.parse_args([]).block_warps is None
+    assert fetch.settings(fetch.parse_args(["--block-warps", "32"]))["block_warps"] == 32
+    one = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--max-blocks", "0.25"]
+    doc = fake_gpu_run([*one, "--block-warps", "32"], tmp_path)
+    assert doc["cases"] and all(r["bit_identical"] for r in doc["cases"])
+    # raw, ibp and decode-only: every launch in blocks of 32 warps (decode capacity: none,
+    # one block of 32 warps of 64 registers fills the stand-in's one SM).
+    assert LAUNCHED_WARPS and set(LAUNCHED_WARPS) == {32}
+    assert {r["decode_capacity_note"] for r in doc["cases"]} == {fetch.CAPACITY_FULL}
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "; blocks of 32 warps;" in md
+    LAUNCHED_WARPS.clear()
+    doc = fake_gpu_run(one, tmp_path)  # decode capacity on 4 blocks of 8 warps, as the rest
+    assert LAUNCHED_WARPS and set(LAUNCHED_WARPS) == {None}
+    assert all(r["decode_capacity_blocks"] == 4 for r in doc["cases"])
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "; blocks of 8 warps (the library's default);" in md
+
+
 def test_decode_capacity_is_on_by_default_and_can_be_turned_off() -> None:
     args = fetch.parse_args([])
     assert args.decode_capacity is True and fetch.settings(args)["decode_capacity"] is True
@@ -78,6 +100,9 @@ def test_decode_capacity_is_on_by_default_and_can_be_turned_off() -> None:
         (["--repeats", "0"], "--repeats"),
         (["--table-gb", "0"], "--table-gb"),
         (["--max-blocks", "0"], "--max-blocks"),
+        (["--block-warps", "0"], "block_warps must be between 1 and 32, got 0"),
+        (["--block-warps", "33"], "block_warps must be between 1 and 32, got 33"),
+        (["--block-warps", "8.5"], "--block-warps"),
     ],
 )
 def test_bad_arguments_are_refused(argv, message, capsys) -> None:
@@ -776,8 +801,9 @@ def _positions(idx: torch.Tensor, out_pos: torch.Tensor | None) -> np.ndarray:
 
 def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, out_pos=None,
                      stream=None, max_blocks=None, line_aligned=False,
-                     chunk_rows=None) -> None:  # fmt: skip
+                     chunk_rows=None, block_warps=None) -> None:  # fmt: skip
     assert chunk_rows is None, "the benchmark fetches in one launch"
+    LAUNCHED_WARPS.append(block_warps)
     gather.entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)  # its checks
     check_launch(idx, out, row_bytes, error.device)
     check_out_pos(out_pos, idx, error.device)
@@ -792,9 +818,10 @@ def numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, *, out_pos
     out.view(torch.uint8).reshape(ids.size, row_bytes).numpy()[pos] = table[ids]
 
 
-def numpy_fetch_decode(codec, idx, out, error, *, out_pos=None, stream=None,
-                       max_blocks=None, double_buffer=False, chunk_rows=None) -> None:  # fmt: skip
+def numpy_fetch_decode(codec, idx, out, error, *, out_pos=None, stream=None, max_blocks=None,
+                       double_buffer=False, chunk_rows=None, block_warps=None) -> None:  # fmt: skip
     assert chunk_rows is None, "the benchmark fetches in one launch"
+    LAUNCHED_WARPS.append(block_warps)
     check_launch(idx, out, codec.row_bytes, error.device)
     check_out_pos(out_pos, idx, error.device)
     check_error(error, error.device)
@@ -825,8 +852,13 @@ def numpy_fetch_decode(codec, idx, out, error, *, out_pos=None, stream=None,
     out.view(torch.uint8).reshape(ids.size, codec.row_bytes).numpy()[_positions(idx, out_pos)] = raw
 
 
+#: The ``block_warps`` of every stand-in launch, in order (cleared by `numpy_kernels`).
+LAUNCHED_WARPS: list[int | None] = []
+
+
 @pytest.fixture
 def numpy_kernels(monkeypatch):
+    LAUNCHED_WARPS.clear()
     monkeypatch.setattr(gather, "raw_gather", numpy_raw_gather)
     monkeypatch.setattr(fused, "fetch_decode", numpy_fetch_decode)
     monkeypatch.setattr(cuda_table, "raw_gather", numpy_raw_gather)
@@ -1020,7 +1052,7 @@ def grid_codec(warps: int, smem: int) -> SimpleNamespace:
     """A codec stand-in for `fetch.decode_grids`: its shared-memory plan and entry point."""
     plan = fused.SmemPlan(buf_words=4, bytes_per_warp=smem // warps, warps_per_block=warps)
     return SimpleNamespace(
-        plan=lambda max_smem, buffers=1: plan,
+        plan=lambda max_smem, buffers=1, warps=8: plan,
         offsets=torch.zeros(2, dtype=torch.int32),
         word_bytes=4,
     )

@@ -302,10 +302,15 @@ def test_tiny_grids_cover_far_more_rows_than_threads(tmp_path, max_blocks) -> No
     assert torch.equal(short, want_short)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"chunk_rows": 777}, {"block_warps": 32}, {"block_warps": 1, "chunk_rows": 4096}],
+    ids=["chunks", "32-warp-blocks", "1-warp-blocks-in-chunks"],
+)
 @pytest.mark.parametrize("sort_ids", [False, True])
-def test_chunked_fetches_give_the_same_rows_and_errors(tmp_path, sort_ids) -> None:
-    # Launched in chunks (several kernels on the fetch's stream): the same bits, and a bad id
-    # is named at its caller's position, also in a later chunk.
+def test_chunks_and_block_sizes_give_the_same_rows_and_errors(tmp_path, sort_ids, options) -> None:
+    # Launched in chunks (several kernels on the fetch's stream) or in blocks of other sizes:
+    # the same bits, and a bad id is named at its caller's position, also in a later chunk.
     from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
 
     rng = np.random.default_rng(17)
@@ -317,8 +322,8 @@ def test_chunked_fetches_give_the_same_rows_and_errors(tmp_path, sort_ids) -> No
     bad[[7001, 9000]] = torch.tensor([3000, -2], device=CUDA)
     side = torch.cuda.Stream()
     for table in (
-        CudaIBPTable(tmp_path / "t.ibp", device=CUDA, sort_ids=sort_ids, chunk_rows=777),
-        PinnedRawTable(x, device=CUDA, sort_ids=sort_ids, chunk_rows=777),
+        CudaIBPTable(tmp_path / "t.ibp", device=CUDA, sort_ids=sort_ids, **options),
+        PinnedRawTable(x, device=CUDA, sort_ids=sort_ids, **options),
     ):
         with table:
             assert _bits_equal(table.fetch(idx), want)

@@ -31,6 +31,7 @@ STAGES = (
     "profile",
     "pages",
     "grid",
+    "warps",
     "lanes",
     "sampling",
     "e2e",
@@ -160,9 +161,17 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
         "/tmp/o/profile-manifest.json",
     ]
     assert str(summarise.out) == "/tmp/o/profile.md"
-    (ov,) = (overlap.parse_args(c) for c in cmds["overlap"])
+    warps_ov, ov = (overlap.parse_args(c) for c in cmds["overlap"])
     assert ov.device == "cuda" and str(ov.out) == "/tmp/o" and ov.tables == ["dense", "sparse"]
-    full, grid, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
+    assert ov.block_warps == [] and ov.chunk_rows and ov.max_blocks
+    # warps: the default grid in blocks of 8 (the default), 16 and 32 warps, nothing else.
+    assert warps_ov.block_warps == [16, 32] and str(warps_ov.out) == "/tmp/o/warps"
+    assert warps_ov.max_blocks == [] and warps_ov.chunk_rows == []
+    assert warps_ov.profile_case is None and warps_ov.tables == ov.tables
+    full, grid, warps, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
+    assert warps.block_warps == 32 and warps.max_blocks == grid.max_blocks == 0.25
+    assert warps.tag == "grid-w32" and warps.kinds == grid.kinds and warps.widths == grid.widths
+    assert full.block_warps is None and grid.block_warps is None
     assert full.pages == "huge"
     # pages: every page kind side by side, at the fetch's table size and batch.
     (kinds,) = (pages.parse_args(c) for c in cmds["pages"])
@@ -177,7 +186,7 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert full.double_buffer and not lanes.double_buffer
     assert "for raw_kernel in auto lines; do" in SCRIPT.read_text()
     assert all(w % 16 for w in lanes.widths) and lanes.tag == "lanes"
-    for args in (full, grid, lanes):
+    for args in (full, grid, warps, lanes):
         assert args.table_gb >= 2 and args.time_budget <= 400
         assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
     bundled, fused, synthetic, corasu = (e2e.parse_args(c) for c in cmds["e2e"])
@@ -194,6 +203,8 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert synthetic.epochs == 3 and synthetic.device == "cuda"
     assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o/synthetic"
     assert synthetic.setting == "papers100m" and synthetic.synthetic_edges == 300_000_000
+    # The loaders' default on a GPU: batches prepared on the prefetch thread.
+    assert synthetic.prefetch_thread and corasu.prefetch_thread
     assert corasu.setting == "corasu" and corasu.graph_list == []
     assert corasu.synthetic_nodes == 2_449_029 and corasu.synthetic_features == "cora"
     assert corasu.epochs == 3 and corasu.device == "cuda" and str(corasu.out) == "/tmp/o/corasu"

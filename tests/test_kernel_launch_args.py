@@ -203,6 +203,7 @@ def parse_kernels(text: str) -> dict[str, list[CParam]]:
 
 
 _SIGNATURES: dict[str, dict[str, list[CParam]]] = {}
+_BOUNDS: dict[str, dict[str, int]] = {}
 
 
 def signatures(source: str) -> dict[str, list[CParam]]:
@@ -213,6 +214,23 @@ def signatures(source: str) -> dict[str, list[CParam]]:
             pytest.fail(f"a launcher names {source}, but {path} does not exist")
         _SIGNATURES[source] = parse_kernels(preprocess(path))
     return _SIGNATURES[source]
+
+
+def parse_launch_bounds(text: str) -> dict[str, int]:
+    """The most threads a block may have, per entry point of preprocessed source, from its
+    ``__launch_bounds__`` (1,024, the hardware's, where it has none)."""
+    bounds = {}
+    for m in _KERNEL.finditer(text):
+        found = re.search(r"__launch_bounds__\s*\(\s*(\d+)", m.group(0))
+        bounds[m.group(1)] = int(found.group(1)) if found else 1024
+    return bounds
+
+
+def launch_bounds(source: str) -> dict[str, int]:
+    """`parse_launch_bounds` of ``cuda/<source>`` (parsed once)."""
+    if source not in _BOUNDS:
+        _BOUNDS[source] = parse_launch_bounds(preprocess(cuda_dir() / source))
+    return _BOUNDS[source]
 
 
 def c_dtype(base: str) -> np.dtype:
@@ -409,8 +427,12 @@ def check_launch(launch: Launch) -> list[str]:
     problems = []
     if not _dims(launch.grid):
         problems.append(f"{where}: grid must be a tuple of 1-3 positive ints, got {launch.grid!r}")
-    if not _dims(launch.block) or int(np.prod(launch.block)) > 1024:
-        problems.append(f"{where}: block must be a tuple of <= 1024 threads, got {launch.block!r}")
+    most = launch_bounds(launch.source).get(launch.entry, 1024)
+    if not _dims(launch.block) or int(np.prod(launch.block)) > most:
+        problems.append(
+            f"{where}: block must be a tuple of <= {most} threads (its __launch_bounds__), "
+            f"got {launch.block!r}"
+        )
     smem = launch.shared_mem
     if isinstance(smem, bool) or not isinstance(smem, (int, np.integer)) or smem < 0:
         problems.append(f"{where}: shared_mem must be an int >= 0, got {smem!r}")
@@ -535,7 +557,11 @@ def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatc
         # Output positions (the sorted-ids path) or none; none only beside cluster ids, so
         # that the two null pointers never meet in one launch (their values would be equal).
         out_pos = empty((n,), torch.int64) if not clusters or num_words == 12 else None
-        module.fetch_decode(codec, idx, out, error, out_pos=out_pos, double_buffer=double_buffer)
+        # The double-buffered ones in blocks of 32 warps (checked against __launch_bounds__).
+        warps = 32 if double_buffer else None
+        module.fetch_decode(
+            codec, idx, out, error, out_pos=out_pos, double_buffer=double_buffer, block_warps=warps
+        )
         plan = module.smem_plan(
             num_words,
             word_bytes,
@@ -590,8 +616,9 @@ def launch_raw_gather(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch)
         error = empty((2,), torch.int32)
         out_pos = empty((n,), torch.int64) if sorted_ids else None
         module.raw_gather(
-            table_ptr, num_rows, row_bytes, idx, out, error, out_pos=out_pos, line_aligned=lines
-        )
+            table_ptr, num_rows, row_bytes, idx, out, error, out_pos=out_pos, line_aligned=lines,
+            block_warps=32 if sorted_ids else None,
+        )  # fmt: skip
         expected.append(
             distinct(
                 {
@@ -1006,6 +1033,54 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
     for bad, message in ((0, "at least 1"), (2.5, "None or an int"), (True, "None or an int")):
         with pytest.raises(ValueError, match=f"chunk_rows must be {message}"):
             launch(chunk_rows=bad)
+
+
+@pytest.mark.parametrize("launcher", ["raw_gather", "fetch_decode"])
+def test_block_warps_size_each_block_and_the_grid_it_needs(launcher, monkeypatch) -> None:
+    module = importlib.import_module(f"ibp_graph.kernels.{launcher}")
+    launches = record(module, monkeypatch)
+    v, n = 16, 1000
+    idx, error = empty((n,), torch.int64), torch.zeros(2, dtype=torch.int32)
+    out = empty((n, v), torch.float32)
+
+    def launch(**kw) -> None:
+        if launcher == "raw_gather":
+            module.raw_gather(0x1000, 10, 4 * v, idx, out, error, **kw)
+        else:
+            module.fetch_decode(small_codec(v), idx, out, error, **kw)
+
+    for warps, block in ((None, 256), (1, 32), (8, 256), (32, 1024)):
+        launch(block_warps=warps)
+        got = launches[-1]
+        assert got.block == (block,) and got.grid == (-(-n // (block // 32)),), warps
+        assert not check_launch(got)  # within the entry point's __launch_bounds__
+        if launcher == "fetch_decode":  # the staging shared memory grows with the warps
+            assert got.shared_mem == block // 32 * launches[0].shared_mem // 8
+    for bad, message in (
+        (0, "between 1 and 32, got 0"),
+        (33, "between 1 and 32, got 33"),
+        (8.0, "None or an int, got 'float'"),
+        (True, "None or an int, got 'bool'"),
+    ):
+        with pytest.raises(ValueError, match=f"block_warps must be {message}"):
+            launch(block_warps=bad)
+    assert len(launches) == 4
+
+
+def test_a_block_beyond_the_launch_bounds_is_reported() -> None:
+    text = """
+    extern "C" __global__ void __launch_bounds__(256, 4) small(int n) {}
+    extern "C" __global__ void __launch_bounds__(1024) big(int n) {}
+    extern "C" __global__ void free_(int n) {}
+    """
+    assert parse_launch_bounds(text) == {"small": 256, "big": 1024, "free_": 1024}
+    bounds = launch_bounds("fetch_decode.cu")
+    assert set(bounds) == set(signatures("fetch_decode.cu")) and set(bounds.values()) == {1024}
+    assert set(launch_bounds("raw_gather.cu").values()) == {1024}
+    assert set(launch_bounds("sample_neighbors.cu").values()) == {256}
+    entry = "ibp_hop_flags"
+    launch = Launch("sample_neighbors.cu", entry, (1,), (512,), (), 0, DEFAULT_SMEM)
+    assert any("<= 256 threads (its __launch_bounds__)" in p for p in check_launch(launch))
 
 
 def test_fetch_decode_refuses_what_the_kernel_cannot_use(monkeypatch) -> None:

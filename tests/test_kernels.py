@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 import mmap
@@ -109,6 +110,20 @@ def test_smem_plan_rejects_rows_too_wide() -> None:
         smem_plan(num_words=100_000, word_bytes=4, align=16, max_smem=48 * 1024)
 
 
+def test_smem_plan_takes_the_asked_warps_where_shared_memory_holds_them() -> None:
+    # Cora's rows, stored in at most 80 bytes: 32 warps fit; at full width fewer do.
+    tight = smem_plan(1433, 4, 1, 227 * 1024, longest_row=80, warps=32)
+    assert tight.warps_per_block == 32
+    assert tight == dataclasses.replace(
+        smem_plan(1433, 4, 1, 227 * 1024, longest_row=80), warps_per_block=32
+    )
+    wide = smem_plan(4000, 4, 16, 227 * 1024, warps=32)  # 19.7 KiB a warp: 11 fit
+    assert wide.warps_per_block == 227 * 1024 // wide.bytes_per_warp == 11
+    assert smem_plan(4000, 4, 16, 227 * 1024, warps=1).warps_per_block == 1
+    codec_plans = {w: smem_plan(100, 4, 4, 227 * 1024, warps=w).bytes_per_block for w in (8, 32)}
+    assert codec_plans[32] == 4 * codec_plans[8]
+
+
 def test_smem_plan_double_buffering_stages_two_rows_a_warp() -> None:
     one = smem_plan(num_words=1433, word_bytes=4, align=16, max_smem=227 * 1024)
     two = smem_plan(num_words=1433, word_bytes=4, align=16, max_smem=227 * 1024, buffers=2)
@@ -147,19 +162,21 @@ def test_double_buffer_must_be_a_bool(tmp_path) -> None:
         CudaIBPTable(tmp_path / "t.ibp", double_buffer=1)
 
 
-def test_launch_fetch_passes_chunk_rows_to_both_kernels(monkeypatch) -> None:
+def test_launch_fetch_passes_chunk_rows_and_block_warps_to_both_kernels(monkeypatch) -> None:
     from ibp_graph import cuda_table
 
     calls = []
     monkeypatch.setattr(cuda_table, "fetch_decode", lambda *a, **kw: calls.append(("fused", kw)))
     monkeypatch.setattr(cuda_table, "raw_gather", lambda *a, **kw: calls.append(("raw", kw)))
     codec = types.SimpleNamespace(rows_ptr=16, num_rows=4, row_bytes=8)
-    for bypass, chunk_rows in [(False, 512), (True, 64), (False, None)]:
-        cuda_table.launch_fetch(codec, bypass, None, None, None, chunk_rows=chunk_rows)
-    assert [(kind, kw["chunk_rows"]) for kind, kw in calls] == [
-        ("fused", 512),
-        ("raw", 64),
-        ("fused", None),
+    for bypass, chunk_rows, warps in [(False, 512, 32), (True, 64, 16), (False, None, None)]:
+        cuda_table.launch_fetch(
+            codec, bypass, None, None, None, chunk_rows=chunk_rows, block_warps=warps
+        )
+    assert [(kind, kw["chunk_rows"], kw["block_warps"]) for kind, kw in calls] == [
+        ("fused", 512, 32),
+        ("raw", 64, 16),
+        ("fused", None, None),
     ]
 
 
@@ -175,6 +192,34 @@ def test_chunk_rows_must_be_a_positive_int(tmp_path, bad, message) -> None:
         CudaIBPTable(tmp_path / "t.ibp", chunk_rows=bad)
     with pytest.raises(ValueError, match=f"chunk_rows must be {message}"):
         PinnedRawTable(np.zeros((2, 2), np.float32), chunk_rows=bad)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (0, "between 1 and 32, got 0"),
+        (64, "between 1 and 32, got 64"),
+        (4.0, "None or an int, got 'float'"),
+        (True, "None or an int, got 'bool'"),
+        ("8", "None or an int, got 'str'"),
+    ],
+)
+def test_block_warps_must_be_an_int_from_1_to_32(tmp_path, bad, message) -> None:
+    # Refused before anything needs a GPU (this runs without one).
+    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+
+    with pytest.raises(ValueError, match=f"block_warps must be {message}"):
+        CudaIBPTable(tmp_path / "t.ibp", block_warps=bad)
+    with pytest.raises(ValueError, match=f"block_warps must be {message}"):
+        PinnedRawTable(np.zeros((2, 2), np.float32), block_warps=bad)
+
+
+def test_check_block_warps_defaults_to_the_fetch_block() -> None:
+    from ibp_graph.kernels.runtime import FETCH_BLOCK_WARPS, MAX_BLOCK_WARPS, check_block_warps
+
+    assert check_block_warps(None) == FETCH_BLOCK_WARPS == 8
+    assert [check_block_warps(w) for w in (1, np.int64(16), MAX_BLOCK_WARPS)] == [1, 16, 32]
+    assert type(check_block_warps(np.int32(4))) is int
 
 
 def test_chunk_spans_cover_every_request_once() -> None:

@@ -67,6 +67,7 @@ def fetch_on_host(
         SMEM,
         2 if double_buffer else 1,
         table.stored_row_range[1] if longest_row is None else longest_row,
+        warps=warps,
     )
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if out_pos is not None:
@@ -99,8 +100,8 @@ def fetch_on_host(
         ctypes.c_int(width),
         ctypes.c_int(plan.buf_words),
         ctypes.c_uint(grid),
-        ctypes.c_uint(WARP * min(plan.warps_per_block, warps)),
-        ctypes.c_ulonglong(plan.bytes_per_warp * min(plan.warps_per_block, warps)),
+        ctypes.c_uint(WARP * plan.warps_per_block),
+        ctypes.c_ulonglong(plan.bytes_per_block),
     )
     return out, error
 
@@ -460,6 +461,23 @@ def test_chunks_without_codes_decode_with_and_without_free_bits(
         assert np.array_equal(out, want), f"grid {grid} x {warps} warps: rows differ"
 
 
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_blocks_of_32_warps_decode_the_same_rows(lib, tmp_path, double_buffer) -> None:
+    # The largest block a fetch may launch (block_warps=32, the kernels' __launch_bounds__):
+    # every warp's staging share inside the block's shared memory, rows and errors as with
+    # blocks of one warp.
+    rng = np.random.default_rng(52)
+    x = np.where(rng.random((500, 40)) < 0.3, rng.standard_normal((500, 40)), 0)
+    table = ibp_graph.compress(x.astype(np.float32), tmp_path / "t.ibp")
+    ids = rng.integers(0, x.shape[0], 150)
+    ids[[3, 140]] = [500, -7]  # out of range: named at their positions, rows zeroed
+    want, want_error = fetch_on_host(lib, table, ids, grid=1, warps=1)
+    assert want_error.tolist() == [4, 0]
+    got, error = fetch_on_host(lib, table, ids, grid=2, warps=32, double_buffer=double_buffer)
+    assert error.tolist() == want_error.tolist()
+    assert np.array_equal(got, want)
+
+
 def test_a_row_whose_chunk_bits_run_past_its_length_is_corrupt(lib, tmp_path) -> None:
     """An all-zero row (every chunk empty: no code, no payload) is its header alone; cut short,
     only the header runs past its end, and it must still be reported."""
@@ -625,7 +643,7 @@ def test_double_buffered_kernel_writes_what_the_one_buffer_kernel_writes(
 
 
 def _raw_gather_on_host(
-    lib, table: np.ndarray, ids: np.ndarray, out: np.ndarray, vec: int, out_pos=None
+    lib, table: np.ndarray, ids: np.ndarray, out: np.ndarray, vec: int, out_pos=None, threads=64
 ):
     error = np.zeros(2, dtype=np.int32)
     n, width = out.shape
@@ -642,7 +660,7 @@ def _raw_gather_on_host(
         ctypes.c_longlong(table.shape[0]),
         ctypes.c_longlong(width),
         ctypes.c_uint(2),
-        ctypes.c_uint(64),
+        ctypes.c_uint(threads),
     )
     return error
 
@@ -681,6 +699,21 @@ def test_lines_kernel_gathers_rows_of_any_multiple_of_4_bytes(lib, width: int) -
     assert error.tolist() == [11, 0]
     assert (out[[10, 60]] == 0).all()
     ok = np.setdiff1d(np.arange(90), [10, 60])
+    assert np.array_equal(out[ok], table[ids[ok]])
+
+
+@pytest.mark.parametrize("width", [512, 5732])
+def test_raw_gather_in_blocks_of_32_warps(lib, width: int) -> None:
+    # The largest block a fetch may launch (block_warps=32): 64 warps over 2 blocks.
+    rng = np.random.default_rng(width + 32)
+    table = _aligned_table(rng, 60, width)
+    ids = rng.integers(0, 60, 100).astype(np.int64)
+    ids[77] = 60
+    out = np.full((100, width), 0xEE, dtype=np.uint8)
+    vec = 16 if width == 512 else 0  # 0: ibp_raw_gather_lines
+    error = _raw_gather_on_host(lib, table, ids, out, vec, threads=1024)
+    assert error.tolist() == [78, 0] and (out[77] == 0).all()
+    ok = np.setdiff1d(np.arange(100), [77])
     assert np.array_equal(out[ok], table[ids[ok]])
 
 

@@ -78,7 +78,7 @@ def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
     argv = ["--device", "cpu", "--nodes", "3000", "--steps", "2", "--rounds", "1"]
     argv += ["--fetch-batches", "2", "--fetches-alone", "2", "--max-fetches", "3"]
     argv += ["--batch-size", "32", "--hidden", "8", "--tables", "dense", "sparse"]
-    argv += ["--workdir", str(tmp_path / "w"), "--out", str(tmp_path)]
+    argv += ["--workdir", str(tmp_path / "w"), "--out", str(tmp_path), "--block-warps", "32"]
     payload = overlap.main(argv)
     assert json.loads((tmp_path / "overlap-cpu.json").read_text()) == payload
     assert payload["applies"] is False and payload["target_slowdown"] == 1.1
@@ -93,10 +93,14 @@ def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
         assert all(s <= e for s, e in timeline["steps"] + timeline["fetches"])
     md = (tmp_path / "overlap-cpu.md").read_text()
     assert "does not apply on the CPU" in md and md.count("| none (CPU) |") == 4
-    # The chunk rows column: "-" for every case (the CPU tables have no chunk_rows).
-    assert "| grid cap | chunk rows | training stream |" in md
-    assert md.count("| default (0.25/SM) | - | none (CPU) |") == 4
+    # The chunk rows and block warps columns: "-" for every case (the CPU tables have no
+    # chunk_rows and no block_warps).
+    assert "| grid cap | chunk rows | block warps | training stream |" in md
+    assert md.count("| default (0.25/SM) | - | - | none (CPU) |") == 4
     assert all(c["chunk_rows"] is None and c["grid_blocks"] is None for c in cases)
+    assert all(c["block_warps"] is None for c in cases)
+    assert sum("has no block_warps" in n for n in payload["notes"]) == 4
+    assert "- sparse ibp: no block-size cases, its table (IBPTable) has no block_warps." in md
     assert sum("has no chunk_rows" in n for n in payload["notes"]) == 4
     assert "- dense raw: no chunked cases, its table (Tensor) has no chunk_rows." in md
     # The kernel profile (dense/ibp by default) is skipped on the CPU, with its note.
@@ -112,7 +116,7 @@ def test_a_tiny_cpu_run_writes_its_results(tmp_path: Path) -> None:
     for case, slow in zip(redo["cases"], (1.05, 1.1, 1.32, None), strict=True):
         case["slowdown"] = slow
     rows = overlap.markdown(redo, redo).splitlines()
-    verdicts = [line.split(" | ")[8] for line in rows if line.startswith(("| dense", "| sparse"))]
+    verdicts = [line.split(" | ")[9] for line in rows if line.startswith(("| dense", "| sparse"))]
     assert verdicts == ["met", "met", "gap 20.0%", "not measured"]
     with pytest.raises(SystemExit):
         overlap.parse_args(["--device", "cpu", "--steps", "0"])
@@ -128,6 +132,12 @@ def test_the_options_of_the_one_block_chunked_and_profiled_cases(monkeypatch, ca
     assert args.chunk_rows == [] and args.profile_case is None and args.max_blocks == [2.0]
     args = overlap.parse_args(["--chunk-rows", "100", "--profile-case", "sparse/raw/0.001"])
     assert args.chunk_rows == [100] and args.profile_case == "sparse/raw/0.001"
+    assert args.block_warps == []  # no block-size cases unless asked for
+    assert overlap.parse_args(["--block-warps", "16", "32"]).block_warps == [16, 32]
+    for bad, why in (("0", "between 1 and 32, got 0"), ("64", "got 64"), ("x", "'x'")):
+        with pytest.raises(SystemExit):
+            overlap.parse_args(["--block-warps", bad])
+        assert why in capsys.readouterr().err
     for bad in (["--chunk-rows", "0"], ["--chunk-rows", "x"], ["--chunk-rows", "1.5"]):
         with pytest.raises(SystemExit):
             overlap.parse_args(bad)
@@ -156,12 +166,18 @@ def test_the_options_of_the_one_block_chunked_and_profiled_cases(monkeypatch, ca
 def test_the_cases_of_a_table_and_how_many_fetches_a_round_alone_queues() -> None:
     plan = overlap.plan_cases([None, 1, 13, 132, 528], [4096, 32768])
     assert plan == [
-        (None, None), (1, None), (13, None), (132, None), (528, None), (None, 4096),
-        (None, 32768),
+        (None, None, None), (1, None, None), (13, None, None), (132, None, None),
+        (528, None, None), (None, 4096, None), (None, 32768, None),
     ]  # fmt: skip
     # Caps that round to the same grid (a small GPU) run once; no chunks: no chunked cases.
-    assert overlap.plan_cases([None, 1, 1, 4], []) == [(None, None), (1, None), (4, None)]
-    assert overlap.plan_cases([None], [64, 64]) == [(None, None), (None, 64)]
+    assert overlap.plan_cases([None, 1, 1, 4], []) == [
+        (None, None, None), (1, None, None), (4, None, None),
+    ]  # fmt: skip
+    assert overlap.plan_cases([None], [64, 64]) == [(None, None, None), (None, 64, None)]
+    # Block sizes: the default grid in blocks of each size, after the rest.
+    assert overlap.plan_cases([None], [], [16, 32, 32]) == [
+        (None, None, None), (None, None, 16), (None, None, 32),
+    ]  # fmt: skip
     assert overlap.fetches_alone(3.5, 10) == 10  # fast fetches: --fetches-alone of them
     assert overlap.fetches_alone(100.0, 10) == 3  # 300 ms of them
     assert overlap.fetches_alone(250.0, 10) == 2 and overlap.fetches_alone(0.0, 10) == 10
@@ -174,6 +190,7 @@ def test_a_table_is_configured_for_a_case_and_set_back_after_it() -> None:
     class Table:
         max_blocks = None
         chunk_rows = None
+        block_warps = 8
 
     class Old:  # a table from before chunk_rows
         max_blocks = 7
@@ -183,6 +200,10 @@ def test_a_table_is_configured_for_a_case_and_set_back_after_it() -> None:
         assert (t.max_blocks, t.chunk_rows) == (13, 4096)
         assert given == {"max_blocks": 13, "chunk_rows": 4096}
     assert t.max_blocks is None and t.chunk_rows is None
+    with overlap.configured(t, None, None, 32) as given:
+        assert (t.max_blocks, t.chunk_rows, t.block_warps) == (None, None, 32)
+        assert given == {"max_blocks": None, "chunk_rows": None, "block_warps": 32}
+    assert t.block_warps == 8
     t.chunk_rows = 99
     with pytest.raises(RuntimeError), overlap.configured(t, None, 64):
         assert t.chunk_rows == 64

@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 from .runtime import (
+    FETCH_BLOCK_WARPS,
     as_cupy,
+    check_block_warps,
     check_chunk_rows,
     chunk_positions,
     chunk_spans,
@@ -23,7 +25,6 @@ from .runtime import (
 
 SOURCE = "fetch_decode.cu"
 WARP = 32
-MAX_WARPS_PER_BLOCK = 8
 #: Shared memory a block may use without opting in.
 DEFAULT_SMEM = 48 * 1024
 
@@ -50,6 +51,7 @@ def smem_plan(
     max_smem: int,
     buffers: int = 1,
     longest_row: int | None = None,
+    warps: int = FETCH_BLOCK_WARPS,
 ) -> SmemPlan:
     """Size the per-warp staging buffers for rows of ``num_words`` words.
 
@@ -62,6 +64,8 @@ def smem_plan(
     Sizing for the longest stored row rather than the raw width matters for sparse tables:
     Cora's 5,732-byte rows are stored in at most 80 bytes, so a warp's share shrinks from
     about 7 KiB to under 2 KiB and more blocks fit an SM.
+
+    A block has ``warps`` warps, or as many as ``max_smem`` holds when fewer.
 
     Raises:
         ValueError: when one warp's share exceeds ``max_smem``, or ``longest_row`` is
@@ -85,7 +89,7 @@ def smem_plan(
             f"memory per warp, more than the {max_smem} this GPU gives a block; use the raw "
             "gather" + (" or one buffer" if buffers == 2 else "")
         )
-    warps = max(1, min(MAX_WARPS_PER_BLOCK, max_smem // per_warp))
+    warps = max(1, min(int(warps), max_smem // per_warp))
     return SmemPlan(
         buf_words=buf_words, bytes_per_warp=per_warp, warps_per_block=warps, buffers=buffers
     )
@@ -213,10 +217,19 @@ class DeviceCodec:
             )
         )
 
-    def plan(self, max_smem: int, buffers: int = 1) -> SmemPlan:
-        """The shared-memory plan of this table for a block limit of ``max_smem`` (cached)."""
+    def plan(self, max_smem: int, buffers: int = 1, warps: int = FETCH_BLOCK_WARPS) -> SmemPlan:
+        """The shared-memory plan of this table for a block limit of ``max_smem`` (cached).
+
+        ``warps``: the warps a block should have (fewer when ``max_smem`` holds fewer).
+        """
         return _cached_plan(
-            self.num_words, self.word_bytes, self.align, int(max_smem), buffers, self.longest_row
+            self.num_words,
+            self.word_bytes,
+            self.align,
+            int(max_smem),
+            buffers,
+            self.longest_row,
+            int(warps),
         )
 
 
@@ -228,8 +241,9 @@ def _cached_plan(
     max_smem: int,
     buffers: int,
     longest_row: int | None,
+    warps: int,
 ) -> SmemPlan:
-    return smem_plan(num_words, word_bytes, align, max_smem, buffers, longest_row)
+    return smem_plan(num_words, word_bytes, align, max_smem, buffers, longest_row, warps)
 
 
 def _entry(codec: DeviceCodec, double_buffer: bool) -> str:
@@ -309,6 +323,7 @@ def fetch_decode(
     max_blocks: int | None = None,
     double_buffer: bool = False,
     chunk_rows: int | None = None,
+    block_warps: int | None = None,
 ) -> None:
     """Decode rows ``idx`` of a table into ``out`` on ``stream`` (the current one if None).
 
@@ -341,6 +356,10 @@ def fetch_decode(
         chunk_rows: launch the fetch as kernels of at most this many rows each, one after
             another on ``stream`` (`runtime.chunk_spans`), so that its blocks leave the SMs
             between them. Same output and errors (default: None, one launch).
+        block_warps: warps per block, 1 to 32 (default: None, `runtime.FETCH_BLOCK_WARPS`,
+            8; fewer when a block's shared memory holds fewer). The grid cap counts blocks,
+            so more warps a block decode more rows at once on the same SMs. Same output and
+            errors.
 
     Raises:
         ValueError: a tensor has the wrong device, type, shape or alignment (named), or a row
@@ -359,12 +378,13 @@ def fetch_decode(
         )
     n = idx.shape[0]
     spans = chunk_spans(n, check_chunk_rows(chunk_rows))
+    warps = check_block_warps(block_warps)
     if n == 0:
         return
     out_pos = chunk_positions(out_pos, n, spans, stream, device)
     props = torch.cuda.get_device_properties(device)
     max_smem = int(getattr(props, "shared_memory_per_block_optin", DEFAULT_SMEM))
-    plan = codec.plan(max_smem, 2 if double_buffer else 1)
+    plan = codec.plan(max_smem, 2 if double_buffer else 1, warps)
     threads = WARP * plan.warps_per_block
     offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, free_prefix = codec.const_args
     # The kernel, its attribute, the DLPack views and the launch all in device's context, on

@@ -8,6 +8,7 @@ import torch
 from .fetch_decode import WARP, check_error, check_launch, check_out_pos
 from .runtime import (
     as_cupy,
+    check_block_warps,
     check_chunk_rows,
     chunk_positions,
     chunk_spans,
@@ -19,7 +20,6 @@ from .runtime import (
 )
 
 SOURCE = "raw_gather.cu"
-WARPS_PER_BLOCK = 8
 
 
 def vector_bytes(row_bytes: int, *addresses: int) -> int:
@@ -72,6 +72,7 @@ def raw_gather(
     max_blocks: int | None = None,
     line_aligned: bool = False,
     chunk_rows: int | None = None,
+    block_warps: int | None = None,
 ) -> None:
     """Copy rows ``idx`` of a ``(num_rows, row_bytes)`` table at ``table_ptr`` into ``out``.
 
@@ -103,6 +104,9 @@ def raw_gather(
         chunk_rows: launch the gather as kernels of at most this many rows each, one after
             another on ``stream`` (`runtime.chunk_spans`), so that its blocks leave the SMs
             between them (default: None, one launch).
+        block_warps: warps per block, 1 to 32 (default: None, `runtime.FETCH_BLOCK_WARPS`,
+            8). The grid cap counts blocks, so more warps a block keep more rows in flight
+            on the same SMs.
 
     Raises:
         ValueError: a tensor has the wrong device, type, shape or size (named), or
@@ -113,15 +117,16 @@ def raw_gather(
     check_out_pos(out_pos, idx, device)
     check_error(error, device)
     spans = chunk_spans(idx.shape[0], check_chunk_rows(chunk_rows))
+    warps = check_block_warps(block_warps)
     if idx.shape[0] == 0:
         return
     name = entry_point(row_bytes, table_ptr, out.data_ptr(), line_aligned)
-    threads = WARP * WARPS_PER_BLOCK
+    threads = WARP * warps
     out_pos = chunk_positions(out_pos, idx.shape[0], spans, stream, device)
     with cupy_stream(stream, device):
         fn = kernel(SOURCE, name, device.index)
         grid = grid_size(
-            -(-spans[0][1] // WARPS_PER_BLOCK),
+            -(-spans[0][1] // warps),
             device,
             max_blocks,
             kernel_fn=fn,

@@ -190,6 +190,11 @@ BLOCKS_PER_SM = 1
 #: runs in order with its caller's work and takes every block the SMs hold
 #: (`fetch_blocks_per_sm`).
 SIDE_STREAM_BLOCKS_PER_SM = 0.25
+#: Default warps per block of a fetch (raw gather, fused fetch and decode): 8, so that a block
+#: takes a quarter of an SM's register file and training kernels share the rest.
+FETCH_BLOCK_WARPS = 8
+#: Most warps per block of a fetch (the kernels' `__launch_bounds__`: 1,024 threads).
+MAX_BLOCK_WARPS = 32
 #: Hardware limits used when the device properties do not say (sm_80 and sm_90 values).
 _REGS_PER_SM = 65536
 _THREADS_PER_SM = 2048
@@ -305,6 +310,24 @@ def grid_size(
     if grid > sms:  # one block per SM always fits; ask the occupancy only beyond that
         grid = min(grid, occupancy(kernel_fn, threads, smem, props) * sms)
     return max(1, grid)
+
+
+def check_block_warps(block_warps: object) -> int:
+    """``block_warps`` of a fetch: None (`FETCH_BLOCK_WARPS`) or an int in 1..`MAX_BLOCK_WARPS`.
+
+    More warps a block put more of a fetch's rows in flight on the SMs its grid takes: the
+    grid caps blocks (a quarter of the SMs beside training), not warps. Raises a
+    ``ValueError`` naming the value otherwise.
+    """
+    if block_warps is None:
+        return FETCH_BLOCK_WARPS
+    if isinstance(block_warps, bool) or not isinstance(block_warps, (int, np.integer)):
+        raise ValueError(f"block_warps must be None or an int, got '{type(block_warps).__name__}'")
+    if not 1 <= block_warps <= MAX_BLOCK_WARPS:
+        raise ValueError(
+            f"block_warps must be between 1 and {MAX_BLOCK_WARPS}, got {int(block_warps)}"
+        )
+    return int(block_warps)
 
 
 def check_chunk_rows(chunk_rows: object) -> int | None:
