@@ -605,7 +605,12 @@ def _slowdown_cell(t: dict) -> str:
 
 
 def _case_batch(r: dict) -> str:
-    return f"{r['case']} @ {r['batch']:,}"
+    return f"{r['case']} @ {r['batch']:,}{warps_text(r.get('block_warps'))}"
+
+
+def warps_text(warps: int | None) -> str:
+    """A measurement's block size after its batch: nothing for the library's default."""
+    return "" if warps is None else f" ({warps}-warp blocks)"
 
 
 def summary(rows: list[dict]) -> dict:
@@ -662,7 +667,7 @@ def _case_cell(r: dict) -> str:
     raw = " (raw)" if r["bypass"] else ""
     table = " (stored table fits in L2)" if r.get("stored_fits_l2") else ""
     pool = " (id batches fit in L2)" if r.get("pool_fits_l2") else ""
-    return f"{r['case']}{raw}{table}{pool}"
+    return f"{r['case']}{warps_text(r.get('block_warps'))}{raw}{table}{pool}"
 
 
 def grid_label(per_sm: float | None) -> str:
@@ -672,13 +677,16 @@ def grid_label(per_sm: float | None) -> str:
     return f"{per_sm:g} blocks per SM"
 
 
-def block_label(warps: int | None) -> str:
-    """The fetch blocks' size for the results: ``blocks of N warps``."""
+def block_label(warps: list[int] | None) -> str:
+    """The fetch blocks' sizes for the results: ``blocks of N warps``."""
     from ibp_graph.kernels.runtime import FETCH_BLOCK_WARPS
 
-    if warps is None:
+    if not warps:
         return f"blocks of {FETCH_BLOCK_WARPS} warps (the library's default)"
-    return f"blocks of {warps} warps"
+    if len(warps) == 1:
+        return f"blocks of {warps[0]} warps"
+    sizes = ", ".join(str(w) for w in warps[:-1]) + f" and {warps[-1]}"
+    return f"blocks of {sizes} warps, each batch at each in turn on the same ids"
 
 
 def share_text(share: float | None) -> str:
@@ -903,6 +911,12 @@ def names_in(choices: Sequence[str], what: str) -> Callable[[str], list[str]]:
     return parse
 
 
+def block_warps_list(text: str) -> list[int]:
+    """``--block-warps``: distinct block sizes in warps, comma-separated (argparse type)."""
+    sizes = [block_warps_arg(part) for part in text.split(",")]
+    return list(dict.fromkeys(sizes))
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--table-gb", type=float, default=4.0, help="GiB of raw rows per table")
@@ -955,10 +969,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--block-warps",
-        type=block_warps_arg,
+        type=block_warps_list,
         default=None,
         help="warps per block of every fetch launch, 1-32 (the tables' block_warps; default: "
-        "the library's, 8)",
+        "the library's, 8); several (e.g. 8,32): each batch measured at each, in turn",
     )
     p.add_argument(
         "--no-decode-capacity",
@@ -1271,8 +1285,8 @@ class Bench:
         self.error = torch.zeros(2, dtype=torch.int32, device=device)
         #: The grid cap of every fetch launch (None: the library's default).
         self.max_blocks = grid_cap(args.max_blocks, device)
-        #: The warps per block of every fetch launch (None: the library's default).
-        self.block_warps = args.block_warps
+        #: The block sizes each batch is measured at, in warps (None: the library's default).
+        self.block_warps: list[int | None] = list(args.block_warps or [None])
         self._baselines: dict[tuple[int, int], tuple[float, float]] = {}
         self.l2_bytes = l2_bytes(device)
 
@@ -1314,16 +1328,22 @@ class Bench:
         return self._baselines[key]
 
     def raw_launch(
-        self, row_bytes: int, out: torch.Tensor, *, sort: bool = False
+        self,
+        row_bytes: int,
+        out: torch.Tensor,
+        *,
+        sort: bool = False,
+        block_warps: int | None = None,
     ) -> Callable[[torch.Tensor], None]:
         """``launch(ids)``: one raw gather of rows ``ids`` of the raw buffer at ``row_bytes``.
 
-        With ``sort``, as `sort_ids` tables gather: the ids sorted first (see `sorted_launch`).
+        With ``sort``, as `sort_ids` tables gather: the ids sorted first (see `sorted_launch`);
+        in blocks of ``block_warps`` warps (None: the library's default).
         """
         from ibp_graph.kernels import raw_gather as launcher
 
         n = self.args.table_bytes // row_bytes
-        ptr, err, cap, warps = self.raw_ptr, self.error, self.max_blocks, self.block_warps
+        ptr, err, cap, warps = self.raw_ptr, self.error, self.max_blocks, block_warps
         lines = self.args.raw_kernel == "lines" and row_bytes % 4 == 0 and row_bytes % 16 != 0
 
         def gather(idx: torch.Tensor, out_pos: torch.Tensor | None = None) -> None:
@@ -1556,8 +1576,11 @@ def decode_capacity(
     out: torch.Tensor,
     pool: Sequence[torch.Tensor],
     matches: Callable[[int], bool],
+    block_warps: int | None = None,
 ) -> tuple[dict, bool]:
     """Decode capacity: the decode-only launch on the largest grid the device holds.
+
+    In blocks of ``block_warps`` warps (None: the library's default), as the fetch it goes with.
 
     ``codec``: the rows in GPU memory. Timed and checked as `timed` does, on the grid
     `decode_grids` gives, passed as the launch's cap. Returns the result's fields and whether
@@ -1574,11 +1597,11 @@ def decode_capacity(
     if bypass:
         return fields | {"decode_capacity_note": CAPACITY_RAW}, True
     n = pool[0].numel()
-    at_cap, full = decode_grids(codec, n, bench.device, bench.max_blocks, bench.block_warps)
+    at_cap, full = decode_grids(codec, n, bench.device, bench.max_blocks, block_warps)
     fields["decode_only_blocks"] = at_cap
     if full <= at_cap:
         return fields | {"decode_capacity_note": CAPACITY_FULL}, True
-    launch = fused_launch(codec, bypass, out, bench.error, full, block_warps=bench.block_warps)
+    launch = fused_launch(codec, bypass, out, bench.error, full, block_warps=block_warps)
     seconds, same = timed(launch, pool, out, matches, bench)
     rate = gbps(n * codec.row_bytes, seconds)
     return fields | {"decode_capacity_blocks": full, "decode_capacity_gbps": rate}, same
@@ -1656,7 +1679,9 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         ref = torch.from_numpy(rows_u8).to(device)
         _, host = bench.raw_rows(rb)
         results = []
-        for n, asked in batch_sizes(args.batch, rb, args.max_batch_bytes, num_rows):
+        sizes_asked = batch_sizes(args.batch, rb, args.max_batch_bytes, num_rows)
+        # Each batch at each block size in turn: the sizes side by side on the same ids.
+        for (n, asked), warps in itertools.product(sizes_asked, bench.block_warps):
             pool, pool_stored = draw_pool(num_rows, n, args.seed, sizes_dev, bench.l2_bytes)
             ids = pool[0]  # the batch the baselines use
             nbytes = n * rb
@@ -1664,18 +1689,23 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             err, cap, reps, guard = bench.error, bench.max_blocks, args.repeats, bench.guard
             memcpy, torch_rate = bench.baselines(rb, ids, ids.cpu())
             raw_match = raw_rows_match(out, host, pool, min(n, RAW_CHECK_ROWS))
-            raw_s, raw_ok = timed(bench.raw_launch(rb, out), pool, out, raw_match, bench)
+            raw_s, raw_ok = timed(
+                bench.raw_launch(rb, out, block_warps=warps), pool, out, raw_match, bench
+            )
             raw = gbps(nbytes, raw_s)
             sorted_rates: dict[str, float] = {}
             if args.sort_ids:  # B right after A, on the same id batches
                 raw_sorted_s, ok = timed(
-                    bench.raw_launch(rb, out, sort=True), pool, out, raw_match, bench
+                    bench.raw_launch(rb, out, sort=True, block_warps=warps),
+                    pool,
+                    out,
+                    raw_match,
+                    bench,
                 )
                 raw_ok = raw_ok and ok
                 sorted_rates["raw_sorted_gbps"] = gbps(nbytes, raw_sorted_s)
             err.zero_()
             match = rows_match(out, ref, pool)
-            warps = bench.block_warps
             pinned_launch = partial(fused_launch, codec, bypass, out, err, cap, block_warps=warps)
             ibp_s, same = timed(pinned_launch(), pool, out, match, bench)
             buffered: dict[str, float] = {}
@@ -1701,7 +1731,9 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 db_note = db_note or gpu_note
                 same_on_gpu = same_on_gpu and db_same
                 buffered["decode_only_db_gbps"] = gbps(nbytes, db_s)
-            capacity, same_at_capacity = decode_capacity(bench, gpu_codec, bypass, out, pool, match)
+            capacity, same_at_capacity = decode_capacity(
+                bench, gpu_codec, bypass, out, pool, match, warps
+            )
             same_on_gpu = same_on_gpu and same_at_capacity
             errors = [int(v) for v in err.tolist()]
             pool_bytes = len(pool) * nbytes  # decoded bytes of the pool's batches
@@ -1725,6 +1757,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 "table_class": table_class(zeros),
                 "batch": n,
                 "batch_asked": asked,
+                "block_warps": warps,
                 "id_batches": len(pool),
                 "pool_stored_bytes": pool_stored,
                 "pool_fits_l2": pool_fits,
@@ -1765,7 +1798,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 else ""
             )
             log(
-                f"  {case.name} batch {n:,} ({len(pool)} id batches"
+                f"  {case.name} batch {n:,}{warps_text(warps)} ({len(pool)} id batches"
                 f"{'; stored table fits in L2' if fits else ''}"
                 f"{'; id batches fit in L2' if pool_fits else ''}; {table_class(zeros)}, "
                 f"{zeros:.0%} zeros): memcpy {memcpy:.1f}, torch "

@@ -59,7 +59,8 @@
 #   warps      about 5-7 min: fetches in larger blocks on the same SMs. The grid caps blocks
 #              (a quarter of the SMs beside training), and a block has 8 warps unless the
 #              tables' block_warps says otherwise: benchmarks/fetch.py like `grid` with
-#              --block-warps 32 (100,000-row batches, tag grid-w32), then
+#              --block-warps 8,32 (each 100,000-row batch in blocks of 8 and of 32 warps in
+#              turn, on the same ids; tag grid-warps), then
 #              benchmarks/overlap.py at the default grid in blocks of 8, 16 and 32 warps
 #              (no other caps, no chunks, no profile; results in $OUT/warps/): whether
 #              fuller SMs keep the link busy, and what they cost the training step.
@@ -100,7 +101,7 @@
 # sampling.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
-# corasu: corasu.log + 3 in corasu/; warps: warps.log + fetch-*-grid-w32.{json,md} + 3 in
+# corasu: corasu.log + 3 in corasu/; warps: warps.log + fetch-*-grid-warps.{json,md} + 3 in
 # warps/;
 # overlap: overlap.log + overlap-<gpu>.{json,md,png} (<gpu>: the GPU name as a slug, e.g.
 # nvidia-h100-80gb-hbm3, as every benchmark names its results); fused: fused.log + 3 in fused/.
@@ -539,10 +540,10 @@ for stage in "${STAGES[@]}"; do
             --out "$OUT" || rc=$?
         ;;
     warps)
-        run 170 warps.log python3 benchmarks/fetch.py --max-blocks 0.25 --block-warps 32 \
+        run 210 warps.log python3 benchmarks/fetch.py --max-blocks 0.25 --block-warps 8,32 \
             --table-gb 4 --batch 100000 --widths 512 --kinds dense-normal,sparse-5pct \
-            --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 110 --tag grid-w32 \
-            --out "$OUT" || rc=$?
+            --max-batch-gb 1 --repeats 10 --torch-repeats 1 --time-budget 140 \
+            --tag grid-warps --out "$OUT" || rc=$?
         orc=0
         run 330 warps.log python3 benchmarks/overlap.py --device cuda --max-blocks \
             --chunk-rows --block-warps 16 32 --profile-case none --workdir "$WORK/overlap" \

@@ -60,7 +60,8 @@ def test_block_warps_default_to_the_librarys_and_reach_every_launch(
     numpy_kernels, tmp_path: Path
 ) -> None:
     assert fetch.parse_args([]).block_warps is None
-    assert fetch.settings(fetch.parse_args(["--block-warps", "32"]))["block_warps"] == 32
+    assert fetch.settings(fetch.parse_args(["--block-warps", "32"]))["block_warps"] == [32]
+    assert fetch.parse_args(["--block-warps", "8,32,8"]).block_warps == [8, 32]
     one = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct", "--max-blocks", "0.25"]
     doc = fake_gpu_run([*one, "--block-warps", "32"], tmp_path)
     assert doc["cases"] and all(r["bit_identical"] for r in doc["cases"])
@@ -68,8 +69,19 @@ def test_block_warps_default_to_the_librarys_and_reach_every_launch(
     # one block of 32 warps of 64 registers fills the stand-in's one SM).
     assert LAUNCHED_WARPS and set(LAUNCHED_WARPS) == {32}
     assert {r["decode_capacity_note"] for r in doc["cases"]} == {fetch.CAPACITY_FULL}
+    assert {r["block_warps"] for r in doc["cases"]} == {32}
     md = (tmp_path / "fetch-fake.md").read_text()
-    assert "; blocks of 32 warps;" in md
+    assert "; blocks of 32 warps;" in md and "| sparse-5pct-256B (32-warp blocks) (" in md
+    # Two sizes: each batch at both in turn, side by side.
+    LAUNCHED_WARPS.clear()
+    doc = fake_gpu_run([*one, "--block-warps", "8,32"], tmp_path)
+    got = [(r["batch"], r["block_warps"]) for r in doc["cases"]]
+    batches = sorted({b for b, _ in got})
+    assert got == [(b, w) for b in batches for w in (8, 32)] and len(batches) == 2
+    assert all(r["bit_identical"] for r in doc["cases"])
+    assert set(LAUNCHED_WARPS) == {8, 32}
+    md = (tmp_path / "fetch-fake.md").read_text()
+    assert "blocks of 8 and 32 warps, each batch at each in turn on the same ids" in md
     LAUNCHED_WARPS.clear()
     doc = fake_gpu_run(one, tmp_path)  # decode capacity on 4 blocks of 8 warps, as the rest
     assert LAUNCHED_WARPS and set(LAUNCHED_WARPS) == {None}
@@ -103,6 +115,7 @@ def test_decode_capacity_is_on_by_default_and_can_be_turned_off() -> None:
         (["--block-warps", "0"], "block_warps must be between 1 and 32, got 0"),
         (["--block-warps", "33"], "block_warps must be between 1 and 32, got 33"),
         (["--block-warps", "8.5"], "--block-warps"),
+        (["--block-warps", "8,0"], "block_warps must be between 1 and 32, got 0"),
     ],
 )
 def test_bad_arguments_are_refused(argv, message, capsys) -> None:

@@ -169,8 +169,8 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert warps_ov.max_blocks == [] and warps_ov.chunk_rows == []
     assert warps_ov.profile_case is None and warps_ov.tables == ov.tables
     full, grid, warps, lanes = (fetch.parse_args(c) for c in cmds["fetch"])
-    assert warps.block_warps == 32 and warps.max_blocks == grid.max_blocks == 0.25
-    assert warps.tag == "grid-w32" and warps.kinds == grid.kinds and warps.widths == grid.widths
+    assert warps.block_warps == [8, 32] and warps.max_blocks == grid.max_blocks == 0.25
+    assert warps.tag == "grid-warps" and warps.kinds == grid.kinds and warps.widths == grid.widths
     assert full.block_warps is None and grid.block_warps is None
     assert full.pages == "huge"
     # pages: every page kind side by side, at the fetch's table size and batch.
