@@ -59,8 +59,10 @@ ms). JSON: ``profile``; a table under the main one. On the CPU it is skipped, wi
 JSON, besides the settings and environment: ``cases`` (per case its labels, ``grid_blocks``
 (None: the default grid), ``chunk_rows`` (None: unchunked), ``block_warps`` (None: the
 default), the summary and
-``fetches_alone_per_round``), ``profile``, ``notes`` (cases not run, and why), ``timelines``
-and ``elapsed_s`` (the run's wall time: benchmarks/gpu_session.sh gives it 450 s).
+``fetches_alone_per_round``), ``profile``, ``notes`` (cases not run, and why), ``timelines``,
+``complete`` and ``elapsed_s`` (the run's wall time: benchmarks/gpu_session.sh gives it 450
+s). The JSON and Markdown are written after every case (``complete`` false, the Markdown
+saying so) and once more at the end with the chart, so a run cut off leaves what it measured.
 """
 
 from __future__ import annotations
@@ -642,6 +644,12 @@ def markdown(env: dict, payload: dict) -> str:
             f"{'-' if slow is None else f'{slow:.3f}'} | {judged} | {r['fetch_alone_ms']:.3f} "
             f"| {fb} | {r['decoded_gbps_alone']:.1f} |"
         )
+    if not payload.get("complete", True):
+        lines += [
+            "",
+            f"**Incomplete run: cut short after {len(payload['cases'])} cases (or still "
+            "running).**",
+        ]
     lines += profile_markdown(payload.get("profile"))
     if payload.get("notes"):
         lines += ["", "Notes:", ""] + [f"- {n}" for n in payload["notes"]]
@@ -760,6 +768,32 @@ def main(argv: list[str] | None = None) -> dict:
     graph = CSRGraph.from_edge_index(edges, num_nodes=args.nodes).to(device)
     del edges
     cases, timelines, notes = [], [], []
+    env = environment()
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = result_name("overlap", device)
+
+    def save(complete: bool) -> dict:
+        """Write the results so far (JSON and Markdown; the chart when ``complete``)."""
+        payload = {
+            **env,
+            "device_type": device.type,
+            "applies": clock.cuda,
+            "target_slowdown": TARGET_SLOWDOWN,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
+            "cases": cases,
+            "profile": profile,
+            "notes": notes,
+            "timelines": timelines,
+            "complete": complete,
+            "plot": None,
+        }
+        if complete:
+            payload["plot"] = plot(payload, timelines, args.out / f"{stem}.png")
+        payload["elapsed_s"] = time.perf_counter() - started
+        write_json(stem, payload, args.out)
+        (args.out / f"{stem}.md").write_text(markdown(env, payload))
+        return payload
+
     work = None
     target = profile_target(args.profile_case, device)
     profile: dict | None = None
@@ -819,6 +853,7 @@ def main(argv: list[str] | None = None) -> dict:
                         print(case, file=sys.stderr, flush=True)
                         cases.append(case)
                         timelines.append(timeline)
+                        save(False)  # a run cut off still leaves what it measured
                         wanted = clock.cuda and profile is not None and "label" not in profile
                         plain = chunk is None and block_warps is None
                         if wanted and (kind, name, cap) == target and plain:
@@ -830,26 +865,8 @@ def main(argv: list[str] | None = None) -> dict:
             close = getattr(t, "close", None)
             if callable(close):
                 close()
-    env = environment()
-    payload = {
-        **env,
-        "device_type": device.type,
-        "applies": clock.cuda,
-        "target_slowdown": TARGET_SLOWDOWN,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "workdir")},
-        "cases": cases,
-        "profile": profile,
-        "notes": notes,
-        "timelines": timelines,
-        "plot": None,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = result_name("overlap", device)
-    payload["plot"] = plot(payload, timelines, args.out / f"{name}.png")
-    payload["elapsed_s"] = time.perf_counter() - started
-    write_json(name, payload, args.out)
-    (args.out / f"{name}.md").write_text(markdown(env, payload))
-    print((args.out / f"{name}.md").read_text())
+    payload = save(True)
+    print((args.out / f"{stem}.md").read_text())
     return payload
 
 

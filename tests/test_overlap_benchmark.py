@@ -373,3 +373,33 @@ def test_a_profiled_case_runs_its_two_rounds_under_the_profiler(tmp_path: Path, 
         "label": "dense ibp, grid default (0.25/SM), default training stream",
         "skipped": "the profiler failed: RuntimeError('CUPTI busy')",
     }
+
+
+def test_a_run_cut_off_leaves_the_cases_it_measured(tmp_path: Path, monkeypatch) -> None:
+    argv = ["--device", "cpu", "--nodes", "3000", "--steps", "2", "--rounds", "1"]
+    argv += ["--fetch-batches", "2", "--fetches-alone", "2", "--max-fetches", "3"]
+    argv += ["--batch-size", "32", "--hidden", "8", "--tables", "dense"]
+    argv += ["--workdir", str(tmp_path / "w"), "--out", str(tmp_path)]
+    real = overlap.measure_case
+    calls = []
+
+    def cut_off_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what the stage's time limit (SIGINT) raises
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(overlap, "measure_case", cut_off_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        overlap.main(argv)
+    doc = json.loads((tmp_path / "overlap-cpu.json").read_text())
+    assert doc["complete"] is False and [c["fetch"] for c in doc["cases"]] == ["raw"]
+    assert doc["plot"] is None and len(doc["timelines"]) == 1
+    md = (tmp_path / "overlap-cpu.md").read_text()
+    assert "**Incomplete run: cut short after 1 cases (or still running).**" in md
+    assert md.count("| none (CPU) |") == 1
+    monkeypatch.setattr(overlap, "measure_case", real)
+    done = overlap.main(argv)
+    assert (
+        done["complete"] is True and "Incomplete" not in (tmp_path / "overlap-cpu.md").read_text()
+    )
