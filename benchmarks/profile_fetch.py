@@ -333,6 +333,7 @@ def bench_args(args: argparse.Namespace, cases: Sequence[fetch.Case]) -> argpars
         pages=args.pages,
         raw_kernel="auto",
         max_blocks=args.max_blocks,
+        block_warps=None,  # the library's default block
     )
 
 
