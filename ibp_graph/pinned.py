@@ -424,11 +424,16 @@ class PinnedBuffer:
         # middle of an epoch: no device-wide synchronise here. What the GPU may still read
         # moves to a holder released at the next safe point (`release_deferred`).
         if getattr(self, "_registered", None) or getattr(self, "_host_alloc", 0):
+            deferred, lock = _DEFERRED, _DEFERRED_LOCK
+            if deferred is None or lock is None:
+                # The interpreter is shutting down (module globals cleared): the process
+                # exit frees the memory and the CUDA context with it.
+                return
             held = PinnedBuffer.__new__(PinnedBuffer)
             held.__dict__.update(self.__dict__)
             self._registered, self._host_alloc, self._map = [], 0, None
-            with _DEFERRED_LOCK:
-                _DEFERRED.append(held)
+            with lock:
+                deferred.append(held)
             return
         if getattr(self, "_map", None) is not None or getattr(self, "array", None) is not None:
             self.close()

@@ -389,6 +389,25 @@ def test_dropping_a_pinned_buffer_defers_the_unpinning_to_a_safe_point() -> None
     assert deferred_count() == 0 and len(runtime.unregistered()) == 2
 
 
+def test_a_buffer_dropped_at_interpreter_shutdown_is_left_to_the_process_exit(
+    monkeypatch, capsys
+) -> None:
+    # At shutdown module globals may already be None: nothing to defer to, and no
+    # "Exception ignored in PinnedBuffer.__del__" printed at exit.
+    from ibp_graph import pinned
+
+    runtime = _FakeRuntime(fail=False)
+    buf = PinnedBuffer(100, "x.ibp", _cuda(runtime))
+    buf.pin()
+    monkeypatch.setattr(pinned, "_DEFERRED", None)
+    buf.__del__()
+    assert [call for call, _, _ in runtime.log] == ["register"]
+    assert "Exception" not in capsys.readouterr().err
+    monkeypatch.undo()
+    buf.close()
+    assert [call for call, _, _ in runtime.log] == ["register", "sync", "unregister"]
+
+
 @pytest.mark.parametrize("pages", ["huge", "small"])
 def test_pinned_pages_are_zeroed_and_aligned(pages, monkeypatch) -> None:
     from ibp_graph.pinned import HUGE_PAGE
