@@ -989,6 +989,21 @@ def test_raw_gather_vectors_fit_the_output_address(monkeypatch) -> None:
         assert launches[-1].entry == f"ibp_raw_gather_{entry}", offset
 
 
+def fetch_call(module: types.ModuleType, launcher: str, n: int, v: int) -> tuple:
+    """``(launch, idx, out, error)``: tensors of a fetch of ``n`` rows of ``v`` 4-byte words,
+    and ``launch(**options)`` calling ``module``'s ``launcher`` (raw_gather or fetch_decode)."""
+    idx, error = empty((n,), torch.int64), torch.zeros(2, dtype=torch.int32)
+    out = empty((n, v), torch.float32)
+
+    def launch(**kw) -> None:
+        if launcher == "raw_gather":
+            module.raw_gather(0x1000, 10, 4 * v, idx, out, error, **kw)
+        else:
+            module.fetch_decode(small_codec(v), idx, out, error, **kw)
+
+    return launch, idx, out, error
+
+
 @pytest.mark.parametrize("launcher", ["raw_gather", "fetch_decode"])
 def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, monkeypatch) -> None:
     from ibp_graph.kernels import runtime
@@ -1005,16 +1020,8 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
         return got
 
     monkeypatch.setattr(module, "chunk_positions", positions)
-    v, n = 16, 7
-    idx, error = empty((n,), torch.int64), torch.zeros(2, dtype=torch.int32)
-    out = empty((n, v), torch.float32)
-
-    def launch(**kw) -> None:
-        if launcher == "raw_gather":
-            module.raw_gather(0x1000, 10, 4 * v, idx, out, error, **kw)
-        else:
-            module.fetch_decode(small_codec(v), idx, out, error, **kw)
-
+    n = 7
+    launch, idx, out, error = fetch_call(module, launcher, n, 16)
     at = {"raw_gather": (1, 2, 3, 4, 5), "fetch_decode": (8, 9, 10, 11, 12)}[launcher]
     launch(chunk_rows=3)  # no positions given: 0 .. n - 1 made for the chunks
     assert [t.tolist() for t in made] == [list(range(n))]
@@ -1039,16 +1046,8 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
 def test_block_warps_size_each_block_and_the_grid_it_needs(launcher, monkeypatch) -> None:
     module = importlib.import_module(f"ibp_graph.kernels.{launcher}")
     launches = record(module, monkeypatch)
-    v, n = 16, 1000
-    idx, error = empty((n,), torch.int64), torch.zeros(2, dtype=torch.int32)
-    out = empty((n, v), torch.float32)
-
-    def launch(**kw) -> None:
-        if launcher == "raw_gather":
-            module.raw_gather(0x1000, 10, 4 * v, idx, out, error, **kw)
-        else:
-            module.fetch_decode(small_codec(v), idx, out, error, **kw)
-
+    n = 1000
+    launch = fetch_call(module, launcher, n, 16)[0]
     for warps, block in ((None, 256), (1, 32), (8, 256), (32, 1024)):
         launch(block_warps=warps)
         got = launches[-1]
