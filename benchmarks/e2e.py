@@ -986,6 +986,8 @@ def markdown(payload: dict) -> str:
 
 def payload_notes(payload: dict) -> list[str]:
     s = payload["settings"]
+    gpu = payload.get("device_type") == "cuda"  # the GPU tables' blocks: only a GPU has them
+    blocks = f"{fetch_blocks_text(s.get('block_warps'))}; " if gpu else ""
     notes = [
         f"Epoch time: median of {s['epochs'] - WARMUP_EPOCHS} epochs after {WARMUP_EPOCHS} "
         "warm-up epoch (training pass only; evaluation after the last epoch, full "
@@ -993,8 +995,7 @@ def payload_notes(payload: dict) -> list[str]:
         "training loop spent inside the loader's `next()`, `train` = epoch - wait; "
         f"prefetch depth {s['prefetch']}; seed {s['seed']} for every mode (same batches); "
         f"deterministic algorithms {'on' if s['deterministic'] else 'off'}; torch threads "
-        f"{s['torch_threads']}; sampler backend {s['sampler_backend']}; "
-        f"{fetch_blocks_text(s.get('block_warps'))}; batches prepared "
+        f"{s['torch_threads']}; sampler backend {s['sampler_backend']}; {blocks}batches prepared "
         + (
             "on the loaders' prefetch thread."
             if s["prefetch_thread"]

@@ -220,8 +220,8 @@ class _CudaTableBase:
         #: Launch each fetch as kernels of at most this many rows (None: one launch); checked
         #: by the subclasses before anything is pinned, and by the launchers at each fetch.
         self.chunk_rows = chunk_rows
-        #: Warps per block of each fetch's kernels (`runtime.check_block_warps`).
-        self.block_warps = check_block_warps(block_warps)
+        #: Warps per block of each fetch's kernels (None: 8); checked as ``chunk_rows`` is.
+        self.block_warps = block_warps
         self.sort_ids = check_bool("sort_ids", sort_ids)
         self._pinned: PinnedBuffer | None = None
         # Held while a launch reads the pinned memory, so that `close` cannot free it between

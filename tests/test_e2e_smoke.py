@@ -301,6 +301,14 @@ def test_block_warps_reach_the_gpu_tables(monkeypatch, capsys) -> None:
     ]  # fmt: skip
     assert e2e.fetch_blocks_text(None) == "GPU fetches in blocks of 8 warps (the library's default)"
     assert e2e.fetch_blocks_text(32) == "GPU fetches in blocks of 32 warps"
+    settings = e2e.parse_args(["--block-warps", "32"])
+    base = {"prefetch": 2, "seed": 0, "deterministic": True, "torch_threads": 1}
+    s = base | {"epochs": 3, "sampler_backend": "torch", "block_warps": 32}
+    s |= {"prefetch_thread": False, "thread_mode": False}
+    on_gpu = e2e.payload_notes({"settings": s, "device_type": "cuda"})[0]
+    assert "sampler backend torch; GPU fetches in blocks of 32 warps; batches prepared" in on_gpu
+    on_cpu = e2e.payload_notes({"settings": s, "device_type": "cpu"})[0]
+    assert "sampler backend torch; batches prepared" in on_cpu and settings.block_warps == 32
 
 
 def test_profile_epoch_says_where_the_time_goes_and_changes_nothing_reported(
