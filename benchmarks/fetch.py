@@ -1343,7 +1343,7 @@ class Bench:
         from ibp_graph.kernels import raw_gather as launcher
 
         n = self.args.table_bytes // row_bytes
-        ptr, err, cap, warps = self.raw_ptr, self.error, self.max_blocks, block_warps
+        ptr, err, cap = self.raw_ptr, self.error, self.max_blocks
         lines = self.args.raw_kernel == "lines" and row_bytes % 4 == 0 and row_bytes % 16 != 0
 
         def gather(idx: torch.Tensor, out_pos: torch.Tensor | None = None) -> None:
@@ -1357,7 +1357,7 @@ class Bench:
                 out_pos=out_pos,
                 max_blocks=cap,
                 line_aligned=lines,
-                block_warps=warps,
+                block_warps=block_warps,
             )
 
         return sorted_launch(gather) if sort else gather
@@ -1532,13 +1532,12 @@ def decode_grids(
 ) -> tuple[int, int]:
     """The grids (blocks) of a one-buffer fused launch of ``n`` rows on the current stream.
 
-    Blocks of ``block_warps`` warps (None: the library's default), as the launcher plans them.
-
     ``(at the fetch grid cap max_blocks, the largest the device holds at once)``, each as
     `ibp_graph.kernels.fetch_decode.fetch_decode` sizes its grid with `runtime.grid_size`:
     the second with no cap and ``per_sm=None`` (occupancy x SMs, and no more blocks than the
-    rows need). Off CUDA (the tests' stand-in): one SM (as `benchmarks._env.grid_cap` counts
-    there) holding the occupancy calculator's blocks for 64 registers a thread.
+    rows need), in blocks of ``block_warps`` warps (None: the library's default) as the
+    launcher plans them. Off CUDA (the tests' stand-in): one SM (as `benchmarks._env.grid_cap`
+    counts there) holding the occupancy calculator's blocks for 64 registers a thread.
     """
     from ibp_graph.kernels import fetch_decode as fused
     from ibp_graph.kernels import runtime
@@ -1679,135 +1678,142 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         ref = torch.from_numpy(rows_u8).to(device)
         _, host = bench.raw_rows(rb)
         results = []
-        sizes_asked = batch_sizes(args.batch, rb, args.max_batch_bytes, num_rows)
-        # Each batch at each block size in turn: the sizes side by side on the same ids.
-        for (n, asked), warps in itertools.product(sizes_asked, bench.block_warps):
+        for n, asked in batch_sizes(args.batch, rb, args.max_batch_bytes, num_rows):
             pool, pool_stored = draw_pool(num_rows, n, args.seed, sizes_dev, bench.l2_bytes)
             ids = pool[0]  # the batch the baselines use
             nbytes = n * rb
-            out = torch.empty((n, rb), dtype=torch.uint8, device=device)
-            err, cap, reps, guard = bench.error, bench.max_blocks, args.repeats, bench.guard
-            memcpy, torch_rate = bench.baselines(rb, ids, ids.cpu())
-            raw_match = raw_rows_match(out, host, pool, min(n, RAW_CHECK_ROWS))
-            raw_s, raw_ok = timed(
-                bench.raw_launch(rb, out, block_warps=warps), pool, out, raw_match, bench
-            )
-            raw = gbps(nbytes, raw_s)
-            sorted_rates: dict[str, float] = {}
-            if args.sort_ids:  # B right after A, on the same id batches
-                raw_sorted_s, ok = timed(
-                    bench.raw_launch(rb, out, sort=True, block_warps=warps),
-                    pool,
-                    out,
-                    raw_match,
-                    bench,
+            # Each block size in turn on the same id batches: the sizes side by side.
+            for warps in bench.block_warps:
+                out = torch.empty((n, rb), dtype=torch.uint8, device=device)
+                err, cap, reps, guard = bench.error, bench.max_blocks, args.repeats, bench.guard
+                memcpy, torch_rate = bench.baselines(rb, ids, ids.cpu())
+                raw_match = raw_rows_match(out, host, pool, min(n, RAW_CHECK_ROWS))
+                raw_s, raw_ok = timed(
+                    bench.raw_launch(rb, out, block_warps=warps), pool, out, raw_match, bench
                 )
-                raw_ok = raw_ok and ok
-                sorted_rates["raw_sorted_gbps"] = gbps(nbytes, raw_sorted_s)
-            err.zero_()
-            match = rows_match(out, ref, pool)
-            pinned_launch = partial(fused_launch, codec, bypass, out, err, cap, block_warps=warps)
-            ibp_s, same = timed(pinned_launch(), pool, out, match, bench)
-            buffered: dict[str, float] = {}
-            db_note = ""
-            if args.double_buffer:  # right after the one-buffer fetch, on the same id batches
-                db_s, db_same, db_note = double_buffered(
-                    pinned_launch(double_buffer=True), pool, out, match, bench
+                raw = gbps(nbytes, raw_s)
+                sorted_rates: dict[str, float] = {}
+                if args.sort_ids:  # B right after A, on the same id batches
+                    raw_sorted_s, ok = timed(
+                        bench.raw_launch(rb, out, sort=True, block_warps=warps),
+                        pool,
+                        out,
+                        raw_match,
+                        bench,
+                    )
+                    raw_ok = raw_ok and ok
+                    sorted_rates["raw_sorted_gbps"] = gbps(nbytes, raw_sorted_s)
+                err.zero_()
+                match = rows_match(out, ref, pool)
+                pinned_launch = partial(
+                    fused_launch, codec, bypass, out, err, cap, block_warps=warps
                 )
-                same = same and db_same
-                buffered["ibp_db_gbps"] = gbps(nbytes, db_s)
-            if args.sort_ids:
-                ibp_sorted_s, ok = timed(sorted_launch(pinned_launch()), pool, out, match, bench)
-                same = same and ok
-                sorted_rates["ibp_sorted_gbps"] = gbps(nbytes, ibp_sorted_s)
-                sort_s = gpu_seconds(rotating(torch.sort, pool), reps, guard, device)
-                sorted_rates["sort_ms"] = sort_s * 1e3
-            gpu_launch = partial(fused_launch, gpu_codec, bypass, out, err, cap, block_warps=warps)
-            dec_s, same_on_gpu = timed(gpu_launch(), pool, out, match, bench)
-            if args.double_buffer:
-                db_s, db_same, gpu_note = double_buffered(
-                    gpu_launch(double_buffer=True), pool, out, match, bench
+                ibp_s, same = timed(pinned_launch(), pool, out, match, bench)
+                buffered: dict[str, float] = {}
+                db_note = ""
+                if args.double_buffer:  # right after the one-buffer fetch, on the same id batches
+                    db_s, db_same, db_note = double_buffered(
+                        pinned_launch(double_buffer=True), pool, out, match, bench
+                    )
+                    same = same and db_same
+                    buffered["ibp_db_gbps"] = gbps(nbytes, db_s)
+                if args.sort_ids:
+                    ibp_sorted_s, ok = timed(
+                        sorted_launch(pinned_launch()), pool, out, match, bench
+                    )
+                    same = same and ok
+                    sorted_rates["ibp_sorted_gbps"] = gbps(nbytes, ibp_sorted_s)
+                    sort_s = gpu_seconds(rotating(torch.sort, pool), reps, guard, device)
+                    sorted_rates["sort_ms"] = sort_s * 1e3
+                gpu_launch = partial(
+                    fused_launch, gpu_codec, bypass, out, err, cap, block_warps=warps
                 )
-                db_note = db_note or gpu_note
-                same_on_gpu = same_on_gpu and db_same
-                buffered["decode_only_db_gbps"] = gbps(nbytes, db_s)
-            capacity, same_at_capacity = decode_capacity(
-                bench, gpu_codec, bypass, out, pool, match, warps
-            )
-            same_on_gpu = same_on_gpu and same_at_capacity
-            errors = [int(v) for v in err.tolist()]
-            pool_bytes = len(pool) * nbytes  # decoded bytes of the pool's batches
-            ibp, dec = gbps(nbytes, ibp_s), gbps(nbytes, dec_s)
-            bound = ibp_bound(ratio, raw, dec)
-            pool_fits = stored_fits_l2(pool_stored, bench.l2_bytes)
-            r = {
-                "case": case.name,
-                "source": case.source,
-                "dtype": case.dtype_name,
-                "row_bytes": rb,
-                "ratio": ratio,
-                "batch_ratio": pool_bytes / pool_stored,
-                "bypass": bypass,
-                "align": table.align,
-                "rows": num_rows,
-                "table_gb": num_rows * rb / 1e9,
-                "stored_gb": stored / 1e9,
-                "stored_fits_l2": fits,
-                "zero_fraction": zeros,
-                "table_class": table_class(zeros),
-                "batch": n,
-                "batch_asked": asked,
-                "block_warps": warps,
-                "id_batches": len(pool),
-                "pool_stored_bytes": pool_stored,
-                "pool_fits_l2": pool_fits,
-                "memcpy_gbps": memcpy,
-                "torch_gbps": torch_rate,
-                "raw_gbps": raw,
-                "ibp_gbps": ibp,
-                "ibp_pcie_gbps": ibp * pool_stored / pool_bytes,
-                "decode_only_gbps": dec,
-                **capacity,
-                **sorted_rates,
-                **buffered,
-                "ibp_bound_gbps": bound,
-                "ibp_vs_bound": _div(ibp, bound),
-                "bit_identical": bool(same and same_on_gpu),
-                "raw_gather_correct": bool(raw_ok),
-                "errors": errors,
-                "compress_s": compress_s,
-                "pin_s": pin_s,
-                "huge_page_share": huge_share,
-                "note": case.note,
-            }
-            if db_note:
-                r["double_buffer_note"] = db_note
-            r["targets"] = targets(r)
-            results.append(r)
-            ordered = (
-                " sorted: raw {raw_sorted_gbps:.1f}, ibp {ibp_sorted_gbps:.1f} GB/s, sort "
-                "{sort_ms:.3f} ms;".format(**sorted_rates)
-                if args.sort_ids
-                else ""
-            )
-            db = (
-                f" double-buffered: ibp {_num(buffered['ibp_db_gbps'])}, decode-only "
-                f"{_num(buffered['decode_only_db_gbps'])} GB/s"
-                f"{' (' + db_note + ')' if db_note else ''};"
-                if args.double_buffer
-                else ""
-            )
-            log(
-                f"  {case.name} batch {n:,}{warps_text(warps)} ({len(pool)} id batches"
-                f"{'; stored table fits in L2' if fits else ''}"
-                f"{'; id batches fit in L2' if pool_fits else ''}; {table_class(zeros)}, "
-                f"{zeros:.0%} zeros): memcpy {memcpy:.1f}, torch "
-                f"{torch_rate:.1f}, raw {raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s; "
-                f"{capacity_text(capacity)};"
-                f"{ordered}{db} ratio {ratio:.3f}; bit-identical {same} (pinned), "
-                f"{same_on_gpu} (GPU memory)"
-            )
-            del out, pool
+                dec_s, same_on_gpu = timed(gpu_launch(), pool, out, match, bench)
+                if args.double_buffer:
+                    db_s, db_same, gpu_note = double_buffered(
+                        gpu_launch(double_buffer=True), pool, out, match, bench
+                    )
+                    db_note = db_note or gpu_note
+                    same_on_gpu = same_on_gpu and db_same
+                    buffered["decode_only_db_gbps"] = gbps(nbytes, db_s)
+                capacity, same_at_capacity = decode_capacity(
+                    bench, gpu_codec, bypass, out, pool, match, warps
+                )
+                same_on_gpu = same_on_gpu and same_at_capacity
+                errors = [int(v) for v in err.tolist()]
+                pool_bytes = len(pool) * nbytes  # decoded bytes of the pool's batches
+                ibp, dec = gbps(nbytes, ibp_s), gbps(nbytes, dec_s)
+                bound = ibp_bound(ratio, raw, dec)
+                pool_fits = stored_fits_l2(pool_stored, bench.l2_bytes)
+                r = {
+                    "case": case.name,
+                    "source": case.source,
+                    "dtype": case.dtype_name,
+                    "row_bytes": rb,
+                    "ratio": ratio,
+                    "batch_ratio": pool_bytes / pool_stored,
+                    "bypass": bypass,
+                    "align": table.align,
+                    "rows": num_rows,
+                    "table_gb": num_rows * rb / 1e9,
+                    "stored_gb": stored / 1e9,
+                    "stored_fits_l2": fits,
+                    "zero_fraction": zeros,
+                    "table_class": table_class(zeros),
+                    "batch": n,
+                    "batch_asked": asked,
+                    "block_warps": warps,
+                    "id_batches": len(pool),
+                    "pool_stored_bytes": pool_stored,
+                    "pool_fits_l2": pool_fits,
+                    "memcpy_gbps": memcpy,
+                    "torch_gbps": torch_rate,
+                    "raw_gbps": raw,
+                    "ibp_gbps": ibp,
+                    "ibp_pcie_gbps": ibp * pool_stored / pool_bytes,
+                    "decode_only_gbps": dec,
+                    **capacity,
+                    **sorted_rates,
+                    **buffered,
+                    "ibp_bound_gbps": bound,
+                    "ibp_vs_bound": _div(ibp, bound),
+                    "bit_identical": bool(same and same_on_gpu),
+                    "raw_gather_correct": bool(raw_ok),
+                    "errors": errors,
+                    "compress_s": compress_s,
+                    "pin_s": pin_s,
+                    "huge_page_share": huge_share,
+                    "note": case.note,
+                }
+                if db_note:
+                    r["double_buffer_note"] = db_note
+                r["targets"] = targets(r)
+                results.append(r)
+                ordered = (
+                    " sorted: raw {raw_sorted_gbps:.1f}, ibp {ibp_sorted_gbps:.1f} GB/s, sort "
+                    "{sort_ms:.3f} ms;".format(**sorted_rates)
+                    if args.sort_ids
+                    else ""
+                )
+                db = (
+                    f" double-buffered: ibp {_num(buffered['ibp_db_gbps'])}, decode-only "
+                    f"{_num(buffered['decode_only_db_gbps'])} GB/s"
+                    f"{' (' + db_note + ')' if db_note else ''};"
+                    if args.double_buffer
+                    else ""
+                )
+                log(
+                    f"  {case.name} batch {n:,}{warps_text(warps)} ({len(pool)} id batches"
+                    f"{'; stored table fits in L2' if fits else ''}"
+                    f"{'; id batches fit in L2' if pool_fits else ''}; {table_class(zeros)}, "
+                    f"{zeros:.0%} zeros): memcpy {memcpy:.1f}, torch "
+                    f"{torch_rate:.1f}, raw {raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s; "
+                    f"{capacity_text(capacity)};"
+                    f"{ordered}{db} ratio {ratio:.3f}; bit-identical {same} (pinned), "
+                    f"{same_on_gpu} (GPU memory)"
+                )
+                del out
+            del pool
         return results
     finally:
         sync(device)
