@@ -42,6 +42,19 @@ def block_warps_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def block_label(warps: list[int] | None) -> str:
+    """Fetch blocks' sizes for the results: ``blocks of N warps`` (None or empty: the
+    library's default; several: each batch measured at each in turn)."""
+    from ibp_graph.kernels.runtime import FETCH_BLOCK_WARPS
+
+    if not warps:
+        return f"blocks of {FETCH_BLOCK_WARPS} warps (the library's default)"
+    if len(warps) == 1:
+        return f"blocks of {warps[0]} warps"
+    sizes = ", ".join(str(w) for w in warps[:-1]) + f" and {warps[-1]}"
+    return f"blocks of {sizes} warps, each batch at each in turn on the same ids"
+
+
 def blocks_per_sm(text: str) -> float:
     """``--max-blocks``: a fetch grid cap in blocks per SM, a positive number (argparse type)."""
     try:

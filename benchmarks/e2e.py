@@ -130,6 +130,7 @@ import ibp_graph  # noqa: E402
 from benchmarks import epoch_timeline, real_tables, time_split  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
+    block_label,
     block_warps_arg,
     environment,
     header_lines,
@@ -387,12 +388,8 @@ def hyper_parameters(graph: Graph, args: argparse.Namespace) -> dict:
 
 
 def fetch_blocks_text(block_warps: int | None) -> str:
-    """The GPU tables' fetch blocks, for the results' notes."""
-    from ibp_graph.kernels.runtime import FETCH_BLOCK_WARPS
-
-    if block_warps is None:
-        return f"GPU fetches in blocks of {FETCH_BLOCK_WARPS} warps (the library's default)"
-    return f"GPU fetches in blocks of {block_warps} warps"
+    """The GPU tables' fetch blocks, for the results' notes (`benchmarks._env.block_label`)."""
+    return "GPU fetches in " + block_label(None if block_warps is None else [block_warps])
 
 
 def open_features(

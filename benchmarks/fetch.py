@@ -153,6 +153,7 @@ import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import (  # noqa: E402
     RESULTS,
+    block_label,
     block_warps_arg,
     blocks_per_sm,
     environment,
@@ -675,18 +676,6 @@ def grid_label(per_sm: float | None) -> str:
     if per_sm is None:
         return "the library's default (every block the SMs hold, on the current stream)"
     return f"{per_sm:g} blocks per SM"
-
-
-def block_label(warps: list[int] | None) -> str:
-    """The fetch blocks' sizes for the results: ``blocks of N warps``."""
-    from ibp_graph.kernels.runtime import FETCH_BLOCK_WARPS
-
-    if not warps:
-        return f"blocks of {FETCH_BLOCK_WARPS} warps (the library's default)"
-    if len(warps) == 1:
-        return f"blocks of {warps[0]} warps"
-    sizes = ", ".join(str(w) for w in warps[:-1]) + f" and {warps[-1]}"
-    return f"blocks of {sizes} warps, each batch at each in turn on the same ids"
 
 
 def share_text(share: float | None) -> str:
