@@ -35,7 +35,10 @@ against the batch's GPU time; and the torch ops, hop-kernel launches and host re
 batch (`benchmarks/sampling_ops.py`). The ``kernel`` backend runs every hop with fanout up to
 256 as three launches and one host read (`ibp_graph.sample_hop`); ``--hop-grids`` runs it at
 each of several grid caps (``default``: the library's one block per SM; a number: blocks per
-SM, cut to what the SMs hold), a row each. Threads: torch's default (all visible cores).
+SM, cut to what the SMs hold), a row each; ``--cuda-graph`` adds a row of the ``kernel``
+backend at its default grid with ``cuda_graph=True`` (`ibp_graph.sample_replay`: a batch's
+launches captured once per batch size and replayed; the warm-up batches run it eagerly, capture
+it, then replay it). Threads: torch's default (all visible cores).
 
 Where a batch's time goes, per row (`benchmarks.time_split`, 5 of the measured seed batches
 again): the GPU kernels and copies by time, the torch ops by their own host time, and the
@@ -49,7 +52,7 @@ does it (``dgl.sampling.sample_neighbors`` then ``dgl.to_block`` per layer, fano
 innermost first, so the seeds get the first of ours), on a ``DGLGraph`` of the same edges (CSC
 built before timing). Contenders: DGL; ours with ``draw="once"`` (PyG's semantics, the default)
 and ``draw="per_hop"`` (DGL's semantics: the same expected edge count as DGL); and ours with
-``draw="once"`` on torch ops (the path CUDA graphs take, and CPU graphs where Numba is
+``draw="once"`` on torch ops (the path of the torch backend on a GPU, and CPU graphs where Numba is
 missing). For each ``torch.set_num_threads`` value of ``--threads`` (default 1 and 2), every
 batch of seeds is sampled by every contender in turn, the order rotating from batch to batch
 (A/B alternation), so load changes hit all of them alike. Reported per contender: median wall
@@ -204,9 +207,10 @@ def throughput(timed: dict) -> dict:
 
 
 def backend_label(r: dict) -> str:
-    """A row's backend, with its hop grid where not the library's default."""
+    """A row's backend, with its hop grid where not the library's default, and CUDA graphs."""
     grid = r.get("hop_grid")
-    return r["backend"] if grid is None else f"{r['backend']}, {grid:g} blocks/SM"
+    label = r["backend"] if grid is None else f"{r['backend']}, {grid:g} blocks/SM"
+    return f"{label}, CUDA graph" if r.get("cuda_graph") else label
 
 
 def measure(
@@ -216,13 +220,17 @@ def measure(
     backend: str,
     memory: str,
     hop_grid: float | None = None,
+    cuda_graph: bool = False,
 ) -> dict:
     """One row: `timed_batches` of a sampler, where its time goes, and its op counts.
 
-    ``hop_grid``: the ``kernel`` backend's grid cap in blocks per SM (None: the library's).
+    ``hop_grid``: the ``kernel`` backend's grid cap in blocks per SM (None: the library's);
+    ``cuda_graph``: the sampler's ``cuda_graph``.
     """
     device = graph.device
-    sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, backend=backend)
+    sampler = NeighborSampler(
+        graph, args.fanouts, seed=args.seed, backend=backend, cuda_graph=cuda_graph
+    )
     if hop_grid is not None:
         sampler._hop_kernels = CudaHopKernels(device, max_blocks=grid_cap(hop_grid, device))
     seeds = seed_batches(graph.num_nodes, args).to(device)
@@ -249,6 +257,8 @@ def measure(
         "graph_memory": memory,
         "backend": backend,
         "hop_grid": hop_grid,
+        "cuda_graph": cuda_graph,
+        "captured_sizes": sorted(sampler._replay.graphs) if sampler._replay else [],
         "time_split": where,
         "batches": args.batches,
         **summary,
@@ -533,8 +543,9 @@ def run(
             del placed["device"]
         for memory, g in placed.items():
             for backend in backends:
-                for grid in args.hop_grids if backend == "kernel" else [None]:
-                    row = {"csr_build_s": build, **measure(g, args, label, backend, memory, grid)}
+                for grid, graphs in variants(backend, args):
+                    row = measure(g, args, label, backend, memory, grid, graphs)
+                    row = {"csr_build_s": build, **row}
                     print(f"  {row}", file=sys.stderr, flush=True)
                     results.append(row)
         del graph, placed
@@ -728,6 +739,14 @@ def parse_threads(text: str) -> list[int]:
     return values
 
 
+def variants(backend: str, args: argparse.Namespace) -> list[tuple[float | None, bool]]:
+    """The rows of one backend: ``(hop grid, cuda_graph)`` each (see ``--hop-grids`` and
+    ``--cuda-graph``)."""
+    if backend != "kernel":
+        return [(None, False)]
+    return [(grid, False) for grid in args.hop_grids] + [(None, True)] * args.cuda_graph
+
+
 def parse_hop_grids(text: str) -> list[float | None]:
     """``"default,32"`` -> ``[None, 32.0]`` (argparse type of ``--hop-grids``)."""
     grids: list[float | None] = []
@@ -800,6 +819,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="backend kernel: the hop kernels' grid caps to run, each 'default' (the "
         "library's: one block per SM) or blocks per SM, cut to what the SMs hold "
         "(default: default)",
+    )
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="backend kernel: also a row with cuda_graph=True (captured launches replayed, "
+        "at the default grid)",
     )
     p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
     p.add_argument(

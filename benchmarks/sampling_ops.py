@@ -18,13 +18,17 @@ smaller), fanouts [15, 10, 5], batch 1,024:
 
 - ``torch ops``: the hops as torch ops (what ``backend="torch"`` runs on a CUDA graph; on the
   CPU the compiled Numba hop is switched off to count them);
-- ``fused hops``: `ibp_graph.sample_hop.fused_hop` (``backend="kernel"``). On the CPU its
+- ``fused hops``: `ibp_graph.sample_hop.fused_batch` (``backend="kernel"``). On the CPU its
   kernels are the ``.cu`` source built for the host (tests/simt, needs g++); on CUDA the real
-  launches.
+  launches;
+- ``fused hops, CUDA graph``: the same with ``cuda_graph=True`` (`ibp_graph.sample_replay`),
+  counted on a replayed batch (after two warm-ups: the eager batch, then the capture). On the
+  CPU the capture is the tests' host stand-in (`simt.host_graph.HostCapture`), whose replay,
+  like a graph launch, dispatches no torch op from the sampler.
 
 Each op is also put down to the innermost ``ibp_graph`` function that dispatched it ("Ops by
 the ibp_graph function"), which says where to look for fewer. Counts are per batch, after
-one warm-up batch; they do not depend on timing, so one batch is
+one warm-up batch (two with a CUDA graph); they do not depend on timing, so one batch is
 enough. Times are not measured here (benchmarks/sampling.py does that on a GPU).
 """
 
@@ -124,6 +128,20 @@ def host_kernels(workdir: Path):
     return HostHopKernels(build(workdir / "libsimt.so"), grid=4, block=128)
 
 
+def host_replay(sampler: NeighborSampler, kernels) -> NeighborSampler:
+    """``sampler`` with ``cuda_graph=True`` on the host: ``kernels`` (`host_kernels`) and the
+    capture of `simt.host_graph.HostCapture`."""
+    from simt.host_graph import HostCapture
+
+    from ibp_graph.sample_replay import BatchReplay
+
+    capture = HostCapture()
+    sampler._hop_kernels = capture.kernels(kernels)
+    sampler.cuda_graph = True
+    sampler._replay = BatchReplay(capture)
+    return sampler
+
+
 def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
     """Ops, launches and host reads of sampling ``seeds`` once (after a warm-up batch)."""
     reads = [0]
@@ -133,7 +151,8 @@ def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
         reads[0] += 1
         return real(t)
 
-    sampler.sample(seeds)  # warm-up: scratch map, arange, compiled kernels
+    for _ in range(2 if sampler.cuda_graph else 1):  # with a graph: eager, then captured
+        sampler.sample(seeds)  # warm-up: scratch map, arange, compiled kernels
     kernels = sampler._hop_kernels
     if kernels is not None:
         sampler._hop_kernels = kernels = CountingKernels(kernels)
@@ -215,12 +234,20 @@ def main() -> None:
         rows.append({"path": "torch ops", **count(torch_path, seeds)})
         if device.type == "cuda":
             fused = NeighborSampler(graph, args.fanouts, seed=0, backend="kernel")
-            kernels = "CUDA launches (cuda/sample_neighbors.cu)"
+            replayed = NeighborSampler(
+                graph, args.fanouts, seed=0, backend="kernel", cuda_graph=True
+            )
+            kernels = "CUDA launches (cuda/sample_neighbors.cu), CUDA graphs"
         else:
             fused = NeighborSampler(graph, args.fanouts, seed=0)
             fused._hop_kernels = host_kernels(Path(tmp))
-            kernels = "the .cu source run on the host (tests/simt harness, g++)"
+            replayed = host_replay(NeighborSampler(graph, args.fanouts, seed=0), fused._hop_kernels)
+            kernels = (
+                "the .cu source run on the host (tests/simt harness, g++); CUDA graphs: the "
+                "tests' host capture (simt.host_graph)"
+            )
         rows.append({"path": "fused hops", **count(fused, seeds)})
+        rows.append({"path": "fused hops, CUDA graph", **count(replayed, seeds)})
     env = environment()
     payload = {
         "device": device.type,

@@ -24,6 +24,10 @@ its slots laid out by a prefix sum of the degrees, one more read), a hop of torc
 above ``MAX_K``), ``draw="per_hop"`` (the frontier is every node so far), or a frontier bound
 so loose that its slots would pass `_BOUND_SLOTS`.
 
+`fused_batch` is `launch_batch` (the launches) then `finish_batch` (the read, and the outputs
+copied out); a batch launched without a read on the way can be captured and replayed
+(`ibp_graph.sample_replay`).
+
 The result is what the torch hops return for the same draws: edges grouped by target in
 frontier order, within a target in ascending CSR order, new nodes in order of discovery. The
 draws are the kernel's own (counter-based, a function of the hop's key and the row), so they
@@ -53,7 +57,15 @@ _USED_MASK = (1 << 32) - 1
 #: sizes first (a batch's buffers stay within a few times its real size, about 56 bytes a slot).
 _BOUND_SLOTS = 1 << 22
 
-__all__ = ["HopKernels", "fused_batch", "fused_hop", "read_counts"]
+__all__ = [
+    "HopKernels",
+    "LaunchedBatch",
+    "finish_batch",
+    "fused_batch",
+    "fused_hop",
+    "launch_batch",
+    "read_counts",
+]
 
 
 class HopKernels(Protocol):
@@ -236,8 +248,12 @@ def _launch_hop(
 TorchHop = Callable[[torch.Tensor, int, int, int], tuple[torch.Tensor, ...]]
 
 
-class _Batch:
-    """The hops' outputs so far: buffers, and their sizes where the host knows them."""
+class LaunchedBatch:
+    """A batch's hops launched so far: their buffers, and their sizes where the host knows them.
+
+    ``nodes`` (the seeds, then each hop's new nodes) and ``edges`` (``(3, E)`` per hop: row,
+    col, edge) hold the hops' outputs first; ``counts`` holds every size on the device.
+    """
 
     def __init__(self, seeds: torch.Tensor, hops: int) -> None:
         self.hops = hops
@@ -249,20 +265,33 @@ class _Batch:
         self.edges: list[torch.Tensor] = []  # (3, E) per hop: row, col, edge
         self.num_nodes: list[int | None] = [seeds.numel()]
         self.num_edges: list[int | None] = []
+        #: Whether every hop so far was launched without the host reading a size (the
+        #: batch's launches then depend on its sizes alone, not on its values).
+        self.launched_only = True
+
+    def cut(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int], list[int]]:
+        """``(nodes, edges, num_nodes, num_edges)``, cut to size.
+
+        Reads the sizes still unknown (one host read); the batch is left as it is.
+        """
+        nodes, edges = list(self.nodes), list(self.edges)
+        num_nodes, num_edges = list(self.num_nodes), list(self.num_edges)
+        if None in num_nodes or None in num_edges:
+            sizes = read_counts(self.counts)
+            num_nodes = sizes[: len(nodes)]
+            num_edges = sizes[self.hops + 1 : self.hops + 1 + len(edges)]
+            nodes = [part[:n] for part, n in zip(nodes, num_nodes, strict=True)]
+            edges = [part[:, :n] for part, n in zip(edges, num_edges, strict=True)]
+        return nodes, edges, num_nodes, num_edges
 
     def read(self) -> None:
         """Read the sizes still unknown (one host read) and cut their buffers to size."""
-        if None not in self.num_nodes and None not in self.num_edges:
-            return
-        sizes = read_counts(self.counts)
-        for t, part in enumerate(self.nodes):
-            self.num_nodes[t] = sizes[t]
-            self.nodes[t] = part[: sizes[t]]
-        for t, part in enumerate(self.edges):
-            n = self.num_edges[t] = sizes[self.hops + 1 + t]
-            self.edges[t] = part[:, :n]
+        if None in self.num_nodes or None in self.num_edges:
+            self.launched_only = False
+        self.nodes, self.edges, self.num_nodes, self.num_edges = self.cut()
 
     def add(self, edges, fresh, num_edges: int | None, num_fresh: int | None) -> None:
+        """Append a hop's edges and new nodes, with their numbers (None: on the device only)."""
         self.edges.append(edges)
         self.nodes.append(fresh)
         self.num_edges.append(num_edges)
@@ -273,7 +302,7 @@ class _Batch:
         return None if None in self.num_nodes else sum(self.num_nodes)
 
 
-def fused_batch(
+def launch_batch(
     kernels: HopKernels,
     graph: CSRGraph,
     local: torch.Tensor,
@@ -284,28 +313,17 @@ def fused_batch(
     per_hop: bool,
     keys: torch.Tensor,
     torch_hop: TorchHop | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
-    """Every hop of a batch with the hop kernels, the sizes read once where they can be.
+) -> LaunchedBatch:
+    """Launch every hop of `fused_batch`, reading sizes on the host only where a hop needs them.
 
-    Args:
-        kernels: the launches (inside their ``launching()`` context).
-        graph: the CSR graph (its tensors on the kernels' device).
-        local: the sampler's dense map, holding the seeds (`ibp_graph.sample_index.dense_seed`).
-        seeds: ``(B,)`` int64 global ids of the seeds, local ids ``0 .. B - 1``.
-        fanouts: neighbors per node and hop, one or more: ``0`` (none), ``-1`` (all), or a
-            count; counts above ``KERNEL_MAX_K`` run as ``torch_hop``.
-        replace: draw with replacement.
-        per_hop: expand every node so far at each hop (``draw="per_hop"``), not the last hop's.
-        keys: ``(len(fanouts),)`` int64 random keys, one per hop, on the device.
-        torch_hop: the sampler's hop of torch ops, for fanouts the kernels do not draw.
-
-    Returns:
-        ``(node, row, col, edge, num_nodes, num_edges)``: the batch's nodes (seeds first, then
-        each hop's new nodes in order of discovery), its edges' local ids and edge ids, nodes
-        added per hop (the seeds first) and edges per hop.
+    Returns the batch's buffers, not yet cut to size (`finish_batch` does that). Its
+    ``launched_only`` says whether the host read nothing on the way: then the launches are a
+    function of the batch's size alone (the kernels read every other size from ``counts``), so
+    that they can be captured once and replayed for another batch of that size with new
+    ``seeds`` and ``keys`` written into the same tensors (`ibp_graph.sample_replay`).
     """
     hops = len(fanouts)
-    batch = _Batch(seeds, hops)
+    batch = LaunchedBatch(seeds, hops)
     for hop, fanout in enumerate(fanouts, 1):
         if fanout == 0:
             batch.add(seeds.new_empty((3, 0)), seeds[:0], 0, 0)  # its counts stay 0
@@ -333,16 +351,69 @@ def fused_batch(
             )  # fmt: skip
             batch.add(*out[:2], None, None)
         elif fanout == -1 or fanout <= KERNEL_MAX_K:
+            batch.launched_only = False
             edges, fresh = _hop_read(
                 kernels, graph, local, frontier, batch.counts, begin=begin, end=end,
                 fanout=fanout, replace=replace, key=key, hop=hop, hops=hops,
             )  # fmt: skip
             batch.add(edges, fresh, edges.shape[1], fresh.numel())
         else:
+            batch.launched_only = False
             row, col, edge, fresh = torch_hop(frontier, fanout, begin, end)
             batch.counts[hop] = fresh.numel()
             batch.counts[hops + hop] = row.numel()
             batch.add(torch.stack([row, col, edge]), fresh, row.numel(), fresh.numel())
-    batch.read()
-    row, col, edge = torch.cat(batch.edges, dim=1).unbind()
-    return torch.cat(batch.nodes), row, col, edge, batch.num_nodes, batch.num_edges
+    return batch
+
+
+def finish_batch(
+    batch: LaunchedBatch,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """The outputs of `fused_batch` from its launched buffers: new tensors, cut to size.
+
+    Reads the sizes still unknown (one host read). ``batch`` is left as it is, so that the
+    buffers of a replayed batch stay whole for the next replay.
+    """
+    nodes, edges, num_nodes, num_edges = batch.cut()
+    row, col, edge = torch.cat(edges, dim=1).unbind()
+    return torch.cat(nodes), row, col, edge, num_nodes, num_edges
+
+
+def fused_batch(
+    kernels: HopKernels,
+    graph: CSRGraph,
+    local: torch.Tensor,
+    seeds: torch.Tensor,
+    fanouts: Sequence[int],
+    *,
+    replace: bool,
+    per_hop: bool,
+    keys: torch.Tensor,
+    torch_hop: TorchHop | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """Every hop of a batch with the hop kernels, the sizes read once where they can be.
+
+    `launch_batch`, then `finish_batch`.
+
+    Args:
+        kernels: the launches (inside their ``launching()`` context).
+        graph: the CSR graph (its tensors on the kernels' device).
+        local: the sampler's dense map, holding the seeds (`ibp_graph.sample_index.dense_seed`).
+        seeds: ``(B,)`` int64 global ids of the seeds, local ids ``0 .. B - 1``.
+        fanouts: neighbors per node and hop, one or more: ``0`` (none), ``-1`` (all), or a
+            count; counts above ``KERNEL_MAX_K`` run as ``torch_hop``.
+        replace: draw with replacement.
+        per_hop: expand every node so far at each hop (``draw="per_hop"``), not the last hop's.
+        keys: ``(len(fanouts),)`` int64 random keys, one per hop, on the device.
+        torch_hop: the sampler's hop of torch ops, for fanouts the kernels do not draw.
+
+    Returns:
+        ``(node, row, col, edge, num_nodes, num_edges)``: the batch's nodes (seeds first, then
+        each hop's new nodes in order of discovery), its edges' local ids and edge ids, nodes
+        added per hop (the seeds first) and edges per hop.
+    """
+    batch = launch_batch(
+        kernels, graph, local, seeds, fanouts, replace=replace, per_hop=per_hop, keys=keys,
+        torch_hop=torch_hop,
+    )  # fmt: skip
+    return finish_batch(batch)

@@ -162,6 +162,17 @@ def test_a_hop_grid_reaches_the_hop_kernels(bench, lib, monkeypatch) -> None:
     assert bench.backend_label(default) == "torch"
 
 
+def test_cuda_graph_adds_one_kernel_row(bench) -> None:
+    args = bench.parse_args(["--device", "cuda", "--hop-grids", "default,32", "--cuda-graph"])
+    assert bench.variants("kernel", args) == [(None, False), (32.0, False), (None, True)]
+    assert bench.variants("torch", args) == [(None, False)]
+    plain = bench.parse_args(["--device", "cuda"])
+    assert plain.cuda_graph is False and bench.variants("kernel", plain) == [(None, False)]
+    row = {"backend": "kernel", "hop_grid": None, "cuda_graph": True}
+    assert bench.backend_label(row) == "kernel, CUDA graph"
+    assert bench.backend_label({**row, "cuda_graph": False}) == "kernel"
+
+
 def test_thread_counts_are_parsed(bench) -> None:
     assert bench.parse_threads("1,2") == [1, 2] and bench.parse_threads("4") == [4]
     for bad in ("0", "1,x", ""):

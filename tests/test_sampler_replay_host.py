@@ -1,0 +1,255 @@
+"""Replayed sampling batches (`ibp_graph.sample_replay`, ``NeighborSampler(cuda_graph=True)``).
+
+On the host the hop kernels run in the SIMT harness (`simt.host_hops`) and the capture is
+`simt.host_graph.HostCapture`: it records a batch's torch ops and launches, undoes what they
+wrote into tensors from before the capture, refuses host reads meanwhile, and replays the
+record on the same tensors, as a CUDA graph does. A replayed batch must be the batch that the
+same sampler computes eagerly, bit for bit. The `gpu` tests replay real CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from simt.host_graph import HostCapture
+from simt.host_hops import HostHopKernels
+from test_sampler_hop_host import power_graph
+
+from ibp_graph import sample_hop
+from ibp_graph.errors import IBPInputError
+from ibp_graph.graph import CSRGraph
+from ibp_graph.kernels.sample_neighbors import MAX_K
+from ibp_graph.sample_index import dense_clear, dense_seed
+from ibp_graph.sample_replay import BatchReplay
+from ibp_graph.sampler import NeighborSampler
+
+
+def host_sampler(lib, graph, fanouts, *, replay: bool, max_graphs: int = 4, **kw):
+    """A sampler with the host hop kernels; with ``replay``, its batches go through a
+    `BatchReplay` capturing with `HostCapture` (returned as the second value)."""
+    sampler = NeighborSampler(graph, fanouts, seed=5, **kw)
+    kernels = HostHopKernels(lib)
+    capture = None
+    if replay:
+        capture = HostCapture()
+        kernels = capture.kernels(kernels)
+        sampler.cuda_graph = True
+        sampler._replay = BatchReplay(capture, max_graphs=max_graphs)
+    sampler._hop_kernels = kernels
+    return sampler, capture
+
+
+def fields(batch) -> list:
+    return [batch.node, batch.row, batch.col, batch.edge, batch.num_sampled_nodes,
+            batch.num_sampled_edges]  # fmt: skip
+
+
+def assert_same(a, b) -> None:
+    for x, y in zip(fields(a), fields(b), strict=True):
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(x, y)
+        else:
+            assert x == y
+
+
+def seed_batches(graph: CSRGraph, sizes: list[int], seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for size in sizes:
+        s = torch.randint(0, graph.num_nodes, (size,), generator=gen)
+        s[size // 2] = s[0]  # a repeated seed
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("fanouts", [[15, 10, 5], [4, 0, 3], [MAX_K], [2, 2, 2, 2]])
+def test_replayed_batches_are_the_eager_ones(lib, fanouts) -> None:
+    g = power_graph(3, n=400)
+    eager, _ = host_sampler(lib, g, fanouts, replay=False)
+    replayed, capture = host_sampler(lib, g, fanouts, replay=True)
+    sizes = [64, 64, 37, 64, 64, 37, 37, 64]
+    for seeds in seed_batches(g, sizes):
+        want, got = eager.sample(seeds), replayed.sample(seeds)
+        assert_same(got, want)
+        assert got.num_edges > 0 or 0 in fanouts[:1]
+    # Each size ran eagerly once, was captured the second time, then only replayed.
+    assert sorted(replayed._replay.graphs) == [37, 64]
+    assert len(capture.graphs) == 2
+    assert sorted(gr.replays for gr in capture.graphs) == [2, 4]
+
+
+def test_outputs_are_copies_not_the_graphs_buffers(lib) -> None:
+    g = power_graph(4, n=400)
+    replayed, capture = host_sampler(lib, g, [10, 5], replay=True)
+    eager, _ = host_sampler(lib, g, [10, 5], replay=False)
+    batches = seed_batches(g, [50] * 4, seed=1)
+    outs = []
+    for seeds in batches:
+        outs.append(replayed.sample(seeds))
+        eager.sample(seeds)
+    # The earlier outputs did not change under later replays.
+    again, _ = host_sampler(lib, g, [10, 5], replay=False)
+    for seeds, out in zip(batches, outs, strict=True):
+        assert_same(out, again.sample(seeds))
+    buffers = {t.untyped_storage().data_ptr() for t in capture_buffers(replayed)}
+    for out in outs:
+        for t in fields(out)[:4]:
+            assert t.untyped_storage().data_ptr() not in buffers
+
+
+def capture_buffers(sampler) -> list[torch.Tensor]:
+    (captured,) = sampler._replay.graphs.values()
+    return [*captured.batch.nodes, *captured.batch.edges, captured.batch.counts]
+
+
+@pytest.mark.parametrize(
+    ("fanouts", "kw"),
+    [([-1, 3], {}), ([MAX_K + 1], {}), ([5, 3], {"draw": "per_hop"})],
+)
+def test_batches_that_read_sizes_are_never_captured(lib, fanouts, kw) -> None:
+    g = power_graph(5, n=400)
+    eager, _ = host_sampler(lib, g, fanouts, replay=False, **kw)
+    replayed, capture = host_sampler(lib, g, fanouts, replay=True, **kw)
+    for seeds in seed_batches(g, [20] * 4, seed=2):
+        assert_same(replayed.sample(seeds), eager.sample(seeds))
+    assert replayed._replay.graphs == {} and capture.graphs == []
+
+
+def test_at_most_max_graphs_sizes_are_captured(lib) -> None:
+    g = power_graph(6, n=400)
+    eager, _ = host_sampler(lib, g, [6, 4], replay=False)
+    replayed, capture = host_sampler(lib, g, [6, 4], replay=True, max_graphs=2)
+    sizes = [10, 11, 12] * 3
+    for seeds in seed_batches(g, sizes, seed=3):
+        assert_same(replayed.sample(seeds), eager.sample(seeds))
+    assert sorted(replayed._replay.graphs) == [10, 11] and len(capture.graphs) == 2
+
+
+def test_a_capture_that_fails_warns_once_and_runs_eagerly(lib) -> None:
+    g = power_graph(7, n=400)
+
+    def broken(fn, device):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    eager, _ = host_sampler(lib, g, [6, 4], replay=False)
+    replayed, _ = host_sampler(lib, g, [6, 4], replay=True)
+    replayed._replay = BatchReplay(broken)
+    batches = seed_batches(g, [30] * 4, seed=4)
+    assert_same(replayed.sample(batches[0]), eager.sample(batches[0]))
+    with pytest.warns(RuntimeWarning, match="batches of 30 seeds could not be captured"):
+        assert_same(replayed.sample(batches[1]), eager.sample(batches[1]))
+    for seeds in batches[2:]:  # no second warning, no second try
+        assert_same(replayed.sample(seeds), eager.sample(seeds))
+    assert replayed._replay.graphs == {}
+
+
+def test_the_host_capture_refuses_a_size_read_into_python(lib) -> None:
+    # A launch that reads a value of the batch while capturing is refused, as a capturing
+    # CUDA stream refuses the synchronising copy: the batch then runs eagerly, with a warning.
+    g = power_graph(8, n=400)
+    sampler, capture = host_sampler(lib, g, [6, 4], replay=True)
+    eager, _ = host_sampler(lib, g, [6, 4], replay=False)
+    replay = BatchReplay(capture)
+    seeds = seed_batches(g, [16], seed=5)[0]
+    keys = torch.tensor([11, -12])
+
+    def launch(seeds, keys):
+        sample_hop.read_counts(seeds[:1])
+        return launch_of(sampler, seeds, keys)
+
+    replay._ready.add(16)  # as if seen before: captured now
+    with pytest.warns(RuntimeWarning, match="host read"):
+        got = replay.sample(launch, seeds, keys)
+    assert replay.graphs == {}
+    dense_clear(sampler._scratch(), got[0])
+    want = sample_hop.finish_batch(launch_of(eager, seeds, keys))
+    for x, y in zip(got, want, strict=True):
+        assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+
+
+def launch_of(sampler, seeds, keys):
+    """`launch_batch` of ``sampler``'s hop kernels, its dense map seeded first."""
+    local = sampler._scratch()
+    dense_seed(local, seeds, torch.arange(seeds.numel()))
+    with sampler._hop_kernels.launching():
+        return sample_hop.launch_batch(
+            sampler._hop_kernels, sampler.graph, local, seeds, sampler.num_neighbors,
+            replace=False, per_hop=False, keys=keys, torch_hop=None,
+        )  # fmt: skip
+
+
+def test_a_failed_batch_drops_the_graphs(lib) -> None:
+    g = power_graph(9, n=400)
+    replayed, _ = host_sampler(lib, g, [6, 4], replay=True)
+    batches = seed_batches(g, [12] * 3, seed=6)
+    for seeds in batches[:2]:
+        replayed.sample(seeds)
+    assert list(replayed._replay.graphs) == [12]
+    kernels = replayed._hop_kernels
+
+    class Broken:
+        def launching(self):
+            return kernels.launching()
+
+        def __getattr__(self, name):
+            raise RuntimeError("a launch failed")
+
+    replayed._hop_kernels = Broken()
+    replayed._replay.graphs.clear()  # the size runs eagerly, and fails
+    replayed._replay._ready.clear()
+    with pytest.raises(RuntimeError, match="a launch failed"):
+        replayed.sample(batches[2])
+    assert replayed._map is None and replayed._replay is None
+
+
+def test_cuda_graph_argument_is_checked() -> None:
+    g = power_graph(10, n=50)
+    with pytest.raises(IBPInputError, match="cuda_graph=True .* needs backend='kernel'"):
+        NeighborSampler(g, [3], cuda_graph=True)
+    with pytest.raises(IBPInputError, match="cuda_graph"):
+        NeighborSampler(g, [3], cuda_graph="yes")
+    s = NeighborSampler(g, [3])
+    assert s.cuda_graph is False and "cuda_graph" not in repr(s)
+
+
+def test_a_replaying_sampler_pickles_without_its_graphs(lib) -> None:
+    g = power_graph(11, n=400)
+    replayed, _ = host_sampler(lib, g, [6, 4], replay=True)
+    for seeds in seed_batches(g, [9] * 2, seed=7):
+        replayed.sample(seeds)
+    assert "cuda_graph=True" in repr(replayed)
+    copy = pickle.loads(pickle.dumps(replayed))
+    assert copy.cuda_graph is True and copy._replay is None
+
+
+def test_a_replayed_batch_costs_a_few_ops_and_no_launch_from_python(lib) -> None:
+    from benchmarks.sampling_ops import count
+
+    g = power_graph(13, n=2000)
+    seeds = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(0))[:200]
+    eager, _ = host_sampler(lib, g, [15, 10, 5], replay=False)
+    replayed, _ = host_sampler(lib, g, [15, 10, 5], replay=True)
+    base, got = count(eager, seeds), count(replayed, seeds)
+    assert base["kernel_launches"] == 9 and got["kernel_launches"] == 0
+    assert got["host_reads"] == base["host_reads"] == 2  # the seeds' range, the sizes
+    assert got["torch_ops"] < base["torch_ops"] / 2, (got["top_ops"], base["top_ops"])
+    assert got["sampled_edges"] > 0 and base["sampled_edges"] > 0  # (other draws: 2 warm-ups)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_gpu_replayed_batches_are_the_eager_ones(side_stream: bool) -> None:
+    g = power_graph(22, n=5000)
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    eager = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel")
+    replayed = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel", cuda_graph=True)
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        for seeds in seed_batches(g, [256, 256, 100, 256, 100, 256, 256], seed=8):
+            seeds = seeds.cuda()
+            want, got = eager.sample(seeds), replayed.sample(seeds)
+            assert_same(got, want)
+    assert sorted(replayed._replay.graphs) == [100, 256]
