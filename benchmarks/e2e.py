@@ -22,10 +22,12 @@ datasets folder, make the facebook table here and pass the file::
     python benchmarks/e2e.py --synthetic-nodes 20000000 \
         --synthetic-features facebook-svd100-float32.npy
 
-``--sampler-backend kernel`` (CUDA) samples with the fused hop kernels and
-``--prefetch-thread`` prepares the batches on a background thread (the loaders' options of the
-same names; without it the loaders get ``prefetch_thread=False``, also on a GPU where their
-default is the thread); the settings are recorded in the results. ``--profile-epoch`` says where an
+``--sampler-backend torch`` or ``kernel`` (CUDA) picks how the loaders sample (their
+``sampler_backend``; without it, their default: the fused hop kernels on a GPU when CuPy
+imports, torch ops on the CPU) and ``--prefetch-thread`` prepares the batches on a background
+thread (the loaders' option of the same name; without it the loaders get
+``prefetch_thread=False``, also on a GPU where their default is the thread); the settings,
+with the sampler backend used, are recorded in the results. ``--profile-epoch`` says where an
 epoch's time goes (`benchmarks.time_split`): after the measured epochs and the evaluation, each
 mode trains one more epoch under the torch profiler (the longest GPU kernels and copies, torch
 ops by their own host time) and one under ``cProfile`` (the training loop's Python functions
@@ -138,6 +140,7 @@ from benchmarks._env import (  # noqa: E402
 )
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
+from ibp_graph.loading import default_sampler_backend  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
 from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
@@ -981,6 +984,19 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines)
 
 
+def sampler_text(s: dict, gpu: bool) -> str:
+    """The sampler backend of the settings ``s``, and whether it was the loaders' default."""
+    backend, default = s["sampler_backend"], s.get("sampler_backend_default")
+    if default is None:  # results from before the default was recorded
+        return f"sampler backend {backend}"
+    if not default:
+        return f"sampler backend {backend} (--sampler-backend {backend})"
+    where = "on a GPU" if gpu else "on the CPU"
+    if gpu and backend == "torch":
+        where += " without CuPy"
+    return f"sampler backend {backend} (the loaders' default {where})"
+
+
 def payload_notes(payload: dict) -> list[str]:
     s = payload["settings"]
     gpu = payload.get("device_type") == "cuda"  # the GPU tables' blocks: only a GPU has them
@@ -992,7 +1008,7 @@ def payload_notes(payload: dict) -> list[str]:
         "training loop spent inside the loader's `next()`, `train` = epoch - wait; "
         f"prefetch depth {s['prefetch']}; seed {s['seed']} for every mode (same batches); "
         f"deterministic algorithms {'on' if s['deterministic'] else 'off'}; torch threads "
-        f"{s['torch_threads']}; sampler backend {s['sampler_backend']}; {blocks}batches prepared "
+        f"{s['torch_threads']}; {sampler_text(s, gpu)}; {blocks}batches prepared "
         + (
             "on the loaders' prefetch thread."
             if s["prefetch_thread"]
@@ -1165,8 +1181,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--sampler-backend",
         choices=["torch", "kernel"],
-        default="torch",
-        help="the loaders' sampler_backend (kernel: the fused hop kernels; needs CUDA)",
+        default=None,
+        help="the loaders' sampler_backend (torch: torch-op hops; kernel: the fused hop "
+        "kernels, needs CUDA; default: the loaders' default, kernel on a GPU with CuPy, "
+        "else torch)",
     )
     p.add_argument(
         "--block-warps",
@@ -1283,11 +1301,17 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         except ImportError:
             payload["cupy"] = None
         payload["device"] = f"GPU: {payload['gpu']}; host {env['device']}"
+    # The loaders' default, resolved here for the report and then passed to them as chosen:
+    # the graph is on ``device``, where the loaders would resolve it too.
+    default_backend = args.sampler_backend is None
+    if default_backend:
+        args.sampler_backend = default_sampler_backend(device)
     payload["settings"] = {
         "epochs": args.epochs,
         "warmup_epochs": WARMUP_EPOCHS,
         "prefetch": args.prefetch,
         "sampler_backend": args.sampler_backend,
+        "sampler_backend_default": default_backend,
         "block_warps": args.block_warps,
         "prefetch_thread": args.prefetch_thread,
         "thread_mode": args.thread_mode,

@@ -69,16 +69,18 @@
 #              and whole 16-byte loads (--raw-kernel lines).
 #   sampling   about 1-2 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
 #              hops, and fused-kernel hops with the default grid and with every block the SMs
-#              hold (--hop-grids default,32); time, host CPU, GPU busy and ops per batch, and
-#              where a batch's time goes: kernels, torch ops, Python functions).
+#              hold (--hop-grids default,32), and at the default grid replayed from a CUDA
+#              graph (--cuda-graph); time, host CPU, GPU busy and ops per batch, and where a
+#              batch's time goes: kernels, torch ops, Python functions).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, with --thread-mode (IBP
 #              on also with the prefetch thread, beside the other modes) and --profile-epoch
-#              (per mode, where an epoch's time goes: kernels, torch ops, Python functions).
+#              (per mode, where an epoch's time goes: kernels, torch ops, Python functions);
+#              neighbors drawn by the fused hop kernels, the loaders' default on a GPU.
 #   overlap    about 2-4 min: benchmarks/overlap.py, fetches on a side stream beside GraphSAGE
 #              training steps (dense and sparse tables, raw and IBP, grid caps, stream
 #              priorities): the steps' slowdown from CUDA event timelines, and a chart.
-#   fused      about 1-2 min: the same with the fused hop kernels (--sampler-backend kernel),
-#              results in $OUT/fused/.
+#   ophops     about 1-2 min: the same with torch-op hops (--sampler-backend torch), to
+#              compare with e2e's fused hop kernels; results in $OUT/ophops/.
 #   ddp        about 1 min: benchmarks/ddp_gpu_smoke.sh, two data-parallel ranks on the one
 #              GPU pin the same shared host segment and train; "DDP-GPU: PASS" or "FAIL".
 #   synthetic  about 3-5 min: benchmarks/e2e.py --setting papers100m scaled to a 20M-node,
@@ -104,7 +106,8 @@
 # corasu: corasu.log + 3 in corasu/; warps: warps.log + fetch-*-grid-warps.{json,md} + 3 in
 # warps/;
 # overlap: overlap.log + overlap-<gpu>.{json,md,png} (<gpu>: the GPU name as a slug, e.g.
-# nvidia-h100-80gb-hbm3, as every benchmark names its results); fused: fused.log + 3 in fused/.
+# nvidia-h100-80gb-hbm3, as every benchmark names its results); ophops: ophops.log + 3 in
+# ophops/.
 #
 # The GPU image has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest and hypothesis,
 # so the package is installed without dependencies and no wheel travels (dgl and ogb are
@@ -122,7 +125,7 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch profile pages grid warps lanes sampling e2e overlap fused
+ALL_STAGES=(smoke tests sanitize fetch profile pages grid warps lanes sampling e2e overlap ophops
     ddp synthetic corasu)
 MAX_FILES=8
 MAX_COMMAND=2000
@@ -134,7 +137,7 @@ files() {
     sanitize | ddp) echo 3 ;;
     fetch | pages | grid | sampling) echo 3 ;;
     lanes | profile) echo 5 ;;
-    e2e | overlap | fused | synthetic | corasu) echo 4 ;;
+    e2e | overlap | ophops | synthetic | corasu) echo 4 ;;
     warps) echo 6 ;;
     esac
 }
@@ -149,7 +152,7 @@ minutes() {
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
     overlap | warps) echo 7 ;;
-    pages | sampling | e2e | fused | ddp) echo 2 ;;
+    pages | sampling | e2e | ophops | ddp) echo 2 ;;
     lanes | grid) echo 3 ;;
     esac
 }
@@ -190,13 +193,14 @@ plan() {
 # minutes; on an H100 the calls took 1-6 minutes each, machine start and transfers included,
 # so 30 minutes of GPU time get through the first five or six). First every GPU test and the
 # sanitizers over every kernel test (one call, about 6 minutes); then what has not run at the
-# current code: the kernel sampler (its batch now reads its sizes once) and the epochs with it,
-# side-stream fetches in larger blocks (fetch rate and the step beside it), CoraSU, the fetch
-# beside training (one-block and chunked fetches, the step's kernels), the fetch at the
-# current defaults (a current-stream fetch takes every block the SMs hold, rows without free
-# bits decode in one pass) and its profile; then the rest again.
-CALLS=("smoke tests sanitize" "sampling fused" "warps" "corasu" "overlap ddp" "fetch" "profile"
-    "e2e grid" "synthetic" "pages" "lanes")
+# current code: the kernel sampler (its batch now reads its sizes once) and the epochs with it
+# (e2e: the fused hop kernels are the loaders' default on a GPU), side-stream fetches in larger
+# blocks (fetch rate and the step beside it), CoraSU, the fetch beside training (one-block and
+# chunked fetches, the step's kernels), the fetch at the current defaults (a current-stream
+# fetch takes every block the SMs hold, rows without free bits decode in one pass) and its
+# profile; then the rest again (ophops: the epochs with torch-op hops, for comparison).
+CALLS=("smoke tests sanitize" "sampling e2e" "warps" "corasu" "overlap ddp" "fetch" "profile"
+    "ophops grid" "synthetic" "pages" "lanes")
 
 prepare() {
     cd "$REPO" || exit 3
@@ -560,7 +564,7 @@ for stage in "${STAGES[@]}"; do
         ;;
     sampling)
         run 200 sampling.log python3 benchmarks/sampling.py --device cuda \
-            --hop-grids default,32 --out "$OUT" || rc=$?
+            --hop-grids default,32 --cuda-graph --out "$OUT" || rc=$?
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
@@ -571,10 +575,10 @@ for stage in "${STAGES[@]}"; do
         run 450 overlap.log python3 benchmarks/overlap.py --device cuda \
             --workdir "$WORK/overlap" --out "$OUT" || rc=$?
         ;;
-    fused)
-        run 200 fused.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
-            --graphs cora,citeseer --sampler-backend kernel --thread-mode --profile-epoch \
-            --workdir "$WORK" --out "$OUT/fused" || rc=$?
+    ophops)
+        run 200 ophops.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
+            --graphs cora,citeseer --sampler-backend torch --thread-mode --profile-epoch \
+            --workdir "$WORK" --out "$OUT/ophops" || rc=$?
         ;;
     ddp)
         OUT=$OUT run 150 ddp.log bash benchmarks/ddp_gpu_smoke.sh || rc=$?

@@ -89,8 +89,9 @@ wheels of data.dgl.ai)                   there over UVA: ``use_uva=True`` or
 ===========================  ==========  ======================================================
 
 ``device`` defaults to the graph's device when the DGL graph is on a GPU, else to where the
-features deliver rows, else the CPU. The CUDA path is written but has not run yet: no CUDA
-build of DGL was available.
+features deliver rows, else the CPU. On a GPU the sampler runs its hops with the fused hop
+kernels when CuPy imports (our ``sampler_backend``, default None; ``"torch"`` for torch ops).
+The CUDA path is written but has not run yet: no CUDA build of DGL was available.
 
 DGL's loader arguments, and what happens to each here:
 
@@ -138,6 +139,7 @@ from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.loading import (
     BaseNodeLoader,
     check_graph_memory,
+    default_sampler_backend,
     input_nodes,
     place_graph,
     type_name,
@@ -274,8 +276,14 @@ class DataLoader(BaseNodeLoader):
         graph_memory: ours: where the sampled graph lives: ``"device"`` (copied to
             ``device``) or ``"uva"`` (pinned host memory read by the GPU over UVA; needs a
             CUDA ``device``) (default: ``"device"``).
-        sampler_backend: ours: ``"torch"`` or ``"kernel"`` (a CUDA kernel; needs a CUDA
-            ``device``), see `ibp_graph.sampler.NeighborSampler` (default: ``"torch"``).
+        sampler_backend: ours: how the sampler runs its hops: ``"torch"`` (torch ops, any
+            device) or ``"kernel"`` (the fused hop kernels; needs a CUDA ``device`` and
+            CuPy), see `ibp_graph.sampler.NeighborSampler`; None: ``"kernel"`` when the
+            sampled graph is on a GPU (a CUDA ``device`` always samples there: the graph is
+            copied to it or read over UVA) and CuPy imports, else ``"torch"``
+            (`ibp_graph.loading.default_sampler_backend`). The two draw different neighbors
+            for the same seed. ``loader.sampler_backend`` holds the backend used
+            (default: None).
         **kwargs: ``torch.utils.data.DataLoader`` keywords (``num_workers``,
             ``persistent_workers``, ``prefetch_factor``, ``worker_init_fn``, ...), as DGL
             forwards them; see `ibp_graph.loading.BaseNodeLoader`.
@@ -315,7 +323,7 @@ class DataLoader(BaseNodeLoader):
         seed: int | None = None,
         progress: bool = False,
         graph_memory: str = "device",
-        sampler_backend: str = "torch",
+        sampler_backend: str | None = None,
         **kwargs: Any,
     ) -> None:
         settings = NeighborSampler.from_dgl(graph_sampler)
@@ -407,6 +415,8 @@ class DataLoader(BaseNodeLoader):
             )
         self.use_prefetch_thread = self.prefetch_thread
         self.csr = place_graph(csr, dev, graph_memory)
+        if sampler_backend is None:  # decided by where the sampled graph is
+            sampler_backend = default_sampler_backend(self.csr.device)
         node_sampler = settings.csr_sampler(self.csr, seed=self.seed, backend=sampler_backend)
         self._start_pipeline(node_sampler)
 

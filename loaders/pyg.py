@@ -127,18 +127,21 @@ class NeighborLoader(BaseNodeLoader):
     ================================  ==========  ============================================
 
     On a GPU the graph is copied there once (``graph_memory="device"``, the default) and the
-    same sampler code runs on CUDA tensors; worker processes are not used (a one-time
-    warning says so). With ``graph_memory="uva"`` the graph stays in pinned host memory
-    instead, as CUDA tensors the sampler reads over PCIe: for graphs larger than the GPU, at
-    the cost of slower sampling; the batches are the same. Node- and edge-level attributes of
-    ``data`` are copied to the GPU once, and sampling and fetching run on a side stream,
-    ``prefetch`` batches ahead, on a background thread unless ``prefetch_thread=False``.
+    sampler runs its hops there with the fused hop kernels (``sampler_backend=None``, when
+    CuPy imports; ``"torch"``: the torch ops of the CPU path, on CUDA tensors); worker
+    processes are not used (a one-time warning says so). With ``graph_memory="uva"`` the
+    graph stays in pinned host memory instead, as CUDA tensors the sampler reads over PCIe:
+    for graphs larger than the GPU, at the cost of slower sampling; the batches are the same.
+    Node- and edge-level attributes of ``data`` are copied to the GPU once, and sampling and
+    fetching run on a side stream, ``prefetch`` batches ahead, on a background thread unless
+    ``prefetch_thread=False``.
 
     Reproducibility follows `ibp_graph.loading`: with ``seed`` set, epoch ``e`` of any loader
     built with the same arguments yields the same batches, whatever ``num_workers``, the
     prefetch depth or earlier epochs did; with ``seed=None`` the base seed is drawn from
     ``generator`` or torch's global generator at construction (so ``torch.manual_seed``
-    fixes it). CPU and CUDA draws differ for the same seed.
+    fixes it). CPU and CUDA draws differ for the same seed, as do the two
+    ``sampler_backend`` values' draws.
 
     Arguments that cannot apply never stop a run: a one-time
     `ibp_graph.loading.ArgumentIgnoredWarning` names them and says what happens instead.
@@ -188,9 +191,14 @@ class NeighborLoader(BaseNodeLoader):
         graph_memory: where the graph lives: ``"device"`` (copied to ``device``) or
             ``"uva"`` (pinned host memory read by the GPU over UVA, for graphs larger than
             the GPU; needs a CUDA ``device``) (default: ``"device"``).
-        sampler_backend: how the sampler runs its hops: ``"torch"`` (torch ops, any
-            device) or ``"kernel"`` (CUDA kernels; needs a CUDA ``device``), see
-            `ibp_graph.sampler.NeighborSampler` (default: ``"torch"``).
+        sampler_backend: ours: how the sampler runs its hops: ``"torch"`` (torch ops, any
+            device) or ``"kernel"`` (the fused hop kernels; needs a CUDA ``device`` and
+            CuPy), see `ibp_graph.sampler.NeighborSampler`; None: ``"kernel"`` when the
+            graph is on a GPU (``graph_memory`` ``"device"`` or ``"uva"`` with a CUDA
+            ``device``) and CuPy imports, else ``"torch"``
+            (`ibp_graph.loading.default_sampler_backend`). The two draw different neighbors
+            for the same seed. A ``neighbor_sampler`` of ours keeps its own backend.
+            ``loader.sampler_backend`` holds the backend used (default: None).
         prefetch_thread: ours: without workers, sample and fetch the ``prefetch`` batches
             ahead on a background thread, so that their host work and waits for the GPU
             overlap the training loop; None: on for a CUDA ``device`` (which has no worker
@@ -253,7 +261,7 @@ class NeighborLoader(BaseNodeLoader):
         seed: int | None = None,
         progress: bool = False,
         graph_memory: str = "device",
-        sampler_backend: str = "torch",
+        sampler_backend: str | None = None,
         prefetch_thread: bool | None = None,
         use_ddp: bool = False,
         ddp_seed: int = 0,
@@ -399,8 +407,11 @@ class NeighborLoader(BaseNodeLoader):
             )
         return src
 
-    def _node_sampler(self, given: Any, backend: str) -> NeighborSampler:
-        """The sampler: ``neighbor_sampler`` if it is ours, else one built from the settings."""
+    def _node_sampler(self, given: Any, backend: str | None) -> NeighborSampler:
+        """The sampler: ``neighbor_sampler`` if it is ours, else one built from the settings.
+
+        ``backend`` None: `ibp_graph.loading.default_sampler_backend` for the graph's device.
+        """
         num_neighbors, replace = self.num_neighbors, self.replace
         subgraph_type, disjoint = self.subgraph_type, self.disjoint
         if isinstance(given, NeighborSampler):
@@ -413,6 +424,12 @@ class NeighborLoader(BaseNodeLoader):
                 raise IBPInputError(
                     f"neighbor_sampler's graph is on {given.graph.device}, the loader samples "
                     f"on {self.graph.device}"
+                )
+            if backend is not None and backend != given.backend:
+                warn_ignored(
+                    "sampler_backend",
+                    backend,
+                    f"neighbor_sampler samples with its own backend {given.backend!r}",
                 )
             given.manual_seed(self.seed)
             return given
@@ -435,6 +452,8 @@ class NeighborLoader(BaseNodeLoader):
             disjoint = bool(getattr(given, "disjoint", disjoint))
             self.num_neighbors, self.replace = num_neighbors, replace
             self.subgraph_type, self.disjoint = subgraph_type, disjoint
+        if backend is None:
+            backend = loading.default_sampler_backend(self.graph.device)
         return NeighborSampler(
             self.graph,
             num_neighbors,

@@ -230,7 +230,11 @@ def test_e2e_with_a_prefetch_thread_trains_on_the_same_batches(tmp_path: Path) -
     for extra in ([], ["--prefetch-thread"]):
         payload = e2e.main([*base, *extra, "--out", str(tmp_path / f"out{len(extra)}")])
         assert payload["settings"]["prefetch_thread"] is bool(extra)
+        # The loaders' default, resolved and recorded: torch ops on the CPU.
         assert payload["settings"]["sampler_backend"] == "torch"
+        assert payload["settings"]["sampler_backend_default"] is True
+        md = next((tmp_path / f"out{len(extra)}").glob("e2e-*.md")).read_text()
+        assert "sampler backend torch (the loaders' default on the CPU)" in md
         (g,) = payload["graphs"]
         runs.append({m["mode"]: m.get("fingerprints") for m in g["modes"]})
     assert runs[0] == runs[1] and runs[0]["ibp"]
@@ -279,6 +283,27 @@ def test_e2e_kernel_sampler_needs_cuda() -> None:
         e2e.parse_args(["--device", "cpu", "--sampler-backend", "kernel"])
     args = e2e.parse_args(["--device", "cuda", "--sampler-backend", "kernel", "--prefetch-thread"])
     assert args.sampler_backend == "kernel" and args.prefetch_thread
+    # Without it: the loaders' default (None), resolved by the run for its device.
+    assert e2e.parse_args(["--device", "cuda"]).sampler_backend is None
+    assert e2e.parse_args(["--device", "cpu", "--sampler-backend", "torch"]).sampler_backend == (
+        "torch"
+    )
+
+
+def test_e2e_notes_name_the_sampler_backend_and_whether_it_was_the_default() -> None:
+    s = {"sampler_backend": "kernel", "sampler_backend_default": True}
+    assert e2e.sampler_text(s, gpu=True) == "sampler backend kernel (the loaders' default on a GPU)"
+    s = {"sampler_backend": "torch", "sampler_backend_default": True}
+    assert e2e.sampler_text(s, gpu=False) == (
+        "sampler backend torch (the loaders' default on the CPU)"
+    )
+    assert e2e.sampler_text(s, gpu=True) == (
+        "sampler backend torch (the loaders' default on a GPU without CuPy)"
+    )
+    s = {"sampler_backend": "torch", "sampler_backend_default": False}
+    assert e2e.sampler_text(s, gpu=True) == "sampler backend torch (--sampler-backend torch)"
+    # Results written before the default was recorded: the backend alone.
+    assert e2e.sampler_text({"sampler_backend": "torch"}, gpu=True) == "sampler backend torch"
 
 
 def test_block_warps_reach_the_gpu_tables(monkeypatch, capsys) -> None:

@@ -36,7 +36,7 @@ STAGES = (
     "sampling",
     "e2e",
     "overlap",
-    "fused",
+    "ophops",
     "ddp",
     "synthetic",
     "corasu",
@@ -189,16 +189,19 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     for args in (full, grid, warps, lanes):
         assert args.table_gb >= 2 and args.time_budget <= 400
         assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
-    bundled, fused, synthetic, corasu = (e2e.parse_args(c) for c in cmds["e2e"])
+    bundled, ophops, synthetic, corasu = (e2e.parse_args(c) for c in cmds["e2e"])
     assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
-    assert bundled.sampler_backend == "torch" and not bundled.prefetch_thread
+    # The loaders' default sampler backend on a GPU (the fused hop kernels); ophops compares
+    # the same epochs with torch-op hops.
+    assert bundled.sampler_backend is None and not bundled.prefetch_thread
     # The prefetch thread as a mode of its own, beside the others (same run, same batches).
-    assert bundled.thread_mode and fused.thread_mode and not fused.prefetch_thread
-    assert fused.graph_list == bundled.graph_list and fused.epochs == bundled.epochs
-    assert fused.sampler_backend == "kernel"
-    assert bundled.profile_epoch and fused.profile_epoch  # cheap on the small graphs only
+    assert bundled.thread_mode and ophops.thread_mode and not ophops.prefetch_thread
+    assert ophops.graph_list == bundled.graph_list and ophops.epochs == bundled.epochs
+    assert ophops.sampler_backend == "torch"
+    assert synthetic.sampler_backend is None and corasu.sampler_backend is None
+    assert bundled.profile_epoch and ophops.profile_epoch  # cheap on the small graphs only
     assert not synthetic.profile_epoch and not corasu.profile_epoch
-    assert str(fused.out) == "/tmp/o/fused"
+    assert str(ophops.out) == "/tmp/o/ophops"
     assert synthetic.synthetic_nodes == 20_000_000 and synthetic.graph_list == []
     assert synthetic.epochs == 3 and synthetic.device == "cuda"
     assert synthetic.workdir == "/tmp/w" and str(synthetic.out) == "/tmp/o/synthetic"

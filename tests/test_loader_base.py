@@ -119,6 +119,29 @@ def test_loader_is_a_torch_dataloader_with_pygs_dataset_and_collate_fn(graph) ->
         loader.batch_size = 3
 
 
+def test_the_loader_names_its_sampler_backend(graph) -> None:
+    loader = TinyLoader(graph, [3], batch_size=16, seed=0)
+    assert loader.sampler_backend == loader.node_sampler.backend == "torch"
+
+
+def test_default_sampler_backend_follows_the_graphs_device_and_cupy(monkeypatch) -> None:
+    from ibp_graph.kernels import runtime
+
+    def no_cupy():
+        raise ImportError("the GPU path needs CuPy")
+
+    for cupy in (lambda: object(), no_cupy):  # whether CuPy imports or not
+        monkeypatch.setattr(runtime, "cupy", cupy)
+        assert loading.default_sampler_backend("cpu") == "torch"
+        assert loading.default_sampler_backend(torch.device("cpu")) == "torch"
+    # A CUDA device value needs no GPU to be asked about.
+    for device in ("cuda", "cuda:1", torch.device("cuda"), torch.device("cuda", 0)):
+        monkeypatch.setattr(runtime, "cupy", lambda: object())
+        assert loading.default_sampler_backend(device) == "kernel"
+        monkeypatch.setattr(runtime, "cupy", no_cupy)
+        assert loading.default_sampler_backend(device) == "torch"
+
+
 def test_unknown_keyword_is_a_type_error_and_torch_rules_hold(graph) -> None:
     with pytest.raises(
         TypeError, match="TinyLoader\\(\\) got an unexpected keyword argument 'bogus'"

@@ -712,7 +712,10 @@ def test_uva_graph_without_a_gpu_is_a_clear_error(rand_graph) -> None:
 
 @gpu
 @needs_gpu
-def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_graph, rand_table) -> None:
+@pytest.mark.parametrize("backend", [None, "torch"])  # None: the kernels, the default
+def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(
+    rand_graph, rand_table, backend
+) -> None:
     cupy = pytest.importorskip("cupy")
     if not dgl_loaders._dgl_supports(torch.device("cuda", torch.cuda.current_device())):
         with pytest.raises(IBPInputError, match="this DGL build .* cannot put graphs there"):
@@ -724,6 +727,7 @@ def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_graph, r
         return DataLoader(
             rand_graph, torch.arange(200), NeighborSampler([3, 2]), "cuda", batch_size=64,
             shuffle=True, features=features, seed=0, graph_memory=graph_memory,
+            sampler_backend=backend,
         )  # fmt: skip
 
     on_device, uva = make("device"), make("uva")
@@ -742,8 +746,51 @@ def test_sampler_backend_is_checked_at_construction(rand_graph) -> None:
     from ibp_graph.errors import IBPDeviceError
 
     loader = DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="torch")
-    assert loader.node_sampler.backend == "torch"
+    assert loader.sampler_backend == loader.node_sampler.backend == "torch"
+    # The default on the CPU: torch ops (no sampler_backend, as an upstream script passes).
+    default = DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend=None)
+    assert default.sampler_backend == default.node_sampler.backend == "torch"
+    assert DataLoader(rand_graph, [0], NeighborSampler([3])).sampler_backend == "torch"
     with pytest.raises(IBPInputError, match="backend must be one of 'torch', 'kernel', got 'gpu'"):
         DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="gpu")
     with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
         DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="kernel")
+
+
+def test_sampler_backend_none_is_decided_by_where_the_graph_is(rand_graph, monkeypatch) -> None:
+    calls = []
+
+    def says_torch(device: torch.device) -> str:
+        calls.append(device)
+        return "torch"
+
+    monkeypatch.setattr(dgl_loaders, "default_sampler_backend", says_torch)
+    loader = DataLoader(rand_graph, [0], NeighborSampler([3]))
+    assert calls == [loader.csr.device] and loader.sampler_backend == "torch"
+    DataLoader(rand_graph, [0], NeighborSampler([3]), sampler_backend="torch")
+    assert len(calls) == 1  # an explicit value is used as it is
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("graph_memory", ["device", "uva"])
+def test_a_cuda_loader_samples_with_the_kernels_by_default(
+    rand_graph, rand_table, graph_memory
+) -> None:
+    pytest.importorskip("cupy")
+    if not dgl_loaders._dgl_supports(torch.device("cuda", torch.cuda.current_device())):
+        pytest.skip("this DGL build cannot hold graphs on a GPU (PyPI's dgl is CPU-only)")
+    # No sampler_backend, as an upstream script.
+    loader = DataLoader(
+        rand_graph, torch.arange(200), NeighborSampler([3, 2]), "cuda", batch_size=64,
+        features=rand_table, seed=0, graph_memory=graph_memory,
+    )  # fmt: skip
+    assert loader.sampler_backend == loader.node_sampler.backend == "kernel"
+    g = rand_graph
+    for input_nodes, output_nodes, blocks in loader:
+        assert blocks[0].device.type == "cuda"
+        feat = blocks[0].srcdata["feat"].cpu()
+        assert torch.equal(bits(feat), bits(g.ndata["feat"][input_nodes.cpu()]))
+        check_blocks(
+            g, [3, 2], input_nodes.cpu(), output_nodes.cpu(), [b.to("cpu") for b in blocks]
+        )

@@ -957,7 +957,10 @@ def _memory_type(t: torch.Tensor) -> int:
 
 @gpu
 @needs_gpu
-def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_data, rand_table) -> None:
+@pytest.mark.parametrize("backend", [None, "torch"])  # None: the kernels, the default
+def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(
+    rand_data, rand_table, backend
+) -> None:
     cupy = pytest.importorskip("cupy")
     from ibp_graph.graph import CSRGraph
     from ibp_graph.loading import place_graph
@@ -965,6 +968,7 @@ def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(rand_data, ra
     host, device = cupy.cuda.runtime.memoryTypeHost, cupy.cuda.runtime.memoryTypeDevice
     features = ibp_graph.open(rand_table.path, device="cuda")
     kwargs = {"batch_size": 64, "shuffle": True, "features": features, "seed": 0}
+    kwargs["sampler_backend"] = backend
     on_device = NeighborLoader(rand_data, [5, 3], device="cuda", **kwargs)
     uva = NeighborLoader(rand_data, [5, 3], device="cuda", graph_memory="uva", **kwargs)
     assert uva.graph_memory == "uva"
@@ -1003,11 +1007,47 @@ def test_sampler_backend_is_checked_at_construction(rand_data) -> None:
     from ibp_graph.errors import IBPDeviceError
 
     loader = NeighborLoader(rand_data, [3], batch_size=8, sampler_backend="torch")
-    assert loader.node_sampler.backend == "torch"
+    assert loader.sampler_backend == loader.node_sampler.backend == "torch"
+    # The default on the CPU: torch ops (no sampler_backend, as an upstream script passes).
+    default = NeighborLoader(rand_data, [3], batch_size=8, sampler_backend=None)
+    assert default.sampler_backend == default.node_sampler.backend == "torch"
+    assert NeighborLoader(rand_data, [3], batch_size=8).sampler_backend == "torch"
     with pytest.raises(IBPInputError, match="backend must be one of 'torch', 'kernel', got 'cuda'"):
         NeighborLoader(rand_data, [3], sampler_backend="cuda")
     with pytest.raises(IBPDeviceError, match="backend='kernel' .* needs a graph on a CUDA"):
         NeighborLoader(rand_data, [3], sampler_backend="kernel")
+
+
+def test_sampler_backend_none_is_decided_by_where_the_graph_is(rand_data, monkeypatch) -> None:
+    from ibp_graph import loading
+
+    calls = []
+
+    def says_torch(device: torch.device) -> str:
+        calls.append(device)
+        return "torch"
+
+    monkeypatch.setattr(loading, "default_sampler_backend", says_torch)
+    loader = NeighborLoader(rand_data, [3], batch_size=8)
+    assert calls == [loader.graph.device] and loader.sampler_backend == "torch"
+    NeighborLoader(rand_data, [3], batch_size=8, sampler_backend="torch")
+    assert len(calls) == 1  # an explicit value is used as it is
+
+
+def test_a_given_neighbor_sampler_keeps_its_backend(rand_data, monkeypatch) -> None:
+    from ibp_graph import loading
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.loading import ArgumentIgnoredWarning
+
+    monkeypatch.setattr(loading, "_WARNED", set())
+    mine = NeighborSampler(CSRGraph.from_data(rand_data), [3], backend="torch")
+    loader = NeighborLoader(rand_data, [3], batch_size=8, neighbor_sampler=mine)
+    assert loader.node_sampler is mine and loader.sampler_backend == "torch"
+    with pytest.warns(ArgumentIgnoredWarning, match="sampler_backend='kernel': neighbor_sampler"):
+        loader = NeighborLoader(
+            rand_data, [3], batch_size=8, neighbor_sampler=mine, sampler_backend="kernel"
+        )
+    assert loader.node_sampler is mine and loader.sampler_backend == "torch"
 
 
 @gpu
@@ -1026,3 +1066,24 @@ def test_kernel_sampler_backend_batches_are_valid(rand_data, rand_table, graph_m
     again = NeighborLoader(rand_data, [5, 3], **kwargs)
     for x, y in zip(first, epoch(again), strict=True):
         assert same_batch(x, y)  # reproducible for a seed
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("graph_memory", ["device", "uva"])
+def test_a_cuda_loader_samples_with_the_kernels_by_default(
+    rand_data, rand_table, graph_memory
+) -> None:
+    pytest.importorskip("cupy")
+    features = ibp_graph.open(rand_table.path, device="cuda")
+    kwargs = {"batch_size": 64, "shuffle": True, "features": features, "seed": 3}
+    kwargs |= {"device": "cuda", "graph_memory": graph_memory}
+    loader = NeighborLoader(rand_data, [5, 3], **kwargs)  # no sampler_backend, as upstream
+    assert loader.sampler_backend == loader.node_sampler.backend == "kernel"
+    first = epoch(loader)
+    train = torch.arange(rand_data.num_nodes)
+    for b in first:
+        check_batch(b, rand_data, train, mask_input=False, hops=2)
+    chosen = NeighborLoader(rand_data, [5, 3], sampler_backend="kernel", **kwargs)
+    for x, y in zip(first, epoch(chosen), strict=True):
+        assert same_batch(x, y)  # the default is the kernel backend, draw for draw

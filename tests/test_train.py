@@ -123,7 +123,10 @@ def test_unknown_key_is_named_with_the_valid_ones(tmp_path: Path) -> None:
         ("backend=jax", "backend must be one of 'pyg', 'dgl', got 'jax'"),
         ("backend=PyG", "backend must be one of 'pyg', 'dgl', got 'PyG'"),
         ("graph_memory=gpu", "graph_memory must be one of 'device', 'uva', got 'gpu'"),
-        ("sampler_backend=cuda", "sampler_backend must be one of 'torch', 'kernel', got 'cuda'"),
+        (
+            "sampler_backend=cuda",
+            "sampler_backend must be one of 'auto', 'torch', 'kernel', got 'cuda'",
+        ),
         ("dropout=1", "dropout must be in [0, 1), got 1.0"),
         ("epochs=0", "epochs must be an integer >= 1, got 0"),
         ("dataset=imagenet", "unknown dataset 'imagenet'; known: cora, citeseer"),
@@ -424,6 +427,34 @@ def test_cli_train_json_and_repeated_sets(capsys, tmp_path: Path) -> None:
     data = json.loads(out_json.read_text())
     assert data["config"]["ibp"] is False and len(data["losses"]) == 1
     assert data["eval_mode"] == "full neighborhood"
+    # sampler_backend: auto, the loaders' default; the run records the backend used.
+    assert data["config"]["sampler_backend"] == "auto" and data["sampler_backend"] == "torch"
+    assert "sampler backend torch" in out
+
+
+def test_sampler_backend_key_defaults_to_the_loaders_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ibp_graph.train.backends as backends_module
+
+    assert TrainConfig(dataset="cora").sampler_backend == "auto"
+    assert load_config("cora-sage", ["sampler_backend=torch"]).sampler_backend == "torch"
+    path = write(tmp_path / "k.yaml", "dataset: cora\nsampler_backend: kernel\n")
+    assert load_config(path).sampler_backend == "kernel"  # explicit values keep working
+    given = []
+    real = backends_module.PyGBackend.loader
+
+    def loader(self, *args, **kwargs):
+        given.append(kwargs["sampler_backend"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(backends_module.PyGBackend, "loader", loader)
+    common = ["epochs=1", "device=cpu", "ibp=false", f"workdir={tmp_path}"]
+    result = train(load_config("cora-sage", common), log=None)
+    assert given == [None, None] and result.sampler_backend == "torch"  # auto: the loaders'
+    given.clear()
+    result = train(load_config("cora-sage", [*common, "sampler_backend=torch"]), log=None)
+    assert given == ["torch", "torch"] and result.sampler_backend == "torch"
 
 
 @pytest.mark.parametrize(

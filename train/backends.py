@@ -127,7 +127,7 @@ class Backend(abc.ABC):
         progress: bool = False,
         evaluation: bool = False,
         graph_memory: str = "device",
-        sampler_backend: str = "torch",
+        sampler_backend: str | None = None,
         use_ddp: bool = False,
         csr: Any = None,
     ) -> Any:
@@ -147,7 +147,8 @@ class Backend(abc.ABC):
             progress: show a progress bar.
             evaluation: batches must carry what `split_masks` reads.
             graph_memory: where the loader keeps the graph (``"device"`` or ``"uva"``).
-            sampler_backend: how the sampler draws neighbors (``"torch"`` or ``"kernel"``).
+            sampler_backend: how the sampler draws neighbors (``"torch"`` or ``"kernel"``;
+                default: None, the loader's default for its device).
             use_ddp: each rank of the torch.distributed group takes its share of every
                 epoch's seeds, shuffled with ``seed`` on every rank (the loaders' ``use_ddp``
                 and ``ddp_seed``) (default: False).
@@ -198,7 +199,7 @@ class PyGBackend(Backend):
         progress: bool = False,
         evaluation: bool = False,
         graph_memory: str = "device",
-        sampler_backend: str = "torch",
+        sampler_backend: str | None = None,
         use_ddp: bool = False,
         csr: Any = None,
     ) -> Any:
@@ -299,7 +300,7 @@ class DGLBackend(Backend):
         progress: bool = False,
         evaluation: bool = False,
         graph_memory: str = "device",
-        sampler_backend: str = "torch",
+        sampler_backend: str | None = None,
         use_ddp: bool = False,
         csr: Any = None,
     ) -> Any:

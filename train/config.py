@@ -95,8 +95,10 @@ class TrainConfig:
         device: ``auto`` (cuda if available, else cpu), ``cpu``, ``cuda`` or ``cuda:N``.
         graph_memory: where the loaders keep the graph on a GPU: ``device`` (copied to the
             GPU) or ``uva`` (pinned host memory read over UVA, for graphs larger than the GPU).
-        sampler_backend: how neighbors are drawn: ``torch`` (torch ops) or ``kernel`` (a CUDA
-            kernel; GPU runs only).
+        sampler_backend: how neighbors are drawn: ``auto`` (the loaders decide: the fused
+            hop kernels on a GPU when CuPy imports, else torch ops;
+            `ibp_graph.loading.default_sampler_backend`), ``torch`` (torch ops) or
+            ``kernel`` (the fused hop kernels; GPU runs only).
         seed: seed of the model initialisation, dropout, shuffling and sampling.
         prefetch: batches the loader prepares ahead.
         eval_batch_size: seed nodes per evaluation batch.
@@ -133,7 +135,7 @@ class TrainConfig:
     undirected: bool = False
     device: str = "auto"
     graph_memory: str = "device"
-    sampler_backend: str = "torch"
+    sampler_backend: str = "auto"
     seed: int = 0
     prefetch: int = 2
     eval_batch_size: int = 1024
@@ -299,7 +301,7 @@ def _check(cfg: TrainConfig) -> None:
     choice("model", _MODELS)
     choice("backend", _BACKENDS)
     choice("graph_memory", GRAPH_MEMORY)
-    choice("sampler_backend", SAMPLER_BACKENDS)
+    choice("sampler_backend", ("auto", *SAMPLER_BACKENDS))
     for key in ("hidden", "layers", "heads", "batch_size", "epochs", "eval_batch_size"):
         if getattr(cfg, key) < 1:
             raise bad(key, "an integer >= 1")

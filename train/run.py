@@ -147,6 +147,8 @@ class RunResult:
             ``ranks_per_node``, ``segments`` (the shared segments, per rank) and
             ``param_digests`` (SHA-256 of every rank's trained parameters, in rank order:
             equal when the replicas are identical); None in a single process.
+        sampler_backend: how the training loader drew neighbors, ``"torch"`` or ``"kernel"``
+            (its resolved ``sampler_backend``; None before it is built).
     """
 
     config: TrainConfig
@@ -160,6 +162,7 @@ class RunResult:
     setup_s: float = 0.0
     world_size: int = 1
     distributed: dict[str, Any] | None = None
+    sampler_backend: str | None = None
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -247,7 +250,8 @@ class RunResult:
             f"(first {self.epochs[0].time_s:.3f} s; evaluation excluded)",
             f"stages       {per}: sample {self._mean('sample_s'):.3f} s, fetch "
             f"{self._mean('fetch_s'):.3f} s, train {self._mean('train_s'):.3f} s "
-            f"(waiting on the loader {self._mean('wait_s'):.3f} s)",
+            f"(waiting on the loader {self._mean('wait_s'):.3f} s)"
+            + (f"; sampler backend {self.sampler_backend}" if self.sampler_backend else ""),
         ]
         raw = self.raw_bytes / n
         if cfg.ibp:
@@ -696,7 +700,7 @@ def _run(
             device=device,
             prefetch=cfg.prefetch,
             graph_memory=cfg.graph_memory,
-            sampler_backend=cfg.sampler_backend,
+            sampler_backend=None if cfg.sampler_backend == "auto" else cfg.sampler_backend,
             **({"csr": csr} if csr is not None else {}),
         )
         train_loader = backend.loader(
@@ -710,6 +714,7 @@ def _run(
             use_ddp=ctx is not None,
             **common,
         )
+        result.sampler_backend = train_loader.sampler_backend
         eval_loader = backend.loader(
             graph,
             eval_fanouts,
