@@ -406,16 +406,22 @@ class NeighborSampler:
             raise IBPInputError(f"seeds must hold integers, got dtype {seeds.dtype}")
         if seeds.dim() != 1:
             raise IBPInputError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
-        seeds = seeds.to(self.graph.device, torch.int64)
+        seeds = seeds.to(torch.int64)
         n = self.graph.num_nodes
         if seeds.numel():
-            lo, hi = read_counts(torch.stack(torch.aminmax(seeds)))  # one host read
+            # Checked where the seeds are: on the CPU (the loaders' seeds) no GPU is waited for.
+            lo, hi = read_counts(torch.stack(torch.aminmax(seeds)))
             if lo < 0 or hi >= n:
                 i = int(((seeds < 0) | (seeds >= n)).nonzero()[0, 0])
                 raise IBPInputError(
                     f"seeds[{i}] = {int(seeds[i])} is out of range for a graph of {n} nodes"
                 )
-        return seeds
+        device = self.graph.device
+        if seeds.device.type == "cpu" and device.type == "cuda":
+            # Through pinned memory: an asynchronous copy, where a copy from pageable memory
+            # would wait for the stream (and so for the batches queued on it before).
+            return seeds.pin_memory().to(device, non_blocking=True)
+        return seeds.to(device)
 
     def _scratch(self) -> torch.Tensor:
         if self._map is None:
