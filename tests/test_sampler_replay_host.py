@@ -253,3 +253,38 @@ def test_gpu_replayed_batches_are_the_eager_ones(side_stream: bool) -> None:
             want, got = eager.sample(seeds), replayed.sample(seeds)
             assert_same(got, want)
     assert sorted(replayed._replay.graphs) == [100, 256]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_replay_captured_on_a_thread_beside_training_work() -> None:
+    # As in a loader's prefetch thread: the capture is the thread's own, while the main
+    # thread keeps launching and allocating on its stream.
+    import threading
+
+    g = power_graph(23, n=5000)
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    eager = NeighborSampler(gd, [10, 5], seed=4, backend="kernel")
+    replayed = NeighborSampler(gd, [10, 5], seed=4, backend="kernel", cuda_graph=True)
+    batches = seed_batches(g, [128] * 6, seed=9)
+    got, errors = [], []
+
+    def produce() -> None:
+        try:
+            with torch.cuda.stream(torch.cuda.Stream()):
+                for seeds in batches:
+                    got.append(replayed.sample(seeds))
+                torch.cuda.current_stream().synchronize()
+        except BaseException as e:  # raised again below
+            errors.append(e)
+
+    thread = threading.Thread(target=produce)
+    x = torch.randn(1024, 1024, device="cuda")
+    thread.start()
+    while thread.is_alive():
+        x = torch.nn.functional.normalize(x @ x.T + torch.randn_like(x), dim=1)
+    thread.join()
+    assert not errors, errors
+    assert list(replayed._replay.graphs) == [128]
+    for seeds, batch in zip(batches, got, strict=True):
+        assert_same(batch, eager.sample(seeds))
