@@ -18,7 +18,7 @@ smaller), fanouts [15, 10, 5], batch 1,024:
 
 - ``torch ops``: the hops as torch ops (what ``backend="torch"`` runs on a CUDA graph; on the
   CPU the compiled Numba hop is switched off to count them);
-- ``fused hops``: `ibp_graph.sample_hop.fused_batch` (``backend="kernel"``). On the CPU its
+- ``fused hops``: `ibp_graph.sample_hop.launch_batch` (``backend="kernel"``). On the CPU its
   kernels are the ``.cu`` source built for the host (tests/simt, needs g++); on CUDA the real
   launches;
 - ``fused hops, CUDA graph``: the same with ``cuda_graph=True`` (`ibp_graph.sample_replay`),

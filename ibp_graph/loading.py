@@ -239,7 +239,7 @@ def default_sampler_backend(device: str | torch.device) -> str:
     Else ``"torch"`` (a CPU graph, or no CuPy: the fused hop kernels need it). Measured on an
     H100 (``benchmarks/results/sampling-nvidia-h100-80gb-hbm3.md``, commit a04226f, a
     2M-node, 50M-edge power-law graph, fanouts [15, 10, 5], batches of 1024, both backends
-    in one run): the fused hop kernels (``"kernel"``, `ibp_graph.sample_hop.fused_batch`)
+    in one run): the fused hop kernels (``"kernel"``, `ibp_graph.sample_hop.launch_batch`)
     sampled 298 M / 438 M edges/s (int64 / int32 CSR indices) on a graph in GPU memory
     against 91 M / 86 M with torch ops, 194 M / 250 M against 62 M / 78 M over UVA, with
     about 2 ms instead of 7 ms of host CPU per batch. It is only a default: pass

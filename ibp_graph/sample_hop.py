@@ -15,7 +15,7 @@ hop; on a GPU each op is a launch queued by the Python thread that also drives t
    map, so that new nodes are numbered in order of first occurrence. Emit also stores the two
    totals in the batch's ``counts`` on the device.
 
-`fused_batch` runs a batch's hops without waiting for the host between them: a hop that draws
+`launch_batch` runs a batch's hops without waiting for the host between them: a hop that draws
 (``1 <= fanout <= MAX_K``) sizes its buffers for the most its frontier can hold, the last hop's
 slots (at most the graph's nodes), and the kernels read the frontier's real size from
 ``counts``. The host reads ``counts`` once, at the end, and cuts the buffers to size. It reads
@@ -24,9 +24,8 @@ its slots laid out by a prefix sum of the degrees, one more read), a hop of torc
 above ``MAX_K``), ``draw="per_hop"`` (the frontier is every node so far), or a frontier bound
 so loose that its slots would pass `_BOUND_SLOTS`.
 
-`fused_batch` is `launch_batch` (the launches) then `finish_batch` (the read, and the outputs
-copied out); a batch launched without a read on the way can be captured and replayed
-(`ibp_graph.sample_replay`).
+`finish_batch` then reads the sizes and copies the outputs out; a batch launched without a read
+on the way can be captured and replayed (`ibp_graph.sample_replay`).
 
 The result is what the torch hops return for the same draws: edges grouped by target in
 frontier order, within a target in ascending CSR order, new nodes in order of discovery. The
@@ -61,7 +60,6 @@ __all__ = [
     "HopKernels",
     "LaunchedBatch",
     "finish_batch",
-    "fused_batch",
     "fused_hop",
     "launch_batch",
     "read_counts",
@@ -314,13 +312,29 @@ def launch_batch(
     keys: torch.Tensor,
     torch_hop: TorchHop | None,
 ) -> LaunchedBatch:
-    """Launch every hop of `fused_batch`, reading sizes on the host only where a hop needs them.
+    """Launch every hop of a batch with the hop kernels, reading sizes only where a hop must.
 
-    Returns the batch's buffers, not yet cut to size (`finish_batch` does that). Its
-    ``launched_only`` says whether the host read nothing on the way: then the launches are a
-    function of the batch's size alone (the kernels read every other size from ``counts``), so
-    that they can be captured once and replayed for another batch of that size with new
-    ``seeds`` and ``keys`` written into the same tensors (`ibp_graph.sample_replay`).
+    `finish_batch` then reads the sizes still unknown (once) and copies the outputs out. The
+    returned batch's ``launched_only`` says whether the host read nothing on the way: then
+    the launches are a function of the batch's size alone (the kernels read every other size
+    from ``counts``), so that they can be captured once and replayed for another batch of that
+    size with new ``seeds`` and ``keys`` written into the same tensors
+    (`ibp_graph.sample_replay`).
+
+    Args:
+        kernels: the launches (inside their ``launching()`` context).
+        graph: the CSR graph (its tensors on the kernels' device).
+        local: the sampler's dense map, holding the seeds (`ibp_graph.sample_index.dense_seed`).
+        seeds: ``(B,)`` int64 global ids of the seeds, local ids ``0 .. B - 1``.
+        fanouts: neighbors per node and hop, one or more: ``0`` (none), ``-1`` (all), or a
+            count; counts above ``KERNEL_MAX_K`` run as ``torch_hop``.
+        replace: draw with replacement.
+        per_hop: expand every node so far at each hop (``draw="per_hop"``), not the last hop's.
+        keys: ``(len(fanouts),)`` int64 random keys, one per hop, on the device.
+        torch_hop: the sampler's hop of torch ops, for fanouts the kernels do not draw.
+
+    Returns:
+        The hops' buffers (`LaunchedBatch`), not yet cut to size.
     """
     hops = len(fanouts)
     batch = LaunchedBatch(seeds, hops)
@@ -369,51 +383,16 @@ def launch_batch(
 def finish_batch(
     batch: LaunchedBatch,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
-    """The outputs of `fused_batch` from its launched buffers: new tensors, cut to size.
+    """A launched batch's outputs: new tensors, cut to size.
 
     Reads the sizes still unknown (one host read). ``batch`` is left as it is, so that the
     buffers of a replayed batch stay whole for the next replay.
-    """
-    nodes, edges, num_nodes, num_edges = batch.cut()
-    row, col, edge = torch.cat(edges, dim=1).unbind()
-    return torch.cat(nodes), row, col, edge, num_nodes, num_edges
-
-
-def fused_batch(
-    kernels: HopKernels,
-    graph: CSRGraph,
-    local: torch.Tensor,
-    seeds: torch.Tensor,
-    fanouts: Sequence[int],
-    *,
-    replace: bool,
-    per_hop: bool,
-    keys: torch.Tensor,
-    torch_hop: TorchHop | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
-    """Every hop of a batch with the hop kernels, the sizes read once where they can be.
-
-    `launch_batch`, then `finish_batch`.
-
-    Args:
-        kernels: the launches (inside their ``launching()`` context).
-        graph: the CSR graph (its tensors on the kernels' device).
-        local: the sampler's dense map, holding the seeds (`ibp_graph.sample_index.dense_seed`).
-        seeds: ``(B,)`` int64 global ids of the seeds, local ids ``0 .. B - 1``.
-        fanouts: neighbors per node and hop, one or more: ``0`` (none), ``-1`` (all), or a
-            count; counts above ``KERNEL_MAX_K`` run as ``torch_hop``.
-        replace: draw with replacement.
-        per_hop: expand every node so far at each hop (``draw="per_hop"``), not the last hop's.
-        keys: ``(len(fanouts),)`` int64 random keys, one per hop, on the device.
-        torch_hop: the sampler's hop of torch ops, for fanouts the kernels do not draw.
 
     Returns:
         ``(node, row, col, edge, num_nodes, num_edges)``: the batch's nodes (seeds first, then
         each hop's new nodes in order of discovery), its edges' local ids and edge ids, nodes
         added per hop (the seeds first) and edges per hop.
     """
-    batch = launch_batch(
-        kernels, graph, local, seeds, fanouts, replace=replace, per_hop=per_hop, keys=keys,
-        torch_hop=torch_hop,
-    )  # fmt: skip
-    return finish_batch(batch)
+    nodes, edges, num_nodes, num_edges = batch.cut()
+    row, col, edge = torch.cat(edges, dim=1).unbind()
+    return torch.cat(nodes), row, col, edge, num_nodes, num_edges

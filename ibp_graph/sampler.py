@@ -25,7 +25,7 @@ Two backends run the hops. ``"torch"`` (the default, any device) uses torch ops
 runs each hop as one compiled pass instead (`ibp_graph.sample_cpu`, Numba, single-threaded,
 the GIL released) whenever Numba imports. ``"kernel"`` (graphs on a CUDA device; needs CuPy)
 runs each hop with fanout up to ``MAX_K`` (or ``-1``) as the three kernels of
-``cuda/sample_neighbors.cu`` and a prefix sum, driven by `ibp_graph.sample_hop.fused_batch`,
+``cuda/sample_neighbors.cu`` and a prefix sum, driven by `ibp_graph.sample_hop.launch_batch`,
 which reads a batch's sizes once, at its end, where it can; fanouts above ``MAX_K`` take the
 torch path; with ``disjoint=True`` it keeps the torch hop and draws with the kernel
 `ibp_graph.kernels.sample_neighbors.kernel_sample`. Both are uniform and reproducible for a
@@ -597,7 +597,7 @@ class NeighborSampler:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
         """The hops of `_sample_shared` with torch ops, or with the hop kernels (any device).
 
-        With the ``"kernel"`` backend `ibp_graph.sample_hop.fused_batch` runs the hops: the
+        With the ``"kernel"`` backend `ibp_graph.sample_hop.launch_batch` runs the hops: the
         kernels for the fanouts they draw (``-1`` or up to their ``MAX_K``), `_torch_hop` for
         the others.
         """

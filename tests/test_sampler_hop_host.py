@@ -352,7 +352,7 @@ def test_gpu_hop_matches_the_host_run(lib, index_dtype, fanout: int, replace: bo
 def test_gpu_batch_matches_the_host_run(lib, fanouts) -> None:
     # A whole batch, its sizes kept on the device between hops: the GPU's bits are the host's.
     from ibp_graph.kernels.sample_neighbors import CudaHopKernels
-    from ibp_graph.sample_hop import fused_batch
+    from ibp_graph.sample_hop import finish_batch, launch_batch
     from ibp_graph.sample_index import dense_seed
 
     g = power_graph(23, n=600, index_dtype=torch.int32)
@@ -367,10 +367,11 @@ def test_gpu_batch_matches_the_host_run(lib, fanouts) -> None:
         s = seeds.to(device)
         dense_seed(local, s, torch.arange(s.numel(), device=device))
         with kernels.launching():
-            out = fused_batch(
+            launched = launch_batch(
                 kernels, graph, local, s, fanouts, replace=False, per_hop=False,
                 keys=keys.to(device), torch_hop=None,
             )  # fmt: skip
+            out = finish_batch(launched)
         runs.append([torch.as_tensor(x).cpu() for x in out])
     host, dev = runs
     assert host[4][0] == 300 and host[1].numel() > 1000
