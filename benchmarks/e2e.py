@@ -57,6 +57,9 @@ sampling and fetching run on a side stream while the previous batch trains, so `
 fetch`` overlaps ``train``; on the CPU nothing overlaps and ``wait`` contains them, unless
 the batches are prepared on the loaders' prefetch thread (``--prefetch-thread``, or the
 ``ibp-thread`` mode of ``--thread-mode``: IBP on with the thread, beside the other modes).
+``--replay-mode`` (GPU) adds ``ibp-replay``: that mode with the sampler's launches replayed
+from CUDA graphs (``NeighborSampler(backend="kernel", cuda_graph=True)``, passed to the
+training loader), on the same batches.
 The last epoch of every mode also keeps its timeline (`benchmarks.epoch_timeline`: each
 batch's sample and fetch intervals, from the side stream's CUDA events on a GPU, each step's,
 and the loop's waits in ``next()``, on one clock from the epoch's start): the results say how
@@ -156,6 +159,9 @@ from ibp_graph.train.run import (  # noqa: E402
 MODES = ("ibp", "raw", "gpu")
 #: The mode ``--thread-mode`` adds: IBP on, with the loaders' prefetch thread.
 THREAD_MODE = "ibp-thread"
+#: The mode ``--replay-mode`` adds: `THREAD_MODE` with the sampler's launches replayed from
+#: CUDA graphs (``NeighborSampler(backend="kernel", cuda_graph=True)``; GPU only).
+REPLAY_MODE = "ibp-replay"
 #: Entries per list of ``--profile-epoch``'s tables.
 PROFILE_TOP = 8
 MODE_TITLES = {
@@ -163,6 +169,7 @@ MODE_TITLES = {
     "raw": "IBP off (raw)",
     "gpu": "features on the GPU",
     THREAD_MODE: "IBP on, prefetch thread",
+    REPLAY_MODE: "IBP on, prefetch thread, replayed sampler",
 }
 CONFIGS = {"cora": "cora-sage", "citeseer": "citeseer-sage", "synthetic": "ogbn-products-sage"}
 SYNTH_CLASSES = 47
@@ -506,6 +513,20 @@ class StepTimes:
         return sum(b - a for a, b in self.spans)
 
 
+def replayed_sampler(graph: Graph, hp: dict, device: torch.device) -> dict:
+    """The training loader's ``neighbor_sampler`` and ``csr`` for `REPLAY_MODE`.
+
+    The fused hop kernels with ``cuda_graph=True`` over the graph's CSR on ``device``; the
+    loader reseeds the sampler per batch, so the batches are those of the other modes.
+    """
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.sampler import NeighborSampler
+
+    csr = CSRGraph.from_data(graph.data).to(device)  # as the loader builds it
+    sampler = NeighborSampler(csr, hp["fanouts"], backend="kernel", cuda_graph=True)
+    return {"neighbor_sampler": sampler, "csr": csr}
+
+
 def train_and_evaluate(
     mode: str,
     graph: Graph,
@@ -514,9 +535,13 @@ def train_and_evaluate(
     device: torch.device,
     args: argparse.Namespace,
     prefetch_thread: bool,
+    replay: bool = False,
 ) -> tuple[list[dict], str, tuple[float | None, float | None, float | None], dict | None]:
     """The seeded run: per-epoch rows, the loader's features, (valid, test, eval seconds),
-    and with ``--profile-epoch`` where an epoch's time goes (`profile_epoch`), else None."""
+    and with ``--profile-epoch`` where an epoch's time goes (`profile_epoch`), else None.
+
+    ``replay``: the training loader samples with `replayed_sampler`.
+    """
     from ibp_graph.loaders.pyg import NeighborLoader
 
     det = args.deterministic
@@ -545,6 +570,7 @@ def train_and_evaluate(
         shuffle=True,
         seed=args.seed,
         **common,
+        **(replayed_sampler(graph, hp, device) if replay else {}),
     )
     loader.stats.keep_timeline()
     rows: list[dict] = []
@@ -638,12 +664,15 @@ def run_mode(
 ) -> dict:
     """Train ``args.epochs`` epochs with the features of ``mode``; the measurements.
 
-    `THREAD_MODE` is the ``ibp`` mode with the loaders' prefetch thread.
+    `THREAD_MODE` is the ``ibp`` mode with the loaders' prefetch thread, and `REPLAY_MODE`
+    that one with the sampler's launches replayed from CUDA graphs.
     """
-    source = "ibp" if mode == THREAD_MODE else mode
+    source = "ibp" if mode in (THREAD_MODE, REPLAY_MODE) else mode
     # Always a bool, passed to the loaders: the plain modes run without the thread even on a
     # GPU, where the loaders' default (prefetch_thread=None) would turn it on.
-    thread = bool(args.prefetch_thread or mode == THREAD_MODE)
+    thread = bool(args.prefetch_thread or mode in (THREAD_MODE, REPLAY_MODE))
+    if mode == REPLAY_MODE and device.type != "cuda":
+        return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     t0 = time.perf_counter()
     features = open_features(source, graph, table, device, args.block_warps)
     if features is None:
@@ -651,7 +680,7 @@ def run_mode(
     open_s = time.perf_counter() - t0
     try:
         rows, label, (val_acc, test_acc, eval_s), where = train_and_evaluate(
-            mode, graph, features, hp, device, args, thread
+            mode, graph, features, hp, device, args, thread, replay=mode == REPLAY_MODE
         )
     finally:
         if source != "ibp" or device.type != "cpu":  # the CPU table belongs to the caller
@@ -766,6 +795,10 @@ def compare(modes: dict[str, dict]) -> dict:
     if "losses" in threaded:
         out["thread_losses_identical"] = threaded["losses"] == ibp["losses"]
         out["thread_batches_identical"] = threaded["fingerprints"] == ibp["fingerprints"]
+    replayed = modes.get(REPLAY_MODE, {})
+    if "losses" in replayed:
+        out["replay_losses_identical"] = replayed["losses"] == ibp["losses"]
+        out["replay_batches_identical"] = replayed["fingerprints"] == ibp["fingerprints"]
     return out
 
 
@@ -785,7 +818,11 @@ def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> d
     target = about.pop("speedup_target", None)  # a speed-up over IBP off to reach
     full_size = about.pop("speedup_target_full_size", False)  # ... on the setting's graph
     try:
-        names = (*MODES, THREAD_MODE) if args.thread_mode else MODES
+        names = (
+            *MODES,
+            *([THREAD_MODE] if args.thread_mode else []),
+            *([REPLAY_MODE] if args.replay_mode else []),
+        )
         modes = {m: run_mode(m, graph, table, hp, device, args) for m in names}
     finally:
         table.close()
@@ -941,6 +978,13 @@ def markdown(payload: dict) -> str:
                 f"{'identical' if c['thread_losses_identical'] else 'DIFFER'}, batches "
                 f"{'identical' if c['thread_batches_identical'] else 'DIFFER'}"
                 if "thread_losses_identical" in c
+                else ""
+            )
+            + (
+                f"; IBP on with the replayed sampler: losses "
+                f"{'identical' if c['replay_losses_identical'] else 'DIFFER'}, batches "
+                f"{'identical' if c['replay_batches_identical'] else 'DIFFER'}"
+                if "replay_losses_identical" in c
                 else ""
             )
             + ".",
@@ -1206,6 +1250,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "modes, same seed and batches",
     )
     p.add_argument(
+        "--replay-mode",
+        action="store_true",
+        help=f"also run IBP on with the prefetch thread and the sampler's launches replayed "
+        f"from CUDA graphs ({REPLAY_MODE!r}; GPU only, fused hop kernels), same seed and "
+        "batches",
+    )
+    p.add_argument(
         "--profile-epoch",
         action="store_true",
         help="after the evaluation, one more epoch per mode under the torch profiler and one "
@@ -1254,6 +1305,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("nothing to run: give --graphs or --synthetic-nodes")
     if args.thread_mode and args.prefetch_thread:
         p.error("--thread-mode adds a mode with the prefetch thread: drop --prefetch-thread")
+    if args.replay_mode and args.sampler_backend == "torch":
+        p.error("--replay-mode replays the fused hop kernels: drop --sampler-backend torch")
     if args.sampler_backend == "kernel" and args.device == "cpu":
         p.error("--sampler-backend kernel needs --device cuda (or auto on a machine with a GPU)")
     if args.workdir is None:
@@ -1315,6 +1368,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "block_warps": args.block_warps,
         "prefetch_thread": args.prefetch_thread,
         "thread_mode": args.thread_mode,
+        "replay_mode": args.replay_mode,
         "seed": args.seed,
         "deterministic": args.deterministic,
         "torch_threads": torch.get_num_threads(),

@@ -73,8 +73,10 @@
 #              graph (--cuda-graph); time, host CPU, GPU busy and ops per batch, and where a
 #              batch's time goes: kernels, torch ops, Python functions).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, with --thread-mode (IBP
-#              on also with the prefetch thread, beside the other modes) and --profile-epoch
-#              (per mode, where an epoch's time goes: kernels, torch ops, Python functions);
+#              on also with the prefetch thread, beside the other modes), --replay-mode
+#              (that mode again with the sampler's launches replayed from CUDA graphs) and
+#              --profile-epoch (per mode, where an epoch's time goes: kernels, torch ops,
+#              Python functions);
 #              neighbors drawn by the fused hop kernels, the loaders' default on a GPU.
 #   overlap    about 2-4 min: benchmarks/overlap.py, fetches on a side stream beside GraphSAGE
 #              training steps (dense and sparse tables, raw and IBP, grid caps, stream
@@ -568,8 +570,8 @@ for stage in "${STAGES[@]}"; do
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
-            --graphs cora,citeseer --thread-mode --profile-epoch --workdir "$WORK" \
-            --out "$OUT" || rc=$?
+            --graphs cora,citeseer --thread-mode --replay-mode --profile-epoch \
+            --workdir "$WORK" --out "$OUT" || rc=$?
         ;;
     overlap)
         run 450 overlap.log python3 benchmarks/overlap.py --device cuda \

@@ -278,6 +278,22 @@ def test_e2e_thread_mode_runs_beside_the_others_on_the_same_batches(
         e2e.parse_args(["--thread-mode", "--prefetch-thread"])
 
 
+def test_e2e_replay_mode_is_a_gpu_mode(tmp_path: Path) -> None:
+    argv = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
+    argv += ["--replay-mode", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path)]
+    payload = e2e.main(argv)
+    (g,) = payload["graphs"]
+    assert [m["mode"] for m in g["modes"]] == [*e2e.MODES, e2e.REPLAY_MODE]
+    replay = g["modes"][-1]
+    assert replay["skipped"] == "needs a CUDA GPU" and "replay_losses_identical" not in g["checks"]
+    assert payload["settings"]["replay_mode"] is True
+    md = next(tmp_path.glob("e2e-*.md")).read_text()
+    assert "| IBP on, prefetch thread, replayed sampler | skipped: needs a CUDA GPU |" in md
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--replay-mode", "--sampler-backend", "torch"])
+    assert e2e.parse_args(["--device", "cuda", "--replay-mode"]).replay_mode
+
+
 def test_e2e_kernel_sampler_needs_cuda() -> None:
     with pytest.raises(SystemExit):
         e2e.parse_args(["--device", "cpu", "--sampler-backend", "kernel"])
