@@ -122,22 +122,22 @@ class BatchReplay:
         """
         size = seeds.numel()
         captured = self.graphs.get(size)
-        if captured is None and size in self._ready:
+        if captured is None and size in self._ready and len(self.graphs) < self.max_graphs:
             captured = self._capture_size(launch, seeds, keys)
         if captured is None:
             batch = launch(seeds, keys)
             if batch.launched_only and size not in self._refused:
                 self._ready.add(size)
             return finish_batch(batch)
+        stream = torch.cuda.current_stream(seeds.device) if seeds.is_cuda else None
         if captured.done is not None:
-            captured.done.wait()  # the current stream waits for the last batch's copies
+            captured.done.wait(stream)  # after the last batch's copies, whatever its stream
         captured.seeds.copy_(seeds)
         captured.keys.copy_(keys)
         captured.graph.replay()  # on the current stream, after the copies
         out = finish_batch(captured.batch)
-        if seeds.is_cuda:
-            captured.done = torch.cuda.Event()
-            captured.done.record()
+        if stream is not None:
+            captured.done = stream.record_event()
         return out
 
     def _capture_size(
@@ -145,8 +145,6 @@ class BatchReplay:
     ) -> _Captured | None:
         size = seeds.numel()
         self._ready.discard(size)
-        if len(self.graphs) >= self.max_graphs:
-            return None
         static_seeds, static_keys = seeds.clone(), keys.clone()
         try:
             graph, batch = self._capture(lambda: launch(static_seeds, static_keys), seeds.device)
