@@ -414,9 +414,6 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         input_nodes: CPU int64 seed node ids.
         device: where sampling runs and batches land.
         node_sampler: the neighbor sampler (reseeded for every batch).
-        sampler_backend: how ``node_sampler`` runs its hops, ``"torch"`` or ``"kernel"``
-            (its ``backend``; the loaders resolve ``sampler_backend=None`` with
-            `default_sampler_backend`).
         stats: counters of the current (or last) epoch.
         dataset: `SeedPositions` over ``input_nodes``.
         collate_fn: ``collate_fn(positions)``: the batch of the seeds at ``positions`` (see
@@ -435,10 +432,17 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
     _input_id: torch.Tensor | None
     device: torch.device
     node_sampler: NeighborSampler
-    sampler_backend: str
     stats: LoaderStats
     #: Join features in the workers (True) or in the loading process (False).
     _fetch_in_worker: bool = True
+
+    @property
+    def sampler_backend(self) -> str:
+        """How ``node_sampler`` runs its hops: ``"torch"`` or ``"kernel"`` (its ``backend``).
+
+        The loaders resolve ``sampler_backend=None`` with `default_sampler_backend`.
+        """
+        return self.node_sampler.backend
 
     def _set_loop_args(
         self,
@@ -554,7 +558,6 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 ``persistent_workers=True`` with ``num_workers=0``).
         """
         self.node_sampler = node_sampler
-        self.sampler_backend = node_sampler.backend
         self.stats = LoaderStats()
         self._stream = None
         if self.device.type == "cuda":
