@@ -171,6 +171,14 @@ MODE_TITLES = {
     THREAD_MODE: "IBP on, prefetch thread",
     REPLAY_MODE: "IBP on, prefetch thread, replayed sampler",
 }
+#: The modes that are ``ibp`` run another way (both on the loaders' prefetch thread), on the
+#: same batches: the prefix of their
+#: checks' keys (``<prefix>_losses_identical``, ``<prefix>_batches_identical``), and how the
+#: results name them.
+IBP_VARIANTS = {
+    THREAD_MODE: ("thread", "IBP on with the prefetch thread"),
+    REPLAY_MODE: ("replay", "IBP on with the replayed sampler"),
+}
 CONFIGS = {"cora": "cora-sage", "citeseer": "citeseer-sage", "synthetic": "ogbn-products-sage"}
 SYNTH_CLASSES = 47
 SYNTH_EDGES_PER_NODE = 15
@@ -667,10 +675,10 @@ def run_mode(
     `THREAD_MODE` is the ``ibp`` mode with the loaders' prefetch thread, and `REPLAY_MODE`
     that one with the sampler's launches replayed from CUDA graphs.
     """
-    source = "ibp" if mode in (THREAD_MODE, REPLAY_MODE) else mode
+    source = "ibp" if mode in IBP_VARIANTS else mode
     # Always a bool, passed to the loaders: the plain modes run without the thread even on a
     # GPU, where the loaders' default (prefetch_thread=None) would turn it on.
-    thread = bool(args.prefetch_thread or mode in (THREAD_MODE, REPLAY_MODE))
+    thread = bool(args.prefetch_thread or mode in IBP_VARIANTS)
     if mode == REPLAY_MODE and device.type != "cuda":
         return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     t0 = time.perf_counter()
@@ -791,14 +799,11 @@ def compare(modes: dict[str, dict]) -> dict:
     if "losses" in gpu:
         out["gpu_losses_identical"] = gpu["losses"] == raw["losses"]
         out["gpu_batches_identical"] = gpu["fingerprints"] == raw["fingerprints"]
-    threaded = modes.get(THREAD_MODE, {})
-    if "losses" in threaded:
-        out["thread_losses_identical"] = threaded["losses"] == ibp["losses"]
-        out["thread_batches_identical"] = threaded["fingerprints"] == ibp["fingerprints"]
-    replayed = modes.get(REPLAY_MODE, {})
-    if "losses" in replayed:
-        out["replay_losses_identical"] = replayed["losses"] == ibp["losses"]
-        out["replay_batches_identical"] = replayed["fingerprints"] == ibp["fingerprints"]
+    for mode, (key, _) in IBP_VARIANTS.items():
+        variant = modes.get(mode, {})
+        if "losses" in variant:
+            out[f"{key}_losses_identical"] = variant["losses"] == ibp["losses"]
+            out[f"{key}_batches_identical"] = variant["fingerprints"] == ibp["fingerprints"]
     return out
 
 
@@ -973,19 +978,12 @@ def markdown(payload: dict) -> str:
                 if "gpu_losses_identical" in c
                 else ""
             )
-            + (
-                f"; IBP on with the prefetch thread: losses "
-                f"{'identical' if c['thread_losses_identical'] else 'DIFFER'}, batches "
-                f"{'identical' if c['thread_batches_identical'] else 'DIFFER'}"
-                if "thread_losses_identical" in c
-                else ""
-            )
-            + (
-                f"; IBP on with the replayed sampler: losses "
-                f"{'identical' if c['replay_losses_identical'] else 'DIFFER'}, batches "
-                f"{'identical' if c['replay_batches_identical'] else 'DIFFER'}"
-                if "replay_losses_identical" in c
-                else ""
+            + "".join(
+                f"; {title}: losses "
+                f"{'identical' if c[f'{key}_losses_identical'] else 'DIFFER'}, batches "
+                f"{'identical' if c[f'{key}_batches_identical'] else 'DIFFER'}"
+                for key, title in IBP_VARIANTS.values()
+                if f"{key}_losses_identical" in c
             )
             + ".",
             f"- Transfer share s = fetch / epoch with IBP off = {a['transfer_share']:.3f}; "
