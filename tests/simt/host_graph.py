@@ -14,8 +14,8 @@ batch) then replays wrongly.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
+from unittest import mock
 
 import torch
 from torch.utils import _pytree as pytree
@@ -116,7 +116,7 @@ class HostCapture:
         graph = HostGraph()
         self._graph, self._made, self._saved = graph, set(), {}
         try:
-            with _Recording(self, graph), _patched(sample_hop, "read_counts", refuse):
+            with _Recording(self, graph), mock.patch.object(sample_hop, "read_counts", refuse):
                 out = fn()
         finally:
             for storage, copy in self._saved.values():
@@ -124,16 +124,6 @@ class HostCapture:
             self._graph = None
         self.graphs.append(graph)
         return graph, out
-
-
-@contextlib.contextmanager
-def _patched(module, name: str, value):
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
 
 
 class _RecordingKernels:
