@@ -55,13 +55,10 @@ class _Recording(TorchDispatchMode):
         if func is torch.ops.aten._local_scalar_dense.default:
             raise RuntimeError("a host read of a tensor's value while capturing")
         written = [
-            a for a, arg in zip(args, func._schema.arguments, strict=False)
+            args[i] if i < len(args) else kwargs.get(arg.name)
+            for i, arg in enumerate(func._schema.arguments)
             if arg.alias_info is not None and arg.alias_info.is_write
-        ]  # fmt: skip
-        written += [
-            kwargs[arg.name] for arg in func._schema.arguments
-            if arg.name in kwargs and arg.alias_info is not None and arg.alias_info.is_write
-        ]  # fmt: skip
+        ]
         self.capture.before_write(_tensors(written))
         out = func(*args, **kwargs)
         outs = _tensors(out)
@@ -136,18 +133,11 @@ class _RecordingKernels:
     def launching(self):
         return self.inner.launching()
 
-    def _launch(self, name: str, *args, **kwargs) -> None:
+    def __getattr__(self, name: str):
+        """A launch (``draw``, ``take_all``, ``flags``, ``emit``), recorded."""
         method = getattr(self.inner, name)
-        self.capture.launched(lambda: method(*args, **kwargs), _tensors([args, kwargs]))
 
-    def draw(self, *args, **kwargs):
-        self._launch("draw", *args, **kwargs)
+        def launch(*args, **kwargs) -> None:
+            self.capture.launched(lambda: method(*args, **kwargs), _tensors([args, kwargs]))
 
-    def take_all(self, *args, **kwargs):
-        self._launch("take_all", *args, **kwargs)
-
-    def flags(self, *args, **kwargs):
-        self._launch("flags", *args, **kwargs)
-
-    def emit(self, *args, **kwargs):
-        self._launch("emit", *args, **kwargs)
+        return launch
