@@ -128,20 +128,6 @@ def host_kernels(workdir: Path):
     return HostHopKernels(build(workdir / "libsimt.so"), grid=4, block=128)
 
 
-def host_replay(sampler: NeighborSampler, kernels) -> NeighborSampler:
-    """``sampler`` with ``cuda_graph=True`` on the host: ``kernels`` (`host_kernels`) and the
-    capture of `simt.host_graph.HostCapture`."""
-    from simt.host_graph import HostCapture
-
-    from ibp_graph.sample_replay import BatchReplay
-
-    capture = HostCapture()
-    sampler._hop_kernels = capture.kernels(kernels)
-    sampler.cuda_graph = True
-    sampler._replay = BatchReplay(capture)
-    return sampler
-
-
 def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
     """Ops, launches and host reads of sampling ``seeds`` once (after a warm-up batch)."""
     reads = [0]
@@ -241,7 +227,10 @@ def main() -> None:
         else:
             fused = NeighborSampler(graph, args.fanouts, seed=0)
             fused._hop_kernels = host_kernels(Path(tmp))
-            replayed = host_replay(NeighborSampler(graph, args.fanouts, seed=0), fused._hop_kernels)
+            from simt.host_graph import host_replay
+
+            replayed = NeighborSampler(graph, args.fanouts, seed=0)
+            host_replay(replayed, fused._hop_kernels)
             kernels = (
                 "the .cu source run on the host (tests/simt harness, g++); CUDA graphs: the "
                 "tests' host capture (simt.host_graph)"

@@ -13,7 +13,7 @@ import pickle
 
 import pytest
 import torch
-from simt.host_graph import HostCapture
+from simt.host_graph import host_replay
 from simt.host_hops import HostHopKernels
 from test_sampler_hop_host import power_graph
 
@@ -30,14 +30,8 @@ def host_sampler(lib, graph, fanouts, *, replay: bool, max_graphs: int = 4, **kw
     """A sampler with the host hop kernels; with ``replay``, its batches go through a
     `BatchReplay` capturing with `HostCapture` (returned as the second value)."""
     sampler = NeighborSampler(graph, fanouts, seed=5, **kw)
-    kernels = HostHopKernels(lib)
-    capture = None
-    if replay:
-        capture = HostCapture()
-        kernels = capture.kernels(kernels)
-        sampler.cuda_graph = True
-        sampler._replay = BatchReplay(capture, max_graphs=max_graphs)
-    sampler._hop_kernels = kernels
+    sampler._hop_kernels = HostHopKernels(lib)
+    capture = host_replay(sampler, sampler._hop_kernels, max_graphs) if replay else None
     return sampler, capture
 
 

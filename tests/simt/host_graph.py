@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from ibp_graph import sample_hop
+from ibp_graph.sample_replay import MAX_GRAPHS, BatchReplay
 
 Step = Callable[[], None]
 
@@ -141,3 +142,14 @@ class _RecordingKernels:
             self.capture.launched(lambda: method(*args, **kwargs), _tensors([args, kwargs]))
 
         return launch
+
+
+def host_replay(sampler, kernels, max_graphs: int = MAX_GRAPHS) -> HostCapture:
+    """Give ``sampler`` ``cuda_graph=True`` on the host: the hop ``kernels`` of the harness
+    (`simt.host_hops.HostHopKernels`), their launches recorded, and a `BatchReplay` that
+    captures with a new `HostCapture`, which is returned."""
+    capture = HostCapture()
+    sampler._hop_kernels = capture.kernels(kernels)
+    sampler.cuda_graph = True
+    sampler._replay = BatchReplay(capture, max_graphs=max_graphs)
+    return capture
