@@ -7,8 +7,9 @@ so its launches, and the buffers they write, depend on the number of seeds alone
 them is then exact for any seeds of that number. `BatchReplay` captures, per batch size, the
 seeding of the sampler's dense map and every hop's launches into one CUDA graph that reads the
 seeds and the hops' random keys from two tensors of its own. A later batch of that size copies
-its seeds and keys there and replays the graph: one launch from Python instead of about 20
-launches and torch ops, with the same draws, so the same batch. `finish_batch` then reads the
+its seeds and keys there and replays the graph: one launch from Python instead of the hops'
+9 launches and 30 of the batch's torch ops (fanouts [15, 10, 5], counted on the CPU), with the
+same draws, so the same batch. `finish_batch` then reads the
 sizes (the batch's one host read) and copies the outputs out of the graph's buffers.
 
 A size is captured the second time it comes (the first batch runs eagerly: it loads the kernels
@@ -16,8 +17,8 @@ and shows whether the launches read a size), and at most `MAX_GRAPHS` sizes are 
 has two: its batch size and the last batch's). A batch that reads sizes on the way (a fanout of
 ``-1`` or above ``MAX_K``, ``draw="per_hop"``, or a frontier bound of more than a few million
 slots) is never captured, nor is a size whose capture failed (with one warning naming why).
-Each graph keeps its buffers, a few times the batch's sampled edges x 56 bytes, in GPU memory
-of its own for as long as the sampler holds it.
+Each graph keeps its buffers, at most 56 bytes a slot (a hop's frontier bound times its
+fanout), in GPU memory of its own for as long as the sampler holds it.
 """
 
 from __future__ import annotations
