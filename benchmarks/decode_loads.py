@@ -6,21 +6,29 @@ Usage::
 
 writes ``decode-loads-cpu.{json,md}``. No GPU is needed: for real rows of each table it counts
 the warp-wide global loads of table metadata that ``decode_row`` in ``cuda/fetch_decode.cu``
-issues (code widths, code and free-bit prefix sums, masks, dictionaries), and the distinct
-32-byte sectors each one touches (the unit an L1 request is served in), in three versions of
-the kernel:
+issues (code widths, code and free-bit prefix sums, masks, column layouts, dictionaries), and
+the distinct 32-byte sectors each one touches (the unit an L1 request is served in), in four
+versions of the kernel:
 
 - ``before``: dictionaries column-major ``(k, V, E)``, and every chunk of 32 columns read
   through codes, masks and prefix sums;
 - ``after``: dictionaries code-major ``(k, E, V)``; a chunk of a grouped row that holds no
   code and whose columns have no free bit written from its code-0 entries alone; a flat
   row's codes read in the payloads' pass (one load of the code widths, not two);
-- ``one_pass`` (the current kernel): as ``after``, except for a grouped row whose cluster
+- ``one_pass`` (the previous kernel): as ``after``, except for a grouped row whose cluster
   has no free bit in any column (``decode_grouped_no_free``). Its codes' total width comes
   from the code-width prefix sums at the two ends of each subgroup that holds codes (read
   before its chunks), and each chunk is then decoded in a single pass: a chunk with no
   code is its code-0 entries; a chunk with codes loads its code widths once and the
-  entries of the words that do not escape, with no masks and no free-bit prefix sums.
+  entries of the words that do not escape, with no masks and no free-bit prefix sums;
+- ``layouts`` (the current kernel): as ``one_pass``, except in the chunks decoded through
+  the free-bit prefix sums or a warp scan of the payload widths (every chunk of a flat row;
+  of a grouped row whose cluster has free bits, every chunk but those with neither a code
+  nor a free bit). There a lane loads its column's layout word (``layouts``, ``(k, V)``
+  uint32: code width, free-bit count, and where the free bits lie when they form at most
+  two runs) instead of its code width and its mask. The mask is loaded only to deposit a
+  payload into free bits that form three runs or more: by the lanes whose word does not
+  escape and whose column's free bits do, and only in chunks that have such a lane.
 
 The counts follow the kernel's loads one by one, on the codes the reference codec gives each
 word; they are a model of the access pattern, not a GPU measurement. What they leave out: the
@@ -50,13 +58,14 @@ from benchmarks._env import RESULTS, environment, header_lines, write_json  # no
 from benchmarks.fetch import KINDS, synthetic_block  # noqa: E402
 from ibp_graph.codec import row_layout  # noqa: E402
 from ibp_graph.dtypes import rows_to_words  # noqa: E402
+from ibp_graph.kernels.fetch_decode import LAYOUT_TWO_RUNS, column_layouts  # noqa: E402
 
 WARP = 32
 SECTOR = 32
 SYNTHETIC_ROW_BYTES = 512
 SYNTHETIC_ROWS = 4096
-VERSIONS = ("before", "after", "one_pass")
-LABELS = {"before": "before", "after": "after", "one_pass": "one pass"}
+VERSIONS = ("before", "after", "one_pass", "layouts")
+LABELS = {"before": "before", "after": "after", "one_pass": "one pass", "layouts": "layouts"}
 SUBS = 4  # 8-column subgroups of a 32-column chunk
 
 
@@ -97,6 +106,7 @@ class Rows:
     valid: np.ndarray  # (1, C, 32) lane < V
     code: np.ndarray  # (n, C, 32)
     escaped: np.ndarray  # (n, C, 32) code == escape
+    two_runs: np.ndarray  # (n, C, 32) the column's free bits form at most two runs
     in_subgroup: np.ndarray  # (n, C, 32) the column's subgroup holds a code (grouped rows)
     grouped: np.ndarray  # (n, 1)
     empty: np.ndarray  # (n, C) grouped and the chunk holds no code
@@ -126,6 +136,7 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
 
     col = np.arange(c * WARP).reshape(1, c, WARP)
     escape = params.escape[cluster]  # (n, V)
+    layouts = column_layouts(params.masks, params.code_bits, t)[cluster]
     free_bits = params.free_bits[cluster]
     grouped = lay.grouped[:, None]
     return Rows(
@@ -137,6 +148,7 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
         valid=col < v,
         code=by_lane(lay.code.astype(np.int64)),
         escaped=by_lane(lay.code == escape),
+        two_runs=by_lane((layouts & LAYOUT_TWO_RUNS) != 0),
         in_subgroup=by_lane(lay.code_w_grouped > 0),
         grouped=grouped,
         empty=grouped & ~lay.chunk,
@@ -146,8 +158,8 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
 
 
 def one_pass_rows(r: Rows) -> np.ndarray:
-    """``(n, 1)``: rows the current kernel decodes in one pass (grouped, no free bit in the
-    row's cluster)."""
+    """``(n, 1)``: rows that kernels ``one_pass`` and ``layouts`` decode in one pass (grouped,
+    no free bit in the row's cluster)."""
     return r.grouped & ~r.cluster_free
 
 
@@ -157,9 +169,10 @@ def count(r: Rows, version: str) -> Loads:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     n, c = r.shape
     code_major = version != "before"
-    # Rows decoded by decode_grouped_no_free ("one_pass" only); the others take the path of
-    # "after" (or "before").
-    one = one_pass_rows(r) if version == "one_pass" else np.zeros((n, 1), bool)
+    in_one_pass = version in ("one_pass", "layouts")
+    # Rows decoded by decode_grouped_no_free ("one_pass" and "layouts"); the others take the
+    # path of "after" (or "before").
+    one = one_pass_rows(r) if in_one_pass else np.zeros((n, 1), bool)
     two = ~one
     grouped = np.broadcast_to(r.grouped, (n, c))
     shortcut = r.empty & ~r.free & two if code_major else np.zeros((n, c), bool)
@@ -198,8 +211,15 @@ def count(r: Rows, version: str) -> Loads:
         for at in (np.minimum(j0 + WARP, r.v), j0):
             load("free_prefix", r.empty & r.cluster_free, 4 * (pre + at), every)
         load("bitvals", shortcut, t * (r.cluster * r.e * r.v + r.col), r.valid)
-    load("code_bits", full, col0, r.valid)
-    load("masks", full, t * col0, r.valid)
+    if version == "layouts":
+        # A layout word a lane; the mask only where a payload is deposited into free bits in
+        # three runs or more (a warp load when some lane does, those lanes active).
+        load("layouts", full, 4 * col0, r.valid)
+        looped = r.valid & ~r.escaped & ~r.two_runs
+        load("masks", full & looped.any(axis=-1), t * col0, looped)
+    else:
+        load("code_bits", full, col0, r.valid)
+        load("masks", full, t * col0, r.valid)
     no_escape = ~(r.escaped & r.valid).any(axis=-1)
     load("free_prefix", full & no_escape, 4 * (pre + np.minimum(r.col + 1, r.v)), r.valid)
     if code_major:
@@ -207,7 +227,7 @@ def count(r: Rows, version: str) -> Loads:
     else:
         entry = col0 * r.e + r.code
     load("bitvals", full, t * entry, r.valid & ~r.escaped)
-    if version == "one_pass":
+    if in_one_pass:
         # Before the chunks, lane q on chunk q (32 chunks an iteration): for each subgroup g that
         # holds codes, the code-width prefix sums at its two ends. The warp issues the pair
         # for g when any lane has subgroup bit g, those lanes active.
@@ -233,6 +253,8 @@ def count(r: Rows, version: str) -> Loads:
 def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
     """Counts of every version for up to ``rows`` rows of table ``x`` (compressed here)."""
     table = ibp_graph.compress(x, tmp / "t.ibp", progress=False)
+    params = table.params
+    layouts = column_layouts(params.masks, params.code_bits, params.word_bytes)
     rng = np.random.default_rng(seed)
     n = x.shape[0]
     ids = np.sort(rng.choice(n, min(rows, n), replace=False))
@@ -247,6 +269,8 @@ def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
         "rows_raw": int(ids.size - encoded),
         "rows_grouped": int(r.grouped.sum()),
         "rows_one_pass": int(one_pass_rows(r).sum()),
+        "columns": int(params.masks.size),
+        "columns_many_runs": int((layouts & LAYOUT_TWO_RUNS == 0).sum()),
         "chunks_per_row": c,
         "chunks_empty_no_free": int((r.empty & ~r.free).sum()),
         "chunks_empty_free": int((r.empty & r.free).sum()),
@@ -286,9 +310,13 @@ def _fewer(base: float, new: float) -> str:
 
 
 def _compared(values: list[float]) -> str:
-    """before | after (vs before) | one pass (vs after)."""
-    before, after, one = values
-    return f"{before:.0f} | {after:.0f}{_fewer(before, after)} | {one:.0f}{_fewer(after, one)}"
+    """The versions' values, ``|``-separated, each after the first against the one before it:
+    "22 | 18 (1.22x fewer) | 18 (same) | 16 (1.12x fewer)"."""
+    cells = [f"{values[0]:.0f}"]
+    cells += [
+        f"{new:.0f}{_fewer(base, new)}" for base, new in zip(values[:-1], values[1:], strict=True)
+    ]
+    return " | ".join(cells)
 
 
 def markdown(env: dict, rows: list[dict]) -> str:
@@ -301,15 +329,24 @@ def markdown(env: dict, rows: list[dict]) -> str:
         *header_lines("Fused decoder: metadata loads per row (counted, no GPU)", env),
         "Warp-wide global loads of table metadata that `decode_row` (`cuda/fetch_decode.cu`)",
         "issues per encoded row, and the 32-byte sectors they touch, on the codes the",
-        "reference codec gives each word of real rows, in three versions of the kernel.",
+        "reference codec gives each word of real rows, in four versions of the kernel.",
         "`before`: dictionaries column-major and every chunk decoded in full. `after`:",
         "dictionaries code-major, chunks of grouped rows with no code and no free bit written",
         "from their code-0 entries, and a flat row's codes read in the payloads' pass.",
-        "`one pass` (the current kernel): as `after`, except that a grouped row whose cluster",
+        "`one pass` (the previous kernel): as `after`, except that a grouped row whose cluster",
         "has no free bit is decoded in a single pass over its chunks (`decode_grouped_no_free`):",
         "its codes' total width from code-width prefix sums read before its chunks, then per",
         "chunk with codes one load of code widths and one of entries, no masks and no free-bit",
-        "prefix sums. In parentheses: `after` against `before`, `one pass` against `after`.",
+        "prefix sums. `layouts` (the current kernel): as `one pass`, except in the chunks",
+        "decoded through free-bit prefix sums or a warp scan of the payload widths (every chunk",
+        "of a flat row; of a grouped row whose cluster has free bits, every chunk but those with",
+        "neither a code nor a free bit). There a lane loads its column's layout word (code",
+        "width, free-bit count, and where the free bits lie when they form at most two runs)",
+        "instead of its code width and its mask, and a mask is loaded only for words that do",
+        "not escape and whose column's free bits form three runs or more (a word of two float16",
+        "values, for one: mask `0x7c007c00`); such a table still loads its masks, and its",
+        "layout words (4 bytes a column, not 1) touch more sectors than its code widths. In",
+        "parentheses: each version against the one before it.",
         "A model of the kernel's access pattern, not a GPU measurement; the `profile` stage of",
         "`benchmarks/gpu_session.sh` measures instructions and sectors per row on a GPU.",
         "",
@@ -329,11 +366,19 @@ def markdown(env: dict, rows: list[dict]) -> str:
             f"| {one:.0%} | {_compared(ins)} | {_compared(sec)} "
             f"| {' | '.join(f'{d:.0f}' for d in dic)} |"
         )
+    many = [
+        f"`{r['table']}` ({r['columns_many_runs']} of {r['columns']})"
+        for r in rows
+        if r["columns_many_runs"]
+    ]
+    if many:
+        lines += ["", f"Columns whose free bits form three runs or more: {', '.join(many)}."]
     lines += [
         "",
         "Rows counted per table, rows stored raw (no metadata loads; left out of the per-row",
-        "figures), and dictionary entries per column are in the JSON file; there, loads and",
-        "sectors are totals over the counted rows, per metadata array.",
+        "figures), dictionary entries per column, and the columns (of all clusters) whose free",
+        "bits form three runs or more are in the JSON file; there, loads and sectors are totals",
+        "over the counted rows, per metadata array.",
     ]
     return "\n".join(lines) + "\n"
 

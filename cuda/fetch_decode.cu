@@ -15,8 +15,11 @@
 // decodes in one pass (decode_grouped_no_free): where its payloads start follows from the
 // prefix sums of the subgroups that hold codes, so each word is read with its code, as its
 // code's entry or, escaped, as the payload its rank among the chunk's escapes (a warp vote)
-// places. Rows stored raw are copied through. Decoded words are written to a row-major output
-// of `row_bytes` bytes per row.
+// places. A word that does not escape is its code's entry with its payload deposited into the
+// column's free bits: by two shifts when those bits lie in at most two runs (every float
+// column whose mask holds the exponent's top bits, with or without the sign: `layouts`), by a
+// loop over the runs of the mask otherwise. Rows stored raw are copied through. Decoded words
+// are written to a row-major output of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
 // host may pass the ids sorted (rows then read in address order) with `out_pos` the
@@ -139,6 +142,28 @@ __device__ __forceinline__ W pdep(W p, W m) {
         m &= ~(lm << lo);
     }
     return out;
+}
+
+// A column's layout word (`layouts`, (k, V) u32, built once per table by the host:
+// ibp_graph/kernels/fetch_decode.py, column_layouts): bits 0-6 its free bits' count F, 7-13
+// the length N1 < word bits of the first run of free bits, 14-19 where that run starts, 20-25
+// where the second run starts, bit 26 set when the free bits lie in at most those two runs
+// (no free bit: N1 = 0; all free: the runs [0, bits - 1) and [bits - 1, bits)), 27-31 the
+// code width.
+#define LAYOUT_TWO_RUNS (1u << 26)
+__device__ __forceinline__ u32 layout_free_bits(u32 layout) { return layout & 127u; }
+__device__ __forceinline__ int layout_code_width(u32 layout) { return (int)(layout >> 27); }
+
+// Deposit the F low bits of `p` (nothing above them) into a column's free bits: two shifts
+// when its layout has at most two runs, otherwise the loop over the runs of the free bits of
+// its `mask` (read only then).
+template <typename W>
+__device__ __forceinline__ W deposit(W p, u32 layout, const W* __restrict__ mask) {
+    if (!(layout & LAYOUT_TWO_RUNS)) return pdep<W>(p, (W)~*mask);
+    const int n1 = (int)((layout >> 7) & 127u);
+    const int lo1 = (int)((layout >> 14) & 63u);
+    const int lo2 = (int)((layout >> 20) & 63u);
+    return ((p & ((W(1) << n1) - W(1))) << lo1) | ((p >> n1) << lo2);
 }
 
 __device__ __forceinline__ u32 warp_inclusive_scan(u32 v, int lane) {
@@ -335,7 +360,8 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
                            const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
                            const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
                            const u32* __restrict__ code_prefix,
-                           const u32* __restrict__ free_prefix, u8* out_row, int* error, i64 p,
+                           const u32* __restrict__ free_prefix,
+                           const u32* __restrict__ layouts, u8* out_row, int* error, i64 p,
                            int V, int E, int row_bytes, bool word_aligned, int lane) {
     const int C = (V + 31) >> 5;
     const int TB = Word<W>::BITS;
@@ -400,30 +426,34 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         return;
     }
+    // This cluster's tables, indexed by column (32-bit offsets from here on).
     const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
+    const u32* __restrict__ cpre = code_prefix + pre0;
+    const u32* __restrict__ fpre = free_prefix + pre0;
+    const u32* __restrict__ layout_of = layouts + col0;
+    const W* __restrict__ mask_of = masks + col0;
     for (int j0 = 0; j0 < V; j0 += 32) {
         const int j = j0 + lane;
         // A chunk of a grouped row with no code (warp-uniform): every code is 0. When its
         // columns have no free bit either, its words are their code-0 entries and it holds
         // no bits: one coalesced load a lane.
         const bool coded = !grouped || subs[j0 >> 5] != 0;
-        if (!coded && free_prefix[pre0 + min(j0 + 32, V)] == free_prefix[pre0 + j0]) {
+        if (!coded && fpre[min(j0 + 32, V)] == fpre[j0]) {
             if (j < V) store_word<W>(out_row, j, entries[j], row_bytes, word_aligned);
             continue;
         }
         u32 w = 0;
-        u32 code = 0, esc = 0;
-        W mask = 0;
+        u32 code = 0, esc = 0, layout = 0;
         if (j < V) {
-            const int b = code_bits[col0 + j];
+            layout = layout_of[j];
+            const int b = layout_code_width(layout);
             if (!grouped) {
-                code = read_bits(buf, code_at + code_prefix[pre0 + j], b);
+                code = read_bits(buf, code_at + cpre[j], b);
             } else if (coded) {
                 code = codes[j];
             }
             esc = (1u << b) - 1u;
-            mask = masks[col0 + j];
-            w = code == esc ? (u32)TB : (u32)(TB - Word<W>::popc(mask));
+            w = code == esc ? (u32)TB : layout_free_bits(layout);
         }
         // No escaped word among these 32: the payloads sit at their columns' fixed places
         // (free-bit prefix sums); otherwise a warp scan of the widths places them.
@@ -431,7 +461,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         u32 at, end;
         if (escapes == 0) {
             // One load a lane: the prefix just past its word (w = its free bits).
-            const u32 next = free_prefix[pre0 + min(j + 1, V)];
+            const u32 next = fpre[min(j + 1, V)];
             const u32 f0 = __shfl_sync(FULL_MASK, next - w, 0);
             at = cursor + (next - w) - f0;
             end = cursor + __shfl_sync(FULL_MASK, next, 31) - f0;
@@ -447,8 +477,8 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         if (j < V) {
             const W payload = read_word<W>(buf, at, (int)w);
             const W word = code == esc ? payload
-                                       : (W)(entries[(size_t)code * V + j] |
-                                             pdep<W>(payload, (W)~mask));
+                                       : (W)(entries[(int)code * V + j] |
+                                             deposit<W>(payload, layout, mask_of + j));
             store_word<W>(out_row, j, word, row_bytes, word_aligned);
         }
         cursor = end;
@@ -469,7 +499,7 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
                              const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
                              const u32* __restrict__ code_prefix,
                              const u32* __restrict__ free_prefix,
-                             const i64* __restrict__ idx, const i64* __restrict__ out_pos,
+                             const u32* __restrict__ layouts, const i64* __restrict__ idx, const i64* __restrict__ out_pos,
                              u8* __restrict__ out, int* __restrict__ error, i64 n,
                              i64 num_rows, int V, int E, int align, int row_bytes,
                              int buf_words) {
@@ -526,8 +556,8 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         } else {
             __syncwarp();  // the staged bytes (and zero words) of every lane are visible
             decode_row<W>(cur, codes, subs, s, cluster_ids, masks, code_bits, bitvals,
-                          code_prefix, free_prefix, out_row, error, p, V, E, row_bytes,
-                          word_aligned, lane);
+                          code_prefix, free_prefix, layouts, out_row, error, p, V, E,
+                          row_bytes, word_aligned, lane);
         }
         __syncwarp();  // done with `cur` and the scratch before they are written again
         s = s1;
@@ -541,12 +571,12 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         const u8* __restrict__ cluster_ids, const W* __restrict__ masks,                     \
         const u8* __restrict__ code_bits, const W* __restrict__ bitvals,                     \
         const u32* __restrict__ code_prefix, const u32* __restrict__ free_prefix,            \
-        const i64* __restrict__ idx, const i64* __restrict__ out_pos, u8* __restrict__ out,  \
-        int* __restrict__ error, i64 n, i64 num_rows, int V, int E, int align, int row_bytes, \
-        int buf_words) {                                                                     \
+        const u32* __restrict__ layouts, const i64* __restrict__ idx,                        \
+        const i64* __restrict__ out_pos, u8* __restrict__ out, int* __restrict__ error,      \
+        i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {        \
         fetch_decode<W, O, BUFFERS>(rows, offsets, cluster_ids, masks, code_bits, bitvals,   \
-                                    code_prefix, free_prefix, idx, out_pos, out, error, n,   \
-                                    num_rows, V, E, align, row_bytes, buf_words);            \
+                                    code_prefix, free_prefix, layouts, idx, out_pos, out,    \
+                                    error, n, num_rows, V, E, align, row_bytes, buf_words);  \
     }
 
 IBP_FETCH_DECODE(ibp_fetch_decode_w4_o4, u32, u32, 1)

@@ -9,6 +9,7 @@ import pytest
 
 import ibp_graph
 from benchmarks import decode_loads
+from ibp_graph.bitops import bit_runs
 
 
 def test_sectors_count_distinct_32_byte_sectors_of_active_lanes() -> None:
@@ -244,6 +245,106 @@ def test_one_pass_is_after_on_a_dense_table(tmp_path) -> None:
     assert decode_loads.count(r, "one_pass") == after
 
 
+def _flat_dense(tmp_path):
+    """A dense float32 table of 64 columns, and the ids of its flat encoded rows."""
+    x = np.random.default_rng(4).standard_normal((200, 64)).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp")
+    offsets = table.offsets.astype(np.int64) * table.align
+    encoded = np.diff(offsets) < 64 * 4
+    grouped = np.asarray(table.rows_section).view(np.uint8)[offsets[:-1]] & 1  # the G bit
+    return table, x, np.flatnonzero(encoded & (grouped == 0))
+
+
+def test_layouts_load_one_word_a_column_instead_of_code_width_and_mask(tmp_path) -> None:
+    table, x, flat = _flat_dense(tmp_path)
+    # Every column's free bits form at most two runs (below the exponent's top bits, and
+    # perhaps the sign).
+    runs = bit_runs(~table.params.masks, 32)
+    assert ((runs.mask != 0).sum(axis=0) <= 2).all() and table.params.free_bits.min() > 0
+    r = decode_loads.lanes(table, x, flat)
+    n = r.shape[0]
+    assert n > 100 and not r.grouped.any() and r.two_runs.all()
+    one = decode_loads.count(r, "one_pass")
+    new = decode_loads.count(r, "layouts")
+    # Each of the 2 chunks: 32 layout words (128 bytes: 4 sectors) instead of 32 code widths
+    # (1 sector) and 32 masks (4 sectors); nothing else changes.
+    assert one.instructions["code_bits"] == one.instructions["masks"] == 2 * n
+    assert one.sectors["code_bits"] == 2 * n and one.sectors["masks"] == 2 * 4 * n
+    assert new.instructions == {
+        **one.instructions,
+        "code_bits": 0,
+        "masks": 0,
+        "layouts": 2 * n,
+    }
+    assert new.sectors == {**one.sectors, "code_bits": 0, "masks": 0, "layouts": 2 * 4 * n}
+    table.close()
+
+
+def test_layouts_load_masks_only_for_free_bits_in_three_runs(tmp_path) -> None:
+    rng = np.random.default_rng(8)
+    n = 400
+    x = rng.standard_normal((n, 64)).astype(np.float32)
+    bits = x.view(np.uint32)
+    # Columns 40 and 50 (chunk 1, lanes 8 and 18): exponent 127 and mantissa bits 10..19
+    # fixed, so their free bits form three runs (0..9, 20..22, 31); every 10th row of column
+    # 40, and every 15th of column 50, has other bits 10..19 (a different value in each), and
+    # escapes.
+    fixed = np.uint32(0x7F800000 | 0x3FF << 10)
+    escaped = {}
+    for j, every in ((40, 10), (50, 15)):
+        rows = np.arange(n) % every == 0
+        other = (0x2A5 ^ (1 + np.arange(n, dtype=np.uint32))) & 0x3FF
+        bits[:, j] = rng.integers(0, 2**32, n, dtype=np.uint32) & ~fixed | 0x3F800000
+        bits[:, j] |= np.where(rows, other, 0x2A5).astype(np.uint32) << 10
+        escaped[j] = rows
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    params = table.params
+    runs = (bit_runs(~params.masks, 32).mask != 0).sum(axis=0)[0]
+    assert set(np.flatnonzero(runs > 2)) == {40, 50} and runs.max() == 3
+    assert params.code_bits[0, [40, 50]].tolist() == [1, 1]  # one entry: 0x2A5 (and 127)
+    r = decode_loads.lanes(table, x, np.arange(n))
+    assert r.shape == (n, 2) and r.free.all()  # every chunk takes the full path
+    assert not r.two_runs[:, 1, [8, 18]].any() and r.two_runs.sum() == n * (64 - 2)
+    assert np.array_equal(r.escaped[:, 1, 8], escaped[40])
+    assert np.array_equal(r.escaped[:, 1, 18], escaped[50])
+    one = decode_loads.count(r, "one_pass")
+    new = decode_loads.count(r, "layouts")
+    # Chunk 1 issues a load of masks when column 40 or 50 does not escape; it reads the mask
+    # of each that does not (4 * 40 and 4 * 50: sectors 5 and 6). Chunk 0 issues none.
+    either = ~(escaped[40] & escaped[50])
+    assert 0 < either.sum() < n
+    assert new.instructions["masks"] == either.sum()
+    assert new.sectors["masks"] == (~escaped[40]).sum() + (~escaped[50]).sum()
+    # Every chunk: its layout words in place of the code widths loaded with its payloads.
+    assert new.instructions["layouts"] == 2 * n and new.sectors["layouts"] == 2 * 4 * n
+    assert one.instructions["code_bits"] - new.instructions["code_bits"] == 2 * n
+    assert one.sectors["code_bits"] - new.sectors["code_bits"] == 2 * n
+    for what in ("instructions", "sectors"):
+        a, b = getattr(one, what), getattr(new, what)
+        assert {k: a[k] for k in a.keys() - {"code_bits", "masks"}} == {
+            k: b[k] for k in b.keys() - {"code_bits", "masks", "layouts"}
+        }
+    table.close()
+
+
+def test_layouts_is_one_pass_on_rows_decoded_in_one_pass(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    x = (rng.random((300, 100)) < 0.02).astype(np.float32)  # no free bit anywhere
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    r = decode_loads.lanes(table, x, np.arange(300))
+    assert decode_loads.one_pass_rows(r).all()
+    one = decode_loads.count(r, "one_pass")
+    assert decode_loads.count(r, "layouts") == decode_loads.Loads(
+        {**one.instructions, "layouts": 0}, {**one.sectors, "layouts": 0}
+    )
+    table.close()
+
+
+def test_markdown_compares_each_version_with_the_one_before() -> None:
+    got = decode_loads._compared([22.0, 18.0, 18.0, 16.0])
+    assert got == "22 | 18 (1.22x fewer) | 18 (same) | 16 (1.12x fewer)"
+
+
 def test_unknown_version_is_refused(one_coded_chunk) -> None:
     table, x = one_coded_chunk
     r = decode_loads.lanes(table, x, np.arange(10))
@@ -267,14 +368,15 @@ def test_main_writes_every_version(tmp_path) -> None:
     sparse = payload["results"][names.index("sparse-5pct-512B")]
     assert sum(sparse["after"]["sectors"].values()) < sum(sparse["before"]["sectors"].values())
     for r in payload["results"]:
-        assert {"before", "after", "one_pass"} <= r.keys() and "rows_one_pass" in r
+        assert set(decode_loads.VERSIONS) <= r.keys() and "rows_one_pass" in r
+        assert 0 <= r["columns_many_runs"] <= r["columns"]
         if not r["rows_one_pass"]:
             assert r["one_pass"] == r["after"]
     md = (tmp_path / "decode-loads-cpu.md").read_text()
     assert "| sparse-5pct-512B |" in md
     head = next(line for line in md.splitlines() if line.startswith("| table |"))
-    assert "loads/row before | after | one pass |" in head
-    assert "dictionary sectors/row before | after | one pass |" in head
+    assert "loads/row before | after | one pass | layouts |" in head
+    assert "dictionary sectors/row before | after | one pass | layouts |" in head
     width = head.count("|")
     rows = [line for line in md.splitlines() if line.startswith("| ") and "-512B" in line]
     assert len(rows) == len(names) and all(line.count("|") == width for line in rows)

@@ -580,6 +580,7 @@ def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatc
                     "bitvals": codec.bitvals,
                     "code_prefix": codec.prefix_tensors[0],
                     "free_prefix": codec.prefix_tensors[1],
+                    "layouts": codec.layout_tensor,
                     "idx": idx,
                     "out_pos": 0 if out_pos is None else out_pos,
                     "out": out,
@@ -853,14 +854,14 @@ def test_a_mismatch_is_reported(monkeypatch) -> None:
         return "\n".join(check_launch(Launch(**fields)))
 
     swapped = list(args)
-    swapped[12], swapped[14] = swapped[14], swapped[12]  # i64 n <-> int V
+    swapped[13], swapped[15] = swapped[15], swapped[13]  # i64 n <-> int V
     msg = problems(tuple(swapped))
-    assert "parameter 12 `i64 n` takes np.int64, got np.int32" in msg
-    assert "parameter 14 `int V` takes np.int32, got np.int64" in msg
+    assert "parameter 13 `i64 n` takes np.int64, got np.int32" in msg
+    assert "parameter 15 `int V` takes np.int32, got np.int64" in msg
     swapped = list(args)
-    swapped[8], swapped[10] = swapped[10], swapped[8]  # idx <-> out
-    assert "parameter 8 `const i64* __restrict__ idx` points to int64" in problems(tuple(swapped))
-    assert "19 parameters, 18 arguments" in problems(args[:-1])
+    swapped[9], swapped[11] = swapped[11], swapped[9]  # idx <-> out
+    assert "parameter 9 `const i64* __restrict__ idx` points to int64" in problems(tuple(swapped))
+    assert "20 parameters, 19 arguments" in problems(args[:-1])
     assert "takes np.int32, got a Python int" in problems((*args[:-1], 7))
     assert "is a pointer, got np.int64" in problems((np.int64(0), *args[1:]))
     assert "grid must be a tuple" in problems(grid=4)
@@ -872,19 +873,19 @@ def test_a_mismatch_is_reported(monkeypatch) -> None:
         return "\n".join(check_values(Launch(**{**vars(launch), "args": new_args}), expected))
 
     swapped = list(args)
-    swapped[16], swapped[17] = swapped[17], swapped[16]  # int align <-> int row_bytes
+    swapped[17], swapped[18] = swapped[18], swapped[17]  # int align <-> int row_bytes
     assert problems(tuple(swapped)) == ""  # the same type: only the values tell
     msg = wrong_values(tuple(swapped))
-    assert "parameter 16 `int align` should get the value 16, got np.int32 48" in msg
-    assert "parameter 17 `int row_bytes` should get the value 48, got np.int32 16" in msg
+    assert "parameter 17 `int align` should get the value 16, got np.int32 48" in msg
+    assert "parameter 18 `int row_bytes` should get the value 48, got np.int32 16" in msg
     swapped = list(args)
-    swapped[8], swapped[9] = swapped[9], swapped[8]  # idx <-> out_pos, both int64 arrays
+    swapped[9], swapped[10] = swapped[10], swapped[9]  # idx <-> out_pos, both int64 arrays
     assert problems(tuple(swapped)) == ""
     msg = wrong_values(tuple(swapped))
-    assert "parameter 9 `const i64* __restrict__ out_pos` should get the (5,) torch.int64" in msg
-    nulled = (*args[:9], np.uint64(0), *args[10:])  # out_pos dropped: a null pointer
+    assert "parameter 10 `const i64* __restrict__ out_pos` should get the (5,) torch.int64" in msg
+    nulled = (*args[:10], np.uint64(0), *args[11:])  # out_pos dropped: a null pointer
     assert problems(nulled) == ""
-    assert "parameter 9 `const i64* __restrict__ out_pos` should get the (5,)" in wrong_values(
+    assert "parameter 10 `const i64* __restrict__ out_pos` should get the (5,)" in wrong_values(
         nulled
     )
     swapped = list(args)
@@ -1022,7 +1023,7 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
     monkeypatch.setattr(module, "chunk_positions", positions)
     n = 7
     launch, idx, out, error = fetch_call(module, launcher, n, 16)
-    at = {"raw_gather": (1, 2, 3, 4, 5), "fetch_decode": (8, 9, 10, 11, 12)}[launcher]
+    at = {"raw_gather": (1, 2, 3, 4, 5), "fetch_decode": (9, 10, 11, 12, 13)}[launcher]
     launch(chunk_rows=3)  # no positions given: 0 .. n - 1 made for the chunks
     assert [t.tolist() for t in made] == [list(range(n))]
     assert len(launches) == 3

@@ -14,8 +14,14 @@ import pytest
 import torch
 
 import ibp_graph
+from ibp_graph.bitops import bit_runs, pdep, popcount
 from ibp_graph.errors import IBPInputError
-from ibp_graph.kernels.fetch_decode import check_launch, smem_plan
+from ibp_graph.kernels.fetch_decode import (
+    LAYOUT_TWO_RUNS,
+    check_launch,
+    column_layouts,
+    smem_plan,
+)
 from ibp_graph.kernels.raw_gather import vector_bytes
 from ibp_graph.kernels.runtime import NVRTC_OPTIONS, cuda_dir, source_files
 from ibp_graph.pinned import PinnedBuffer, PinningError
@@ -57,6 +63,46 @@ def test_every_kernel_compiles(source: str, arch: str) -> None:
     ptx = nvrtc.getPTX(prog)
     entries = set(re.findall(r"\.entry\s+(\w+)", ptx.decode() if isinstance(ptx, bytes) else ptx))
     assert entries, f"{source} defines no kernels"
+
+
+def _deposit_by_layout(p: int, layout: int) -> int:
+    """The fused kernel's two-shift deposit of payload ``p`` by a layout word."""
+    n1, lo1, lo2 = (layout >> 7) & 127, (layout >> 14) & 63, (layout >> 20) & 63
+    return ((p & ((1 << n1) - 1)) << lo1) | ((p >> n1) << lo2)
+
+
+@pytest.mark.parametrize("word_bytes", [4, 8])
+def test_column_layouts_deposit_as_the_codec_does(word_bytes) -> None:
+    bits = 8 * word_bytes
+    top = (1 << bits) - 1
+    rng = np.random.default_rng(word_bytes)
+    # Free bits (~mask): none, all, one run at 0, one in the middle, the top bit, a float's
+    # mantissa and sign (two runs), three runs, every other bit; then random masks.
+    free = [0, top, 0xFF, 0xFF0, 1 << (bits - 1), (1 << 23) - 1 | 1 << (bits - 1)]
+    free += [0b1110000110000111, int("01" * (bits // 2), 2)]
+    free += [int(v) for v in rng.integers(0, top, 40, dtype=np.uint64, endpoint=True)]
+    dtype = {4: np.uint32, 8: np.uint64}[word_bytes]
+    masks = (~np.array(free, dtype=np.uint64) & np.uint64(top)).astype(dtype).reshape(2, -1)
+    code_bits = rng.integers(1, 9, masks.shape).astype(np.uint8)
+    signed = masks.view({4: np.int32, 8: np.int64}[word_bytes])  # as the device tensors hold them
+    layouts = column_layouts(signed, code_bits, word_bytes)
+    assert layouts.dtype == np.uint32 and layouts.shape == masks.shape
+    runs = bit_runs(~masks, bits)
+    count = popcount(~masks)
+    assert np.array_equal(layouts & 127, count)  # free bits
+    assert np.array_equal(layouts >> 27, code_bits)
+    two = (layouts & LAYOUT_TWO_RUNS) != 0
+    run_count = (runs.mask != 0).sum(axis=0)
+    assert np.array_equal(two, run_count <= 2)
+    assert two.any() and (~two).any()
+    for c, j in zip(*np.nonzero(two), strict=True):
+        f = int(count[c, j])
+        payloads = [int.from_bytes(rng.bytes(8), "little") >> (64 - f) for _ in range(8)]
+        for p in [0, (1 << f) - 1, *payloads] if f else [0]:
+            want = int(pdep(np.array([p], dtype=dtype), runs.take((c, j)))[0])
+            layout = int(layouts[c, j])
+            assert _deposit_by_layout(p, layout) == want, (hex(int(~masks[c, j]) & top), p)
+            assert (layout >> 7) & 127 < bits  # no shift reaches the word's width
 
 
 def test_smem_plan_fits_the_largest_row() -> None:
@@ -943,6 +989,7 @@ def test_device_codec_checks_its_constant_tensors_once() -> None:
         codec.code_bits.data_ptr(),
         codec.bitvals.data_ptr(),
         *(t.data_ptr() for t in codec.prefix_tensors),
+        codec.layout_tensor.data_ptr(),
     ]
     assert codec.const_args is args  # computed once per table
     bad = {

@@ -21,7 +21,13 @@ import ibp_graph
 from ibp_graph.codec import row_layout
 from ibp_graph.cuda_table import raw_bypass
 from ibp_graph.dtypes import row_bytes, rows_to_words
-from ibp_graph.kernels.fetch_decode import WARP, codec_prefixes, smem_plan
+from ibp_graph.kernels.fetch_decode import (
+    LAYOUT_TWO_RUNS,
+    WARP,
+    codec_prefixes,
+    column_layouts,
+    smem_plan,
+)
 from ibp_graph.kernels.raw_gather import vector_bytes
 from ibp_graph.pinned import TAIL_PAD
 
@@ -74,6 +80,7 @@ def fetch_on_host(
         out_pos = np.ascontiguousarray(out_pos, dtype=np.int64)
         assert out_pos.shape == ids.shape
     code_prefix, free_prefix = codec_prefixes(params.masks, params.code_bits, params.word_bytes)
+    layouts = column_layouts(params.masks, params.code_bits, params.word_bytes)
     out = np.full((ids.size, width), 0xEE, dtype=np.uint8)
     error = np.zeros(2, dtype=np.int32)
     lib.simt_fetch_decode(
@@ -88,6 +95,7 @@ def fetch_on_host(
         _ptr(params.match_values),
         _ptr(code_prefix),
         _ptr(free_prefix),
+        _ptr(layouts),
         _ptr(ids),
         _ptr(out_pos),
         _ptr(out),
@@ -138,6 +146,40 @@ def test_fused_kernel_matches_the_numpy_decoder(lib, tmp_path, word_bytes, align
         want = np.ascontiguousarray(x[ids]).view(np.uint8).reshape(ids.size, -1)
         assert np.array_equal(out, want), f"{name}: rows differ from the table"
         table.close()
+
+
+def _runs_table(rng: np.random.Generator, word_bytes: int, rows: int = 400) -> np.ndarray:
+    """Words whose free bits lie in one run (low, middle, top), two (a float's mantissa and
+    sign), three or more, or none, and random words: each deposit path of the fused kernel."""
+    bits = 8 * word_bytes
+    dtype = {4: np.int32, 8: np.int64}[word_bytes]
+
+    def varying(free: int) -> np.ndarray:  # words equal to a base outside ``free``'s bits
+        words = np.frombuffer(rng.bytes(8 * rows), dtype=np.uint64)
+        base = np.uint64(0x5A5A5A5A5A5A5A5A & ((1 << bits) - 1))
+        return ((words & np.uint64(free)) | (base & ~np.uint64(free))).view(np.int64).astype(dtype)
+
+    top = 1 << (bits - 1)
+    frees = [0xFF, 0xFF0, top, (1 << 23) - 1 | top, 0b1110000110000111, 0x0F0F0F, 0]
+    columns = [varying(f) for f in frees] + [varying((1 << bits) - 1)]
+    return np.stack(columns, axis=1)
+
+
+@pytest.mark.parametrize("word_bytes", [4, 8])
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_free_bits_in_any_number_of_runs_decode(lib, tmp_path, word_bytes, double_buffer) -> None:
+    rng = np.random.default_rng(5 + word_bytes)
+    x = _runs_table(rng, word_bytes)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes)
+    params = table.params
+    layouts = column_layouts(params.masks, params.code_bits, params.word_bytes)
+    two = (layouts & LAYOUT_TWO_RUNS) != 0
+    assert two.any() and (~two).any()  # both deposits run
+    ids = rng.integers(0, x.shape[0], 300)
+    out, error = fetch_on_host(lib, table, ids, double_buffer=double_buffer)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+    table.close()
 
 
 @pytest.mark.parametrize("word_bytes", [4, 8])

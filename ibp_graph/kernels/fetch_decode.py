@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..bitops import bit_runs, popcount
 from .runtime import (
     FETCH_BLOCK_WARPS,
     as_cupy,
@@ -119,6 +120,51 @@ def codec_prefixes(
     return code_prefix, free_prefix
 
 
+#: Bit 26 of a layout word: the column's free bits lie in at most two runs.
+LAYOUT_TWO_RUNS = 1 << 26
+
+
+def column_layouts(masks: np.ndarray, code_bits: np.ndarray, word_bytes: int) -> np.ndarray:
+    """Per column of each cluster, one uint32 the fused kernel decodes a word with.
+
+    Bits 0-6: the word's free (unmasked) bits F; 7-13: the length of the first run of free
+    bits, N1 (less than the word's bits); 14-19: where that run starts; 20-25: where the
+    second run starts; bit 26 (`LAYOUT_TWO_RUNS`): the free bits lie in at most these two
+    runs, so a payload is deposited by two shifts, ``(p & (2**N1 - 1)) << lo1 | (p >> N1) <<
+    lo2``, as the codec's `pdep` does run by run (`bitops.bit_runs`); 27-31: the code width.
+    A column with no free bit has N1 = 0; one with every bit free, the runs ``[0, bits - 1)``
+    and ``[bits - 1, bits)``, so that no shift reaches the word's width. Columns with more
+    runs (bit 26 clear) are deposited from their mask by the kernel's loop. Computed once per
+    table.
+
+    Args:
+        masks: ``(k, V)`` words of ``word_bytes`` bytes (any integer type of that width).
+        code_bits: ``(k, V)`` code widths (1 to 8).
+        word_bytes: 4 or 8.
+    """
+    bits = 8 * word_bytes
+    unsigned = np.ascontiguousarray(masks).view({4: np.uint32, 8: np.uint64}[word_bytes])
+    runs = bit_runs(~unsigned, bits)
+    # Run lengths and starts, padded with empty runs to at least two.
+    lengths = np.zeros((max(runs.count, 2),) + code_bits.shape, dtype=np.int64)
+    starts = np.zeros_like(lengths)
+    lengths[: runs.count] = popcount(runs.mask)
+    starts[: runs.count] = runs.lo
+    whole = lengths[0] == bits  # every bit free: split off the top bit
+    first = np.where(whole, bits - 1, lengths[0])
+    second_lo = np.where(whole, bits - 1, starts[1])
+    two = (lengths[2:] == 0).all(axis=0)
+    layout = (
+        lengths.sum(axis=0)
+        | first << 7
+        | starts[0] << 14
+        | second_lo << 20
+        | two.astype(np.int64) << 26
+        | code_bits.astype(np.int64) << 27
+    )
+    return layout.astype(np.uint32)
+
+
 @dataclass(frozen=True)
 class DeviceCodec:
     """What the kernel reads of a table: row bytes (pinned host or device) and metadata.
@@ -139,9 +185,10 @@ class DeviceCodec:
 
     The tensors are read by every launch and never change: they are checked once here, and
     a launch passes their addresses (`const_args`) instead of exchanging a DLPack view of each
-    (an event record and wait apiece); the prefix sums of `codec_prefixes` are derived from
-    them once (`prefix_tensors`). Build them on the device, read `const_args` once, and let
-    the copies complete (synchronise) before the first fetch on another stream.
+    (an event record and wait apiece); the prefix sums of `codec_prefixes` and the
+    `column_layouts` are derived from them once (`prefix_tensors`, `layout_tensor`). Build
+    them on the device, read `const_args` once, and let the copies complete (synchronise)
+    before the first fetch on another stream.
 
     Raises:
         ValueError: a tensor has the wrong type, device, dtype, shape or layout (named).
@@ -200,6 +247,14 @@ class DeviceCodec:
         return tuple(torch.from_numpy(p.view(np.int32)).to(device) for p in pair)
 
     @functools.cached_property
+    def layout_tensor(self) -> torch.Tensor:
+        """`column_layouts` of the table as a ``(k, V)`` int32 tensor on its device."""
+        layouts = column_layouts(
+            self.masks.cpu().numpy(), self.code_bits.cpu().numpy(), self.word_bytes
+        )
+        return torch.from_numpy(layouts.view(np.int32)).to(self.masks.device)
+
+    @functools.cached_property
     def const_args(self) -> tuple[np.uint64, ...]:
         """Addresses of the constant tensors, in the kernel's order (cluster ids 0: none)."""
         cids = 0 if self.cluster_ids is None else self.cluster_ids.data_ptr()
@@ -214,6 +269,7 @@ class DeviceCodec:
                 self.bitvals.data_ptr(),
                 code_prefix.data_ptr(),
                 free_prefix.data_ptr(),
+                self.layout_tensor.data_ptr(),
             )
         )
 
@@ -386,7 +442,9 @@ def fetch_decode(
     max_smem = int(getattr(props, "shared_memory_per_block_optin", DEFAULT_SMEM))
     plan = codec.plan(max_smem, 2 if double_buffer else 1, warps)
     threads = WARP * plan.warps_per_block
-    offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, free_prefix = codec.const_args
+    offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, free_prefix, layouts = (
+        codec.const_args
+    )
     # The kernel, its attribute, the DLPack views and the launch all in device's context, on
     # the launch stream (see runtime.cupy_stream).
     with cupy_stream(stream, device):
@@ -415,6 +473,7 @@ def fetch_decode(
                 bitvals,
                 code_prefix,
                 free_prefix,
+                layouts,
                 as_cupy(idx[r0:r1]),
                 np.uint64(0) if out_pos is None else as_cupy(out_pos[r0:r1]),
                 out_arg,

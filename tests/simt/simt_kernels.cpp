@@ -12,7 +12,7 @@ extern "C" void simt_fetch_decode(int buffers, int word_bytes, int offset_bytes,
                                   const void* offsets, const void* cluster_ids,
                                   const void* masks, const void* code_bits,
                                   const void* bitvals, const void* code_prefix,
-                                  const void* free_prefix, const void* idx,
+                                  const void* free_prefix, const void* layouts, const void* idx,
                                   const void* out_pos, void* out, int* error, long long n,
                                   long long num_rows, int V, int E, int align, int row_bytes,
                                   int buf_words, unsigned grid, unsigned block,
@@ -25,9 +25,10 @@ extern "C" void simt_fetch_decode(int buffers, int word_bytes, int offset_bytes,
     auto o = static_cast<u8*>(out);
     auto cp = static_cast<const u32*>(code_prefix);
     auto fp = static_cast<const u32*>(free_prefix);
+    auto lay = static_cast<const u32*>(layouts);
 #define IBP_SIMT_FETCH(NAME, W, O)                                                           \
-    NAME(r, (const O*)offsets, cid, (const W*)masks, cb, (const W*)bitvals, cp, fp, ix, op, o, \
-         error, n, num_rows, V, E, align, row_bytes, buf_words)
+    NAME(r, (const O*)offsets, cid, (const W*)masks, cb, (const W*)bitvals, cp, fp, lay, ix, op, \
+         o, error, n, num_rows, V, E, align, row_bytes, buf_words)
     simt_launch(grid, block, shared, [&] {
         const int variant = (buffers == 2 ? 4 : 0) + (word_bytes == 8 ? 2 : 0) +
                             (offset_bytes == 8 ? 1 : 0);
