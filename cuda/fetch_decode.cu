@@ -426,7 +426,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         return;
     }
-    // This cluster's tables, indexed by column (32-bit offsets from here on).
+    // This cluster's tables, indexed by column.
     const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
     const u32* __restrict__ cpre = code_prefix + pre0;
     const u32* __restrict__ fpre = free_prefix + pre0;
@@ -477,7 +477,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         if (j < V) {
             const W payload = read_word<W>(buf, at, (int)w);
             const W word = code == esc ? payload
-                                       : (W)(entries[(int)code * V + j] |
+                                       : (W)(entries[(size_t)code * V + j] |
                                              deposit<W>(payload, layout, mask_of + j));
             store_word<W>(out_row, j, word, row_bytes, word_aligned);
         }
