@@ -111,13 +111,17 @@ def codec_prefixes(
         word_bytes: 4 or 8.
     """
     k, v = code_bits.shape
-    as_bytes = np.ascontiguousarray(masks).view(np.uint8).reshape(k, v, word_bytes)
-    popcount = np.unpackbits(as_bytes, axis=-1).sum(axis=-1, dtype=np.int64)
     code_prefix = np.zeros((k, v + 1), dtype=np.uint32)
     free_prefix = np.zeros((k, v + 1), dtype=np.uint32)
     np.cumsum(code_bits, axis=1, dtype=np.uint32, out=code_prefix[:, 1:])
-    np.cumsum(8 * word_bytes - popcount, axis=1, dtype=np.uint32, out=free_prefix[:, 1:])
+    free = 8 * word_bytes - popcount(_unsigned_words(masks, word_bytes))
+    np.cumsum(free, axis=1, dtype=np.uint32, out=free_prefix[:, 1:])
     return code_prefix, free_prefix
+
+
+def _unsigned_words(masks: np.ndarray, word_bytes: int) -> np.ndarray:
+    """``masks`` (any integer type of ``word_bytes`` bytes) as unsigned words, same bits."""
+    return np.ascontiguousarray(masks).view({4: np.uint32, 8: np.uint64}[word_bytes])
 
 
 #: Bit 26 of a layout word: the column's free bits lie in at most two runs.
@@ -143,8 +147,7 @@ def column_layouts(masks: np.ndarray, code_bits: np.ndarray, word_bytes: int) ->
         word_bytes: 4 or 8.
     """
     bits = 8 * word_bytes
-    unsigned = np.ascontiguousarray(masks).view({4: np.uint32, 8: np.uint64}[word_bytes])
-    runs = bit_runs(~unsigned, bits)
+    runs = bit_runs(~_unsigned_words(masks, word_bytes), bits)
     # Run lengths and starts, padded with empty runs to at least two.
     lengths = np.zeros((max(runs.count, 2),) + code_bits.shape, dtype=np.int64)
     starts = np.zeros_like(lengths)
