@@ -15,11 +15,13 @@
 // decodes in one pass (decode_grouped_no_free): where its payloads start follows from the
 // prefix sums of the subgroups that hold codes, so each word is read with its code, as its
 // code's entry or, escaped, as the payload its rank among the chunk's escapes (a warp vote)
-// places. A word that does not escape is its code's entry with its payload deposited into the
-// column's free bits: by two shifts when those bits lie in at most two runs (every float
-// column whose mask holds the exponent's top bits, with or without the sign: `layouts`), by a
-// loop over the runs of the mask otherwise. Rows stored raw are copied through. Decoded words
-// are written to a row-major output of `row_bytes` bytes per row.
+// places. Its chunks without a code go first, each lane loading the words of four chunks
+// (two of 8-byte words) before it stores them; a warp vote then lists the chunks with codes,
+// and only those are visited. A word that does not escape is its code's entry with its payload
+// deposited into the column's free bits: by two shifts when those bits lie in at most two runs
+// (every float column whose mask holds the exponent's top bits, with or without the sign:
+// `layouts`), by a loop over the runs of the mask otherwise. Rows stored raw are copied through.
+// Decoded words are written to a row-major output of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
 // host may pass the ids sorted (rows then read in address order) with `out_pos` the
@@ -283,14 +285,43 @@ __device__ __forceinline__ void reject_corrupt_row(u8* out_row, int* error, i64 
     zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
 }
 
+// The chunks of a grouped row that hold no code (`subs` 0), in a cluster whose columns have
+// no free bit: every word is its column's code-0 entry (`entries` [j]). The chunks are
+// independent, so each lane loads 16 bytes of words (four 4-byte words or two 8-byte ones,
+// from as many chunks) before it stores them: that many loads in flight, not one load, one
+// store and one branch per chunk in turn. Which of them to store is kept in the bits of one
+// word (an array of flags made the double-buffered entry points spill).
+template <typename W>
+__device__ __forceinline__ void store_code0_chunks(const u8* subs, const W* __restrict__ entries,
+                                                   u8* out_row, int V, int row_bytes,
+                                                   bool word_aligned, int lane) {
+    constexpr int U = 16 / (int)sizeof(W);
+    for (int j1 = lane; j1 < V; j1 += U * 32) {
+        W word[U];
+        u32 code0 = 0;  // bit u: word j1 + 32 u is a code-0 entry
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int j = j1 + 32 * u;
+            if (j < V && subs[j >> 5] == 0) code0 |= 1u << u;
+            word[u] = (code0 >> u) & 1u ? entries[j] : W(0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if ((code0 >> u) & 1u) {
+                store_word<W>(out_row, j1 + 32 * u, word[u], row_bytes, word_aligned);
+            }
+        }
+    }
+}
+
 // Decode a grouped row `s` of cluster `c`, none of whose columns has a free bit, in one pass
 // over its chunks (the row's header read, `subs` its subgroup bits): its codes start at bit
 // `codes_at` of `buf`, and its payloads follow them (where, the prefix sums of the code widths
 // of its subgroups with codes say). A word is its code's entry, or, when its code is the
 // escape, the next payload (T * 8 bits, in column order): a ballot counts a chunk's escapes,
-// and a lane's rank among them places its payload. A chunk with no code is its code-0
-// entries. The row is zeroed, and output position `p` recorded in `error[1]`, when its codes
-// or payloads run past its stored length.
+// and a lane's rank among them places its payload. The chunks with no code, their code-0
+// entries, are stored first, then the chunks with codes. The row is zeroed, and output
+// position `p` recorded in `error[1]`, when its codes or payloads run past its stored length.
 template <typename W>
 __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Staged& s,
                                        u32 codes_at, u32 base, int c,
@@ -304,14 +335,16 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
     const u64 len_bits = s.len * 8;
     const u32* __restrict__ prefix = code_prefix + (size_t)c * (V + 1);
     // Where the payloads start: past the codes of every subgroup that holds some (lane q sums
-    // chunk q's, by the prefix sums).
+    // chunk q's, by the prefix sums; its four subgroups' loads are in flight together).
     u32 payloads_at = codes_at;
     for (int q0 = 0; q0 < C; q0 += 32) {
         const int q = q0 + lane;
+        const u32 sub = q < C ? (u32)subs[q] : 0u;
         u32 bits = 0;
-        u32 sub = q < C ? (u32)subs[q] : 0u;
-        for (int lo = 32 * q; sub != 0; lo += 8, sub >>= 1) {
-            if (sub & 1u) bits += prefix[min(lo + 8, V)] - prefix[lo];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int lo = 32 * q + 8 * t;
+            if ((sub >> t) & 1u) bits += prefix[min(lo + 8, V)] - prefix[lo];
         }
         payloads_at += __shfl_sync(FULL_MASK, warp_inclusive_scan(bits, lane), 31);
     }
@@ -321,34 +354,36 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
     }
     const u8* __restrict__ widths = code_bits + (size_t)c * V;
     const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
+    store_code0_chunks<W>(subs, entries, out_row, V, row_bytes, word_aligned, lane);
     const unsigned below = (1u << lane) - 1u;  // the lanes before this one
-    for (int j0 = 0; j0 < V; j0 += 32) {
-        const int j = j0 + lane;
-        const u32 sub = subs[j0 >> 5];  // warp-uniform
-        if (sub == 0) {
-            if (j < V) store_word<W>(out_row, j, entries[j], row_bytes, word_aligned);
-            continue;
+    // Only the chunks that hold codes are left, in column order: a vote over each 32 chunks
+    // lists them, so the warp goes from one to the next without visiting the others.
+    for (int q0 = 0; q0 < C; q0 += 32) {
+        unsigned coded = __ballot_sync(FULL_MASK, q0 + lane < C && subs[q0 + lane] != 0);
+        for (; coded != 0; coded &= coded - 1u) {
+            const int j0 = 32 * (q0 + __ffs((int)coded) - 1);
+            const int j = j0 + lane;
+            const u32 sub = subs[j0 >> 5];  // warp-uniform, not 0
+            u32 w = 0;  // the lane's code width, 0 for a column without a code
+            if (j < V && ((sub >> ((j & 31) >> 3)) & 1u)) w = (u32)widths[j];
+            const u32 incl = warp_inclusive_scan(w, lane);
+            const u32 code = read_bits(buf, codes_at + incl - w, (int)w);
+            codes_at += __shfl_sync(FULL_MASK, incl, 31);
+            const bool escaped = w != 0 && code == (1u << w) - 1u;
+            const unsigned escapes = __ballot_sync(FULL_MASK, escaped);
+            const u32 n_escaped = (u32)__popc(escapes);
+            if (n_escaped != 0 && (u64)(payloads_at + n_escaped * TB - base) > len_bits) {
+                reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
+                return;
+            }
+            if (j < V) {
+                const u32 at = payloads_at + (u32)__popc(escapes & below) * TB;
+                const W word = escaped ? read_word<W>(buf, at, TB)
+                                       : entries[(size_t)code * V + j];
+                store_word<W>(out_row, j, word, row_bytes, word_aligned);
+            }
+            payloads_at += n_escaped * TB;
         }
-        u32 w = 0;  // the lane's code width, 0 for a column without a code
-        if (j < V && ((sub >> ((j & 31) >> 3)) & 1u)) w = (u32)widths[j];
-        const u32 incl = warp_inclusive_scan(w, lane);
-        const u32 code = read_bits(buf, codes_at + incl - w, (int)w);
-        codes_at += __shfl_sync(FULL_MASK, incl, 31);
-        const bool escaped = w != 0 && code == (1u << w) - 1u;
-        const unsigned escapes = __ballot_sync(FULL_MASK, escaped);
-        const u32 n_escaped = (u32)__popc(escapes);
-        if (n_escaped != 0 && (u64)(payloads_at + n_escaped * TB - base) > len_bits) {
-            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
-            return;
-        }
-        if (j < V) {
-            const W word = escaped ? read_word<W>(buf, payloads_at +
-                                                             (u32)__popc(escapes & below) * TB,
-                                                   TB)
-                                   : entries[(size_t)code * V + j];
-            store_word<W>(out_row, j, word, row_bytes, word_aligned);
-        }
-        payloads_at += n_escaped * TB;
     }
 }
 

@@ -589,6 +589,34 @@ def test_grouped_rows_without_free_bits_decode_their_escapes(
     assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
 
 
+@pytest.mark.parametrize("word_bytes,cols", [(4, 2100), (8, 2100), (8, 2101)])
+def test_wide_grouped_rows_without_free_bits_decode_past_32_chunks(
+    lib, tmp_path, word_bytes, cols
+) -> None:
+    """Rows of more than 32 chunks of 32 words (the chunks that hold codes are found 32 at a
+    time), most chunks without a code, escapes past the 32nd chunk; 2,101 float32 columns in
+    8-byte words leave the last word half outside the row."""
+    rng = np.random.default_rng(62)
+    x = _word_counts(rng, 200, cols)
+    x[rng.random(x.shape) < 0.95] = 0  # about 0.4% of the words set
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, align=4)
+    assert (table.params.free_bits == 0).all()
+    V = table.params.num_words
+    assert V > 32 * 32
+    ids = np.concatenate([np.arange(x.shape[0]), rng.integers(0, x.shape[0], 60)])
+    assert _row_kinds(table, ids) == {"grouped"}
+    escaped = _escapes(table, x)
+    assert escaped[:, 32 * 32 :].any() and escaped[:, : 32 * 32].any()
+    chunk_bytes = 32 * word_bytes
+    raw = x.view(np.uint8).reshape(x.shape[0], -1)
+    raw = np.pad(raw, ((0, 0), (0, -raw.shape[1] % chunk_bytes)))
+    chunk_set = (raw.reshape(x.shape[0], -1, chunk_bytes) != 0).any(-1)
+    assert (~chunk_set).mean() > 0.5  # most chunks are their code-0 entries
+    out, error = fetch_on_host(lib, table, ids, grid=2, warps=2)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
 def _counts_ending_with(tmp_path, last: np.ndarray) -> tuple[ibp_graph.IBPTable, np.ndarray]:
     """A word-count table (align 1) whose last row is ``last``, that row cut one byte short."""
     x = np.vstack([_word_counts(np.random.default_rng(61), 300, 100), last[None]])
