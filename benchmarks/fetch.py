@@ -849,14 +849,14 @@ def capacity_lines(rows: list[dict]) -> list[str]:
     ]
 
 
-def _finite(obj: Any) -> Any:
+def finite(obj: Any) -> Any:
     """JSON-ready: NaN and infinities become None."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 
@@ -864,7 +864,7 @@ def write_results(payload: dict, out: Path, name: str) -> tuple[Path, Path]:
     """Write ``out/<name>.json`` and ``.md``; returns their paths."""
     payload["summary"] = summary(payload["cases"])
     md = out / f"{name}.md"
-    js = write_json(name, _finite(payload), out)
+    js = write_json(name, finite(payload), out)
     md.write_text(markdown(payload))
     return js, md
 

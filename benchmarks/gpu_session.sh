@@ -8,10 +8,14 @@
 #
 # Stages, with estimated times on an H100 (16 cores); each GPU command first installs the
 # package (no dependencies, about 20 s) and logs the machine:
-#   prepare    CPU machine, about 10 s: copies the datasets into device_data/ (git-ignored),
-#              derives device_data/facebook-svd100-float32.npy, collects wheels the GPU
-#              image lacks (none: see below), checks the 64 MiB limit, prints the carry list
-#              and the device commands (each under 2,000 characters).
+#   prepare    CPU machine, about 30 s: copies the datasets into device_data/ (git-ignored),
+#              derives device_data/facebook-svd100-float32.npy, writes the decoder's previous
+#              version to device_data/baseline-cuda/ (cuda/fetch_decode.cu before the last
+#              commit that changed it, or HEAD's when the working tree changes it;
+#              $IBP_GRAPH_AB_BASE names another commit) once NVRTC shows that the package's
+#              launcher can launch it, collects wheels the GPU image lacks (none: see below),
+#              checks the 64 MiB limit, prints the carry list and the device commands (each
+#              under 2,000 characters).
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
 #              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
@@ -28,6 +32,12 @@
 #              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
 #              is past its allocation. A tool that cannot start beside the others (its log
 #              has a sanitizer error and no summary) runs again alone in the time left.
+#   decodeab   about 2-3 min: benchmarks/decode_ab.py, the fused decoder of this checkout
+#              against device_data/baseline-cuda/ (its previous version), decode only, on
+#              1 GiB tables (dense and sparse 512 B rows, then the real tables) in GPU memory:
+#              6 rounds, each timing both on the same ids, the order alternating; each
+#              version's GB/s, their ratio, both outputs checked bit for bit; no case starts
+#              after 150 s.
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
@@ -100,7 +110,8 @@
 # what it wrote), and a command whose stages would write more than 8 files is refused before
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
 # times: always), then smoke: smoke.log; tests: tests.log; sanitize: memcheck.log,
-# synccheck.log, racecheck.log; fetch and grid: their log + fetch-*.json + fetch-*.md; pages:
+# synccheck.log, racecheck.log; decodeab: decodeab.log + decode-ab-*.json + decode-ab-*.md;
+# fetch and grid: their log + fetch-*.json + fetch-*.md; pages:
 # pages.log + pages-*.json + pages-*.md; lanes: lanes.log + 2 of each; sampling:
 # sampling.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
@@ -127,8 +138,8 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
-ALL_STAGES=(smoke tests sanitize fetch profile pages grid warps lanes sampling e2e overlap ophops
-    ddp synthetic corasu)
+ALL_STAGES=(smoke tests sanitize decodeab fetch profile pages grid warps lanes sampling e2e
+    overlap ophops ddp synthetic corasu)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -137,7 +148,7 @@ files() {
     case "$1" in
     smoke | tests) echo 1 ;;
     sanitize | ddp) echo 3 ;;
-    fetch | pages | grid | sampling) echo 3 ;;
+    decodeab | fetch | pages | grid | sampling) echo 3 ;;
     lanes | profile) echo 5 ;;
     e2e | overlap | ophops | synthetic | corasu) echo 4 ;;
     warps) echo 6 ;;
@@ -149,7 +160,7 @@ minutes() {
     case "$1" in
     smoke) echo 2 ;;
     tests) echo 4 ;;
-    sanitize) echo 3 ;;
+    sanitize | decodeab) echo 3 ;;
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
     corasu) echo 8 ;;
@@ -192,17 +203,57 @@ plan() {
 }
 
 # The device commands `prepare` prints, one per call, most important first (each under 10
-# minutes; on an H100 the calls took 1-6 minutes each, machine start and transfers included,
-# so 30 minutes of GPU time get through the first five or six). First every GPU test and the
-# sanitizers over every kernel test (one call, about 6 minutes); then what has not run at the
-# current code: the kernel sampler (its batch now reads its sizes once) and the epochs with it
-# (e2e: the fused hop kernels are the loaders' default on a GPU), side-stream fetches in larger
-# blocks (fetch rate and the step beside it), CoraSU, the fetch beside training (one-block and
-# chunked fetches, the step's kernels), the fetch at the current defaults (a current-stream
-# fetch takes every block the SMs hold, rows without free bits decode in one pass) and its
-# profile; then the rest again (ophops: the epochs with torch-op hops, for comparison).
-CALLS=("smoke tests sanitize" "sampling e2e" "warps" "corasu" "overlap ddp" "fetch" "profile"
-    "ophops grid" "synthetic" "pages" "lanes")
+# minutes; on an H100 the calls took 1-6 minutes each, machine start and transfers included).
+# A task is now lent 15 minutes of device time, machine start included, which gets through
+# the first two or three. First the smoke test and every GPU test (about 5 minutes); then the
+# decoder against its previous version side by side (bit for bit on every table, and what the
+# last change to it is worth) with the sanitizers over every kernel test; then what has not run
+# at the current code: the kernel sampler (its batch now reads its sizes once) and the epochs
+# with it (e2e: the fused hop kernels are the loaders' default on a GPU), side-stream fetches
+# in larger blocks (fetch rate and the step beside it), CoraSU, the fetch beside training
+# (one-block and chunked fetches, the step's kernels), the fetch at the current defaults (a
+# current-stream fetch takes every block the SMs hold, rows without free bits decode in one
+# pass) and its profile; then the rest again (ophops: the epochs with torch-op hops, for
+# comparison).
+CALLS=("smoke tests" "decodeab sanitize" "sampling e2e" "warps" "corasu" "overlap ddp" "fetch"
+    "profile" "ophops grid" "synthetic" "pages" "lanes")
+
+# prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
+# version (fetch_decode.cu, and its commit in COMMIT) for the decodeab stage, or nothing (said
+# why) when there is none that the package's launcher can launch as it is.
+prepare_baseline() {
+    local py=$1 dir=$DATA/baseline-cuda base
+    rm -rf "$dir"
+    if ! git rev-parse --git-dir >/dev/null 2>&1; then
+        echo "baseline: not a git checkout; the decodeab stage will refuse"
+        return 0
+    fi
+    if [ -n "${IBP_GRAPH_AB_BASE:-}" ]; then
+        base=$IBP_GRAPH_AB_BASE
+    elif ! git diff --quiet HEAD -- cuda/fetch_decode.cu; then
+        base=HEAD
+    else
+        base=$(git rev-list -n 2 HEAD -- cuda/fetch_decode.cu | sed -n 2p)
+    fi
+    mkdir -p "$dir"
+    if [ -z "$base" ] || ! git show "$base:cuda/fetch_decode.cu" >"$dir/fetch_decode.cu" \
+        2>/dev/null; then
+        rm -rf "$dir"
+        echo "baseline: no cuda/fetch_decode.cu at '${base:-an earlier commit}'; the decodeab" \
+            "stage will refuse"
+        return 0
+    fi
+    git rev-parse --short "$base" >"$dir/COMMIT"
+    if "$py" -c "import sys; sys.path.insert(0, '.')
+from pathlib import Path
+from benchmarks.decode_ab import check_sources
+check_sources(Path('$dir'))"; then
+        echo "baseline: cuda/fetch_decode.cu at $(cat "$dir/COMMIT") -> $dir"
+    else
+        rm -rf "$dir"
+        echo "baseline: refused (above); the decodeab stage will refuse"
+    fi
+}
 
 prepare() {
     cd "$REPO" || exit 3
@@ -225,6 +276,7 @@ np.save('$DATA/facebook-svd100-float32.npy', r.load_facebook_svd()[1])
         echo "prepare: no datasets folder at $shared (set IBP_GRAPH_SHARED_DATASETS);" \
             "the real-table cases and the synthetic stage will skip" >&2
     fi
+    prepare_baseline "$py"
     mkdir -p "$DATA/wheels"
     echo "wheels: $(find "$DATA/wheels" -name '*.whl' | wc -l) in $DATA/wheels (the GPU image" \
         "has every package the GPU stages need)"
@@ -495,6 +547,17 @@ for stage in "${STAGES[@]}"; do
         ;;
     sanitize)
         sanitizers 540 memcheck synccheck racecheck || rc=$?
+        ;;
+    decodeab)
+        if [ -f "$DATA/baseline-cuda/fetch_decode.cu" ]; then
+            run 240 decodeab.log python3 benchmarks/decode_ab.py --baseline "$DATA/baseline-cuda" \
+                --table-gb 1 --batch 100000 --rounds 6 --repeats 5 --time-budget 150 \
+                --out "$OUT" || rc=$?
+        else
+            echo "decodeab: needs $DATA/baseline-cuda/fetch_decode.cu (run 'prepare' on the" \
+                "CPU machine, carry $DATA)" | tee "$OUT/decodeab.log"
+            rc=4
+        fi
         ;;
     fetch)
         run 420 fetch.log python3 benchmarks/fetch.py --table-gb 4 --batch 100000,1000000 \

@@ -276,6 +276,21 @@ def sparse_table() -> np.ndarray:
     return (gen.random((200, 1433)) < 0.013).astype(np.float32)
 
 
+@pytest.fixture
+def nvrtc():
+    """CuPy's NVRTC module (the dev extra), which compiles the kernels; the test skips without."""
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:  # noqa: BLE001 - any failure to load NVRTC means: cannot check
+        pytest.skip(
+            f"NVRTC is not loadable here ({type(exc).__name__}: {exc}); "
+            "install the dev extra (nvidia-cuda-nvrtc)"
+        )
+    return nvrtc
+
+
 @pytest.fixture(scope="session")
 def lib(tmp_path_factory) -> ctypes.CDLL:
     """The kernels of ``cuda/*.cu`` built for the host by g++ with the SIMT harness."""

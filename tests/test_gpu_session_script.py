@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import e2e, fetch, overlap, pages, profile_fetch, sampling
+from benchmarks import decode_ab, e2e, fetch, overlap, pages, profile_fetch, sampling
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
@@ -27,6 +27,7 @@ STAGES = (
     "smoke",
     "tests",
     "sanitize",
+    "decodeab",
     "fetch",
     "profile",
     "pages",
@@ -68,6 +69,7 @@ def stage_commands() -> dict[str, list[list[str]]]:
             "$WORK/overlap": "/tmp/w/overlap",
             "$features": "f.npy",
             "$raw_kernel": "lines",  # the loop of the lanes stage: auto, then lines
+            "$DATA/baseline-cuda": str(REPO),  # a folder that exists here
         }
         found.setdefault(m.group(1), []).append(
             ["/tmp/o" + a[4:] if a.startswith("$OUT") else subst.get(a, a) for a in argv]
@@ -150,7 +152,21 @@ def test_files_written_per_stage_match_the_plan() -> None:
 
 def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     cmds = stage_commands()
-    assert set(cmds) == {"fetch", "pages", "sampling", "e2e", "overlap", "profile_fetch"}
+    assert set(cmds) == {
+        "decode_ab",
+        "fetch",
+        "pages",
+        "sampling",
+        "e2e",
+        "overlap",
+        "profile_fetch",
+    }
+    # decodeab: the decoder against its previous version, side by side, on every table.
+    (ab,) = (decode_ab.parse_args(c) for c in cmds["decode_ab"])
+    assert ab.baseline == REPO and ab.real and str(ab.out) == "/tmp/o" and not ab.dry_run
+    assert ab.kinds == ["dense-normal", "sparse-5pct"] and ab.widths == [512]
+    assert ab.rounds >= 4 and ab.rounds % 2 == 0  # each order as often
+    assert ab.max_blocks is None and ab.block_warps is None and ab.time_budget <= 200
     driver, again, summarise = (profile_fetch.parse_args(c) for c in cmds["profile_fetch"])
     for run in (driver, again):  # with the extra metrics, then with the sections alone
         assert str(run.manifest) == "/tmp/o/profile-manifest.json" and not run.dry_run
@@ -270,9 +286,88 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
     assert covered == set(STAGES)
     assert "gpu_session.sh smoke tests" in calls[0]  # the smoke test and the tests come first
     stages_of = [c.split("gpu_session.sh", 1)[1].split() for c in calls]
+    assert stages_of[1] == ["decodeab", "sanitize"]  # then the decoder A/B, the sanitizers
+    assert "baseline: not a git checkout; the decodeab stage will refuse" in done.stdout
+    assert not (data / "baseline-cuda").exists()
     fetch_call = next(i for i, st in enumerate(stages_of) if "fetch" in st)
     assert stages_of[fetch_call + 1] == ["profile"]  # the profile right after the fetch
     assert "prepare" in script("prepare", "smoke").stderr
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, **env}, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def _checkout_with_two_decoders(tmp_path: Path, first: str) -> tuple[Path, str]:
+    """A git checkout of the script whose cuda/fetch_decode.cu was ``first``, then the
+    package's; and the first commit's short name."""
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "cuda").mkdir()
+    shutil.copy(SCRIPT, repo / "benchmarks" / "gpu_session.sh")
+    _git(repo, "init", "-q")
+    (repo / "cuda" / "fetch_decode.cu").write_text(first)
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "first")
+    sha = _git(repo, "rev-parse", "--short", "HEAD")
+    shutil.copy(REPO / "cuda" / "fetch_decode.cu", repo / "cuda" / "fetch_decode.cu")
+    (repo / "notes.txt").write_text("a later commit that leaves the decoder alone")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "second")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "third")
+    return repo, sha
+
+
+def _prepare(repo: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    return script(
+        "prepare",
+        cwd=repo,
+        PYTHON=sys.executable,
+        PYTHONPATH=str(REPO),  # the checkout's benchmarks.decode_ab compares the sources
+        IBP_GRAPH_SHARED_DATASETS=str(tmp_path / "none"),
+        **env,
+    )
+
+
+def test_prepare_writes_the_decoders_previous_version_for_decodeab(tmp_path: Path, nvrtc) -> None:
+    current = (REPO / "cuda" / "fetch_decode.cu").read_text()
+    older = current + "\n// an older version\n"
+    repo, first = _checkout_with_two_decoders(tmp_path, older)
+    done = _prepare(repo, tmp_path)
+    assert done.returncode == 0, done.stderr
+    baseline = repo / "device_data" / "baseline-cuda"
+    assert f"baseline: cuda/fetch_decode.cu at {first} -> device_data/baseline-cuda" in done.stdout
+    assert (baseline / "fetch_decode.cu").read_text() == older
+    assert (baseline / "COMMIT").read_text().strip() == first
+    # A decoder changed in the working tree is compared with HEAD's.
+    (repo / "cuda" / "fetch_decode.cu").write_text(current + "\n// being changed\n")
+    done = _prepare(repo, tmp_path)
+    assert (baseline / "fetch_decode.cu").read_text() == current
+    assert (baseline / "COMMIT").read_text().strip() == _git(repo, "rev-parse", "--short", "HEAD")
+    # IBP_GRAPH_AB_BASE names the commit.
+    done = _prepare(repo, tmp_path, IBP_GRAPH_AB_BASE=first)
+    assert (baseline / "fetch_decode.cu").read_text() == older
+
+
+def test_prepare_refuses_a_previous_decoder_the_launcher_cannot_launch(
+    tmp_path: Path, nvrtc
+) -> None:
+    current = (REPO / "cuda" / "fetch_decode.cu").read_text()
+    wider = current.replace(
+        "int row_bytes, int buf_words) {", "int row_bytes, int buf_words, int x) {"
+    )
+    repo, _ = _checkout_with_two_decoders(tmp_path, wider)
+    done = _prepare(repo, tmp_path)
+    assert done.returncode == 0, done.stderr  # the other stages can still run
+    assert "takes other parameters" in done.stderr
+    assert "baseline: refused (above); the decodeab stage will refuse" in done.stdout
+    assert not (repo / "device_data" / "baseline-cuda").exists()
+    done = _prepare(repo, tmp_path, IBP_GRAPH_AB_BASE="no-such-commit")
+    assert "no cuda/fetch_decode.cu at 'no-such-commit'" in done.stdout
 
 
 def test_prepare_refuses_a_carry_folder_over_64_mib(tmp_path: Path) -> None:

@@ -29,19 +29,6 @@ from ibp_graph.pinned import PinnedBuffer, PinningError
 ARCHS = ("sm_80", "sm_90")
 
 
-def _nvrtc():
-    try:
-        from cupy.cuda import nvrtc
-
-        nvrtc.getVersion()
-    except Exception as exc:  # noqa: BLE001 - any failure to load NVRTC means: cannot check
-        pytest.skip(
-            f"NVRTC is not loadable here ({type(exc).__name__}: {exc}); "
-            "install the dev extra (nvidia-cuda-nvrtc)"
-        )
-    return nvrtc
-
-
 def test_sources_are_found() -> None:
     names = {p.name for p in source_files()}
     assert {"fetch_decode.cu", "raw_gather.cu"} <= names
@@ -50,8 +37,7 @@ def test_sources_are_found() -> None:
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("source", [p.name for p in source_files()])
-def test_every_kernel_compiles(source: str, arch: str) -> None:
-    nvrtc = _nvrtc()
+def test_every_kernel_compiles(source: str, arch: str, nvrtc) -> None:
     text = (cuda_dir() / source).read_text()
     prog = nvrtc.createProgram(text, source, [], [])
     try:

@@ -37,11 +37,38 @@ def source_files() -> list[Path]:
 
 
 def read_source(name: str) -> str:
-    """The text of ``cuda/<name>``."""
-    path = cuda_dir() / name
+    """The text of ``cuda/<name>``, or of the file ``name`` when it is an absolute path."""
+    path = Path(name) if Path(name).is_absolute() else cuda_dir() / name
     if not path.is_file():
         raise FileNotFoundError(f"CUDA source {path} is missing")
     return path.read_text()
+
+
+_SOURCES: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "ibp_graph_kernel_sources", default=None
+)
+
+
+@contextlib.contextmanager
+def kernel_sources(folder: str | Path) -> Iterator[Path]:
+    """Build the kernels launched inside from the ``.cu`` files of ``folder``, not the package's.
+
+    For comparing two versions of a kernel in one process (``benchmarks/decode_ab.py``): a
+    launcher called inside takes its entry point from ``folder/<its source>``, compiled and
+    cached apart from the package's. The setting is local to the thread (a context variable),
+    and the launch arguments are the package's, so the other version must take the same ones.
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no ``.cu`` file (named).
+    """
+    path = Path(folder).resolve()
+    if not path.is_dir() or not any(path.glob("*.cu")):
+        raise FileNotFoundError(f"no CUDA sources (*.cu) in {path}")
+    token = _SOURCES.set(path)
+    try:
+        yield path
+    finally:
+        _SOURCES.reset(token)
 
 
 def cupy() -> Any:
@@ -86,6 +113,8 @@ def _allow_smem(source: str, entry: str, device: int, max_smem: int) -> None:
 def kernel(source: str, entry: str, device: int, *, max_smem: int | None = None) -> Any:
     """The ``entry`` kernel of ``cuda/<source>`` built for ``device`` (cached).
 
+    Inside `kernel_sources`, of ``<its folder>/<source>``.
+
     ``max_smem``: allow launches of up to that many bytes of dynamic shared memory (above
     the default 48 KiB). Always pass the device's limit: the kernel is shared between tables
     and threads, so the limit is only ever raised, once, to that value.
@@ -93,6 +122,9 @@ def kernel(source: str, entry: str, device: int, *, max_smem: int | None = None)
     A CuPy kernel runs in the context of the device that is current when it is called (or
     when an attribute is set), so call it inside `cupy_stream` for the same device.
     """
+    folder = _SOURCES.get()
+    if folder is not None:  # inside kernel_sources: that folder's file, cached under its path
+        source = str(folder / source)
     if max_smem is not None:
         _allow_smem(source, entry, int(device), int(max_smem))
     return _kernel(source, entry, int(device))

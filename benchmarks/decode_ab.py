@@ -1,0 +1,478 @@
+"""Two versions of the fused decoder side by side: decode-only GB/s, A/B alternating.
+
+Usage::
+
+    python benchmarks/decode_ab.py --baseline DIR [--baseline-label 2421176]   # on a GPU
+    .venv/bin/python benchmarks/decode_ab.py --baseline DIR --dry-run          # no GPU
+
+``current`` is the package's ``cuda/fetch_decode.cu``; ``baseline`` is ``DIR/fetch_decode.cu``,
+an earlier version of it (``benchmarks/gpu_session.sh prepare`` writes the one before the last
+commit that changed the file). Both are launched by the package's launcher, the baseline
+inside `ibp_graph.kernels.runtime.kernel_sources`, so both must declare the same entry points
+with the same parameters. That is checked first, on the CPU: both are compiled with NVRTC
+and their PTX entry points compared, and a baseline that differs is refused before anything
+is launched.
+
+Cases: synthetic float32 rows of ``--widths`` bytes of the ``--kinds`` of
+``benchmarks/fetch.py``, then the real float32 / float16 tables of `benchmarks.real_tables`
+(``--no-real`` leaves them out; ``--cases`` keeps the named ones). Each case's compressed rows
+are tiled in GPU memory until they stand for ``--table-gb`` GiB of raw rows, so the decoder
+reads no PCIe (decode only); a table stored raw has no decoder to compare and is skipped.
+Batches of ``--batch`` random ids (uniform, duplicates allowed, drawn as ``fetch.py`` draws
+them: enough batches that their stored rows reach four times the L2), taken in turn.
+
+For ``--rounds`` rounds, each version is timed as ``fetch.py`` times a launch (CUDA events
+around back-to-back launches queued behind a GPU sleep, the median of ``--repeats``
+samples), the order alternating from round to round (current first in even rounds). The
+results give each version's median GB/s of decoded output over the rounds, the ratio of the
+two medians (current / baseline: above 1, the current kernel is faster), the median, lowest
+and highest of the per-round ratios, and whether each version's output matched the rows bit
+for bit (every batch of the pool, after the timing). The launches are the library's:
+the current stream, its grid (``--max-blocks`` caps it, in blocks per SM) and its blocks
+(``--block-warps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ibp_graph  # noqa: E402
+from benchmarks import fetch  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    RESULTS,
+    block_warps_arg,
+    blocks_per_sm,
+    environment,
+    grid_cap,
+    header_lines,
+    result_name,
+    write_json,
+)
+
+SOURCE = "fetch_decode.cu"
+GIB = 1 << 30
+#: The architecture the entry points are compared at (their parameters do not depend on it).
+PTX_ARCH = "compute_80"
+
+
+# --------------------------------------------------------------------------------------------
+# The two sources
+# --------------------------------------------------------------------------------------------
+
+
+def entry_points(text: str, name: str) -> dict[str, list[str]]:
+    """The PTX entry points of CUDA source ``text`` (called ``name``): name -> parameter types.
+
+    Compiled with NVRTC (the dev extra) for `PTX_ARCH` with the package's options. Raises
+    SystemExit naming ``name`` when NVRTC is missing or the source does not compile.
+    """
+    from ibp_graph.kernels.runtime import NVRTC_OPTIONS
+
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:  # ImportError, or a CuPy without its NVRTC library
+        raise SystemExit(f"decode_ab: NVRTC is needed to compare the kernels ({exc})") from None
+    prog = nvrtc.createProgram(text, name, [], [])
+    try:
+        nvrtc.compileProgram(prog, [f"--gpu-architecture={PTX_ARCH}", *NVRTC_OPTIONS])
+    except nvrtc.NVRTCError:
+        log = nvrtc.getProgramLog(prog).strip().splitlines()
+        raise SystemExit(
+            f"decode_ab: {name} does not compile: {log[0] if log else 'no log'}"
+        ) from None
+    ptx = nvrtc.getPTX(prog)
+    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    entries = {}
+    for entry, params in re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx):
+        # ".param .u64 .ptr .global .align 1 <entry>_param_0": the declaration less its name
+        entries[entry] = [
+            " ".join(p.split()[:-1]) for p in params.replace("\n", " ").split(",") if p.strip()
+        ]
+    return entries
+
+
+def check_sources(baseline: Path) -> dict[str, Any]:
+    """Refuse (SystemExit, one line) a baseline the package's launcher cannot launch as is.
+
+    ``baseline``: the folder holding the baseline's ``fetch_decode.cu``. It must declare the
+    same entry points as the current source, each with the same parameter types, in order.
+    Returns the entry points' names and whether the two sources are the same text.
+    """
+    from ibp_graph.kernels.runtime import read_source
+
+    path = baseline / SOURCE
+    if not path.is_file():
+        raise SystemExit(f"decode_ab: no baseline kernel: {path} is missing")
+    current_text, baseline_text = read_source(SOURCE), path.read_text()
+    current = entry_points(current_text, f"cuda/{SOURCE}")
+    other = entry_points(baseline_text, str(path))
+    if sorted(current) != sorted(other):
+        missing = sorted(set(current) - set(other))
+        extra = sorted(set(other) - set(current))
+        raise SystemExit(
+            f"decode_ab: {path} declares other entry points than cuda/{SOURCE} "
+            f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'})"
+        )
+    for entry, params in current.items():
+        if other[entry] != params:
+            raise SystemExit(
+                f"decode_ab: {entry} takes other parameters in {path} ({len(other[entry])}) "
+                f"than in cuda/{SOURCE} ({len(params)}): the package's launcher cannot launch it"
+            )
+    return {"entry_points": sorted(current), "same_text": current_text == baseline_text}
+
+
+# --------------------------------------------------------------------------------------------
+# Cases and measurement
+# --------------------------------------------------------------------------------------------
+
+
+def build_cases(args: argparse.Namespace) -> tuple[list[fetch.Case], str]:
+    """The synthetic cases, then the real tables (unless ``--no-real``); ``--cases`` filters."""
+    cases = fetch.synthetic_cases(args.widths, args.kinds, args.block_rows, args.seed)
+    note = "real tables left out (--no-real)"
+    if args.real:
+        real, note = fetch.real_cases()
+        cases += real
+    if args.cases:
+        known = {c.name for c in cases}
+        unknown = [name for name in args.cases if name not in known]
+        if unknown:
+            raise SystemExit(
+                f"decode_ab: no case named {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        cases = [c for c in cases if c.name in args.cases]
+    return cases, note
+
+
+@dataclasses.dataclass
+class Tiled:
+    """A case's compressed rows tiled on ``device``: what both versions decode."""
+
+    case: fetch.Case
+    table: ibp_graph.IBPTable
+    times: int
+    rows: torch.Tensor  # the stored rows, tiled, and 64 zero bytes
+    codec: Any
+    sizes: torch.Tensor  # stored bytes of each row of the block
+
+    @property
+    def num_rows(self) -> int:
+        return self.times * self.case.rows.shape[0]
+
+
+def tile(case: fetch.Case, table: ibp_graph.IBPTable, table_bytes: int, device) -> Tiled:
+    """``case``'s compressed rows (``table``) tiled in ``device`` memory up to ``table_bytes``
+    of raw rows, and the codec that reads them there."""
+    times = fetch.tiles(table_bytes, case.rows.shape[0], case.row_bytes)
+    block = torch.from_numpy(fetch.stored_block(table).copy()).to(device)  # writable
+    rows = torch.zeros(times * block.numel() + 64, dtype=torch.uint8, device=device)
+    rows[: times * block.numel()].view(times, -1).copy_(block.expand(times, -1))
+    codec = fetch.tiled_codec(table, times, rows.data_ptr(), device)
+    sizes = torch.from_numpy(np.diff(table.offsets).astype(np.int64) * table.align).to(device)
+    return Tiled(case, table, times, rows, codec, sizes)
+
+
+def versions(
+    launch: Callable[[torch.Tensor], None], baseline: Path
+) -> dict[str, Callable[[torch.Tensor], None]]:
+    """``launch`` as the current kernel and, inside `kernel_sources`, as the baseline."""
+    from ibp_graph.kernels.runtime import kernel_sources
+
+    def baseline_launch(ids: torch.Tensor) -> None:
+        with kernel_sources(baseline):
+            launch(ids)
+
+    return {"current": launch, "baseline": baseline_launch}
+
+
+def alternate(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Each of the two ``timers`` once a round, for ``rounds`` rounds, the order alternating
+    (the first named first in even rounds): their seconds, round by round."""
+    names = list(timers)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            seconds[name].append(timers[name]())
+    return seconds
+
+
+def compare(nbytes: int, seconds: dict[str, list[float]]) -> dict[str, Any]:
+    """GB/s of each version (median over the rounds) and the current / baseline ratios."""
+    rates = {k: [fetch.gbps(nbytes, s) for s in v] for k, v in seconds.items()}
+    per_round = [c / b for c, b in zip(rates["current"], rates["baseline"], strict=True)]
+    current, baseline = statistics.median(rates["current"]), statistics.median(rates["baseline"])
+    return {
+        "current_gbps": current,
+        "baseline_gbps": baseline,
+        "ratio": current / baseline,
+        "round_ratio_median": statistics.median(per_round),
+        "round_ratio_min": min(per_round),
+        "round_ratio_max": max(per_round),
+        "current_gbps_rounds": rates["current"],
+        "baseline_gbps_rounds": rates["baseline"],
+    }
+
+
+def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, Any]:
+    """Compress and tile one case, time both versions round by round, check both."""
+    from ibp_graph.cuda_table import raw_bypass
+
+    table = ibp_graph.compress(case.rows, tmp / "block.ibp", progress=False)
+    head = {
+        "case": case.name,
+        "source": case.source,
+        "row_bytes": case.row_bytes,
+        "ratio": float(table.ratio),
+        "zeros": fetch.zero_fraction(case.rows),
+    }
+    if raw_bypass(table):
+        return head | {"skipped": "stored raw: the raw gather, no decoder to compare"}
+    t = tile(case, table, args.table_bytes, device)
+    n = fetch.batch_rows(args.batch, case.row_bytes, args.max_batch_bytes, t.num_rows)
+    pool, pool_stored = fetch.draw_pool(t.num_rows, n, args.seed, t.sizes, fetch.l2_bytes(device))
+    out = torch.empty((n, case.row_bytes), dtype=torch.uint8, device=device)
+    error = torch.zeros(2, dtype=torch.int32, device=device)
+    cap = grid_cap(args.max_blocks, device)
+    launch = fetch.fused_launch(t.codec, False, out, error, cap, block_warps=args.block_warps)
+    launches = versions(launch, args.baseline)
+    timers = {
+        name: (lambda fn=fn: fetch.gpu_seconds(
+            fetch.rotating(fn, pool), args.repeats, guard, device
+        ))
+        for name, fn in launches.items()
+    }  # fmt: skip
+    result = head | compare(n * case.row_bytes, alternate(timers, args.rounds))
+    ref = torch.from_numpy(
+        np.ascontiguousarray(case.rows).view(np.uint8).reshape(case.rows.shape[0], -1)
+    ).to(device)
+    for name, fn in launches.items():
+        error.zero_()
+        same = fetch.check_pool(fn, pool, out, fetch.rows_match(out, ref, pool))
+        result[f"{name}_bit_identical"] = same and not bool(error.any())
+    return result | {
+        "batch_rows": n,
+        "id_batches": len(pool),
+        "pool_stored_bytes": pool_stored,
+        "table_rows": t.num_rows,
+        "stored_bytes": t.rows.numel() - 64,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown(payload: dict) -> str:
+    """The results page: settings, one row a case, and the cases' ratios in one line."""
+    s = payload["settings"]
+    lines = header_lines("Fused decoder, two versions side by side (decode only)", payload)
+    lines += [
+        f"current: `cuda/{SOURCE}` at commit {payload['git_commit']}; baseline: "
+        f"`{SOURCE}` at {s['baseline_label']} (the same entry points and parameters, checked "
+        f"on their PTX{'; the same text' if s['same_text'] else ''}).",
+        "",
+        f"Compressed rows tiled in GPU memory to stand for {s['table_gb']:g} GiB of raw rows; "
+        f"batches of {s['batch']:,} random ids (fewer where {s['max_batch_gb']:g} GiB of rows "
+        f"or the table is less), taken in turn; {s['rounds']} rounds, each timing both "
+        f"versions (CUDA events, median of {s['repeats']} samples), the order alternating; "
+        f"grid: {s['grid']}; {s['blocks']}. GB/s of decoded output, the median over the "
+        "rounds; ratio: current / baseline (above 1: the current kernel is faster), of the "
+        "medians, then the median [lowest, highest] of the per-round ratios. Bit-identical: "
+        "each version's output against the rows, every batch.",
+        "",
+        "| case | row B | ratio | zeros | batch rows | current GB/s | baseline GB/s "
+        "| current / baseline | per round | bit-identical |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["cases"]:
+        lead = f"| {r['case']} | {r['row_bytes']:,} | {r['ratio']:.3f} | {r['zeros']:.0%} "
+        if r.get("skipped"):
+            lines.append(f"{lead}| {r['skipped']} | | | | | |")
+            continue
+        same = r["current_bit_identical"] and r["baseline_bit_identical"]
+        lines.append(
+            f"{lead}| {r['batch_rows']:,} | {_num(r['current_gbps'])} "
+            f"| {_num(r['baseline_gbps'])} | {r['ratio']:.3f}x "
+            f"| {r['round_ratio_median']:.3f}x [{r['round_ratio_min']:.3f}, "
+            f"{r['round_ratio_max']:.3f}] | {same} |"
+        )
+    lines += ["", f"Real tables: {s['real_note']}.", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Two versions of the fused decoder side by side (decode-only GB/s).",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        required=True,
+        help=f"folder holding the baseline's {SOURCE}",
+    )
+    p.add_argument(
+        "--baseline-label",
+        default=None,
+        help="what the baseline is, for the results (default: the folder's COMMIT file, else "
+        "its name)",
+    )
+    p.add_argument("--table-gb", type=float, default=1.0, help="GiB of raw rows per table")
+    p.add_argument("--batch", type=int, default=100_000, help="rows per batch")
+    p.add_argument("--max-batch-gb", type=float, default=1.0, help="cap on a batch's GiB of rows")
+    p.add_argument("--rounds", type=int, default=6, help="rounds, each timing both versions")
+    p.add_argument("--repeats", type=int, default=5, help="timed samples per version per round")
+    p.add_argument("--widths", type=fetch.int_list, default=[512], help="synthetic row bytes")
+    p.add_argument(
+        "--kinds",
+        type=fetch.names_in(fetch.KINDS, "kind"),
+        default=["dense-normal", "sparse-5pct"],
+        help=f"synthetic kinds, comma-separated ({', '.join(fetch.KINDS)})",
+    )
+    p.add_argument("--block-rows", type=int, default=fetch.BLOCK_ROWS, help="distinct rows")
+    p.add_argument("--no-real", dest="real", action="store_false", help="skip the real tables")
+    p.add_argument(
+        "--cases", type=lambda t: [c for c in t.split(",") if c], default=None,
+        help="only these cases, comma-separated names",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-blocks",
+        type=blocks_per_sm,
+        default=None,
+        help="grid cap in blocks per SM (default: the library's)",
+    )
+    p.add_argument(
+        "--block-warps", type=block_warps_arg, default=None,
+        help="warps per block (default: the library's)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget", type=float, default=300.0, help="seconds; no case starts after")
+    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU: compare the two sources and build every case",
+    )
+    args = p.parse_args(argv)
+    for name in ("table_gb", "max_batch_gb", "time_budget"):
+        if not getattr(args, name) > 0:
+            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("batch", "rounds", "repeats", "block_rows"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not args.baseline.is_dir():
+        p.error(f"--baseline {args.baseline} is not a folder")
+    args.baseline = args.baseline.resolve()
+    if args.baseline_label is None:
+        stamp = args.baseline / "COMMIT"
+        args.baseline_label = stamp.read_text().strip() if stamp.is_file() else args.baseline.name
+    args.table_bytes = int(args.table_gb * GIB)
+    args.max_batch_bytes = int(args.max_batch_gb * GIB)
+    return args
+
+
+def settings(args: argparse.Namespace, sources: dict, real_note: str) -> dict:
+    from benchmarks._env import block_label
+
+    return {
+        "baseline": str(args.baseline),
+        "baseline_label": args.baseline_label,
+        "same_text": sources["same_text"],
+        "entry_points": sources["entry_points"],
+        "table_gb": args.table_gb,
+        "batch": args.batch,
+        "max_batch_gb": args.max_batch_gb,
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "grid": "the library's default"
+        if args.max_blocks is None
+        else f"{args.max_blocks:g} blocks per SM",
+        "blocks": block_label(None if args.block_warps is None else [args.block_warps]),
+        "real_note": real_note,
+    }
+
+
+def run(args: argparse.Namespace, device: torch.device, env: dict) -> dict:
+    """Compare the sources, then measure every case on ``device`` (a dry run: build them)."""
+    sources = check_sources(args.baseline)
+    cases, real_note = build_cases(args)
+    payload = env | {"settings": settings(args, sources, real_note), "cases": []}
+    name = result_name("decode-ab", device)
+    guard = fetch.QueueGuard(device)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            if args.dry_run:
+                table = ibp_graph.compress(case.rows, Path(tmp) / "block.ibp", progress=False)
+                fetch.log(f"{case.name}: ratio {table.ratio:.3f} (dry run: not timed)")
+                continue
+            if time.perf_counter() - start > args.time_budget:
+                r = {"case": case.name, "skipped": "not started: --time-budget spent"} | {
+                    "source": case.source,
+                    "row_bytes": case.row_bytes,
+                    "ratio": float("nan"),
+                    "zeros": fetch.zero_fraction(case.rows),
+                }
+            else:
+                r = measure_case(args, case, Path(tmp), device, guard)
+            payload["cases"].append(r)
+            fetch.log(f"{case.name}: {summary_text(r)}")
+            # After every case, so that a run cut off keeps what it measured.
+            write_json(name, fetch.finite(payload), args.out)
+            (args.out / f"{name}.md").write_text(markdown(payload))
+    return payload
+
+
+def summary_text(r: dict) -> str:
+    """One case's result for the log."""
+    if r.get("skipped"):
+        return r["skipped"]
+    return (
+        f"current {r['current_gbps']:.1f} GB/s, baseline {r['baseline_gbps']:.1f} GB/s, "
+        f"{r['ratio']:.3f}x, bit-identical {r['current_bit_identical']} (current), "
+        f"{r['baseline_bit_identical']} (baseline)"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        raise SystemExit(
+            "benchmarks/decode_ab.py needs a CUDA GPU (torch.cuda.is_available() is False); "
+            "--dry-run compares the sources and builds the cases on the CPU"
+        )
+    env = environment()
+    if argv is not None:
+        env["command"] = " ".join(["python", "benchmarks/decode_ab.py", *argv])
+    device = torch.device("cuda") if not args.dry_run else torch.device("cpu")
+    return run(args, device, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""benchmarks/decode_ab.py and `runtime.kernel_sources` on the CPU.
+
+The sources' entry points are compared through NVRTC (the dev extra) as on the GPU machine;
+the GPU run is exercised end to end with the fused launcher replaced by the NumPy stand-in of
+tests/test_fetch_benchmark.py, which also records whether it was called inside
+`kernel_sources` (the baseline) or not (the current kernel).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_fetch_benchmark import numpy_fetch_decode
+
+from benchmarks import decode_ab
+from ibp_graph import cuda_table
+from ibp_graph.kernels import runtime
+
+SMALL = [
+    "--table-gb", "0.001", "--batch", "300", "--block-rows", "64", "--widths", "256",
+    "--no-real", "--rounds", "3", "--repeats", "1",
+]  # fmt: skip
+
+CURRENT = runtime.read_source(decode_ab.SOURCE)
+
+
+def _baseline(tmp_path: Path, text: str = CURRENT, commit: str | None = "abc1234") -> Path:
+    folder = tmp_path / "baseline"
+    folder.mkdir(exist_ok=True)
+    (folder / decode_ab.SOURCE).write_text(text)
+    if commit:
+        (folder / "COMMIT").write_text(commit + "\n")
+    return folder
+
+
+# --------------------------------------------------------------------------------------------
+# kernel_sources
+# --------------------------------------------------------------------------------------------
+
+
+def test_kernel_sources_build_launches_inside_from_the_folder(monkeypatch, tmp_path) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(runtime, "_kernel", lambda source, entry, device: asked.append(source))
+    folder = _baseline(tmp_path)
+    runtime.kernel(decode_ab.SOURCE, "e", 0)
+    with runtime.kernel_sources(folder) as path:
+        assert path == folder.resolve()
+        runtime.kernel(decode_ab.SOURCE, "e", 0)
+        seen_by_thread: list[str] = []
+        thread = threading.Thread(target=lambda: seen_by_thread.append(str(runtime._SOURCES.get())))
+        thread.start()
+        thread.join()
+        assert seen_by_thread == ["None"]  # another thread builds the package's kernels
+    runtime.kernel(decode_ab.SOURCE, "e", 0)
+    assert asked == [
+        decode_ab.SOURCE,
+        str(folder.resolve() / decode_ab.SOURCE),
+        decode_ab.SOURCE,
+    ]
+
+
+def test_read_source_reads_an_absolute_path_and_names_a_missing_one(tmp_path) -> None:
+    folder = _baseline(tmp_path, "// another version\n")
+    assert runtime.read_source(str(folder / decode_ab.SOURCE)) == "// another version\n"
+    assert runtime.read_source(decode_ab.SOURCE) == CURRENT
+    with pytest.raises(FileNotFoundError, match="missing.cu is missing"):
+        runtime.read_source(str(folder / "missing.cu"))
+
+
+def test_kernel_sources_refuse_a_folder_without_sources(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"no CUDA sources \(\*\.cu\) in .*empty"):
+        with runtime.kernel_sources(tmp_path / "empty"):
+            pass
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no CUDA sources"):
+        with runtime.kernel_sources(tmp_path / "empty"):
+            pass
+    assert runtime._SOURCES.get() is None
+
+
+# --------------------------------------------------------------------------------------------
+# The sources compared
+# --------------------------------------------------------------------------------------------
+
+
+def test_entry_points_are_the_fused_kernels_with_their_parameters(nvrtc) -> None:
+    entries = decode_ab.entry_points(CURRENT, "fetch_decode.cu")
+    names = {
+        f"ibp_fetch_decode{db}_w{w}_o{o}" for db in ("", "_db") for w in (4, 8) for o in (4, 8)
+    }
+    assert set(entries) == names
+    params = entries["ibp_fetch_decode_w4_o4"]
+    assert len(params) == 20  # rows ... buf_words, as the launcher passes them
+    assert params[0].startswith(".param .u64") and params[-1] == ".param .u32"
+    assert entries["ibp_fetch_decode_w4_o4"] == entries["ibp_fetch_decode_db_w4_o4"]
+
+
+def test_a_baseline_with_the_same_entry_points_is_accepted(tmp_path, nvrtc) -> None:
+    same = decode_ab.check_sources(_baseline(tmp_path))
+    assert same["same_text"] and len(same["entry_points"]) == 8
+    edited = CURRENT.replace("constexpr int U = 16", "constexpr int U = 32")
+    assert edited != CURRENT
+    other = decode_ab.check_sources(_baseline(tmp_path, edited))
+    assert not other["same_text"]
+
+
+def test_a_baseline_the_launcher_cannot_launch_is_refused(tmp_path, nvrtc) -> None:
+    one_more = CURRENT.replace(
+        "int row_bytes, int buf_words) {", "int row_bytes, int buf_words, int extra) {"
+    )
+    assert one_more.count("int extra") == 1  # the entry points' macro
+    with pytest.raises(SystemExit, match=r"ibp_fetch_decode_\w+ takes other parameters .*\(21\)"):
+        decode_ab.check_sources(_baseline(tmp_path, one_more))
+    fewer = CURRENT.replace("IBP_FETCH_DECODE(ibp_fetch_decode_db_w8_o8, u64, u64, 2)", "")
+    with pytest.raises(SystemExit, match="missing: ibp_fetch_decode_db_w8_o8; extra: none"):
+        decode_ab.check_sources(_baseline(tmp_path, fewer))
+    with pytest.raises(SystemExit, match="does not compile"):
+        decode_ab.check_sources(_baseline(tmp_path, CURRENT + "\nthis is not C++;\n"))
+    with pytest.raises(SystemExit, match="no baseline kernel: .*fetch_decode.cu is missing"):
+        decode_ab.check_sources(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Rounds and ratios
+# --------------------------------------------------------------------------------------------
+
+
+def test_rounds_alternate_the_order() -> None:
+    calls: list[str] = []
+    timers = {
+        name: (lambda name=name: calls.append(name) or len(calls))
+        for name in ("current", "baseline")
+    }
+    seconds = decode_ab.alternate(timers, 4)
+    assert calls == ["current", "baseline", "baseline", "current"] * 2
+    assert seconds == {"current": [1, 4, 5, 8], "baseline": [2, 3, 6, 7]}
+
+
+def test_compare_takes_medians_and_per_round_ratios() -> None:
+    r = decode_ab.compare(10**9, {"current": [0.5, 0.25, 1.0], "baseline": [1.0, 1.0, 0.5]})
+    assert r["current_gbps_rounds"] == pytest.approx([2.0, 4.0, 1.0])
+    assert r["current_gbps"] == pytest.approx(2.0) and r["baseline_gbps"] == pytest.approx(1.0)
+    assert r["ratio"] == pytest.approx(2.0)
+    assert r["round_ratio_median"] == pytest.approx(2.0)
+    assert (r["round_ratio_min"], r["round_ratio_max"]) == pytest.approx((0.5, 4.0))
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--rounds", "0"], "--rounds must be at least 1"),
+        (["--table-gb", "0"], "--table-gb must be positive"),
+        (["--kinds", "dense"], "dense"),
+        (["--block-warps", "33"], "block_warps"),
+    ],
+)
+def test_bad_arguments_are_refused(tmp_path, argv, message, capsys) -> None:
+    with pytest.raises(SystemExit):
+        decode_ab.parse_args(["--baseline", str(_baseline(tmp_path)), *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_baseline_label_comes_from_its_commit_file_or_its_name(tmp_path) -> None:
+    assert decode_ab.parse_args(["--baseline", str(_baseline(tmp_path))]).baseline_label == (
+        "abc1234"
+    )
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert decode_ab.parse_args(["--baseline", str(bare)]).baseline_label == "bare"
+    args = decode_ab.parse_args(["--baseline", str(bare), "--baseline-label", "v1"])
+    assert args.baseline_label == "v1"
+
+
+# --------------------------------------------------------------------------------------------
+# A run with the stand-in launcher
+# --------------------------------------------------------------------------------------------
+
+
+def _stand_in(monkeypatch, *, baseline_breaks: bool = False) -> list[str]:
+    """The NumPy fused fetch in place of the kernel; the versions it ran, in order."""
+    ran: list[str] = []
+
+    def launch(codec, idx, out, error, **kw) -> None:
+        version = "current" if runtime._SOURCES.get() is None else "baseline"
+        ran.append(version)
+        numpy_fetch_decode(codec, idx, out, error, **kw)
+        if baseline_breaks and version == "baseline":
+            out.view(torch.uint8)[0, 0] ^= 1  # one wrong bit
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", launch)
+    return ran
+
+
+def _run(tmp_path: Path, argv: list[str]) -> dict:
+    args = decode_ab.parse_args(
+        ["--baseline", str(_baseline(tmp_path)), *SMALL, *argv, "--out", str(tmp_path)]
+    )
+    env = {"device": "CPU: test", "git_commit": "def5678", "date": "d", "command": "c"}
+    return decode_ab.run(args, torch.device("cpu"), env)
+
+
+def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc) -> None:
+    ran = _stand_in(monkeypatch)
+    payload = _run(tmp_path, ["--kinds", "dense-normal,sparse-5pct,random-bits"])
+    assert set(ran) == {"current", "baseline"}
+    by_case = {r["case"]: r for r in payload["cases"]}
+    assert list(by_case) == ["dense-normal-256B", "sparse-5pct-256B", "random-bits-256B"]
+    assert "stored raw" in by_case["random-bits-256B"]["skipped"]
+    for name in ("dense-normal-256B", "sparse-5pct-256B"):
+        r = by_case[name]
+        assert r["current_bit_identical"] and r["baseline_bit_identical"]
+        assert len(r["current_gbps_rounds"]) == len(r["baseline_gbps_rounds"]) == 3
+        assert r["ratio"] == pytest.approx(r["current_gbps"] / r["baseline_gbps"])
+        assert r["batch_rows"] == 300 and r["table_rows"] % 64 == 0
+    doc = json.loads((tmp_path / "decode-ab-cpu.json").read_text())
+    assert doc["settings"]["baseline_label"] == "abc1234" and doc["settings"]["same_text"]
+    assert doc["git_commit"] == "def5678"
+    md = (tmp_path / "decode-ab-cpu.md").read_text()
+    assert "baseline: `fetch_decode.cu` at abc1234" in md
+    assert "| sparse-5pct-256B | 256 |" in md and "| random-bits-256B |" in md
+
+
+def test_a_baseline_that_decodes_wrong_rows_is_reported(monkeypatch, tmp_path, nvrtc) -> None:
+    _stand_in(monkeypatch, baseline_breaks=True)
+    (r,) = _run(tmp_path, ["--kinds", "sparse-5pct"])["cases"]
+    assert r["current_bit_identical"] and not r["baseline_bit_identical"]
+    assert "| False |" in (tmp_path / "decode-ab-cpu.md").read_text()
+
+
+def test_the_baseline_launches_its_own_source(monkeypatch, tmp_path, nvrtc) -> None:
+    """Inside the baseline's launches, the launcher's kernel comes from the baseline folder."""
+    built: list[str] = []
+    monkeypatch.setattr(runtime, "_kernel", lambda source, entry, device: built.append(source))
+
+    def launch(codec, idx, out, error, **kw) -> None:
+        runtime.kernel(decode_ab.SOURCE, "ibp_fetch_decode_w4_o4", 0)  # as the launcher asks
+        numpy_fetch_decode(codec, idx, out, error, **kw)
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", launch)
+    _run(tmp_path, ["--kinds", "sparse-5pct"])
+    folder = (tmp_path / "baseline").resolve()
+    assert set(built) == {decode_ab.SOURCE, str(folder / decode_ab.SOURCE)}
+
+
+def test_time_budget_leaves_later_cases_unstarted(monkeypatch, tmp_path, nvrtc) -> None:
+    _stand_in(monkeypatch)
+    payload = _run(tmp_path, ["--kinds", "sparse-5pct,dense-normal", "--time-budget", "1e-9"])
+    assert [r.get("skipped", "") for r in payload["cases"]] == [
+        "not started: --time-budget spent"
+    ] * 2
+    assert np.isnan(payload["cases"][0]["ratio"])
+
+
+def test_dry_run_compares_the_sources_and_builds_the_cases(tmp_path, capsys, nvrtc) -> None:
+    args = [
+        "--baseline", str(_baseline(tmp_path)), *SMALL, "--dry-run", "--out", str(tmp_path),
+    ]  # fmt: skip
+    payload = decode_ab.main(args)
+    assert payload["settings"]["same_text"]
+    assert "sparse-5pct-256B: ratio" in capsys.readouterr().err
+    assert not list(tmp_path.glob("decode-ab-*"))  # a dry run writes no results
