@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 import statistics
 import sys
@@ -74,11 +75,13 @@ PTX_ARCH = "compute_80"
 # --------------------------------------------------------------------------------------------
 
 
-def entry_points(text: str, name: str) -> dict[str, list[str]]:
+@functools.lru_cache(maxsize=8)
+def entry_points(text: str, name: str) -> dict[str, tuple[str, ...]]:
     """The PTX entry points of CUDA source ``text`` (called ``name``): name -> parameter types.
 
-    Compiled with NVRTC (the dev extra) for `PTX_ARCH` with the package's options. Raises
-    SystemExit naming ``name`` when NVRTC is missing or the source does not compile.
+    Compiled with NVRTC (the dev extra) for `PTX_ARCH` with the package's options (once per
+    text and name: a compile takes seconds). Raises SystemExit naming ``name`` when NVRTC is
+    missing or the source does not compile.
     """
     from ibp_graph.kernels.runtime import NVRTC_OPTIONS
 
@@ -101,9 +104,9 @@ def entry_points(text: str, name: str) -> dict[str, list[str]]:
     entries = {}
     for entry, params in re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx):
         # ".param .u64 .ptr .global .align 1 <entry>_param_0": the declaration less its name
-        entries[entry] = [
+        entries[entry] = tuple(
             " ".join(p.split()[:-1]) for p in params.replace("\n", " ").split(",") if p.strip()
-        ]
+        )
     return entries
 
 
@@ -146,7 +149,7 @@ def check_sources(baseline: Path) -> dict[str, Any]:
 def build_cases(args: argparse.Namespace) -> tuple[list[fetch.Case], str]:
     """The synthetic cases, then the real tables (unless ``--no-real``); ``--cases`` filters."""
     cases = fetch.synthetic_cases(args.widths, args.kinds, args.block_rows, args.seed)
-    note = "real tables left out (--no-real)"
+    note = "left out (--no-real)"
     if args.real:
         real, note = fetch.real_cases()
         cases += real
@@ -297,17 +300,18 @@ def markdown(payload: dict) -> str:
         f"batches of {s['batch']:,} random ids (fewer where {s['max_batch_gb']:g} GiB of rows "
         f"or the table is less), taken in turn; {s['rounds']} rounds, each timing both "
         f"versions (CUDA events, median of {s['repeats']} samples), the order alternating; "
-        f"grid: {s['grid']}; {s['blocks']}. GB/s of decoded output, the median over the "
+        f"grid: {s['grid']}; {s['blocks']}. Compression: the table's ratio; zeros: the share "
+        "of its elements that are 0. GB/s of decoded output, the median over the "
         "rounds; ratio: current / baseline (above 1: the current kernel is faster), of the "
         "medians, then the median [lowest, highest] of the per-round ratios. Bit-identical: "
         "each version's output against the rows, every batch.",
         "",
-        "| case | row B | ratio | zeros | batch rows | current GB/s | baseline GB/s "
+        "| case | row B | compression | zeros | batch rows | current GB/s | baseline GB/s "
         "| current / baseline | per round | bit-identical |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["cases"]:
-        lead = f"| {r['case']} | {r['row_bytes']:,} | {r['ratio']:.3f} | {r['zeros']:.0%} "
+        lead = f"| {r['case']} | {r['row_bytes']:,} | {r['ratio']:.3f}x | {r['zeros']:.0%} "
         if r.get("skipped"):
             lines.append(f"{lead}| {r['skipped']} | | | | | |")
             continue
