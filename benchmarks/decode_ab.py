@@ -169,7 +169,6 @@ class Tiled:
     """A case's compressed rows tiled on ``device``: what both versions decode."""
 
     case: fetch.Case
-    table: ibp_graph.IBPTable
     times: int
     rows: torch.Tensor  # the stored rows, tiled, and 64 zero bytes
     codec: Any
@@ -189,7 +188,7 @@ def tile(case: fetch.Case, table: ibp_graph.IBPTable, table_bytes: int, device) 
     rows[: times * block.numel()].view(times, -1).copy_(block.expand(times, -1))
     codec = fetch.tiled_codec(table, times, rows.data_ptr(), device)
     sizes = torch.from_numpy(np.diff(table.offsets).astype(np.int64) * table.align).to(device)
-    return Tiled(case, table, times, rows, codec, sizes)
+    return Tiled(case, times, rows, codec, sizes)
 
 
 def versions(
@@ -224,7 +223,7 @@ def compare(nbytes: int, seconds: dict[str, list[float]]) -> dict[str, Any]:
     return {
         "current_gbps": current,
         "baseline_gbps": baseline,
-        "ratio": current / baseline,
+        "current_over_baseline": current / baseline,
         "round_ratio_median": statistics.median(per_round),
         "round_ratio_min": min(per_round),
         "round_ratio_max": max(per_round),
@@ -283,12 +282,8 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
 # --------------------------------------------------------------------------------------------
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
 def markdown(payload: dict) -> str:
-    """The results page: settings, one row a case, and the cases' ratios in one line."""
+    """The results page: the settings, then one row a case."""
     s = payload["settings"]
     lines = header_lines("Fused decoder, two versions side by side (decode only)", payload)
     lines += [
@@ -311,14 +306,16 @@ def markdown(payload: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["cases"]:
-        lead = f"| {r['case']} | {r['row_bytes']:,} | {r['ratio']:.3f}x | {r['zeros']:.0%} "
+        lead = (
+            f"| {r['case']} | {r['row_bytes']:,} | {fetch._num(r['ratio'], 3)}x | {r['zeros']:.0%} "
+        )
         if r.get("skipped"):
             lines.append(f"{lead}| {r['skipped']} | | | | | |")
             continue
         same = r["current_bit_identical"] and r["baseline_bit_identical"]
         lines.append(
-            f"{lead}| {r['batch_rows']:,} | {_num(r['current_gbps'])} "
-            f"| {_num(r['baseline_gbps'])} | {r['ratio']:.3f}x "
+            f"{lead}| {r['batch_rows']:,} | {fetch._num(r['current_gbps'])} "
+            f"| {fetch._num(r['baseline_gbps'])} | {r['current_over_baseline']:.3f}x "
             f"| {r['round_ratio_median']:.3f}x [{r['round_ratio_min']:.3f}, "
             f"{r['round_ratio_max']:.3f}] | {same} |"
         )
@@ -459,7 +456,7 @@ def summary_text(r: dict) -> str:
         return r["skipped"]
     return (
         f"current {r['current_gbps']:.1f} GB/s, baseline {r['baseline_gbps']:.1f} GB/s, "
-        f"{r['ratio']:.3f}x, bit-identical {r['current_bit_identical']} (current), "
+        f"{r['current_over_baseline']:.3f}x, bit-identical {r['current_bit_identical']} (current), "
         f"{r['baseline_bit_identical']} (baseline)"
     )
 

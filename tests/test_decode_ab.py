@@ -17,6 +17,7 @@ import pytest
 import torch
 from test_fetch_benchmark import numpy_fetch_decode
 
+import ibp_graph
 from benchmarks import decode_ab
 from ibp_graph import cuda_table
 from ibp_graph.kernels import runtime
@@ -145,7 +146,7 @@ def test_compare_takes_medians_and_per_round_ratios() -> None:
     r = decode_ab.compare(10**9, {"current": [0.5, 0.25, 1.0], "baseline": [1.0, 1.0, 0.5]})
     assert r["current_gbps_rounds"] == pytest.approx([2.0, 4.0, 1.0])
     assert r["current_gbps"] == pytest.approx(2.0) and r["baseline_gbps"] == pytest.approx(1.0)
-    assert r["ratio"] == pytest.approx(2.0)
+    assert r["current_over_baseline"] == pytest.approx(2.0)
     assert r["round_ratio_median"] == pytest.approx(2.0)
     assert (r["round_ratio_min"], r["round_ratio_max"]) == pytest.approx((0.5, 4.0))
 
@@ -215,14 +216,24 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
         r = by_case[name]
         assert r["current_bit_identical"] and r["baseline_bit_identical"]
         assert len(r["current_gbps_rounds"]) == len(r["baseline_gbps_rounds"]) == 3
-        assert r["ratio"] == pytest.approx(r["current_gbps"] / r["baseline_gbps"])
+        assert r["current_over_baseline"] == pytest.approx(r["current_gbps"] / r["baseline_gbps"])
+        assert r["ratio"] > 1  # the table's compression, not the versions' ratio
         assert r["batch_rows"] == 300 and r["table_rows"] % 64 == 0
     doc = json.loads((tmp_path / "decode-ab-cpu.json").read_text())
     assert doc["settings"]["baseline_label"] == "abc1234" and doc["settings"]["same_text"]
     assert doc["git_commit"] == "def5678"
     md = (tmp_path / "decode-ab-cpu.md").read_text()
     assert "baseline: `fetch_decode.cu` at abc1234" in md
-    assert "| sparse-5pct-256B | 256 |" in md and "| random-bits-256B |" in md
+    sparse = by_case["sparse-5pct-256B"]
+    argv = ["--baseline", str(tmp_path / "baseline"), *SMALL]
+    argv += ["--kinds", "dense-normal,sparse-5pct,random-bits"]
+    cases, _ = decode_ab.build_cases(decode_ab.parse_args(argv))
+    rows = next(c.rows for c in cases if c.name == "sparse-5pct-256B")
+    table = ibp_graph.compress(rows, tmp_path / "check.ibp", progress=False)
+    assert sparse["ratio"] == pytest.approx(float(table.ratio))  # the compression
+    assert f"| sparse-5pct-256B | 256 | {sparse['ratio']:.3f}x | 95% |" in md  # compression
+    assert f"| {sparse['current_over_baseline']:.3f}x |" in md
+    assert "| random-bits-256B | 256 | 1.000x |" in md
 
 
 def test_a_baseline_that_decodes_wrong_rows_is_reported(monkeypatch, tmp_path, nvrtc) -> None:
