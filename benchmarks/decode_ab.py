@@ -29,7 +29,8 @@ two medians (current / baseline: above 1, the current kernel is faster), the med
 and highest of the per-round ratios, and whether each version's output matched the rows bit
 for bit (every batch of the pool, after the timing). The launches are the library's:
 the current stream, its grid (``--max-blocks`` caps it, in blocks per SM) and its blocks
-(``--block-warps``).
+(``--block-warps``). At the full grid (no ``--max-blocks``) the current kernel's rate is also
+judged against the decode-only goal of its table's class (`fetch.decode_goal`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from benchmarks._env import (  # noqa: E402
     result_name,
     write_json,
 )
+from benchmarks._targets import check, verdict  # noqa: E402
 
 SOURCE = "fetch_decode.cu"
 GIB = 1 << 30
@@ -261,6 +263,7 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
         for name, fn in launches.items()
     }  # fmt: skip
     result = head | compare(n * case.row_bytes, alternate(timers, args.rounds))
+    result["decode_target"] = decode_target(result["current_gbps"], head["zeros"], args.max_blocks)
     ref = torch.from_numpy(
         np.ascontiguousarray(case.rows).view(np.uint8).reshape(case.rows.shape[0], -1)
     ).to(device)
@@ -275,6 +278,35 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
         "table_rows": t.num_rows,
         "stored_bytes": t.rows.numel() - 64,
     }
+
+
+def decode_target(gbps: float, zeros: float, max_blocks: float | None) -> dict[str, Any]:
+    """The current kernel's decode-only rate against the project's goal for its table class
+    (`fetch.decode_goal`: dense or sparse). The goal is for the decoder with the GPU to
+    itself, so it applies only at the library's full grid (no ``--max-blocks``)."""
+    goal, kind = fetch.decode_goal(zeros)
+    return check(gbps, goal, applies=max_blocks is None, table_class=kind)
+
+
+def target_cell(t: dict | None) -> str:
+    """The decode-only target's cell: verdict and goal, or why it does not apply."""
+    if t is None:
+        return ""
+    if not t["applies"]:
+        return f"(grid capped) [{t['table_class']}: goal {t['goal']:g}]"
+    return f"{verdict(t)} [{t['table_class']}: goal {t['goal']:g}]"
+
+
+def target_summary(cases: list[dict]) -> str:
+    """How many measured cases meet the decode-only goal, and which miss it."""
+    judged = [r for r in cases if r.get("decode_target") and r["decode_target"]["applies"]]
+    judged = [r for r in judged if r["decode_target"]["met"] is not None]
+    if not judged:
+        return "Decode-only goal: no case measured at the full grid."
+    missed = [r["case"] for r in judged if not r["decode_target"]["met"]]
+    text = f"Decode-only goal (the current kernel): met in {len(judged) - len(missed)} of "
+    text += f"{len(judged)} cases"
+    return text + (f"; missed: {', '.join(missed)}." if missed else ".")
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,27 +331,31 @@ def markdown(payload: dict) -> str:
         "of its elements that are 0. GB/s of decoded output, the median over the "
         "rounds; ratio: current / baseline (above 1: the current kernel is faster), of the "
         "medians, then the median [lowest, highest] of the per-round ratios. Bit-identical: "
-        "each version's output against the rows, every batch.",
+        "each version's output against the rows, every batch. Decode-only goal: the current "
+        f"kernel's rate against {fetch.DECODE_DENSE_GOAL:g} GB/s on a dense table and "
+        f"{fetch.DECODE_SPARSE_GOAL:g} GB/s on a sparse one (at least "
+        f"{fetch.SPARSE_ZEROS:.0%} zeros), met or the gap; it is for the decoder with the GPU "
+        "to itself, so it is not judged on a capped grid.",
         "",
         "| case | row B | compression | zeros | batch rows | current GB/s | baseline GB/s "
-        "| current / baseline | per round | bit-identical |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| current / baseline | per round | bit-identical | decode-only goal (current) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["cases"]:
         lead = (
             f"| {r['case']} | {r['row_bytes']:,} | {fetch._num(r['ratio'], 3)}x | {r['zeros']:.0%} "
         )
         if r.get("skipped"):
-            lines.append(f"{lead}| {r['skipped']} | | | | | |")
+            lines.append(f"{lead}| {r['skipped']} | | | | | | |")
             continue
         same = r["current_bit_identical"] and r["baseline_bit_identical"]
         lines.append(
             f"{lead}| {r['batch_rows']:,} | {fetch._num(r['current_gbps'])} "
             f"| {fetch._num(r['baseline_gbps'])} | {r['current_over_baseline']:.3f}x "
             f"| {r['round_ratio_median']:.3f}x [{r['round_ratio_min']:.3f}, "
-            f"{r['round_ratio_max']:.3f}] | {same} |"
+            f"{r['round_ratio_max']:.3f}] | {same} | {target_cell(r.get('decode_target'))} |"
         )
-    lines += ["", f"Real tables: {s['real_note']}.", ""]
+    lines += ["", target_summary(payload["cases"]), "", f"Real tables: {s['real_note']}.", ""]
     return "\n".join(lines)
 
 
@@ -457,7 +493,8 @@ def summary_text(r: dict) -> str:
     return (
         f"current {r['current_gbps']:.1f} GB/s, baseline {r['baseline_gbps']:.1f} GB/s, "
         f"{r['current_over_baseline']:.3f}x, bit-identical {r['current_bit_identical']} (current), "
-        f"{r['baseline_bit_identical']} (baseline)"
+        f"{r['baseline_bit_identical']} (baseline); decode-only goal: "
+        f"{target_cell(r.get('decode_target'))}"
     )
 
 

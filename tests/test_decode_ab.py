@@ -234,6 +234,35 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
     assert f"| sparse-5pct-256B | 256 | {sparse['ratio']:.3f}x | 95% |" in md  # compression
     assert f"| {sparse['current_over_baseline']:.3f}x |" in md
     assert "| random-bits-256B | 256 | 1.000x |" in md
+    # The current kernel against the decode-only goal of its table's class.
+    assert sparse["decode_target"]["table_class"] == "sparse"
+    assert sparse["decode_target"]["value"] == sparse["current_gbps"]
+    assert by_case["dense-normal-256B"]["decode_target"]["goal"] == 400.0
+    assert sparse["decode_target"]["goal"] == 1000.0 and sparse["decode_target"]["met"] is False
+    assert f"{decode_ab.verdict(sparse['decode_target'])} [sparse: goal 1000] |" in md
+    assert "Decode-only goal (the current kernel): met in 0 of 2 cases; missed: " in md
+
+
+def test_the_decode_goal_is_judged_only_at_the_full_grid() -> None:
+    full = decode_ab.decode_target(1200.0, 0.95, None)
+    assert full["met"] and full["applies"] and full["goal"] == 1000.0
+    assert decode_ab.target_cell(full) == "met [sparse: goal 1000]"
+    dense = decode_ab.decode_target(300.0, 0.0, None)
+    assert dense["met"] is False and dense["gap"] == pytest.approx(0.25)
+    assert decode_ab.target_cell(dense) == "gap 25.0% [dense: goal 400]"
+    capped = decode_ab.decode_target(300.0, 0.0, 0.25)
+    assert not capped["applies"]
+    assert decode_ab.target_cell(capped) == "(grid capped) [dense: goal 400]"
+    cases = [
+        {"case": "a", "decode_target": full},
+        {"case": "b", "decode_target": dense},
+        {"case": "c", "decode_target": capped},
+        {"case": "d", "skipped": "stored raw"},
+    ]
+    assert decode_ab.target_summary(cases) == (
+        "Decode-only goal (the current kernel): met in 1 of 2 cases; missed: b."
+    )
+    assert "no case measured at the full grid" in decode_ab.target_summary(cases[2:])
 
 
 def test_a_baseline_that_decodes_wrong_rows_is_reported(monkeypatch, tmp_path, nvrtc) -> None:
