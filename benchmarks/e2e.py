@@ -145,6 +145,7 @@ from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.loading import default_sampler_backend  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
+from ibp_graph.sample_replay import PER_CAPTURE_RNG_TORCH, torch_release  # noqa: E402
 from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
 from ibp_graph.train.run import (  # noqa: E402
@@ -535,6 +536,14 @@ def replayed_sampler(graph: Graph, hp: dict, device: torch.device) -> dict:
     return {"neighbor_sampler": sampler, "csr": csr}
 
 
+def replayed_sizes(sampler: Any) -> list[int]:
+    """The batch sizes whose launches ``sampler`` replays from a CUDA graph (none where every
+    batch ran eagerly: with torch before 2.12 a sampler on the prefetch thread captures
+    nothing, `ibp_graph.sample_replay.cuda_capture`)."""
+    replay = getattr(sampler, "_replay", None)
+    return sorted(replay.graphs) if replay is not None else []
+
+
 def train_and_evaluate(
     mode: str,
     graph: Graph,
@@ -620,6 +629,8 @@ def train_and_evaluate(
             f"{elapsed:.3f} s (sample {st.sample_s:.3f}, fetch {st.fetch_s:.3f}, wait "
             f"{st.wait_s:.3f}), {st.pcie_bytes / 1e6:.1f} MB read"
         )
+    if replay:
+        rows[-1]["replayed_sizes"] = replayed_sizes(loader.node_sampler)
     label = repr(loader.features)
     if not graph.labelled or graph.eval_ids is None:
         return (
@@ -737,6 +748,7 @@ def run_mode(
         "eval_s": eval_s,
         "time_split": where,
         "epochs": rows,
+        **({"replayed_sizes": rows[-1]["replayed_sizes"]} if "replayed_sizes" in rows[-1] else {}),
     }
 
 
@@ -887,6 +899,31 @@ def _acc(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
+def replay_lines(modes: list[dict]) -> list[str]:
+    """What `REPLAY_MODE` replayed: the batch sizes captured as CUDA graphs, or none."""
+    lines = []
+    for m in modes:
+        if m["mode"] != REPLAY_MODE or "replayed_sizes" not in m:
+            continue
+        sizes = m["replayed_sizes"]
+        if sizes:
+            lines.append(
+                f"- {MODE_TITLES[REPLAY_MODE]}: CUDA graphs for batches of "
+                f"{', '.join(f'{n:,}' for n in sizes)} seeds."
+            )
+            continue
+        why = "the log has the sampler's warning"
+        if torch_release() < PER_CAPTURE_RNG_TORCH:
+            why = f"torch {torch.__version__}: captures on the prefetch thread need torch " + (
+                ".".join(map(str, PER_CAPTURE_RNG_TORCH)) + " or later"
+            )
+        lines.append(
+            f"- {MODE_TITLES[REPLAY_MODE]}: no batch size was captured, every batch ran "
+            f"eagerly ({why})."
+        )
+    return lines
+
+
 def markdown(payload: dict) -> str:
     on_gpu = payload["device_type"] == "cuda"
     title = "End to end: GraphSAGE epochs, IBP on vs off" + ("" if on_gpu else " (CPU)")
@@ -986,6 +1023,7 @@ def markdown(payload: dict) -> str:
                 if f"{key}_losses_identical" in c
             )
             + ".",
+            *replay_lines(g["modes"]),
             f"- Transfer share s = fetch / epoch with IBP off = {a['transfer_share']:.3f}; "
             f"ratio on the fetched rows r = {a['ratio']:.3f}x; ideal IBP epoch "
             f"T_off * ((1 - s) + s / r) = {a['t_ideal_s']:.4f} s (ideal speed-up "

@@ -258,7 +258,9 @@ class LaunchedBatch:
         #: Nodes and edges per hop on the device: ``[seeds, new nodes of hop 1..H, edges of
         #: hop 1..H]`` (the kernels' ``counts``).
         self.counts = torch.zeros(2 * hops + 1, dtype=torch.int64, device=seeds.device)
-        self.counts[0] = seeds.numel()
+        # A fill, not `counts[0] = n`: that copies n from pageable host memory, which waits
+        # for the stream (and cannot be captured in a CUDA graph).
+        self.counts[:1].fill_(seeds.numel())
         self.nodes: list[torch.Tensor] = [seeds]
         self.edges: list[torch.Tensor] = []  # (3, E) per hop: row, col, edge
         self.num_nodes: list[int | None] = [seeds.numel()]
@@ -374,8 +376,8 @@ def launch_batch(
         else:
             batch.launched_only = False
             row, col, edge, fresh = torch_hop(frontier, fanout, begin, end)
-            batch.counts[hop] = fresh.numel()
-            batch.counts[hops + hop] = row.numel()
+            batch.counts[hop : hop + 1].fill_(fresh.numel())
+            batch.counts[hops + hop : hops + hop + 1].fill_(row.numel())
             batch.add(torch.stack([row, col, edge]), fresh, row.numel(), fresh.numel())
     return batch
 

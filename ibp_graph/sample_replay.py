@@ -16,13 +16,17 @@ A size is captured the second time it comes (the first batch runs eagerly: it lo
 and shows whether the launches read a size), and at most `MAX_GRAPHS` sizes are kept (a loader
 has two: its batch size and the last batch's). A batch that reads sizes on the way (a fanout of
 ``-1`` or above ``MAX_K``, ``draw="per_hop"``, or a frontier bound of more than a few million
-slots) is never captured, nor is a size whose capture failed (with one warning naming why).
+slots) is never captured, nor is a size whose capture failed (with one warning naming why):
+with torch before 2.12 that includes every capture on a thread other than the main one
+(`cuda_capture`).
 Each graph keeps its buffers, at most 56 bytes a slot (a hop's frontier bound times its
 fanout), in GPU memory of its own for as long as the sampler holds it.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +58,20 @@ class Graph(Protocol):
 Capture = Callable[[Callable[[], LaunchedBatch], torch.device], tuple[Graph, LaunchedBatch]]
 
 
+#: The first torch release that keeps a graph capture's random-number state per capture.
+#: Before it, a capture marks the device's default generator as capturing for every thread,
+#: and a random op that another thread runs meanwhile (a training loop's dropout) fails with
+#: "Offset increment outside graph capture encountered unexpectedly".
+PER_CAPTURE_RNG_TORCH = (2, 12)
+
+
+def torch_release(version: str | None = None) -> tuple[int, int]:
+    """``(major, minor)`` of a torch version such as ``"2.11.0+cu130"`` (None: this torch's)."""
+    text = str(torch.__version__ if version is None else version)
+    major, minor = (int(re.match(r"\d+", part)[0]) for part in text.split(".")[:2])
+    return major, minor
+
+
 def cuda_capture(
     fn: Callable[[], LaunchedBatch], device: torch.device
 ) -> tuple[Graph, LaunchedBatch]:
@@ -62,13 +80,34 @@ def cuda_capture(
     The capture runs on a stream of its own and is local to the calling thread
     (``capture_error_mode="thread_local"``), so that a training loop launching from another
     thread meanwhile is not disturbed. ``torch.cuda.graph`` first waits for the device to be
-    idle.
+    idle. The calling thread's current stream is the same after, whether the capture worked
+    or not.
+
+    Raises:
+        RuntimeError: the capture failed, or it would run on a thread other than the main one
+            with a torch older than `PER_CAPTURE_RNG_TORCH`, where it would break the random
+            ops of the other threads.
     """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        and torch_release() < PER_CAPTURE_RNG_TORCH
+    ):
+        raise RuntimeError(
+            f"torch {torch.__version__} marks the default CUDA generator as capturing for "
+            "every thread while a graph is captured, so random ops on other threads (a "
+            "training loop's dropout) would fail; captures off the main thread need torch "
+            f"{'.'.join(map(str, PER_CAPTURE_RNG_TORCH))} or later"
+        )
     with torch.cuda.device(device):
+        before = torch.cuda.current_stream(device)
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device)
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            batch = fn()
+        try:
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                batch = fn()
+        finally:
+            # torch.cuda.graph leaves its stream current when ending the capture raises
+            torch.cuda.set_stream(before)
     return _CudaGraph(graph, device), batch
 
 

@@ -257,7 +257,8 @@ class NeighborSampler:
     applies to batches whose hops all draw (``draw="once"``, every fanout in
     ``[0, MAX_K]``, not ``disjoint``); others run as without it. Each graph keeps its
     buffers in GPU memory (at most 56 bytes a slot: for 1,024 seeds and fanouts
-    ``[15, 10, 5]``, 936,960 slots, about 52 MB).
+    ``[15, 10, 5]``, 936,960 slots, about 52 MB). With torch before 2.12 only the main thread
+    captures (`ibp_graph.sample_replay.cuda_capture`); on other threads batches run eagerly.
 
     Args:
         graph: the graph; sampling runs on its device.
@@ -325,6 +326,9 @@ class NeighborSampler:
         self.generator = torch.Generator(device=graph.device)
         self.manual_seed(seed)
         self._map: torch.Tensor | None = None
+        #: On a GPU, the stream of the last batch and an event after it cleared the map: a
+        #: batch on another stream waits for it before writing the map.
+        self._map_cleared: tuple[torch.cuda.Stream, torch.cuda.Event] | None = None
         self._arange: torch.Tensor | None = None
         self._work: Workspace | None = None
         self._replay: BatchReplay | None = None
@@ -351,7 +355,7 @@ class NeighborSampler:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_map"] = state["_arange"] = state["_work"] = state["_hop_kernels"] = None
-        state["_replay"] = None
+        state["_replay"] = state["_map_cleared"] = None
         state["generator"] = None
         # bytes, not a tensor: a tensor made here would be freed before a spawned process
         # opens its shared memory (torch shares tensors between processes by handle)
@@ -407,7 +411,8 @@ class NeighborSampler:
             raise IBPInputError(f"seeds must hold integers, got dtype {seeds.dtype}")
         if seeds.dim() != 1:
             raise IBPInputError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
-        seeds = seeds.to(torch.int64)
+        # Contiguous: the hop kernels read the seeds by address.
+        seeds = seeds.to(torch.int64).contiguous()
         n = self.graph.num_nodes
         if seeds.numel():
             # Checked where the seeds are: on the CPU (the loaders' seeds) no GPU is waited for.
@@ -429,7 +434,20 @@ class NeighborSampler:
             self._map = torch.full(
                 (self.graph.num_nodes,), UNSEEN, dtype=torch.int64, device=self.graph.device
             )
+            self._map_cleared = None
+        elif self._map_cleared is not None:
+            stream, cleared = self._map_cleared
+            current = torch.cuda.current_stream(self.graph.device)
+            if current != stream:  # on the same stream, the order of the queue suffices
+                current.wait_event(cleared)
+            self._map_cleared = None  # this batch's clearing comes after, on its stream
         return self._map
+
+    def _note_map_cleared(self) -> None:
+        """After a batch queued the clearing of the map: on a GPU, mark where it ends."""
+        if self.graph.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.graph.device)
+            self._map_cleared = (stream, stream.record_event())
 
     def _workspace(self) -> Workspace:
         if self._work is None:
@@ -579,6 +597,7 @@ class NeighborSampler:
                 _cpu_hops().clear(local, node)
             elif ok:
                 dense_clear(local, node)
+                self._note_map_cleared()
             else:
                 self._map = None  # a fresh one next time
                 self._replay = None  # its graphs wrote into the old one

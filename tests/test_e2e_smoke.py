@@ -294,6 +294,29 @@ def test_e2e_replay_mode_is_a_gpu_mode(tmp_path: Path) -> None:
     assert e2e.parse_args(["--device", "cuda", "--replay-mode"]).replay_mode
 
 
+def test_e2e_says_which_batch_sizes_the_replay_mode_replayed(monkeypatch) -> None:
+    from ibp_graph.sample_replay import BatchReplay
+
+    class Sampler:
+        _replay = BatchReplay()
+
+    Sampler._replay.graphs = {1024: None, 116: None}
+    assert e2e.replayed_sizes(Sampler()) == [116, 1024]
+    assert e2e.replayed_sizes(object()) == []
+    replay = {"mode": e2e.REPLAY_MODE, "replayed_sizes": [116, 1024]}
+    other = {"mode": "ibp", "replayed_sizes": [1]}
+    assert e2e.replay_lines([other, replay]) == [
+        f"- {e2e.MODE_TITLES[e2e.REPLAY_MODE]}: CUDA graphs for batches of 116, 1,024 seeds."
+    ]
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    (line,) = e2e.replay_lines([replay | {"replayed_sizes": []}])
+    assert "no batch size was captured, every batch ran eagerly" in line
+    assert "torch 2.11.0+cu130: captures on the prefetch thread need torch 2.12 or later" in line
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    (line,) = e2e.replay_lines([replay | {"replayed_sizes": []}])
+    assert line.endswith("eagerly (the log has the sampler's warning).")
+
+
 def test_e2e_kernel_sampler_needs_cuda() -> None:
     with pytest.raises(SystemExit):
         e2e.parse_args(["--device", "cpu", "--sampler-backend", "kernel"])

@@ -309,6 +309,23 @@ def test_modes_after_the_hops_use_the_kernel_batch(lib) -> None:
             assert (u, v) in edges or (subgraph_type == "bidirectional" and (v, u) in edges)
 
 
+def test_strided_seeds_give_the_batch_of_their_values(lib) -> None:
+    # The kernels read the seeds by address: a strided view must not be read as if packed.
+    g = power_graph(3, n=400)
+    packed = torch.randperm(400, generator=torch.Generator().manual_seed(1))[:128]
+    strided = packed.repeat_interleave(2)[::2]
+    assert torch.equal(strided, packed) and not strided.is_contiguous()
+    batches = []
+    for seeds in (packed, strided):
+        sampler = NeighborSampler(g, [5, 3], seed=7)
+        sampler._hop_kernels = HostHopKernels(lib)
+        batches.append(sampler.sample(seeds))
+    want, got = batches
+    for name in ("node", "row", "col", "edge"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert got.num_sampled_nodes == want.num_sampled_nodes
+
+
 # --------------------------------------------------------------------------------------------
 # On a GPU: the real launches give the host run's bits
 # --------------------------------------------------------------------------------------------

@@ -17,12 +17,12 @@ from simt.host_graph import host_replay
 from simt.host_hops import HostHopKernels
 from test_sampler_hop_host import power_graph
 
-from ibp_graph import sample_hop
+from ibp_graph import sample_hop, sample_replay
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
 from ibp_graph.kernels.sample_neighbors import MAX_K
 from ibp_graph.sample_index import dense_clear, dense_seed
-from ibp_graph.sample_replay import BatchReplay
+from ibp_graph.sample_replay import PER_CAPTURE_RNG_TORCH, BatchReplay, cuda_capture, torch_release
 from ibp_graph.sampler import NeighborSampler
 
 
@@ -232,6 +232,59 @@ def test_a_replayed_batch_costs_a_few_ops_and_no_launch_from_python(lib) -> None
     assert got["sampled_edges"] > 0 and base["sampled_edges"] > 0  # (other draws: 2 warm-ups)
 
 
+def test_torch_release_reads_major_and_minor() -> None:
+    assert torch_release("2.11.0+cu130") == (2, 11)
+    assert torch_release("2.13.0") == (2, 13)
+    assert torch_release("3.0.0a0+git1234") == (3, 0)
+    assert torch_release() == torch_release(torch.__version__)
+
+
+def _on_a_thread(fn) -> list[BaseException]:
+    """Run ``fn`` on a thread of its own (not the main one); what it raised."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return errors
+
+
+def test_a_capture_off_the_main_thread_needs_per_capture_random_state(monkeypatch) -> None:
+    # Before torch 2.12 a capture marks the default CUDA generator as capturing for every
+    # thread, and a training loop's dropout on another thread then fails: refused first.
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    device = torch.device("cuda", 0)
+    (error,) = _on_a_thread(lambda: cuda_capture(lambda: pytest.fail("captured"), device))
+    assert isinstance(error, RuntimeError)
+    assert "torch 2.11.0+cu130 marks the default CUDA generator" in str(error)
+    assert f"{PER_CAPTURE_RNG_TORCH[0]}.{PER_CAPTURE_RNG_TORCH[1]} or later" in str(error)
+    # A sampler's replay then warns once and runs that size eagerly.
+    replay = BatchReplay(capture=sample_replay.cuda_capture)
+    replay._ready.add(3)  # seen once: captured the next time
+    launched: list[torch.Tensor] = []
+
+    def launch(seeds, keys):
+        launched.append(seeds)
+        batch = sample_hop.LaunchedBatch(seeds, 1)
+        batch.add(seeds.new_empty((3, 0)), seeds[:0], 0, 0)  # one hop, no edges
+        return batch
+
+    def sample() -> None:
+        with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph"):
+            replay.sample(launch, torch.arange(3), torch.zeros(1, dtype=torch.int64))
+
+    assert _on_a_thread(sample) == []
+    assert not replay.graphs and 3 in replay._refused and len(launched) == 1
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("side_stream", [False, True])
@@ -279,6 +332,19 @@ def test_gpu_replay_captured_on_a_thread_beside_training_work() -> None:
         x = torch.nn.functional.normalize(x @ x.T + torch.randn_like(x), dim=1)
     thread.join()
     assert not errors, errors
-    assert list(replayed._replay.graphs) == [128]
+    # Before torch 2.12 a capture off the main thread would break the main thread's random
+    # ops (randn_like above), so the sampler refuses it and runs the batches eagerly.
+    captures = torch_release() >= PER_CAPTURE_RNG_TORCH
+    assert list(replayed._replay.graphs) == ([128] if captures else [])
     for seeds, batch in zip(batches, got, strict=True):
         assert_same(batch, eager.sample(seeds))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_a_failed_capture_leaves_the_current_stream() -> None:
+    # Last in the file: a capture that fails part-way (a sync while capturing).
+    before = torch.cuda.current_stream()
+    with pytest.raises(RuntimeError):
+        cuda_capture(lambda: torch.cuda.current_stream().synchronize(), torch.device("cuda"))
+    assert torch.cuda.current_stream() == before

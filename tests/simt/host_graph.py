@@ -4,12 +4,13 @@
 records every torch op and every hop-kernel launch the call makes, together with the tensors
 they use, refuses a host read of a size meanwhile (`ibp_graph.sample_hop.read_counts`, as a
 stream that is capturing refuses a synchronising copy), and then undoes what the call wrote
-into tensors that existed before it (a capture runs nothing). `HostGraph.replay` runs the
-recorded steps again on the same tensors: a step that made a new tensor (``empty``, ``zeros``)
-writes the new values into the recorded one, as a graph reuses its buffers from replay to
-replay, so an ``empty`` buffer holds whatever was there. A driver whose results depend on
-anything but its recorded tensors' contents (a size read into Python, a new allocation each
-batch) then replays wrongly.
+into tensors that existed before it (a capture runs nothing). It also refuses a tensor made
+from a Python value (``t[i] = n``), which on a GPU is a synchronising copy from the host.
+`HostGraph.replay` runs the recorded steps again on the same tensors: a step that made a new
+tensor (``empty``, ``zeros``) writes the new values into the recorded one, as a graph reuses
+its buffers from replay to replay, so an ``empty`` buffer holds whatever was there. A driver
+whose results depend on anything but its recorded tensors' contents (a size read into Python,
+a new allocation each batch) then replays wrongly.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class _Recording(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default:
             raise RuntimeError("a host read of a tensor's value while capturing")
+        if func is torch.ops.aten.lift_fresh.default:
+            # A tensor made from a Python value (`t[i] = n`, `torch.tensor(...)`): on a GPU, a
+            # copy from pageable host memory, which waits for the stream and which a capture
+            # refuses. A fill takes the value as a kernel argument instead.
+            raise RuntimeError("a copy of a host value into a tensor while capturing")
         written = [
             args[i] if i < len(args) else kwargs.get(arg.name)
             for i, arg in enumerate(func._schema.arguments)
