@@ -443,10 +443,14 @@ class CudaIBPTable(_CudaTableBase):
             row_bytes=row_bytes(cpu.shape[1], cpu.dtype_name),
             longest_row=cpu.stored_row_range[1],
         )
+        # Launches read the codec's tensors by address, beside the pinned rows: a table
+        # dropped without `close` while a fetch runs on a side stream must not hand their
+        # memory back to torch's allocator before the rows are released (see
+        # `PinnedBuffer.hold`).
+        pinned.hold(self.codec)
         self._bypass = bypass
         # The constant tensors (and the prefix sums derived from them) are read by address
         # on whatever stream fetches: let their copies complete once, here.
-        self.codec.const_args  # noqa: B018 - builds the prefix sums now
         torch.cuda.synchronize(dev)
 
     @property

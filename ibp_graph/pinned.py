@@ -214,6 +214,7 @@ class PinnedBuffer:
     pinned is not released by its destructor, which may run in the middle of an epoch: it
     is released by the next `release_deferred` (called before new memory is pinned, at the
     end of a prefetching loader's epoch, and at exit), with no device-wide synchronise before.
+    What the same kernels read beside the rows (`hold`) is let go with it.
 
     Args:
         nbytes: bytes of data; ``TAIL_PAD`` zero bytes follow them.
@@ -250,6 +251,7 @@ class PinnedBuffer:
         self._device = 0
         self._host_alloc = 0  # the cudaHostAlloc pointer (pages="cuda")
         self._map = None
+        self._held: list[object] = []  # see `hold`
         total = self.nbytes + TAIL_PAD
         if backing is not None:
             _check_backing(backing, total, what)
@@ -377,8 +379,19 @@ class PinnedBuffer:
         self.device_ptr = base
         return base
 
+    def hold(self, obj: object) -> None:
+        """Keep ``obj`` alive until this memory is released.
+
+        For what the kernels reading the rows also read by address, such as a table's device
+        metadata (`ibp_graph.kernels.fetch_decode.DeviceCodec`): freed on its own, its device
+        memory could be handed to a new tensor while a launch still reads it. Held here, it
+        is let go by `close` after the device synchronise, and a buffer dropped while pinned
+        takes it to the deferred buffers (`release_deferred`).
+        """
+        self._held.append(obj)
+
     def close(self) -> None:
-        """Unregister and free the memory (idempotent).
+        """Unregister and free the memory (idempotent), and let go of what it holds (`hold`).
 
         Waits for the registering device first (a kernel may still be reading the memory, e.g.
         when the last tensor over it is dropped right after a launch), and unregisters with
@@ -404,6 +417,7 @@ class PinnedBuffer:
                 except Exception:  # noqa: BLE001 - best effort while releasing
                     pass
         self._registered = []
+        self._held = []
         self.device_ptr = 0
         self.array = np.zeros(0, dtype=np.uint8)  # a caller-owned backing is only let go
         if self._host_alloc and runtime is not None:
@@ -421,8 +435,9 @@ class PinnedBuffer:
 
     def __del__(self) -> None:
         # Dropped without close(), e.g. with the last tensor over a UVA graph, possibly in the
-        # middle of an epoch: no device-wide synchronise here. What the GPU may still read
-        # moves to a holder released at the next safe point (`release_deferred`).
+        # middle of an epoch: no device-wide synchronise here. What the GPU may still read,
+        # the memory and what it holds (`hold`), moves to a holder released at the next safe
+        # point (`release_deferred`).
         if getattr(self, "_registered", None) or getattr(self, "_host_alloc", 0):
             deferred, lock = _DEFERRED, _DEFERRED_LOCK
             if deferred is None or lock is None:
@@ -431,7 +446,7 @@ class PinnedBuffer:
                 return
             held = PinnedBuffer.__new__(PinnedBuffer)
             held.__dict__.update(self.__dict__)
-            self._registered, self._host_alloc, self._map = [], 0, None
+            self._registered, self._host_alloc, self._map, self._held = [], 0, None, []
             with lock:
                 deferred.append(held)
             return

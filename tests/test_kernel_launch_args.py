@@ -977,6 +977,64 @@ def test_launchers_work_inside_the_device_and_stream_context(case, monkeypatch) 
             assert inside, f"{case.module}: {event} outside cupy_stream: {events}"
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c.source for c in CASES])
+def test_every_dlpack_view_is_made_before_the_launch_mark(case, monkeypatch) -> None:
+    """`note_launch` comes after the launch's last ``as_cupy``.
+
+    Torch's DLPack export may make the launch stream wait for the caller's stream: a view
+    made after the mark would put that wait inside the interval `launch_marks` measures.
+    """
+    module = importlib.import_module(case.module)
+    record(module, monkeypatch)
+    events: list[str] = []
+
+    def tracing(name: str, fn: Callable) -> Callable:
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            events.append(name)
+            return fn(*args, **kwargs)
+
+        return traced
+
+    monkeypatch.setattr(module, "kernel", tracing("kernel", module.kernel))
+    monkeypatch.setattr(module, "as_cupy", tracing("as_cupy", module.as_cupy))
+    monkeypatch.setattr(module, "note_launch", tracing("mark", module.note_launch))
+    case.launch_all(module, monkeypatch)
+    launcher = case.module.rsplit(".", 1)[1]
+    if launcher in ("raw_gather", "fetch_decode"):  # and a fetch of several launches
+        launch = fetch_call(module, launcher, 7, 16)[0]
+        launch(out_pos=empty((7,), torch.int64), chunk_rows=3)
+    assert events.count("mark") >= 1
+    # One launcher call: its kernel lookup, its views, its mark, then nothing but launches.
+    calls = "".join({"kernel": "k", "as_cupy": "v", "mark": "m"}[e] for e in events)
+    for call in calls.split("k")[1:]:
+        assert "v" not in call.partition("m")[2], (case.module, events)
+
+
+def test_a_device_codec_derives_its_tensors_and_addresses_once_when_made(monkeypatch) -> None:
+    """The prefix sums, layouts and addresses are made with the codec, once.
+
+    Made at the first fetch instead, two threads fetching at once could each make them, and
+    one launch with the addresses of tensors that the other then replaced (and so freed).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    module = importlib.import_module("ibp_graph.kernels.fetch_decode")
+    made: list[str] = []
+    for name in ("codec_prefixes", "column_layouts"):
+        real = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda *a, _name=name, _real=real: made.append(_name) or _real(*a)
+        )
+    codec = small_codec(12)
+    assert made == ["codec_prefixes", "column_layouts"]
+    with ThreadPoolExecutor(8) as pool:
+        seen = list(pool.map(lambda _: (codec.const_args, *codec.prefix_tensors), range(64)))
+    assert made == ["codec_prefixes", "column_layouts"]
+    assert all(all(a is b for a, b in zip(s, seen[0], strict=True)) for s in seen)
+    addresses = [t.data_ptr() for t in (*codec.prefix_tensors, codec.layout_tensor)]
+    assert [int(a) for a in codec.const_args[5:]] == addresses
+
+
 def test_raw_gather_vectors_fit_the_output_address(monkeypatch) -> None:
     module = importlib.import_module("ibp_graph.kernels.raw_gather")
     launches = record(module, monkeypatch)

@@ -189,9 +189,11 @@ class DeviceCodec:
     The tensors are read by every launch and never change: they are checked once here, and
     a launch passes their addresses (`const_args`) instead of exchanging a DLPack view of each
     (an event record and wait apiece); the prefix sums of `codec_prefixes` and the
-    `column_layouts` are derived from them once (`prefix_tensors`, `layout_tensor`). Build
-    them on the device, read `const_args` once, and let the copies complete (synchronise)
-    before the first fetch on another stream.
+    `column_layouts` are derived from them here too (`prefix_tensors`, `layout_tensor`), so
+    that every launch, from any thread, reads the same tensors. Build them on the device and
+    let the copies complete (synchronise) before the first fetch on another stream. Keep the
+    codec alive until the launches reading its tensors are done (a table's pinned buffer
+    holds it: `ibp_graph.pinned.PinnedBuffer.hold`).
 
     Raises:
         ValueError: a tensor has the wrong type, device, dtype, shape or layout (named).
@@ -239,42 +241,46 @@ class DeviceCodec:
                     f"{name} must be a contiguous {shape} tensor of {' or '.join(map(str, dtypes))}"
                     f", got {t.dtype} {tuple(t.shape)}"
                 )
+        # Derived once, here: derived at the first fetch instead, two threads fetching at once
+        # could each derive them, and one launch with the addresses of tensors that the
+        # other then replaced (and so freed).
+        masks, code_bits = self.masks.cpu().numpy(), self.code_bits.cpu().numpy()
+        device = self.masks.device
+        prefixes = tuple(
+            torch.from_numpy(p.view(np.int32)).to(device)
+            for p in codec_prefixes(masks, code_bits, self.word_bytes)
+        )
+        layouts = column_layouts(masks, code_bits, self.word_bytes)
+        layout = torch.from_numpy(layouts.view(np.int32)).to(device)
+        cids = 0 if self.cluster_ids is None else self.cluster_ids.data_ptr()
+        addresses = (
+            self.offsets.data_ptr(),
+            cids,
+            self.masks.data_ptr(),
+            self.code_bits.data_ptr(),
+            self.bitvals.data_ptr(),
+            prefixes[0].data_ptr(),
+            prefixes[1].data_ptr(),
+            layout.data_ptr(),
+        )
+        object.__setattr__(self, "_prefix_tensors", prefixes)
+        object.__setattr__(self, "_layout_tensor", layout)
+        object.__setattr__(self, "_const_args", tuple(np.uint64(p) for p in addresses))
 
-    @functools.cached_property
+    @property
     def prefix_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """`codec_prefixes` of the table as ``(k, V + 1)`` int32 tensors on its device."""
-        pair = codec_prefixes(
-            self.masks.cpu().numpy(), self.code_bits.cpu().numpy(), self.word_bytes
-        )
-        device = self.masks.device
-        return tuple(torch.from_numpy(p.view(np.int32)).to(device) for p in pair)
+        return self._prefix_tensors
 
-    @functools.cached_property
+    @property
     def layout_tensor(self) -> torch.Tensor:
         """`column_layouts` of the table as a ``(k, V)`` int32 tensor on its device."""
-        layouts = column_layouts(
-            self.masks.cpu().numpy(), self.code_bits.cpu().numpy(), self.word_bytes
-        )
-        return torch.from_numpy(layouts.view(np.int32)).to(self.masks.device)
+        return self._layout_tensor
 
-    @functools.cached_property
+    @property
     def const_args(self) -> tuple[np.uint64, ...]:
         """Addresses of the constant tensors, in the kernel's order (cluster ids 0: none)."""
-        cids = 0 if self.cluster_ids is None else self.cluster_ids.data_ptr()
-        code_prefix, free_prefix = self.prefix_tensors
-        return tuple(
-            np.uint64(p)
-            for p in (
-                self.offsets.data_ptr(),
-                cids,
-                self.masks.data_ptr(),
-                self.code_bits.data_ptr(),
-                self.bitvals.data_ptr(),
-                code_prefix.data_ptr(),
-                free_prefix.data_ptr(),
-                self.layout_tensor.data_ptr(),
-            )
-        )
+        return self._const_args
 
     def plan(self, max_smem: int, buffers: int = 1, warps: int = FETCH_BLOCK_WARPS) -> SmemPlan:
         """The shared-memory plan of this table for a block limit of ``max_smem`` (cached).
@@ -465,8 +471,13 @@ def fetch_decode(
             per_sm=fetch_blocks_per_sm(stream),
         )
         out_arg, error_arg = as_cupy(out.view(torch.uint8).reshape(-1)), as_cupy(error)
+        # Every DLPack view before the launch mark: making one may queue a wait on the stream.
+        views = [
+            (as_cupy(idx[r0:r1]), None if out_pos is None else as_cupy(out_pos[r0:r1]))
+            for r0, r1 in spans
+        ]
         note_launch(stream)
-        for r0, r1 in spans:
+        for (r0, r1), (idx_arg, pos_arg) in zip(spans, views, strict=True):
             args = (
                 np.uint64(codec.rows_ptr),
                 offsets,
@@ -477,8 +488,8 @@ def fetch_decode(
                 code_prefix,
                 free_prefix,
                 layouts,
-                as_cupy(idx[r0:r1]),
-                np.uint64(0) if out_pos is None else as_cupy(out_pos[r0:r1]),
+                idx_arg,
+                np.uint64(0) if pos_arg is None else pos_arg,
                 out_arg,
                 error_arg,
                 np.int64(r1 - r0),

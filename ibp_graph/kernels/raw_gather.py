@@ -134,12 +134,17 @@ def raw_gather(
             per_sm=fetch_blocks_per_sm(stream),
         )
         out_arg, error_arg = as_cupy(out.view(torch.uint8).reshape(-1)), as_cupy(error)
+        # Every DLPack view before the launch mark: making one may queue a wait on the stream.
+        views = [
+            (as_cupy(idx[r0:r1]), None if out_pos is None else as_cupy(out_pos[r0:r1]))
+            for r0, r1 in spans
+        ]
         note_launch(stream)
-        for r0, r1 in spans:
+        for (r0, r1), (idx_arg, pos_arg) in zip(spans, views, strict=True):
             args = (
                 np.uint64(table_ptr),
-                as_cupy(idx[r0:r1]),
-                np.uint64(0) if out_pos is None else as_cupy(out_pos[r0:r1]),
+                idx_arg,
+                np.uint64(0) if pos_arg is None else pos_arg,
                 out_arg,
                 error_arg,
                 np.int64(r1 - r0),
