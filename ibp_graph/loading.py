@@ -34,6 +34,7 @@ from __future__ import annotations
 import abc
 import math
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -558,6 +559,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 ``persistent_workers=True`` with ``num_workers=0``).
         """
         self.node_sampler = node_sampler
+        self._sampling_lock = threading.Lock()
         self.stats = LoaderStats()
         self._stream = None
         if self.device.type == "cuda":
@@ -683,12 +685,27 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
 
     def _sample_batch(self, epoch: int, index: int, positions: torch.Tensor) -> SampledBatch:
         """Sample batch ``index`` of ``epoch``: the seeds at ``positions``, seeded for it."""
-        self.node_sampler.manual_seed(self._batch_seed(epoch, index))
-        return self._sample_positions(positions)
+        return self._sample_positions(positions, self._batch_seed(epoch, index))
 
-    def _sample_positions(self, positions: torch.Tensor) -> SampledBatch:
+    def _sample_positions(self, positions: torch.Tensor, seed: int | None = None) -> SampledBatch:
+        """Sample the seeds at ``positions``, after seeding the sampler with ``seed``.
+
+        Live iterators of one loader (each with its own prefetch thread) and direct
+        ``collate_fn`` calls share ``node_sampler``: its generator, dense map and workspace.
+        The loader's lock keeps each batch's seeding and sampling together, so a batch's
+        draws do not depend on what else samples at the same time; on a GPU it also keeps
+        the order of their launches on the side stream the iterators share.
+
+        Args:
+            positions: int64 positions into ``input_nodes``.
+            seed: the sampler seed (default: None, the generator as it is).
+        """
         input_id = positions if self._input_id is None else self._input_id[positions]
-        return self.node_sampler.sample(self.input_nodes[positions], input_id)
+        seeds = self.input_nodes[positions]
+        with self._sampling_lock:
+            if seed is not None:
+                self.node_sampler.manual_seed(seed)
+            return self.node_sampler.sample(seeds, input_id)
 
     def _work(self, epoch: int, batches: list[torch.Tensor]) -> Iterator[SampledBatch]:
         for index, positions in enumerate(batches):
@@ -784,12 +801,18 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         return WorkerResult(out, self._fetch_in_worker, counts)
 
     def __getstate__(self) -> dict[str, Any]:
-        """What a spawned worker needs: no worker iterator, stream or process context."""
+        """What a spawned worker needs: no worker iterator, stream, process context or lock."""
         state = self.__dict__.copy()
         state["_iterator"] = None
         state["_stream"] = None
         state["_DataLoader__multiprocessing_context"] = None
+        state["_sampling_lock"] = None  # a lock does not pickle: `__setstate__` makes one
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The pickled loader, with a sampling lock of its own."""
+        self.__dict__.update(state)
+        self._sampling_lock = threading.Lock()
 
     # -- hooks -----------------------------------------------------------------------------
     def _refresh(self) -> None:  # noqa: B027 - an optional hook with nothing to do by default

@@ -7,6 +7,10 @@ exception raised by ``produce`` is raised by the `take` that would have returned
 the items before it; an exception of a ``fatal`` type is raised by the next `take` at once.
 `close` stops the thread after the item it is producing and joins it.
 
+At interpreter exit every producer still running is closed (an ``atexit`` hook, with a
+bounded wait): a daemon thread still inside a torch call when the interpreter tears its
+threads down aborts the process, e.g. when a script ends with a loader's iterator still open.
+
 The prefetcher (`ibp_graph.prefetch.Prefetcher`, ``thread=True``) uses it so that sampling,
 its host reads of sizes and the feature fetch launches run beside the training loop instead of
 inside its ``next()``: torch ops and waits for the GPU release the GIL.
@@ -14,9 +18,13 @@ inside its ``next()``: torch ops and waits for the GPU release the GIL.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -25,6 +33,24 @@ __all__ = ["BackgroundProducer"]
 T = TypeVar("T")
 
 _ITEM, _END, _ERROR = "item", "end", "error"
+
+#: Seconds `_close_live` waits at interpreter exit for all the threads to stop, together.
+EXIT_WAIT_S = 10.0
+
+#: The producers of this process, closed at interpreter exit by `_close_live`.
+_LIVE: weakref.WeakSet[BackgroundProducer] = weakref.WeakSet()
+
+
+def _close_live() -> None:
+    """Close every producer of this process, waiting at most `EXIT_WAIT_S` in all."""
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for producer in list(_LIVE):
+        producer.close(timeout=max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_close_live)
+# A forked child has none of its parent's threads to stop.
+os.register_at_fork(after_in_child=_LIVE.clear)
 
 
 class BackgroundProducer(Generic[T]):
@@ -59,25 +85,27 @@ class BackgroundProducer(Generic[T]):
         self._stop = threading.Event()
         self._finished = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        _LIVE.add(self)
         self._thread.start()
 
     def _run(self) -> None:
-        with self._context():
-            while True:
-                self._free.acquire()
-                if self._stop.is_set():
-                    return
-                try:
+        # Entering or leaving the context may fail too: the consumer must hear of it, or its
+        # `take` would wait forever.
+        try:
+            with self._context():
+                while True:
+                    self._free.acquire()
+                    if self._stop.is_set():
+                        return
                     ok, item = self._produce()
-                except BaseException as exc:  # handed to the consumer, in order
-                    if isinstance(exc, self._fatal_types):
-                        self._fatal = exc
-                    self._items.put((_ERROR, exc))
-                    return
-                if not ok:
-                    self._items.put((_END, None))
-                    return
-                self._items.put((_ITEM, item))
+                    if not ok:
+                        self._items.put((_END, None))
+                        return
+                    self._items.put((_ITEM, item))
+        except BaseException as exc:  # handed to the consumer, in order
+            if isinstance(exc, self._fatal_types):
+                self._fatal = exc
+            self._items.put((_ERROR, exc))
 
     @property
     def pending(self) -> int:
@@ -108,12 +136,16 @@ class BackgroundProducer(Generic[T]):
         """The consumer is done with one item: the thread may produce one more."""
         self._free.release()
 
-    def close(self) -> None:
-        """Stop after the item being produced, join the thread and drop queued items."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop after the item being produced, join the thread and drop queued items.
+
+        Args:
+            timeout: seconds to wait for the thread (default: None, until it stops).
+        """
         self._stop.set()
         self._free.release()  # wake the thread if it waits for room
         if self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(timeout)
         self._finished = True
         while True:
             try:

@@ -45,6 +45,7 @@ class TinyLoader(BaseNodeLoader):
         use_ddp: bool = False,
         ddp_seed: int = 0,
         device: str = "cpu",
+        prefetch_thread: bool | None = None,
         **kwargs,
     ) -> None:
         self._set_loop_args(
@@ -57,6 +58,7 @@ class TinyLoader(BaseNodeLoader):
             use_ddp=use_ddp,
             ddp_seed=ddp_seed,
             loader_kwargs=kwargs,
+            prefetch_thread=prefetch_thread,
         )
         self.input_nodes, self._input_id = input_nodes(seeds, graph.num_nodes)
         self.device = torch.device(device)
