@@ -294,6 +294,15 @@ def test_e2e_replay_mode_is_a_gpu_mode(tmp_path: Path) -> None:
     assert e2e.parse_args(["--device", "cuda", "--replay-mode"]).replay_mode
 
 
+def test_e2e_replay_mode_needs_a_torch_that_captures_on_threads(monkeypatch) -> None:
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    args = e2e.parse_args(["--device", "cuda", "--replay-mode"])
+    out = e2e.run_mode(e2e.REPLAY_MODE, None, None, {}, torch.device("cuda"), args)
+    assert out["skipped"] == (
+        "needs torch 2.12 or later to capture on the prefetch thread (torch 2.11.0+cu130)"
+    )
+
+
 def test_e2e_says_which_batch_sizes_the_replay_mode_replayed(monkeypatch) -> None:
     from ibp_graph.sample_replay import BatchReplay
 
