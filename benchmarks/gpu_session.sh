@@ -84,7 +84,8 @@
 #              batch's time goes: kernels, torch ops, Python functions).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, with --thread-mode (IBP
 #              on also with the prefetch thread, beside the other modes), --replay-mode
-#              (that mode again with the sampler's launches replayed from CUDA graphs) and
+#              (that mode again with the sampler's launches replayed from CUDA graphs; skipped
+#              with torch before 2.12, which cannot capture on the prefetch thread) and
 #              --profile-epoch (per mode, where an epoch's time goes: kernels, torch ops,
 #              Python functions);
 #              neighbors drawn by the fused hop kernels, the loaders' default on a GPU.

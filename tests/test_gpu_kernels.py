@@ -302,39 +302,6 @@ def test_tiny_grids_cover_far_more_rows_than_threads(tmp_path, max_blocks) -> No
     assert torch.equal(short, want_short)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [{"chunk_rows": 777}, {"block_warps": 32}, {"block_warps": 1, "chunk_rows": 4096}],
-    ids=["chunks", "32-warp-blocks", "1-warp-blocks-in-chunks"],
-)
-@pytest.mark.parametrize("sort_ids", [False, True])
-def test_chunks_and_block_sizes_give_the_same_rows_and_errors(tmp_path, sort_ids, options) -> None:
-    # Launched in chunks (several kernels on the fetch's stream) or in blocks of other sizes:
-    # the same bits, and a bad id is named at its caller's position, also in a later chunk.
-    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
-
-    rng = np.random.default_rng(17)
-    x = _sparse(rng, 3000, 40)
-    ibp_graph.compress(x, tmp_path / "t.ibp", progress=False)
-    idx = _ids(rng, 3000, 10_000)
-    want = x[idx.cpu().numpy()]
-    bad = idx.clone()
-    bad[[7001, 9000]] = torch.tensor([3000, -2], device=CUDA)
-    side = torch.cuda.Stream()
-    for table in (
-        CudaIBPTable(tmp_path / "t.ibp", device=CUDA, sort_ids=sort_ids, **options),
-        PinnedRawTable(x, device=CUDA, sort_ids=sort_ids, **options),
-    ):
-        with table:
-            assert _bits_equal(table.fetch(idx), want)
-            side.wait_stream(torch.cuda.current_stream())
-            got = table.fetch(idx, stream=side)
-            torch.cuda.current_stream().wait_stream(side)
-            assert _bits_equal(got, want)
-            with pytest.raises(IBPInputError, match=r"row index 3000 \(at position 7001\)"):
-                table.fetch(bad)
-
-
 # --------------------------------------------------------------------------------------------
 # Errors: the first bad position, and rows that are always written
 # --------------------------------------------------------------------------------------------
@@ -747,3 +714,43 @@ def test_outputs_over_2_gib(tmp_path) -> None:
     with PinnedRawTable(x, device=CUDA) as raw:
         got = raw.fetch(idx)
         assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+# --------------------------------------------------------------------------------------------
+# Launched in chunks or in other block sizes (last: the newest launch options)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"chunk_rows": 777}, {"block_warps": 32}, {"block_warps": 1, "chunk_rows": 4096}],
+    ids=["chunks", "32-warp-blocks", "1-warp-blocks-in-chunks"],
+)
+@pytest.mark.parametrize("sort_ids", [False, True])
+def test_chunks_and_block_sizes_give_the_same_rows_and_errors(tmp_path, sort_ids, options) -> None:
+    # Launched in chunks (several kernels on the fetch's stream) or in blocks of other sizes:
+    # the same bits, and a bad id is named at its caller's position, also in a later chunk.
+    from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+
+    rng = np.random.default_rng(17)
+    x = _sparse(rng, 3000, 40)
+    ibp_graph.compress(x, tmp_path / "t.ibp", progress=False)
+    n = _n(10_000)
+    idx = _ids(rng, 3000, n)
+    want = x[idx.cpu().numpy()]
+    bad = idx.clone()
+    first = 9 * n // 10 - 99  # in a later chunk of 777 rows, at either size
+    bad[[first, n - 1]] = torch.tensor([3000, -2], device=CUDA)
+    side = torch.cuda.Stream()
+    for table in (
+        CudaIBPTable(tmp_path / "t.ibp", device=CUDA, sort_ids=sort_ids, **options),
+        PinnedRawTable(x, device=CUDA, sort_ids=sort_ids, **options),
+    ):
+        with table:
+            assert _bits_equal(table.fetch(idx), want)
+            side.wait_stream(torch.cuda.current_stream())
+            got = table.fetch(idx, stream=side)
+            torch.cuda.current_stream().wait_stream(side)
+            assert _bits_equal(got, want)
+            with pytest.raises(IBPInputError, match=rf"row index 3000 \(at position {first}\)"):
+                table.fetch(bad)

@@ -40,6 +40,7 @@ from ibp_graph.features import (  # noqa: E402
 )
 from ibp_graph.loaders import pyg as pyg_loaders  # noqa: E402
 from ibp_graph.loaders.pyg import IBPFeatureStore, NeighborLoader  # noqa: E402
+from ibp_graph.pinned import release_deferred  # noqa: E402
 from ibp_graph.prefetch import LoaderStats, Prefetcher  # noqa: E402
 from ibp_graph.sampler import NeighborSampler  # noqa: E402
 
@@ -993,8 +994,11 @@ def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(
     dev = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.synchronize()
     # memory_allocated falls when the collector frees a CUDA tensor held by a reference
-    # cycle: collect first, so that only the placements below move it.
+    # cycle, or when pinning releases the deferred buffers (and what they hold, such as a
+    # dropped table's device metadata): do both first, so that only the placements below
+    # move it.
     gc.collect()
+    release_deferred()
     before = torch.cuda.memory_allocated(dev)
     mapped = place_graph(graph, dev, "uva")
     assert torch.cuda.memory_allocated(dev) == before

@@ -559,33 +559,6 @@ def test_sampler_on_cuda():
         assert torch.allclose(freq, torch.full((10,), 0.3, dtype=torch.double), atol=0.04)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("backend", ["torch", "kernel"])
-def test_cpu_seeds_reach_a_cuda_sampler_without_waiting_for_the_gpu(backend) -> None:
-    # The loaders' seeds are CPU tensors: they are checked on the CPU and copied through
-    # pinned memory, so the sampler's first host wait is its hops' own, not the seeds'.
-    ei = random_graph(6, n=300, e=4000, isolated=20)
-    g = CSRGraph.from_edge_index(ei.cuda(), 300)
-    seeds = torch.randperm(300)[:40]
-    sampler = NeighborSampler(g, [5, 3], seed=3, backend=backend)
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        on_gpu = sampler._check_seeds(seeds)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), seeds)
-    a = NeighborSampler(g, [5, 3], seed=3, backend=backend).sample(seeds)
-    b = NeighborSampler(g, [5, 3], seed=3, backend=backend).sample(seeds.cuda())
-    assert same_batch(a, b)
-    bad = seeds.clone()
-    bad[7] = 300
-    with pytest.raises(IBPInputError, match=r"seeds\[7\] = 300 is out of range"):
-        sampler.sample(bad)
-    with pytest.raises(IBPInputError, match=r"seeds\[7\] = 300 is out of range"):
-        sampler.sample(bad.cuda())
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_uva_graph_needs_a_gpu() -> None:
     from ibp_graph.errors import IBPDeviceError
@@ -708,3 +681,31 @@ def test_kernel_backend_neighbor_frequencies_uniform():
         counts = _subset_counts(picked.sort(dim=1).values)
         observed = [counts.get(s, 0) for s in itertools.combinations(range(1, 11), 3)]
         assert stats.chisquare(observed).pvalue > 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("backend", ["torch", "kernel"])
+def test_cpu_seeds_reach_a_cuda_sampler_without_waiting_for_the_gpu(backend) -> None:
+    # (Last in the file: it turns torch's sync debug mode to errors.) The loaders' seeds are
+    # CPU tensors: they are checked on the CPU and copied through pinned memory, so the
+    # sampler's first host wait is its hops' own, not the seeds'.
+    ei = random_graph(6, n=300, e=4000, isolated=20)
+    g = CSRGraph.from_edge_index(ei.cuda(), 300)
+    seeds = torch.randperm(300)[:40]
+    sampler = NeighborSampler(g, [5, 3], seed=3, backend=backend)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        on_gpu = sampler._check_seeds(seeds)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert on_gpu.is_cuda and torch.equal(on_gpu.cpu(), seeds)
+    a = NeighborSampler(g, [5, 3], seed=3, backend=backend).sample(seeds)
+    b = NeighborSampler(g, [5, 3], seed=3, backend=backend).sample(seeds.cuda())
+    assert same_batch(a, b)
+    bad = seeds.clone()
+    bad[7] = 300
+    with pytest.raises(IBPInputError, match=r"seeds\[7\] = 300 is out of range"):
+        sampler.sample(bad)
+    with pytest.raises(IBPInputError, match=r"seeds\[7\] = 300 is out of range"):
+        sampler.sample(bad.cuda())
