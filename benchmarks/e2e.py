@@ -690,6 +690,8 @@ def run_mode(
     # Always a bool, passed to the loaders: the plain modes run without the thread even on a
     # GPU, where the loaders' default (prefetch_thread=None) would turn it on.
     thread = bool(args.prefetch_thread or mode in IBP_VARIANTS)
+    if mode == REPLAY_MODE and device.type != "cuda":
+        return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     if mode == REPLAY_MODE and torch_release() < PER_CAPTURE_RNG_TORCH:
         # The sampler would refuse every capture on the prefetch thread: the mode would be
         # THREAD_MODE again (`ibp_graph.sample_replay.cuda_capture`).
@@ -700,8 +702,6 @@ def run_mode(
             "skipped": f"needs torch {need} or later to capture on the prefetch thread "
             f"(torch {torch.__version__})",
         }
-    if mode == REPLAY_MODE and device.type != "cuda":
-        return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     t0 = time.perf_counter()
     features = open_features(source, graph, table, device, args.block_warps)
     if features is None:
