@@ -12,7 +12,9 @@ Python thread that also drives training, and every host read of a size waits for
 This counts them, which needs no GPU: the torch ops the sampler dispatches (torch's dispatcher,
 ``TorchDispatchMode``), split into allocations, views and the rest; the hop kernels launched;
 and the host reads (ops that copy a value to the host: ``item``, ``nonzero``, ``tolist``, and
-indexing with a boolean mask, whose size the host needs).
+indexing with a boolean mask, whose size the host needs); and the host values copied in (a
+Python number made a tensor, as ``t[i] = n`` does: on a GPU a copy from pageable memory,
+which waits for the stream too, and which a CUDA graph capture refuses).
 Two paths sample the same seeds of a power-law graph (`benchmarks/sampling.py`'s generator,
 smaller), fanouts [15, 10, 5], batch 1,024:
 
@@ -66,6 +68,9 @@ ALLOCATIONS = {"empty.memory_format", "empty_strided.default", "new_empty.defaul
 HOST_READS = {"_local_scalar_dense.default", "nonzero.default", "masked_select.default"}
 #: Ops that read a value back when an index is a boolean mask (``x[mask]``: its size).
 MASK_INDEXING = {"index.Tensor"}
+#: The op that makes a tensor of a Python value (``t[i] = n``, ``torch.tensor(n)``): on a
+#: GPU, that value is then copied from pageable host memory, which waits for the stream.
+HOST_VALUES = {"lift_fresh.default"}
 
 
 def _has_mask(indices) -> bool:
@@ -165,6 +170,7 @@ def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
         "other_ops": sum(ops.values()) - alloc - views,
         "kernel_launches": 0 if kernels is None else kernels.launches,
         "host_reads": dispatched_reads + counter.mask_reads + reads[0],
+        "host_values_in": sum(n for name, n in ops.items() if name in HOST_VALUES),
         "sampled_edges": batch.num_edges,
         "top_ops": dict(ops.most_common(12)),
         "ops_by_function": dict(counter.by_function.most_common()),
@@ -178,14 +184,14 @@ def markdown(env: dict, payload: dict) -> str:
         f"- hop kernels: {payload['kernels']}",
         "",
         "| path | torch ops | of which allocations | of which views | other ops "
-        "| kernel launches | host reads | sampled edges |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| kernel launches | host reads | host values copied in | sampled edges |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in payload["rows"]:
         lines.append(
             f"| {r['path']} | {r['torch_ops']} | {r['allocations']} | {r['views']} "
             f"| {r['other_ops']} | {r['kernel_launches']} | {r['host_reads']} "
-            f"| {r['sampled_edges']:,} |"
+            f"| {r['host_values_in']} | {r['sampled_edges']:,} |"
         )
     lines += ["", "Most frequent ops per path:", ""]
     for r in payload["rows"]:

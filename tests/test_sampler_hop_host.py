@@ -426,6 +426,7 @@ def test_a_fused_batch_costs_few_ops_and_reads_its_sizes_once(lib) -> None:
     got = count(fused, seeds)
     assert got["kernel_launches"] == 9  # draw, flags, emit per hop
     assert got["host_reads"] == 2  # the seeds' range, then the batch's sizes once
+    assert got["host_values_in"] == 0  # no `t[i] = n`: a synchronising copy on a GPU
     assert got["other_ops"] <= 20, got["top_ops"]
     assert got["sampled_edges"] > 0
     # Against the torch-ops hops on the same graph (the compiled CPU hop switched off).
