@@ -8,7 +8,7 @@ them is then exact for any seeds of that number. `BatchReplay` captures, per bat
 seeding of the sampler's dense map and every hop's launches into one CUDA graph that reads the
 seeds and the hops' random keys from two tensors of its own. A later batch of that size copies
 its seeds and keys there and replays the graph: one launch from Python instead of the hops'
-9 launches and 30 of the batch's torch ops (fanouts [15, 10, 5], counted on the CPU), with the
+9 launches and 29 of the batch's torch ops (fanouts [15, 10, 5], counted on the CPU), with the
 same draws, so the same batch. `finish_batch` then reads the
 sizes (the batch's one host read) and copies the outputs out of the graph's buffers.
 

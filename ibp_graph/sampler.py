@@ -253,7 +253,7 @@ class NeighborSampler:
     ``cuda_graph=True`` (``"kernel"`` only) captures a batch's launches as a CUDA graph, once
     per batch size, and replays it for later batches of that size
     (`ibp_graph.sample_replay`): the same batches, with one launch from Python instead of the
-    hops' launches and most of their torch ops (for 3 hops, 9 launches and 30 ops). It
+    hops' launches and most of their torch ops (for 3 hops, 9 launches and 29 ops). It
     applies to batches whose hops all draw (``draw="once"``, every fanout in
     ``[0, MAX_K]``, not ``disjoint``); others run as without it. Each graph keeps its
     buffers in GPU memory (at most 56 bytes a slot: for 1,024 seeds and fanouts
