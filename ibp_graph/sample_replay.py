@@ -16,9 +16,10 @@ A size is captured the second time it comes (the first batch runs eagerly: it lo
 and shows whether the launches read a size), and at most `MAX_GRAPHS` sizes are kept (a loader
 has two: its batch size and the last batch's). A batch that reads sizes on the way (a fanout of
 ``-1`` or above ``MAX_K``, ``draw="per_hop"``, or a frontier bound of more than a few million
-slots) is never captured, nor is a size whose capture failed (with one warning naming why):
-with torch before 2.12 that includes every capture on a thread other than the main one
-(`cuda_capture`).
+slots) is never captured. Once a capture fails (one warning names why), no size is captured
+any more, since a capture that fails part-way can leave torch's allocator counting it as
+under way; with torch before 2.12 every capture on a thread other than the main one is
+refused that way (`cuda_capture`).
 Each graph keeps its buffers, at most 56 bytes a slot (a hop's frontier bound times its
 fanout), in GPU memory of its own for as long as the sampler holds it.
 """
@@ -150,8 +151,11 @@ class BatchReplay:
         self.graphs: dict[int, _Captured] = {}
         #: Sizes seen once whose launches read no size: captured when they come again.
         self._ready: set[int] = set()
-        #: Sizes never to capture (their capture failed).
+        #: Sizes never to capture (their launches read a size).
         self._refused: set[int] = set()
+        #: Why a capture failed, after which no size is captured: a capture that fails part-way
+        #: can leave torch's allocator counting it as under way.
+        self.failed: str | None = None
 
     def sample(
         self, launch: Launch, seeds: torch.Tensor, keys: torch.Tensor
@@ -162,7 +166,12 @@ class BatchReplay:
         """
         size = seeds.numel()
         captured = self.graphs.get(size)
-        if captured is None and size in self._ready and len(self.graphs) < self.max_graphs:
+        if (
+            captured is None
+            and self.failed is None
+            and size in self._ready
+            and len(self.graphs) < self.max_graphs
+        ):
             captured = self._capture_size(launch, seeds, keys)
         if captured is None:
             batch = launch(seeds, keys)
@@ -189,10 +198,10 @@ class BatchReplay:
         try:
             graph, batch = self._capture(lambda: launch(static_seeds, static_keys), seeds.device)
         except RuntimeError as e:
-            self._refused.add(size)
+            self.failed = str(e)
             warnings.warn(
                 f"the sampler's launches for batches of {size} seeds could not be captured "
-                f"as a CUDA graph, so they run eagerly: {e}",
+                f"as a CUDA graph, so its batches run eagerly from now on: {e}",
                 RuntimeWarning,
                 stacklevel=4,
             )

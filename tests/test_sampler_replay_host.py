@@ -130,13 +130,16 @@ def test_a_capture_that_fails_warns_once_and_runs_eagerly(lib) -> None:
     eager, _ = host_sampler(lib, g, [6, 4], replay=False)
     replayed, _ = host_sampler(lib, g, [6, 4], replay=True)
     replayed._replay = BatchReplay(broken)
-    batches = seed_batches(g, [30] * 4, seed=4)
+    batches = seed_batches(g, [30, 30, 30, 20, 20, 20, 30], seed=4)
     assert_same(replayed.sample(batches[0]), eager.sample(batches[0]))
     with pytest.warns(RuntimeWarning, match="batches of 30 seeds could not be captured"):
         assert_same(replayed.sample(batches[1]), eager.sample(batches[1]))
-    for seeds in batches[2:]:  # no second warning, no second try
+    # No second warning and no second try, for any size: a capture that failed part-way can
+    # leave torch's allocator counting it as under way.
+    for seeds in batches[2:]:
         assert_same(replayed.sample(seeds), eager.sample(seeds))
     assert replayed._replay.graphs == {}
+    assert "operation not permitted" in replayed._replay.failed
 
 
 def test_the_host_capture_refuses_a_size_read_into_python(lib) -> None:
@@ -282,7 +285,7 @@ def test_a_capture_off_the_main_thread_needs_per_capture_random_state(monkeypatc
             replay.sample(launch, torch.arange(3), torch.zeros(1, dtype=torch.int64))
 
     assert _on_a_thread(sample) == []
-    assert not replay.graphs and 3 in replay._refused and len(launched) == 1
+    assert not replay.graphs and "torch 2.11.0+cu130" in replay.failed and len(launched) == 1
 
 
 @pytest.mark.gpu
