@@ -45,7 +45,10 @@ def _close_live() -> None:
     """Close every producer of this process, waiting at most `EXIT_WAIT_S` in all."""
     deadline = time.monotonic() + EXIT_WAIT_S
     for producer in list(_LIVE):
-        producer.close(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            producer.close(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - at exit, one failure must not skip the others
+            pass
 
 
 atexit.register(_close_live)
@@ -85,8 +88,8 @@ class BackgroundProducer(Generic[T]):
         self._stop = threading.Event()
         self._finished = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        _LIVE.add(self)
         self._thread.start()
+        _LIVE.add(self)  # only a started thread is joined at exit
 
     def _run(self) -> None:
         # Entering or leaving the context may fail too: the consumer must hear of it, or its
