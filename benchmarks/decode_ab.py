@@ -64,7 +64,6 @@ from benchmarks._env import (  # noqa: E402
     result_name,
     write_json,
 )
-from benchmarks._targets import check, verdict  # noqa: E402
 
 SOURCE = "fetch_decode.cu"
 GIB = 1 << 30
@@ -281,20 +280,10 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
 
 
 def decode_target(gbps: float, zeros: float, max_blocks: float | None) -> dict[str, Any]:
-    """The current kernel's decode-only rate against the project's goal for its table class
-    (`fetch.decode_goal`: dense or sparse). The goal is for the decoder with the GPU to
-    itself, so it applies only at the library's full grid (no ``--max-blocks``)."""
-    goal, kind = fetch.decode_goal(zeros)
-    return check(gbps, goal, applies=max_blocks is None, table_class=kind)
-
-
-def target_cell(t: dict | None) -> str:
-    """The decode-only target's cell: verdict and goal, or why it does not apply."""
-    if t is None:
-        return ""
-    if not t["applies"]:
-        return f"(grid capped) [{t['table_class']}: goal {t['goal']:g}]"
-    return f"{verdict(t)} [{t['table_class']}: goal {t['goal']:g}]"
+    """The current kernel's decode-only rate against the decoder's goal for its table's class
+    (`fetch.decode_target`). The goal is for the decoder with the GPU to itself, so it applies
+    only at the library's full grid (no ``--max-blocks``)."""
+    return fetch.decode_target(gbps, zeros, applies=max_blocks is None, rate_name="decode-only")
 
 
 def target_summary(cases: list[dict]) -> str:
@@ -334,8 +323,9 @@ def markdown(payload: dict) -> str:
         "each version's output against the rows, every batch. Decode-only goal: the current "
         f"kernel's rate against {fetch.DECODE_DENSE_GOAL:g} GB/s on a dense table and "
         f"{fetch.DECODE_SPARSE_GOAL:g} GB/s on a sparse one (at least "
-        f"{fetch.SPARSE_ZEROS:.0%} zeros), met or the gap; it is for the decoder with the GPU "
-        "to itself, so it is not judged on a capped grid.",
+        f"{fetch.SPARSE_ZEROS:.0%} zeros), met or the gap, then the table's class and goal; it "
+        "is for the decoder with the GPU to itself, so on a capped grid the rate stands in "
+        "parentheses, not judged.",
         "",
         "| case | row B | compression | zeros | batch rows | current GB/s | baseline GB/s "
         "| current / baseline | per round | bit-identical | decode-only goal (current) |",
@@ -353,7 +343,7 @@ def markdown(payload: dict) -> str:
             f"{lead}| {r['batch_rows']:,} | {fetch._num(r['current_gbps'])} "
             f"| {fetch._num(r['baseline_gbps'])} | {r['current_over_baseline']:.3f}x "
             f"| {r['round_ratio_median']:.3f}x [{r['round_ratio_min']:.3f}, "
-            f"{r['round_ratio_max']:.3f}] | {same} | {target_cell(r.get('decode_target'))} |"
+            f"{r['round_ratio_max']:.3f}] | {same} | {fetch._decode_cell(r['decode_target'])} |"
         )
     lines += ["", target_summary(payload["cases"]), "", f"Real tables: {s['real_note']}.", ""]
     return "\n".join(lines)
@@ -494,7 +484,7 @@ def summary_text(r: dict) -> str:
         f"current {r['current_gbps']:.1f} GB/s, baseline {r['baseline_gbps']:.1f} GB/s, "
         f"{r['current_over_baseline']:.3f}x, bit-identical {r['current_bit_identical']} (current), "
         f"{r['baseline_bit_identical']} (baseline); decode-only goal: "
-        f"{target_cell(r.get('decode_target'))}"
+        f"{fetch._decode_cell(r['decode_target'])}"
     )
 
 

@@ -523,6 +523,13 @@ def decode_alone(r: dict) -> tuple[float, str]:
     return r["decode_only_gbps"], "decode-only"
 
 
+def decode_target(rate: float | None, zeros: float, *, applies: bool, rate_name: str) -> dict:
+    """The decoder's goal (`decode_goal`, by the table's fraction of zeros) against ``rate``,
+    its GB/s with the GPU to itself; ``rate_name`` says which rate that is (`decode_alone`)."""
+    goal, kind = decode_goal(zeros)
+    return check(rate, goal, applies=applies, table_class=kind, zero_fraction=zeros, rate=rate_name)
+
+
 def targets(r: dict) -> dict:
     """The targets of a measured case (``applies`` says which hold for it).
 
@@ -537,7 +544,6 @@ def targets(r: dict) -> dict:
     flat = incompressible(r["ratio"], r["bypass"])
     bound = ibp_bound(r["ratio"], raw, dec)
     raw_at, raw_rule = raw_goal(r["row_bytes"])
-    dec_at, kind = decode_goal(r["zero_fraction"])
     alone, rate = decode_alone(r)
     raw_sorted = r.get("raw_sorted_gbps")
     return {
@@ -551,13 +557,8 @@ def targets(r: dict) -> dict:
             rule=raw_rule,
         ),
         "ibp_vs_ideal": check(_div(ibp, bound), IBP_GOAL, applies=not flat, bound_gbps=bound),
-        "decode_vs_pcie": check(
-            alone,
-            dec_at,
-            applies=not flat,
-            table_class=kind,
-            zero_fraction=r["zero_fraction"],
-            rate=rate,
+        "decode_vs_pcie": decode_target(
+            alone, r["zero_fraction"], applies=not flat, rate_name=rate
         ),
         "no_compress_slowdown": no_compress_slowdown(raw, ibp, flat),
     }

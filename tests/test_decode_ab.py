@@ -18,7 +18,7 @@ import torch
 from test_fetch_benchmark import numpy_fetch_decode
 
 import ibp_graph
-from benchmarks import decode_ab
+from benchmarks import decode_ab, fetch
 from ibp_graph import cuda_table
 from ibp_graph.kernels import runtime
 
@@ -239,20 +239,21 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
     assert sparse["decode_target"]["value"] == sparse["current_gbps"]
     assert by_case["dense-normal-256B"]["decode_target"]["goal"] == 400.0
     assert sparse["decode_target"]["goal"] == 1000.0 and sparse["decode_target"]["met"] is False
-    assert f"{decode_ab.verdict(sparse['decode_target'])} [sparse: goal 1000] |" in md
+    assert f"| {fetch._decode_cell(sparse['decode_target'])} |" in md
+    assert f"{sparse['current_gbps']:.1f} **gap " in fetch._decode_cell(sparse["decode_target"])
     assert "Decode-only goal (the current kernel): met in 0 of 2 cases; missed: " in md
 
 
 def test_the_decode_goal_is_judged_only_at_the_full_grid() -> None:
     full = decode_ab.decode_target(1200.0, 0.95, None)
     assert full["met"] and full["applies"] and full["goal"] == 1000.0
-    assert decode_ab.target_cell(full) == "met [sparse: goal 1000]"
+    assert fetch._decode_cell(full) == "1200.0 met [sparse, 95% zeros: goal 1000]"
     dense = decode_ab.decode_target(300.0, 0.0, None)
     assert dense["met"] is False and dense["gap"] == pytest.approx(0.25)
-    assert decode_ab.target_cell(dense) == "gap 25.0% [dense: goal 400]"
+    assert fetch._decode_cell(dense) == "300.0 **gap 25.0%** [dense, 0% zeros: goal 400]"
     capped = decode_ab.decode_target(300.0, 0.0, 0.25)
     assert not capped["applies"]
-    assert decode_ab.target_cell(capped) == "(grid capped) [dense: goal 400]"
+    assert fetch._decode_cell(capped) == "(300.0)"  # not judged on a capped grid
     cases = [
         {"case": "a", "decode_target": full},
         {"case": "b", "decode_target": dense},
