@@ -145,7 +145,7 @@ from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.loading import default_sampler_backend  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
-from ibp_graph.sample_replay import PER_CAPTURE_RNG_TORCH, torch_release  # noqa: E402
+from ibp_graph.sample_replay import thread_captures_need  # noqa: E402
 from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
 from ibp_graph.train.run import (  # noqa: E402
@@ -692,10 +692,10 @@ def run_mode(
     thread = bool(args.prefetch_thread or mode in IBP_VARIANTS)
     if mode == REPLAY_MODE and device.type != "cuda":
         return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
-    if mode == REPLAY_MODE and torch_release() < PER_CAPTURE_RNG_TORCH:
+    need = thread_captures_need() if mode == REPLAY_MODE else None
+    if need:
         # The sampler would refuse every capture on the prefetch thread: the mode would be
         # THREAD_MODE again (`ibp_graph.sample_replay.cuda_capture`).
-        need = ".".join(map(str, PER_CAPTURE_RNG_TORCH))
         return {
             "mode": mode,
             "title": MODE_TITLES[mode],
@@ -922,11 +922,12 @@ def replay_lines(modes: list[dict]) -> list[str]:
                 f"{', '.join(f'{n:,}' for n in sizes)} seeds."
             )
             continue
-        why = "the log has the sampler's warning"
-        if torch_release() < PER_CAPTURE_RNG_TORCH:
-            why = f"torch {torch.__version__}: captures on the prefetch thread need torch " + (
-                ".".join(map(str, PER_CAPTURE_RNG_TORCH)) + " or later"
-            )
+        need = thread_captures_need()
+        why = (
+            f"torch {torch.__version__}: captures on the prefetch thread need torch {need} or later"
+            if need
+            else "the log has the sampler's warning"
+        )
         lines.append(
             f"- {MODE_TITLES[REPLAY_MODE]}: no batch size was captured, every batch ran "
             f"eagerly ({why})."

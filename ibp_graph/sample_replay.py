@@ -73,6 +73,16 @@ def torch_release(version: str | None = None) -> tuple[int, int]:
     return major, minor
 
 
+def thread_captures_need() -> str | None:
+    """``"2.12"`` where this torch is too old to capture off the main thread, else None.
+
+    See `PER_CAPTURE_RNG_TORCH`.
+    """
+    if torch_release() >= PER_CAPTURE_RNG_TORCH:
+        return None
+    return ".".join(map(str, PER_CAPTURE_RNG_TORCH))
+
+
 def cuda_capture(
     fn: Callable[[], LaunchedBatch], device: torch.device
 ) -> tuple[Graph, LaunchedBatch]:
@@ -89,15 +99,13 @@ def cuda_capture(
             with a torch older than `PER_CAPTURE_RNG_TORCH`, where it would break the random
             ops of the other threads.
     """
-    if (
-        threading.current_thread() is not threading.main_thread()
-        and torch_release() < PER_CAPTURE_RNG_TORCH
-    ):
+    need = thread_captures_need()
+    if need and threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
             f"torch {torch.__version__} marks the default CUDA generator as capturing for "
             "every thread while a graph is captured, so random ops on other threads (a "
-            "training loop's dropout) would fail; captures off the main thread need torch "
-            f"{'.'.join(map(str, PER_CAPTURE_RNG_TORCH))} or later"
+            f"training loop's dropout) would fail; captures off the main thread need torch "
+            f"{need} or later"
         )
     with torch.cuda.device(device):
         before = torch.cuda.current_stream(device)
