@@ -17,41 +17,30 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from test_fetch_benchmark import FakeRuntime
 
 import ibp_graph
 from ibp_graph import cuda_table
 from ibp_graph.pinned import deferred_count, release_deferred
 
 
-class _Runtime:
-    """Stands for ``cupy.cuda.runtime``: what pinning calls, logged in order."""
-
-    class CUDARuntimeError(RuntimeError):
-        pass
+class _Runtime(FakeRuntime):
+    """`FakeRuntime` (CuPy's runtime on the CPU) that logs what pinning calls, in order."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.log: list[str] = []
 
-    def getDevice(self) -> int:  # noqa: N802 - CUDA's name
-        return 0
-
-    def setDevice(self, device: int) -> None:  # noqa: N802
-        pass
-
-    def deviceSynchronize(self) -> None:  # noqa: N802
+    def deviceSynchronize(self) -> None:  # noqa: N802 - CUDA's name
         self.log.append("sync")
 
-    def deviceGetAttribute(self, attrib: int, device: int) -> int:  # noqa: N802
-        return 1
-
     def hostRegister(self, ptr: int, size: int, flags: int) -> None:  # noqa: N802
+        super().hostRegister(ptr, size, flags)
         self.log.append("register")
 
     def hostUnregister(self, ptr: int) -> None:  # noqa: N802
+        super().hostUnregister(ptr)
         self.log.append("unregister")
-
-    def pointerGetAttributes(self, ptr: int) -> types.SimpleNamespace:  # noqa: N802
-        return types.SimpleNamespace(devicePointer=ptr)
 
 
 @pytest.fixture
