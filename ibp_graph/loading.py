@@ -34,7 +34,6 @@ from __future__ import annotations
 import abc
 import math
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -50,6 +49,7 @@ from .errors import IBPInputError, check_bool, check_choice
 from .graph import CSRGraph
 from .kernels import runtime
 from .prefetch import LoaderStats, Prefetcher
+from .producer import hold
 from .sampler import NeighborSampler, SampledBatch
 from .workers import (
     COUNTERS,
@@ -559,7 +559,6 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 ``persistent_workers=True`` with ``num_workers=0``).
         """
         self.node_sampler = node_sampler
-        self._sampling_lock = threading.Lock()
         self.stats = LoaderStats()
         self._stream = None
         if self.device.type == "cuda":
@@ -690,11 +689,13 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
     def _sample_positions(self, positions: torch.Tensor, seed: int | None = None) -> SampledBatch:
         """Sample the seeds at ``positions``, after seeding the sampler with ``seed``.
 
-        Live iterators of one loader (each with its own prefetch thread) and direct
-        ``collate_fn`` calls share ``node_sampler``: its generator, dense map and workspace.
-        The loader's lock keeps each batch's seeding and sampling together, so a batch's
-        draws do not depend on what else samples at the same time; on a GPU it also keeps
-        the order of their launches on the side stream the iterators share.
+        Live iterators of one loader (each with its own prefetch thread), direct
+        ``collate_fn`` calls and other loaders given the same ``neighbor_sampler`` share
+        ``node_sampler``: its generator, dense map and workspace. The sampler's lock keeps
+        each batch's seeding and sampling together, so a batch's draws do not depend on what
+        else samples at the same time; on a GPU it also keeps the order of their launches on
+        the side stream the iterators share. A prefetch thread stops waiting for the lock
+        once its iterator is closed (`ibp_graph.producer.hold`).
 
         Args:
             positions: int64 positions into ``input_nodes``.
@@ -702,7 +703,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         """
         input_id = positions if self._input_id is None else self._input_id[positions]
         seeds = self.input_nodes[positions]
-        with self._sampling_lock:
+        with hold(self.node_sampler.lock):
             if seed is not None:
                 self.node_sampler.manual_seed(seed)
             return self.node_sampler.sample(seeds, input_id)
@@ -801,18 +802,12 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         return WorkerResult(out, self._fetch_in_worker, counts)
 
     def __getstate__(self) -> dict[str, Any]:
-        """What a spawned worker needs: no worker iterator, stream, process context or lock."""
+        """What a spawned worker needs: no worker iterator, stream or process context."""
         state = self.__dict__.copy()
         state["_iterator"] = None
         state["_stream"] = None
         state["_DataLoader__multiprocessing_context"] = None
-        state["_sampling_lock"] = None  # a lock does not pickle: `__setstate__` makes one
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """The pickled loader, with a sampling lock of its own."""
-        self.__dict__.update(state)
-        self._sampling_lock = threading.Lock()
 
     # -- hooks -----------------------------------------------------------------------------
     def _refresh(self) -> None:  # noqa: B027 - an optional hook with nothing to do by default

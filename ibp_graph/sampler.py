@@ -35,6 +35,7 @@ graph and the GPU; ``benchmarks/sampling.py`` compares them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -233,9 +234,10 @@ class NeighborSampler:
     The sampler keeps a ``(num_nodes,)`` int64 scratch map on the graph's device (allocated on
     first use, cleared after every batch, not pickled), and on the compiled CPU path buffers of
     about 40 bytes per sampled edge reused from batch to batch, so one instance must not run
-    `sample` from several threads at once; forked or spawned worker processes each get their
-    own. Workers of one process tree start from the same generator state: reseed each with
-    `manual_seed`.
+    `sample` from several threads at once: threads that share one hold its `lock` around
+    `manual_seed` and `sample` (the loaders do), which also keeps each batch's draws its own.
+    Forked or spawned worker processes each get their own instance and lock. Workers of one
+    process tree start from the same generator state: reseed each with `manual_seed`.
 
     On a CPU graph the hops run compiled (`ibp_graph.sample_cpu`: one pass per hop on one
     thread, without the GIL, whatever ``torch.set_num_threads`` says) when Numba is installed,
@@ -324,6 +326,8 @@ class NeighborSampler:
                 f"backend='kernel', got backend={self.backend!r}"
             )
         self.generator = torch.Generator(device=graph.device)
+        #: Held by a thread around its `manual_seed` and `sample` calls (see above).
+        self.lock = threading.Lock()
         self.manual_seed(seed)
         self._map: torch.Tensor | None = None
         #: On a GPU, the stream of the last batch and an event after it cleared the map: a
@@ -356,7 +360,7 @@ class NeighborSampler:
         state = self.__dict__.copy()
         state["_map"] = state["_arange"] = state["_work"] = state["_hop_kernels"] = None
         state["_replay"] = state["_map_cleared"] = None
-        state["generator"] = None
+        state["generator"] = state["lock"] = None
         # bytes, not a tensor: a tensor made here would be freed before a spawned process
         # opens its shared memory (torch shares tensors between processes by handle)
         state["_generator_state"] = self.generator.get_state().numpy().tobytes()
@@ -377,6 +381,7 @@ class NeighborSampler:
         ):
             state.setdefault(name, default)
         self.__dict__.update(state)
+        self.lock = threading.Lock()
         self._hop_kernels = self._kernels_for_backend()
         self.generator = torch.Generator(device=self.graph.device)
         if isinstance(gen_state, bytes):

@@ -2,8 +2,10 @@
 
 With ``prefetch_thread=True`` each iterator of a loader prepares its batches on a thread of
 its own (`ibp_graph.producer.BackgroundProducer`). These tests check that an error on the
-thread reaches ``next()``, that iterators open at the same time give the batches of their
-epochs, and that an iterator still open at interpreter exit lets the process exit cleanly.
+thread reaches ``next()``, that iterators open at the same time (of one loader, or of two
+loaders sharing a sampler) give the batches of their epochs, that closing an iterator never
+waits on its thread while holding the sampler's lock, and that an iterator still open at
+interpreter exit lets the process exit cleanly.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from conftest import homophilous_graph
 from test_loader_base import TinyLoader, same
 
 from ibp_graph.graph import CSRGraph
-from ibp_graph.producer import EXIT_WAIT_S, BackgroundProducer
+from ibp_graph.producer import EXIT_WAIT_S, BackgroundProducer, hold
 
 N = 400
 #: Seconds a test waits for ``take()`` before it counts as hung.
@@ -109,6 +111,57 @@ def test_collate_fn_during_an_epoch_leaves_its_batches_as_they_are(graph) -> Non
         for _ in range(3):
             loader.collate_fn(torch.arange(16))
     assert same(got, ref)
+
+
+def test_two_loaders_sharing_a_sampler_give_the_batches_of_their_epochs(graph) -> None:
+    ref = list(_loader(graph))
+    first, second = _loader(graph, slow_seeding=True), _loader(graph)
+    second.node_sampler = first.node_sampler  # as NeighborLoader(neighbor_sampler=...) does
+    got_first, got_second = [], []
+    for a, b in zip(first, second, strict=True):
+        got_first.append(a)
+        got_second.append(b)
+    assert same(got_first, ref) and same(got_second, ref)
+
+
+def test_closing_a_producer_while_holding_the_lock_its_thread_waits_for() -> None:
+    """As when the garbage collector finalises an abandoned iterator mid-batch."""
+    lock, waiting = threading.Lock(), threading.Event()
+    produced = []
+
+    def produce():
+        waiting.set()
+        with hold(lock):
+            produced.append(1)
+        return True, 1
+
+    with lock:
+        producer = BackgroundProducer(produce, 1)
+        assert waiting.wait(TIMEOUT_S)
+        closer = threading.Thread(target=producer.close, daemon=True)
+        closer.start()
+        closer.join(TIMEOUT_S)
+        assert not closer.is_alive(), "close() waited for a thread that waits for our lock"
+    assert not produced and not producer._thread.is_alive()
+    with pytest.raises(StopIteration):
+        producer.take()
+
+
+def test_hold_off_a_producers_thread_waits_for_the_lock() -> None:
+    lock, held = threading.Lock(), []
+
+    def holder():
+        with hold(lock):
+            held.append(1)
+
+    lock.acquire()
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    assert not held and thread.is_alive()
+    lock.release()
+    thread.join(TIMEOUT_S)
+    assert held == [1] and not lock.locked()
 
 
 _OPEN_AT_EXIT = """
