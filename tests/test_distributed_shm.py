@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cuda_runtime_stub import CudaRuntimeStub
 
 import ibp_graph
 from ibp_graph.distributed import shm
@@ -184,59 +185,27 @@ def test_shared_graph_is_the_same_csr_over_the_segment(seg_name) -> None:
             attach_graph(seg)
 
 
-class _Runtime:
-    """The calls PinnedBuffer makes, recorded (see tests/test_kernels.py for the full fake)."""
-
-    class CUDARuntimeError(RuntimeError):
-        pass
-
-    def __init__(self) -> None:
-        self.registered: list[tuple[int, int]] = []
-        self.unregistered: list[int] = []
-
-    def getDevice(self):  # noqa: N802
-        return 0
-
-    def setDevice(self, device):  # noqa: N802
-        pass
-
-    def deviceSynchronize(self):  # noqa: N802
-        pass
-
-    def deviceGetAttribute(self, attrib, device):  # noqa: N802
-        return 1
-
-    def hostRegister(self, ptr, size, flags):  # noqa: N802
-        self.registered.append((ptr, size))
-
-    def hostUnregister(self, ptr):  # noqa: N802
-        self.unregistered.append(ptr)
-
-    def pointerGetAttributes(self, ptr):  # noqa: N802
-        return types.SimpleNamespace(devicePointer=ptr)
-
-
 def test_two_buffers_pin_the_same_segment_in_place_and_leave_it_mapped(seg_name) -> None:
     seg = SharedSegment.create(seg_name, 3 * 4096)
     seg.array[:100] = 5
     other = SharedSegment.attach(seg_name)
-    runtimes = [_Runtime(), _Runtime()]
+    runtimes = [CudaRuntimeStub(), CudaRuntimeStub()]
     bufs = [
         PinnedBuffer(1000, "x.ibp", types.SimpleNamespace(runtime=rt), backing=s.array)
         for rt, s in zip(runtimes, (seg, other), strict=True)
     ]
     for buf, s, rt in zip(bufs, (seg, other), runtimes, strict=True):
         assert buf.pin() == s.address  # the segment itself, not a copy
-        assert rt.registered == [(s.address, s.nbytes)]
+        assert [(ptr, size) for ptr, size, _ in rt.registrations] == [(s.address, s.nbytes)]
         buf.close()
-        assert rt.unregistered == [s.address]
+        assert rt.unregistered() == [s.address] and rt.registered == {}
     assert seg.array[:100].tolist() == [5] * 100  # unpinning does not free caller memory
     other.close()
     seg.close()
 
 
 def test_pinned_buffer_refuses_unusable_backing() -> None:
-    cuda = types.SimpleNamespace(runtime=_Runtime())
+    cuda = types.SimpleNamespace(runtime=CudaRuntimeStub())
     with pytest.raises(ValueError, match="needs 1064"):
         PinnedBuffer(1000, "x.ibp", cuda, backing=np.zeros(1000, dtype=np.uint8))
     with pytest.raises(ValueError, match="1-D uint8"):

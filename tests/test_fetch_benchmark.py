@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from cuda_runtime_stub import CudaRuntimeStub
 
 import ibp_graph
 from benchmarks import e2e, fetch
@@ -752,35 +753,6 @@ def test_double_buffered_timing_notes_rows_too_wide_and_raises_other_errors() ->
 # --------------------------------------------------------------------------------------------
 
 
-class FakeRuntime:
-    class CUDARuntimeError(RuntimeError):
-        pass
-
-    def __init__(self) -> None:
-        self.registered: dict[int, int] = {}
-
-    def getDevice(self) -> int:  # noqa: N802 - CuPy's names
-        return 0
-
-    def setDevice(self, device: int) -> None:  # noqa: N802
-        pass
-
-    def deviceSynchronize(self) -> None:  # noqa: N802
-        pass
-
-    def deviceGetAttribute(self, attr: int, device: int) -> int:  # noqa: N802
-        return 1
-
-    def hostRegister(self, ptr: int, size: int, flags: int) -> None:  # noqa: N802
-        self.registered[ptr] = size
-
-    def hostUnregister(self, ptr: int) -> None:  # noqa: N802
-        del self.registered[ptr]
-
-    def pointerGetAttributes(self, ptr: int) -> SimpleNamespace:  # noqa: N802
-        return SimpleNamespace(devicePointer=ptr)
-
-
 class FakeDevice:
     def __init__(self, index: int) -> None:
         self.index = index
@@ -794,7 +766,7 @@ class FakeDevice:
 
 class FakeCuda:
     def __init__(self) -> None:
-        self.runtime = FakeRuntime()
+        self.runtime = CudaRuntimeStub()
         self.Device = FakeDevice
 
 

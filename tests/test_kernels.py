@@ -12,6 +12,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from cuda_runtime_stub import CudaRuntimeStub
 
 import ibp_graph
 from ibp_graph.bitops import bit_runs, pdep, popcount
@@ -294,54 +295,7 @@ def test_launch_checks_name_the_argument() -> None:
         check_launch(idx, out, 16, torch.device("cuda", 0))
 
 
-class _FakeRuntime:
-    """Stands for ``cupy.cuda.runtime`` in the pinning tests (see the test that checks that
-    every method here exists in CuPy's runtime with the same parameters)."""
-
-    class CUDARuntimeError(RuntimeError):
-        pass
-
-    def __init__(self, fail: bool, can_use_host_pointer: int = 1, device_offset: int = 0):
-        self.fail = fail
-        self.can_use_host_pointer = can_use_host_pointer
-        self.device_offset = device_offset  # device address - host address, per chunk start
-        self.current = 0
-        self.registered: list[tuple[int, int, int]] = []  # (ptr, size, flags)
-        self.log: list[tuple] = []  # (call, argument, current device)
-
-    def getDevice(self):  # noqa: N802 - CUDA's name
-        return self.current
-
-    def setDevice(self, device):  # noqa: N802
-        self.current = device
-
-    def deviceSynchronize(self):  # noqa: N802
-        self.log.append(("sync", None, self.current))
-
-    def deviceGetAttribute(self, attrib, device):  # noqa: N802
-        assert attrib == 91  # cudaDevAttrCanUseHostPointerForRegisteredMem
-        return self.can_use_host_pointer
-
-    def hostRegister(self, ptr, size, flags):  # noqa: N802
-        if self.fail:
-            raise self.CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")
-        self.registered.append((ptr, size, flags))
-        self.log.append(("register", ptr, self.current))
-
-    def hostUnregister(self, ptr):  # noqa: N802
-        self.log.append(("unregister", ptr, self.current))
-
-    def pointerGetAttributes(self, ptr):  # noqa: N802
-        offset = self.device_offset * len([r for r in self.registered if r[0] < ptr])
-        return types.SimpleNamespace(
-            device=self.current, devicePointer=ptr + offset, hostPointer=ptr, type=1
-        )
-
-    def unregistered(self) -> list[int]:
-        return [arg for call, arg, _ in self.log if call == "unregister"]
-
-
-def _cuda(runtime: _FakeRuntime) -> types.SimpleNamespace:
+def _cuda(runtime: CudaRuntimeStub) -> types.SimpleNamespace:
     return types.SimpleNamespace(runtime=runtime)
 
 
@@ -355,10 +309,10 @@ def test_fake_runtime_has_the_api_of_cupys_runtime() -> None:
     """What the pinning code calls exists in CuPy's runtime, with the same parameters."""
     cupy = pytest.importorskip("cupy")
     real = cupy.cuda.runtime
-    fake = _FakeRuntime(fail=False)
+    fake = CudaRuntimeStub()
     assert issubclass(real.CUDARuntimeError, Exception)
-    for name in dir(_FakeRuntime):
-        if name.startswith("_") or name in ("CUDARuntimeError", "unregistered"):
+    for name in dir(CudaRuntimeStub):  # the methods of CuPy's, not the stub's own helpers
+        if name.startswith("_") or name in ("CUDARuntimeError", "calls", "note", "unregistered"):
             continue
         assert hasattr(real, name), f"cupy.cuda.runtime has no {name}"
         want = _c_params(getattr(real, name).__doc__)
@@ -370,7 +324,7 @@ def test_fake_runtime_has_the_api_of_cupys_runtime() -> None:
 
 
 def test_pinning_failure_says_what_to_change() -> None:
-    runtime = _FakeRuntime(fail=True)
+    runtime = CudaRuntimeStub(fail=True)
     buf = PinnedBuffer(1 << 20, "x.ibp", _cuda(runtime))
     with pytest.raises(PinningError) as err:
         buf.pin()
@@ -380,14 +334,14 @@ def test_pinning_failure_says_what_to_change() -> None:
 
 
 def test_pinning_registers_and_releases() -> None:
-    runtime = _FakeRuntime(fail=False, device_offset=0)
+    runtime = CudaRuntimeStub(device_offset=0)
     runtime.current = 1
     buf = PinnedBuffer(3000, "x.ibp", _cuda(runtime))
     buf.array[:3000] = 7
     ptr = buf.pin()
-    assert ptr == buf.host_ptr and runtime.registered[0][1] >= 3000 + 16
-    assert runtime.registered[0][2] & 0x02  # cudaHostRegisterMapped
-    assert buf.pin() == ptr and len(runtime.registered) == 1  # pinned once
+    assert ptr == buf.host_ptr and runtime.registrations[0][1] >= 3000 + 16
+    assert runtime.registrations[0][2] & 0x02  # cudaHostRegisterMapped
+    assert buf.pin() == ptr and len(runtime.registrations) == 1  # pinned once
     runtime.current = 0  # released from another device's thread
     buf.close()
     # The registering device is waited for, then the memory unregistered with it current.
@@ -401,16 +355,16 @@ def test_dropping_a_pinned_buffer_defers_the_unpinning_to_a_safe_point() -> None
     from ibp_graph.pinned import deferred_count, release_deferred
 
     release_deferred()
-    runtime = _FakeRuntime(fail=False)
+    runtime = CudaRuntimeStub()
     buf = PinnedBuffer(100, "x.ibp", _cuda(runtime))
     ptr = buf.pin()
     del buf
     gc.collect()
     # No device-wide synchronise from a destructor (it may run in the middle of an epoch).
-    assert [call for call, _, _ in runtime.log] == ["register"]
+    assert runtime.calls() == ["register"]
     assert deferred_count() == 1
     assert release_deferred() == 1
-    assert [call for call, _, _ in runtime.log] == ["register", "sync", "unregister"]
+    assert runtime.calls() == ["register", "sync", "unregister"]
     assert runtime.unregistered() == [ptr] and deferred_count() == 0
     # A new buffer releases what was dropped before it pins anything.
     buf = PinnedBuffer(100, "y.ibp", _cuda(runtime))
@@ -428,71 +382,71 @@ def test_a_buffer_dropped_at_interpreter_shutdown_is_left_to_the_process_exit(
     # "Exception ignored in PinnedBuffer.__del__" printed at exit.
     from ibp_graph import pinned
 
-    runtime = _FakeRuntime(fail=False)
+    runtime = CudaRuntimeStub()
     buf = PinnedBuffer(100, "x.ibp", _cuda(runtime))
     buf.pin()
     monkeypatch.setattr(pinned, "_DEFERRED", None)
     buf.__del__()
-    assert [call for call, _, _ in runtime.log] == ["register"]
+    assert runtime.calls() == ["register"]
     assert "Exception" not in capsys.readouterr().err
     monkeypatch.undo()
     buf.close()
-    assert [call for call, _, _ in runtime.log] == ["register", "sync", "unregister"]
+    assert runtime.calls() == ["register", "sync", "unregister"]
 
 
 @pytest.mark.parametrize("pages", ["huge", "small"])
 def test_pinned_pages_are_zeroed_and_aligned(pages, monkeypatch) -> None:
     from ibp_graph.pinned import HUGE_PAGE
 
-    buf = PinnedBuffer(5 * 4096 + 3, "x.ibp", _cuda(_FakeRuntime(False)), pages=pages)
+    buf = PinnedBuffer(5 * 4096 + 3, "x.ibp", _cuda(CudaRuntimeStub()), pages=pages)
     assert buf.pages == pages and buf.array.size >= 5 * 4096 + 3 + 16
     assert not buf.array.any()
     assert buf.host_ptr % (HUGE_PAGE if pages == "huge" else mmap.PAGESIZE) == 0
     buf.array[:] = 1  # writable, private
     buf.close()
     monkeypatch.setenv("IBP_GRAPH_PINNED_PAGES", "small")
-    assert PinnedBuffer(10, "x", _cuda(_FakeRuntime(False))).pages == "small"
+    assert PinnedBuffer(10, "x", _cuda(CudaRuntimeStub())).pages == "small"
     monkeypatch.setenv("IBP_GRAPH_PINNED_PAGES", "tiny")
     with pytest.raises(ValueError, match="IBP_GRAPH_PINNED_PAGES='tiny'"):
-        PinnedBuffer(10, "x", _cuda(_FakeRuntime(False)))
+        PinnedBuffer(10, "x", _cuda(CudaRuntimeStub()))
     with pytest.raises(ValueError, match="pages must be one of"):
-        PinnedBuffer(10, "x", _cuda(_FakeRuntime(False)), pages="2M")
+        PinnedBuffer(10, "x", _cuda(CudaRuntimeStub()), pages="2M")
 
 
 def test_pinning_in_chunks_needs_one_device_range(monkeypatch) -> None:
     monkeypatch.setattr("ibp_graph.pinned.REGISTER_CHUNK", 4096)
-    runtime = _FakeRuntime(fail=False)
+    runtime = CudaRuntimeStub()
     buf = PinnedBuffer(10_000, "x.ibp", _cuda(runtime))
     assert buf.pin() == buf.host_ptr
-    assert [r[0] - buf.host_ptr for r in runtime.registered] == [0, 4096, 8192]
+    assert [r[0] - buf.host_ptr for r in runtime.registrations] == [0, 4096, 8192]
     buf.close()
     # Chunks that the device sees at scattered addresses cannot be read as one table.
-    runtime = _FakeRuntime(fail=False, device_offset=1 << 20)
+    runtime = CudaRuntimeStub(device_offset=1 << 20)
     buf = PinnedBuffer(10_000, "x.ibp", _cuda(runtime))
     with pytest.raises(PinningError, match="not one contiguous range"):
         buf.pin()
-    assert sorted(runtime.unregistered()) == sorted(r[0] for r in runtime.registered)
+    assert sorted(runtime.unregistered()) == sorted(r[0] for r in runtime.registrations)
     # A device that cannot use host pointers gets one registration (one mapped range).
-    runtime = _FakeRuntime(fail=False, can_use_host_pointer=0, device_offset=1 << 20)
+    runtime = CudaRuntimeStub(can_use_host_pointer=0, device_offset=1 << 20)
     buf = PinnedBuffer(10_000, "x.ibp", _cuda(runtime))
-    assert buf.pin() == buf.host_ptr and len(runtime.registered) == 1
+    assert buf.pin() == buf.host_ptr and len(runtime.registrations) == 1
     buf.close()
 
 
 def test_pinning_refuses_only_more_than_the_machine_has(monkeypatch) -> None:
     # Above MemAvailable is allowed (memory that grows on demand, reclaimable cache) ...
     monkeypatch.setattr("ibp_graph.pinned.available_memory", lambda: 1 << 20)
-    buf = PinnedBuffer(8 << 20, "fits.ibp", _cuda(_FakeRuntime(False)))
+    buf = PinnedBuffer(8 << 20, "fits.ibp", _cuda(CudaRuntimeStub()))
     buf.close()
     # ... above MemTotal is not.
     monkeypatch.setattr("ibp_graph.pinned.total_memory", lambda: 1 << 20)
     with pytest.raises(PinningError, match=r"has only 0.00 GiB of memory \(MemTotal; set IBP_"):
-        PinnedBuffer(1 << 30, "big.ibp", _cuda(_FakeRuntime(False)))
+        PinnedBuffer(1 << 30, "big.ibp", _cuda(CudaRuntimeStub()))
     # Where memory grows on demand, IBP_GRAPH_HOST_MEMORY says how much there is.
     monkeypatch.setenv("IBP_GRAPH_HOST_MEMORY", "2G")
-    PinnedBuffer(1 << 30, "grows.ibp", _cuda(_FakeRuntime(False))).close()
+    PinnedBuffer(1 << 30, "grows.ibp", _cuda(CudaRuntimeStub())).close()
     with pytest.raises(PinningError, match=r"only 2.00 GiB of memory \(IBP_GRAPH_HOST_MEMORY"):
-        PinnedBuffer(3 << 30, "big.ibp", _cuda(_FakeRuntime(False)))
+        PinnedBuffer(3 << 30, "big.ibp", _cuda(CudaRuntimeStub()))
 
 
 @pytest.mark.parametrize(
@@ -514,7 +468,7 @@ def test_a_malformed_host_memory_variable_is_named(monkeypatch, value) -> None:
     with pytest.raises(ValueError, match=r"IBP_GRAPH_HOST_MEMORY must be a positive number"):
         host_memory()
     with pytest.raises(ValueError, match=r"IBP_GRAPH_HOST_MEMORY must be"):
-        PinnedBuffer(1 << 20, "x.ibp", _cuda(_FakeRuntime(False)))
+        PinnedBuffer(1 << 20, "x.ibp", _cuda(CudaRuntimeStub()))
 
 
 def test_raw_rows_are_pinned_little_endian_and_row_major() -> None:
@@ -523,7 +477,7 @@ def test_raw_rows_are_pinned_little_endian_and_row_major() -> None:
     rng = np.random.default_rng(7)
     x = rng.standard_normal((300, 7)).astype(np.float32)
     for source in (x.astype(">f4"), np.asfortranarray(x), x[:, ::-1].copy()[:, ::-1]):
-        buf = PinnedBuffer(x.nbytes, "raw", _cuda(_FakeRuntime(False)))
+        buf = PinnedBuffer(x.nbytes, "raw", _cuda(CudaRuntimeStub()))
         _fill_pinned_rows(buf, source, np.dtype("<f4"), "pin", progress=False)
         assert buf.array[: x.nbytes].tobytes() == x.tobytes()
         assert not buf.array[x.nbytes :].any()  # the zero tail

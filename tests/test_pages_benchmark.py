@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_fetch_benchmark import FakeCuda, FakeRuntime, numpy_kernels  # noqa: F401
+from cuda_runtime_stub import CudaRuntimeStub
+from test_fetch_benchmark import FakeCuda, numpy_kernels  # noqa: F401
 
 from benchmarks import pages
 from ibp_graph.pinned import PinnedBuffer, huge_page_bytes, transparent_huge_pages
@@ -23,8 +24,8 @@ SMALL = ["--table-gb", "0.00390625", "--widths", "256,4096", "--spans-mb", "1,2"
          "--id-batches", "2", "--repeats", "2"]  # fmt: skip
 
 
-class HostAllocRuntime(FakeRuntime):
-    """The fetch tests' runtime with cudaHostAlloc and cudaFreeHost (anonymous mappings)."""
+class HostAllocRuntime(CudaRuntimeStub):
+    """The tests' CUDA runtime stand-in with cudaHostAlloc and cudaFreeHost (anonymous mappings)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -17,40 +17,21 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from test_fetch_benchmark import FakeRuntime
+from cuda_runtime_stub import CudaRuntimeStub
 
 import ibp_graph
 from ibp_graph import cuda_table
 from ibp_graph.pinned import deferred_count, release_deferred
 
 
-class _Runtime(FakeRuntime):
-    """`FakeRuntime` (CuPy's runtime on the CPU) that logs what pinning calls, in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.log: list[str] = []
-
-    def deviceSynchronize(self) -> None:  # noqa: N802 - CUDA's name
-        self.log.append("sync")
-
-    def hostRegister(self, ptr: int, size: int, flags: int) -> None:  # noqa: N802
-        super().hostRegister(ptr, size, flags)
-        self.log.append("register")
-
-    def hostUnregister(self, ptr: int) -> None:  # noqa: N802
-        super().hostUnregister(ptr)
-        self.log.append("unregister")
-
-
 @pytest.fixture
 def cpu_table(tmp_path, monkeypatch):
     """``(open_table, runtime)``: ``open_table()`` makes a `CudaIBPTable` on the CPU."""
-    runtime = _Runtime()
+    runtime = CudaRuntimeStub()
     cuda = types.SimpleNamespace(runtime=runtime, Device=lambda index: contextlib.nullcontext())
     monkeypatch.setattr(cuda_table, "cupy", lambda: types.SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(cuda_table, "_device", lambda device: torch.device("cpu"))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: runtime.log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: runtime.deviceSynchronize())
     rng = np.random.default_rng(3)
     x = (rng.random((64, 24)) < 0.1).astype(np.float32)
     ibp_graph.compress(x, tmp_path / "t.ibp", progress=False)
@@ -74,25 +55,25 @@ def test_a_table_dropped_without_close_defers_its_codec_with_its_pinned_rows(cpu
     codec = table.codec
     tensors = [weakref.ref(t) for t in _codec_tensors(codec)]
     assert [int(a) for a in codec.const_args if a] == [r().data_ptr() for r in tensors]
-    weakref.finalize(codec, runtime.log.append, "codec freed")
+    weakref.finalize(codec, runtime.note, "codec freed")
     del table, codec
     gc.collect()
     # Dropped while a fetch may still run: nothing synchronised, nothing released.
     assert deferred_count() == 1
-    assert "codec freed" not in runtime.log and all(r() is not None for r in tensors)
+    assert "codec freed" not in runtime.calls() and all(r() is not None for r in tensors)
     assert release_deferred() == 1
     # Released with the rows, after the device synchronise.
-    assert runtime.log[-3:] == ["sync", "unregister", "codec freed"]
+    assert runtime.calls()[-3:] == ["sync", "unregister", "codec freed"]
     assert all(r() is None for r in tensors) and deferred_count() == 0
 
 
 def test_a_closed_table_defers_nothing_and_keeps_its_codec_until_dropped(cpu_table) -> None:
     open_table, runtime = cpu_table
     table = open_table()
-    weakref.finalize(table.codec, runtime.log.append, "codec freed")
+    weakref.finalize(table.codec, runtime.note, "codec freed")
     table.close()
-    assert runtime.log[-2:] == ["sync", "unregister"]  # close synchronises first, as before
-    assert "codec freed" not in runtime.log  # the table still holds it
+    assert runtime.calls()[-2:] == ["sync", "unregister"]  # close synchronises first, as before
+    assert "codec freed" not in runtime.calls()  # the table still holds it
     del table
     gc.collect()
-    assert runtime.log[-1] == "codec freed" and deferred_count() == 0
+    assert runtime.calls()[-1] == "codec freed" and deferred_count() == 0
