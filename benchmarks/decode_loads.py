@@ -125,9 +125,14 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
     offsets = table.offsets.astype(np.int64)
     raw = (offsets[ids + 1] - offsets[ids]) * table.align >= v * t
     ids = ids[~raw]
-    cluster = np.zeros(ids.size, np.intp) if table.cluster_ids is None else table.cluster_ids[ids]
+    # intp: the stored uint8 ids would wrap in the address arithmetic below.
+    cluster = (
+        np.zeros(ids.size, np.intp)
+        if table.cluster_ids is None
+        else table.cluster_ids[ids].astype(np.intp)
+    )
     words = rows_to_words(x[ids], table.dtype_name, t)
-    lay = row_layout(words, params, None if params.num_clusters == 1 else cluster.astype(np.intp))
+    lay = row_layout(words, params, None if params.num_clusters == 1 else cluster)
     c = -(-v // WARP)
     pad = c * WARP - v
 

@@ -386,3 +386,18 @@ def test_rows_must_be_positive(capsys) -> None:
     with pytest.raises(SystemExit):
         decode_loads.parse_args(["--rows", "0"])
     assert "--rows must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_rows_of_a_later_cluster_address_past_the_first_256_bytes(tmp_path) -> None:
+    """The table stores cluster ids as uint8; the model's addresses must not wrap with them."""
+    rng = np.random.default_rng(6)
+    x = (rng.random((400, 96)) < 0.03).astype(np.float32)
+    x[200:] = 0  # a second cluster
+    x[200:, 50:60] = 1.5 + rng.random((200, 10), dtype=np.float32) * np.float32(2**-12)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1, clusters=2)
+    assert table.cluster_ids.dtype == np.uint8 and table.cluster_ids.max() == 1
+    r = decode_loads.lanes(table, x, np.arange(400))
+    # The (k, V + 1) prefix sums: cluster 1's row starts at word V + 1, its end at 2 V + 1.
+    pre = r.cluster * (r.v + 1)
+    assert 4 * (pre.max() + r.v) == 4 * (2 * r.v + 1) > 255
+    table.close()
