@@ -16,10 +16,13 @@ is launched.
 Cases: synthetic float32 rows of ``--widths`` bytes of the ``--kinds`` of
 ``benchmarks/fetch.py``, then the real float32 / float16 tables of `benchmarks.real_tables`
 (``--no-real`` leaves them out; ``--cases`` keeps the named ones). Each case's compressed rows
-are tiled in GPU memory until they stand for ``--table-gb`` GiB of raw rows, so the decoder
+are tiled in GPU memory until they stand for ``--table-gb`` GiB of raw rows, and further
+until the stored rows reach `fetch.L2_POOL_FACTOR` times the L2 (a sparse table's rows
+would otherwise fit in L2 and be decoded at L2's rate, not from GPU memory), so the decoder
 reads no PCIe (decode only); a table stored raw has no decoder to compare and is skipped.
 Batches of ``--batch`` random ids (uniform, duplicates allowed, drawn as ``fetch.py`` draws
-them: enough batches that their stored rows reach four times the L2), taken in turn.
+them: enough batches that their stored rows reach four times the L2), taken in turn. A case
+whose pool of batches still fits in L2 (`fetch.stored_fits_l2`) says so.
 
 For ``--rounds`` rounds, each version is timed as ``fetch.py`` times a launch (CUDA events
 around back-to-back launches queued behind a GPU sleep, the median of ``--repeats``
@@ -180,11 +183,16 @@ class Tiled:
         return self.times * self.case.rows.shape[0]
 
 
-def tile(case: fetch.Case, table: ibp_graph.IBPTable, table_bytes: int, device) -> Tiled:
+def tile(case: fetch.Case, table: ibp_graph.IBPTable, table_bytes: int, l2: int, device) -> Tiled:
     """``case``'s compressed rows (``table``) tiled in ``device`` memory up to ``table_bytes``
-    of raw rows, and the codec that reads them there."""
-    times = fetch.tiles(table_bytes, case.rows.shape[0], case.row_bytes)
-    block = torch.from_numpy(fetch.stored_block(table).copy()).to(device)  # writable
+    of raw rows, and at least to `fetch.L2_POOL_FACTOR` x ``l2`` stored bytes (so that they
+    do not fit in the L2 of ``l2`` bytes), and the codec that reads them there."""
+    stored = fetch.stored_block(table)
+    times = max(
+        fetch.tiles(table_bytes, case.rows.shape[0], case.row_bytes),
+        -(-fetch.L2_POOL_FACTOR * l2 // max(1, stored.size)),
+    )
+    block = torch.from_numpy(stored.copy()).to(device)  # writable
     rows = torch.zeros(times * block.numel() + 64, dtype=torch.uint8, device=device)
     rows[: times * block.numel()].view(times, -1).copy_(block.expand(times, -1))
     codec = fetch.tiled_codec(table, times, rows.data_ptr(), device)
@@ -247,9 +255,10 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
     }
     if raw_bypass(table):
         return head | {"skipped": "stored raw: the raw gather, no decoder to compare"}
-    t = tile(case, table, args.table_bytes, device)
+    l2 = fetch.l2_bytes(device)
+    t = tile(case, table, args.table_bytes, l2, device)
     n = fetch.batch_rows(args.batch, case.row_bytes, args.max_batch_bytes, t.num_rows)
-    pool, pool_stored = fetch.draw_pool(t.num_rows, n, args.seed, t.sizes, fetch.l2_bytes(device))
+    pool, pool_stored = fetch.draw_pool(t.num_rows, n, args.seed, t.sizes, l2)
     out = torch.empty((n, case.row_bytes), dtype=torch.uint8, device=device)
     error = torch.zeros(2, dtype=torch.int32, device=device)
     cap = grid_cap(args.max_blocks, device)
@@ -274,8 +283,10 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
         "batch_rows": n,
         "id_batches": len(pool),
         "pool_stored_bytes": pool_stored,
+        "pool_fits_l2": fetch.stored_fits_l2(pool_stored, l2),
         "table_rows": t.num_rows,
         "stored_bytes": t.rows.numel() - 64,
+        "l2_bytes": l2,
     }
 
 
@@ -312,7 +323,10 @@ def markdown(payload: dict) -> str:
         f"`{SOURCE}` at {s['baseline_label']} (the same entry points and parameters, checked "
         f"on their PTX{'; the same text' if s['same_text'] else ''}).",
         "",
-        f"Compressed rows tiled in GPU memory to stand for {s['table_gb']:g} GiB of raw rows; "
+        f"Compressed rows tiled in GPU memory to stand for {s['table_gb']:g} GiB of raw rows, "
+        f"and at least to {fetch.L2_POOL_FACTOR} x L2 of stored rows (decoded from GPU "
+        'memory, not from L2; "(id batches fit in L2)": a case whose batches do not reach '
+        f"{fetch.L2_FIT_FACTOR} x L2 all the same); "
         f"batches of {s['batch']:,} random ids (fewer where {s['max_batch_gb']:g} GiB of rows "
         f"or the table is less), taken in turn; {s['rounds']} rounds, each timing both "
         f"versions (CUDA events, median of {s['repeats']} samples), the order alternating; "
@@ -332,8 +346,10 @@ def markdown(payload: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["cases"]:
+        fits = " (id batches fit in L2)" if r.get("pool_fits_l2") else ""
         lead = (
-            f"| {r['case']} | {r['row_bytes']:,} | {fetch._num(r['ratio'], 3)}x | {r['zeros']:.0%} "
+            f"| {r['case']}{fits} | {r['row_bytes']:,} | {fetch._num(r['ratio'], 3)}x "
+            f"| {r['zeros']:.0%} "
         )
         if r.get("skipped"):
             lines.append(f"{lead}| {r['skipped']} | | | | | | |")

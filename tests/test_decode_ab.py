@@ -219,6 +219,10 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
         assert r["current_over_baseline"] == pytest.approx(r["current_gbps"] / r["baseline_gbps"])
         assert r["ratio"] > 1  # the table's compression, not the versions' ratio
         assert r["batch_rows"] == 300 and r["table_rows"] % 64 == 0
+        # Decoded from memory, not from L2: the stored rows are tiled past it.
+        assert r["l2_bytes"] == fetch.CPU_L2_BYTES
+        assert r["stored_bytes"] >= fetch.L2_POOL_FACTOR * r["l2_bytes"]
+        assert r["pool_fits_l2"] == (r["pool_stored_bytes"] < fetch.L2_FIT_FACTOR * r["l2_bytes"])
     doc = json.loads((tmp_path / "decode-ab-cpu.json").read_text())
     assert doc["settings"]["baseline_label"] == "abc1234" and doc["settings"]["same_text"]
     assert doc["git_commit"] == "def5678"
