@@ -956,57 +956,6 @@ def _memory_type(t: torch.Tensor) -> int:
     return cupy.cuda.runtime.pointerGetAttributes(t.data_ptr()).type
 
 
-@gpu
-@needs_gpu
-@pytest.mark.parametrize("backend", [None, "torch"])  # None: the kernels, the default
-def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(
-    rand_data, rand_table, backend
-) -> None:
-    cupy = pytest.importorskip("cupy")
-    from ibp_graph.graph import CSRGraph
-    from ibp_graph.loading import place_graph
-
-    host, device = cupy.cuda.runtime.memoryTypeHost, cupy.cuda.runtime.memoryTypeDevice
-    features = ibp_graph.open(rand_table.path, device="cuda")
-    kwargs = {"batch_size": 64, "shuffle": True, "features": features, "seed": 0}
-    kwargs["sampler_backend"] = backend
-    on_device = NeighborLoader(rand_data, [5, 3], device="cuda", **kwargs)
-    uva = NeighborLoader(rand_data, [5, 3], device="cuda", graph_memory="uva", **kwargs)
-    assert uva.graph_memory == "uva"
-    for name in ("indptr", "indices", "edge_ids"):
-        t, d = getattr(uva.graph, name), getattr(on_device.graph, name)
-        assert t.is_cuda and t.device == d.device
-        assert _memory_type(t) == host and _memory_type(d) == device
-        assert torch.equal(t, d)
-    for _ in range(2):  # two epochs: the same draws, epoch by epoch
-        a, b = epoch(on_device), epoch(uva)
-        assert len(a) == len(b) == len(uva)
-        for x, y in zip(a, b, strict=True):
-            assert y.n_id.is_cuda and y.edge_index.is_cuda and y.x.is_cuda
-            assert torch.equal(x.n_id, y.n_id) and torch.equal(x.edge_index, y.edge_index)
-            assert torch.equal(bits(x.x), bits(y.x)) and same_batch(x, y)
-
-    # Placing the graph over UVA takes no GPU memory; copying it takes at least its size.
-    graph = CSRGraph.from_data(rand_data)
-    nbytes = sum(
-        t.numel() * t.element_size() for t in (graph.indptr, graph.indices, graph.edge_ids)
-    )
-    dev = torch.device("cuda", torch.cuda.current_device())
-    torch.cuda.synchronize()
-    # memory_allocated falls when the collector frees a CUDA tensor held by a reference
-    # cycle, or when pinning releases the deferred buffers (and what they hold, such as a
-    # dropped table's device metadata): do both first, so that only the placements below
-    # move it.
-    gc.collect()
-    release_deferred()
-    before = torch.cuda.memory_allocated(dev)
-    mapped = place_graph(graph, dev, "uva")
-    assert torch.cuda.memory_allocated(dev) == before
-    copied = place_graph(graph, dev, "device")
-    assert torch.cuda.memory_allocated(dev) - before >= nbytes
-    assert mapped.indptr.is_cuda and copied.indptr.is_cuda
-
-
 def test_sampler_backend_is_checked_at_construction(rand_data) -> None:
     from ibp_graph.errors import IBPDeviceError
 
@@ -1091,3 +1040,54 @@ def test_a_cuda_loader_samples_with_the_kernels_by_default(
     chosen = NeighborLoader(rand_data, [5, 3], sampler_backend="kernel", **kwargs)
     for x, y in zip(first, epoch(chosen), strict=True):
         assert same_batch(x, y)  # the default is the kernel backend, draw for draw
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("backend", [None, "torch"])  # None: the kernels, the default
+def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(
+    rand_data, rand_table, backend
+) -> None:
+    cupy = pytest.importorskip("cupy")
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.loading import place_graph
+
+    host, device = cupy.cuda.runtime.memoryTypeHost, cupy.cuda.runtime.memoryTypeDevice
+    features = ibp_graph.open(rand_table.path, device="cuda")
+    kwargs = {"batch_size": 64, "shuffle": True, "features": features, "seed": 0}
+    kwargs["sampler_backend"] = backend
+    on_device = NeighborLoader(rand_data, [5, 3], device="cuda", **kwargs)
+    uva = NeighborLoader(rand_data, [5, 3], device="cuda", graph_memory="uva", **kwargs)
+    assert uva.graph_memory == "uva"
+    for name in ("indptr", "indices", "edge_ids"):
+        t, d = getattr(uva.graph, name), getattr(on_device.graph, name)
+        assert t.is_cuda and t.device == d.device
+        assert _memory_type(t) == host and _memory_type(d) == device
+        assert torch.equal(t, d)
+    for _ in range(2):  # two epochs: the same draws, epoch by epoch
+        a, b = epoch(on_device), epoch(uva)
+        assert len(a) == len(b) == len(uva)
+        for x, y in zip(a, b, strict=True):
+            assert y.n_id.is_cuda and y.edge_index.is_cuda and y.x.is_cuda
+            assert torch.equal(x.n_id, y.n_id) and torch.equal(x.edge_index, y.edge_index)
+            assert torch.equal(bits(x.x), bits(y.x)) and same_batch(x, y)
+
+    # Placing the graph over UVA takes no GPU memory; copying it takes at least its size.
+    graph = CSRGraph.from_data(rand_data)
+    nbytes = sum(
+        t.numel() * t.element_size() for t in (graph.indptr, graph.indices, graph.edge_ids)
+    )
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.synchronize()
+    # memory_allocated falls when the collector frees a CUDA tensor held by a reference
+    # cycle, or when pinning releases the deferred buffers (and what they hold, such as a
+    # dropped table's device metadata): do both first, so that only the placements below
+    # move it.
+    gc.collect()
+    release_deferred()
+    before = torch.cuda.memory_allocated(dev)
+    mapped = place_graph(graph, dev, "uva")
+    assert torch.cuda.memory_allocated(dev) == before
+    copied = place_graph(graph, dev, "device")
+    assert torch.cuda.memory_allocated(dev) - before >= nbytes
+    assert mapped.indptr.is_cuda and copied.indptr.is_cuda

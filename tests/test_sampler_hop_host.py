@@ -365,6 +365,26 @@ def test_gpu_hop_matches_the_host_run(lib, index_dtype, fanout: int, replace: bo
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_sampler_kernel_backend_is_reproducible_and_valid() -> None:
+    g = power_graph(22, n=5000)
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    seeds = torch.randperm(g.num_nodes)[:256].cuda()
+    a = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel").sample(seeds)
+    b = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel").sample(seeds)
+    assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row)
+    assert torch.equal(a.edge, b.edge) and torch.equal(a.col, b.col)
+    # Every edge is a real in-edge, and the local ids point at its endpoints.
+    at = torch.empty_like(g.edge_ids)
+    at[g.edge_ids] = torch.arange(g.edge_ids.numel())  # CSR position of every edge id
+    pos = at[a.edge.cpu()]
+    dst = torch.repeat_interleave(torch.arange(g.num_nodes), g.indptr[1:] - g.indptr[:-1])
+    assert torch.equal(a.node[a.row].cpu(), g.indices[pos].long())
+    assert torch.equal(a.node[a.col].cpu(), dst[pos])
+    assert a.node.unique().numel() == a.node.numel()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("fanouts", [[15, 10, 5], [4, -1, 3]])
 def test_gpu_batch_matches_the_host_run(lib, fanouts) -> None:
     # A whole batch, its sizes kept on the device between hops: the GPU's bits are the host's.
@@ -394,26 +414,6 @@ def test_gpu_batch_matches_the_host_run(lib, fanouts) -> None:
     assert host[4][0] == 300 and host[1].numel() > 1000
     for a, b in zip(host, dev, strict=True):
         assert torch.equal(a, b)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_sampler_kernel_backend_is_reproducible_and_valid() -> None:
-    g = power_graph(22, n=5000)
-    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
-    seeds = torch.randperm(g.num_nodes)[:256].cuda()
-    a = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel").sample(seeds)
-    b = NeighborSampler(gd, [15, 10, 5], seed=3, backend="kernel").sample(seeds)
-    assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row)
-    assert torch.equal(a.edge, b.edge) and torch.equal(a.col, b.col)
-    # Every edge is a real in-edge, and the local ids point at its endpoints.
-    at = torch.empty_like(g.edge_ids)
-    at[g.edge_ids] = torch.arange(g.edge_ids.numel())  # CSR position of every edge id
-    pos = at[a.edge.cpu()]
-    dst = torch.repeat_interleave(torch.arange(g.num_nodes), g.indptr[1:] - g.indptr[:-1])
-    assert torch.equal(a.node[a.row].cpu(), g.indices[pos].long())
-    assert torch.equal(a.node[a.col].cpu(), dst[pos])
-    assert a.node.unique().numel() == a.node.numel()
 
 
 def test_a_fused_batch_costs_few_ops_and_reads_its_sizes_once(lib) -> None:
