@@ -37,7 +37,7 @@ import torch
 
 from .sample_hop import LaunchedBatch, finish_batch
 
-__all__ = ["MAX_GRAPHS", "BatchReplay", "cuda_capture"]
+__all__ = ["MAX_GRAPHS", "BatchReplay", "CaptureRefused", "cuda_capture"]
 
 #: Most batch sizes a sampler keeps a captured graph for.
 MAX_GRAPHS = 4
@@ -83,6 +83,10 @@ def thread_captures_need() -> str | None:
     return ".".join(map(str, PER_CAPTURE_RNG_TORCH))
 
 
+class CaptureRefused(RuntimeError):
+    """`cuda_capture` refused before capturing anything (torch's state is as it was)."""
+
+
 def cuda_capture(
     fn: Callable[[], LaunchedBatch], device: torch.device
 ) -> tuple[Graph, LaunchedBatch]:
@@ -95,13 +99,14 @@ def cuda_capture(
     or not.
 
     Raises:
-        RuntimeError: the capture failed, or it would run on a thread other than the main one
-            with a torch older than `PER_CAPTURE_RNG_TORCH`, where it would break the random
-            ops of the other threads.
+        CaptureRefused: it would run on a thread other than the main one with a torch
+            older than `PER_CAPTURE_RNG_TORCH`, where it would break the random ops of the
+            other threads (nothing is captured).
+        RuntimeError: the capture failed.
     """
     need = thread_captures_need()
     if need and threading.current_thread() is not threading.main_thread():
-        raise RuntimeError(
+        raise CaptureRefused(
             f"torch {torch.__version__} marks the default CUDA generator as capturing for "
             "every thread while a graph is captured, so random ops on other threads (a "
             f"training loop's dropout) would fail; captures off the main thread need torch "
@@ -207,9 +212,15 @@ class BatchReplay:
             graph, batch = self._capture(lambda: launch(static_seeds, static_keys), seeds.device)
         except RuntimeError as e:
             self.failed = str(e)
+            after = ""
+            if not isinstance(e, CaptureRefused):
+                after = (
+                    " (torch may still count the failed capture as under way in this process: "
+                    "if CUDA errors follow, run it again without cuda_graph=True)"
+                )
             warnings.warn(
                 f"the sampler's launches for batches of {size} seeds could not be captured "
-                f"as a CUDA graph, so its batches run eagerly from now on: {e}",
+                f"as a CUDA graph, so its batches run eagerly from now on: {e}{after}",
                 RuntimeWarning,
                 stacklevel=4,
             )

@@ -132,8 +132,9 @@ def test_a_capture_that_fails_warns_once_and_runs_eagerly(lib) -> None:
     replayed._replay = BatchReplay(broken)
     batches = seed_batches(g, [30, 30, 30, 20, 20, 20, 30], seed=4)
     assert_same(replayed.sample(batches[0]), eager.sample(batches[0]))
-    with pytest.warns(RuntimeWarning, match="batches of 30 seeds could not be captured"):
+    with pytest.warns(RuntimeWarning, match="batches of 30 seeds could not be captured") as rec:
         assert_same(replayed.sample(batches[1]), eager.sample(batches[1]))
+    assert "run it again without cuda_graph=True" in str(rec[0].message)
     # No second warning and no second try, for any size: a capture that failed part-way can
     # leave torch's allocator counting it as under way.
     for seeds in batches[2:]:
@@ -281,8 +282,10 @@ def test_a_capture_off_the_main_thread_needs_per_capture_random_state(monkeypatc
         return batch
 
     def sample() -> None:
-        with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph"):
+        with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph") as rec:
             replay.sample(launch, torch.arange(3), torch.zeros(1, dtype=torch.int64))
+        # Refused before capturing: nothing of torch's to worry about.
+        assert "without cuda_graph=True" not in str(rec[0].message)
 
     assert _on_a_thread(sample) == []
     assert not replay.graphs and "torch 2.11.0+cu130" in replay.failed and len(launched) == 1
