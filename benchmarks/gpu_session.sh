@@ -34,7 +34,8 @@
 #              has a sanitizer error and no summary) runs again alone in the time left.
 #   decodeab   about 2-3 min: benchmarks/decode_ab.py, the fused decoder of this checkout
 #              against device_data/baseline-cuda/ (its previous version), decode only, on
-#              1 GiB tables (dense and sparse 512 B rows, then the real tables) in GPU memory:
+#              1 GiB tables (dense and sparse 512 B rows, then the real tables) in GPU memory,
+#              their stored rows tiled past 4x the L2:
 #              6 rounds, each timing both on the same ids, the order alternating; each
 #              version's GB/s, their ratio, both outputs checked bit for bit; no case starts
 #              after 150 s.
