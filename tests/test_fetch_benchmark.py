@@ -403,6 +403,18 @@ def test_decode_target_is_400_gbps_dense_and_1000_sparse() -> None:
     assert text == "700.0 **gap 30.0%** [sparse, 95% zeros: goal 1000]"
 
 
+def test_decode_target_is_not_judged_where_the_stored_table_fits_in_l2() -> None:
+    r = fake_row(decode_only_gbps=1200.0, zero_fraction=0.95, stored_fits_l2=True)
+    dec = r["targets"]["decode_vs_pcie"]
+    assert not dec["applies"] and dec["from_l2"]
+    assert dec["value"] == 1200.0 and dec["goal"] == 1000.0  # shown, not judged
+    assert fetch._decode_cell(dec) == "(1200.0) [stored table fits in L2: not judged]"
+    assert fetch.summary([r])["decode_vs_pcie"]["cases"] == 0
+    assert r["targets"]["ibp_vs_ideal"]["applies"]  # the fetch's bound still takes it
+    judged = fake_row(decode_only_gbps=1200.0, zero_fraction=0.95, stored_fits_l2=False)
+    assert judged["targets"]["decode_vs_pcie"]["met"] is True
+
+
 def test_decode_target_is_judged_on_decode_capacity_where_it_was_measured() -> None:
     """Decode-only at the fetch grid misses 400; the same decoder on the full grid meets it."""
     r = fake_row(decode_only_gbps=300.0, decode_capacity_gbps=450.0, decode_capacity_blocks=528)
@@ -906,6 +918,8 @@ def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
         assert r["targets"]["decode_vs_pcie"]["goal"] == (1000.0 if sparse else 400.0)
         fits = r["stored_gb"] * 1e9 < 2 * fetch.CPU_L2_BYTES
         assert r["stored_fits_l2"] is fits and fits == r["case"].startswith("sparse")
+        if not r["bypass"]:
+            assert r["targets"]["decode_vs_pcie"]["applies"] is not fits  # maybe L2's rate
     assert doc["l2_bytes"] == fetch.CPU_L2_BYTES
     assert all(r["id_batches"] > 1 for r in doc["cases"])  # the stand-in's small L2
     assert any(r["id_batches"] > fetch.MAX_ID_BATCHES for r in doc["cases"])  # grown on
