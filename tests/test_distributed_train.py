@@ -240,6 +240,47 @@ def test_a_failed_rank_stops_the_others_with_a_clear_error(tmp_path, how) -> Non
     assert _leftovers(run_id) == []
 
 
+def _context():
+    from ibp_graph.distributed.ddp import DistContext
+
+    return DistContext(0, 2, 0, 2, 0, "gloo", torch.device("cpu"), "r", 20.0, owns_group=False)
+
+
+class _Model:
+    """Stands for a DDP model, whose reducer holds the process group."""
+
+
+def test_what_holds_the_group_outlives_a_failed_collective_until_exit() -> None:
+    import gc
+    import weakref
+
+    from ibp_graph.distributed import ddp
+
+    ctx, model = _context(), _Model()
+    ctx.hold(model)
+    alive = weakref.ref(model)
+    with pytest.raises(ddp.DistributedError, match="rank 0 of 2: another rank failed"):
+        with ctx.guard():
+            raise RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer")
+    assert ctx.failed
+    ctx.close()
+    del model
+    gc.collect()
+    # Freeing the group right after the failure can deadlock with gloo's worker thread.
+    assert alive() is not None and alive() in ddp._KEPT_AFTER_FAILURE
+    ddp._KEPT_AFTER_FAILURE.remove(alive())
+    # Without a failure, close lets it go.
+    ctx, model = _context(), _Model()
+    ctx.hold(model)
+    alive = weakref.ref(model)
+    with ctx.guard():
+        pass
+    ctx.close()
+    del model
+    gc.collect()
+    assert alive() is None and not ctx.failed
+
+
 @pytest.mark.slow
 def test_two_hosts_on_loopback_train_together_each_with_its_own_segment(tmp_path) -> None:
     run_id = f"t{secrets.token_hex(3)}"

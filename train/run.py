@@ -692,6 +692,7 @@ def _run(
                 model = DistributedDataParallel(
                     model, device_ids=[device.index] if device.type == "cuda" else None
                 )
+            ctx.hold(model)  # its reducer holds the process group: freed safely by ctx.close
             if ctx.rank:  # other dropout draws per rank; rank 0 keeps the single-process ones
                 torch.manual_seed(cfg.seed + ctx.rank)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -25,7 +25,7 @@ import datetime
 import os
 import secrets
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -87,6 +87,15 @@ def world_from_env() -> tuple[int, int, int, int, int] | None:
 _GROUP_WORDS = ("gloo", "nccl", "c10d")
 
 
+#: What `DistContext.close` keeps after a failed collective, until the interpreter exits.
+#: Freeing a DDP model frees its reducer and, with it, the last reference to a gloo process
+#: group, whose destructor joins the group's worker thread while holding the GIL. Right after
+#: a failed collective that thread may still be freeing the failed work, which takes the GIL:
+#: the two wait for each other and the rank hangs instead of stopping (seen about once in 50
+#: runs on a loaded machine). Kept here, the group is freed at exit, long after.
+_KEPT_AFTER_FAILURE: list[Any] = []
+
+
 def _from_the_group(exc: BaseException) -> bool:
     """Whether an error comes from the process group (a peer gone, a timeout)."""
     if isinstance(exc, dist.DistError):
@@ -110,6 +119,7 @@ class DistContext:
         run_id: shared by every rank; names the run's shared segments.
         timeout_s: the process group's timeout.
         owns_group: whether `close` destroys the process group (we created it).
+        failed: whether `guard` turned a failed collective into a `DistributedError`.
     """
 
     rank: int
@@ -122,6 +132,9 @@ class DistContext:
     run_id: str
     timeout_s: float
     owns_group: bool = True
+    failed: bool = False
+    #: What holds the process group and must outlive a failure (`hold`).
+    _holders: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -151,6 +164,7 @@ class DistContext:
             if isinstance(exc, IBPError) or not _from_the_group(exc):
                 raise
             first = " ".join(str(exc).split())[:300] or type(exc).__name__
+            self.failed = True
             raise DistributedError(
                 f"rank {self.rank} of {self.world_size}: another rank failed or did not answer "
                 f"within the process group's timeout ({self.timeout_s:g} s); stopping ({first})"
@@ -186,8 +200,19 @@ class DistContext:
             dist.all_gather_object(out, obj)
         return out
 
+    def hold(self, obj: Any) -> None:
+        """Keep ``obj``, which holds the process group (a DDP model), until `close`.
+
+        After a failed collective, `close` keeps it until the interpreter exits (see
+        `_KEPT_AFTER_FAILURE`), so that the rank stops instead of hanging.
+        """
+        self._holders.append(obj)
+
     def close(self) -> None:
-        """Leave the process group (when we joined it)."""
+        """Leave the process group (when we joined it); let go of what `hold` kept."""
+        if self.failed:
+            _KEPT_AFTER_FAILURE.extend(self._holders)
+        self._holders.clear()
         if self.owns_group and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
