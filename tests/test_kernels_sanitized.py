@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from simt import sanitize
@@ -93,14 +95,60 @@ def test_each_sanitized_build_reports_its_fault(harness_dir, names, which, repor
         assert "selfcheck_kernel" in done.stderr  # the report names the faulty kernel
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("names", ["address,undefined", "thread"])
-def test_host_kernel_tests_pass_under_the_sanitizer(names) -> None:
-    env = _environment(names)
+#: The sanitizers the host kernel tests run under.
+KERNEL_TEST_SANITIZERS = ["address,undefined", "thread"]
+#: Seconds a run of the host kernel tests under one sanitizer may take.
+KERNEL_TEST_TIMEOUT_S = 1200
+
+
+@pytest.fixture(scope="module")
+def kernel_test_runs(request, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """The host kernel tests under each sanitizer whose test was collected, started together.
+
+    Each is one process on one core for minutes; started at once, the runs overlap. Maps the
+    sanitizers to ``(process, log)``, or to why they cannot run here.
+    """
+    chosen = [
+        item.callspec.params["names"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_host_kernel_tests_pass_under_the_sanitizer"
+    ]
+    folder = tmp_path_factory.mktemp("sanitized-runs")
     cmd = sanitize.pytest_command(["-q", "-x", "-k", SUBSET])
-    done = _run(cmd, env, 1200)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-6000:]
+    runs: dict[str, Any] = {}
+    for names in dict.fromkeys(chosen):
+        try:
+            env = sanitize.environment(sanitize.parse(names))
+        except sanitize.SanitizerUnavailable as exc:
+            runs[names] = str(exc)
+            continue
+        log = folder / f"{names.replace(',', '-')}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        runs[names] = (proc, log)
+    yield runs
+    for run in runs.values():
+        if isinstance(run, tuple) and run[0].poll() is None:
+            run[0].kill()
+            run[0].wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("names", KERNEL_TEST_SANITIZERS)
+def test_host_kernel_tests_pass_under_the_sanitizer(names, kernel_test_runs) -> None:
+    run = kernel_test_runs[names]
+    if isinstance(run, str):
+        pytest.skip(run)
+    proc, log = run
+    try:
+        code = proc.wait(timeout=KERNEL_TEST_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the host kernel tests under {names} took over {KERNEL_TEST_TIMEOUT_S} s")
+    out = log.read_text(errors="replace")
+    why = sanitize.startup_failure(out) if code else None
+    if why is not None:
+        pytest.skip(f"the sanitizer cannot run on this machine: {why}")
+    assert code == 0, out[-6000:]
     assert " passed" in out and "failed" not in out
 
 
