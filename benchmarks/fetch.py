@@ -618,10 +618,10 @@ def _raw_cell(t: dict) -> str:
 def _decode_cell(t: dict) -> str:
     """The decoder's goal: its rate, the table's class and goal, and "on decode capacity" where
     that rate was judged (decode-only otherwise)."""
-    zeros = t["zero_fraction"]
-    on = "; on decode capacity" if t.get("rate") == "decode capacity" else ""
     if t.get("from_l2"):
         return f"{_cell(t, digits=1)} [stored table fits in L2: not judged]"
+    zeros = t["zero_fraction"]
+    on = "; on decode capacity" if t.get("rate") == "decode capacity" else ""
     return _cell(t, digits=1, note=f"{t['table_class']}, {zeros:.0%} zeros: goal {t['goal']:g}{on}")
 
 
