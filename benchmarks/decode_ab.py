@@ -186,12 +186,10 @@ class Tiled:
 def tile(case: fetch.Case, table: ibp_graph.IBPTable, table_bytes: int, l2: int, device) -> Tiled:
     """``case``'s compressed rows (``table``) tiled in ``device`` memory up to ``table_bytes``
     of raw rows, and at least to `fetch.L2_POOL_FACTOR` x ``l2`` stored bytes (so that they
-    do not fit in the L2 of ``l2`` bytes), and the codec that reads them there."""
+    do not fit in the L2 of ``l2`` bytes: `fetch.table_tiles`), and the codec that reads
+    them there."""
     stored = fetch.stored_block(table)
-    times = max(
-        fetch.tiles(table_bytes, case.rows.shape[0], case.row_bytes),
-        -(-fetch.L2_POOL_FACTOR * l2 // max(1, stored.size)),
-    )
+    times = fetch.table_tiles(table_bytes, case.rows.shape[0], case.row_bytes, stored.size, l2)
     block = torch.from_numpy(stored.copy()).to(device)  # writable
     rows = torch.zeros(times * block.numel() + 64, dtype=torch.uint8, device=device)
     rows[: times * block.numel()].view(times, -1).copy_(block.expand(times, -1))

@@ -14,13 +14,17 @@ at least 64 bytes, at its own width and ratio, when the datasets folder is there
 
 Each case compresses a block of distinct rows once on the CPU (``--block-rows`` synthetic
 rows, or the whole real table: at most about 0.4 GB, seconds) and tiles the compressed rows
-``times`` over in pinned host memory, so the table stands for ``--table-gb`` GiB of raw rows
-(its rows: ``times x`` the block's) without compressing GBs; random ids then touch all of it.
-The raw baselines read one pinned raw buffer of ``--table-gb`` GiB, viewed as rows of each
-width (the gather's speed does not depend on the values). Per case and per batch size
-(``--batch``, capped at ``--max-batch-gb`` of rows), with random ids (uniform over the
-table's rows, duplicates allowed, as a GNN batch's input nodes; see "Id batches" below), it
-measures the delivered (decoded) GB/s = batch rows x row bytes / time of:
+``times`` over in pinned host memory (`table_tiles`), so the table stands for ``--table-gb``
+GiB of raw rows, or more where the stored rows would be under 4x the L2 (a sparse table's:
+it compresses 15-390x), so that no table is read from L2; its rows: ``times x`` the block's
+(``rows``, ``table_gb``, ``stored_gb`` in the JSON), without compressing GBs; random ids then
+touch all of it. The raw baselines read one pinned raw buffer of ``--table-gb`` GiB
+(``raw_rows`` rows), viewed as rows of each width (the gather's speed does not depend on the
+values); where the table has more rows, their ids are the table's folded onto it (``id %
+raw_rows``). Per case and per batch size (``--batch``, capped at ``--max-batch-gb`` of rows),
+with random ids (uniform over the table's rows, duplicates allowed, as a GNN batch's input
+nodes; see "Id batches" below), it measures the delivered (decoded) GB/s = batch rows x row
+bytes / time of:
 
 - ``memcpy``: one pinned host -> device copy (``copy_(non_blocking=True)`` from a torch
   pinned tensor, cudaMemcpyAsync) of the same number of bytes: the PCIe rate;
@@ -90,9 +94,9 @@ until their stored rows reach 4x L2, in at most 16 batches, or more while their 
 are under 2x L2, within 256 MiB of ids (`id_batches`); every timed launch (warm-up included)
 of raw, ibp, decode-only, their sorted and db forms, decode capacity and the sort takes the
 next batch in turn (`rotating`); ``batch_ratio`` and ``ibp_pcie_gbps`` count the pool's
-stored bytes. memcpy copies the same number of bytes. A case whose whole stored table is
-under 2x L2 is marked "(stored table fits in L2)" (``stored_fits_l2``): rotating ids cannot
-keep its rows out of L2. A case whose pool's stored rows (``pool_stored_bytes``) stay under
+stored bytes; the raw gather takes the same batches, folded onto its raw buffer where the
+table has more rows. memcpy copies the same number of bytes. (A whole stored table is never
+under 4x L2: see above.) A case whose pool's stored rows (``pool_stored_bytes``) stay under
 2x L2 all the same (the 256 MiB of ids reached first) is marked "(id batches fit in L2)"
 (``pool_fits_l2``). After timing, each path runs once more on every batch of the pool, the
 first last, and its output is checked: every IBP row bit for bit, the raw gather's first
@@ -118,10 +122,8 @@ the target holds for the case (its value is shown in parentheses where it does n
 - ``decode_vs_pcie``: the decoder alone (rows in GPU memory) >= 400 GB/s on a dense table,
   >= 1000 GB/s on a sparse (bag-of-words) one: ``table_class``, sparse when at least 50% of
   the elements of the case's distinct rows are zero (``zero_fraction``). Judged on decode
-  capacity where it was measured, else on decode-only (``rate`` says which); not judged
-  where the stored table fits in L2 (``from_l2``: the rate may be L2's, and a sparse table
-  of 4 GiB of raw rows compresses to tens of MB; ``benchmarks/decode_ab.py`` judges the goal
-  on rows tiled past the L2);
+  capacity where it was measured, else on decode-only (``rate`` says which), on stored rows
+  tiled past 4x the L2 (as ``benchmarks/decode_ab.py`` tiles them), so not at L2's rate;
 - ``no_compress_slowdown``: a table that does not compress (stored raw): raw / ibp, the IBP
   fetch's time over the raw gather's, <= 1.02 (within 2% of the raw gather). A measured ibp
   rate of 0 (raw finite) is a miss with value and gap infinite; a missing or non-finite rate
@@ -295,6 +297,19 @@ def tiles(table_bytes: int, block_rows: int, row_bytes: int) -> int:
     return max(1, table_bytes // (block_rows * row_bytes))
 
 
+def table_tiles(
+    table_bytes: int, block_rows: int, row_bytes: int, stored_bytes: int, l2: int
+) -> int:
+    """Copies of a block that make a case's table: `tiles` of ``table_bytes`` of raw rows, or
+    more where their stored rows (``stored_bytes`` a copy) would be under `L2_POOL_FACTOR` x
+    ``l2`` (a sparse table's), so that no table is read from an L2 of ``l2`` bytes.
+
+    At least one.
+    """
+    past_l2 = -(-L2_POOL_FACTOR * l2 // max(1, stored_bytes))
+    return max(tiles(table_bytes, block_rows, row_bytes), past_l2)
+
+
 def batch_rows(batch: int, row_bytes: int, max_batch_bytes: int, num_rows: int) -> int:
     """The rows of a batch: ``batch``, capped at ``max_batch_bytes`` of rows and the table."""
     return max(1, min(batch, max_batch_bytes // row_bytes, num_rows))
@@ -434,7 +449,7 @@ def id_batches(stored: Sequence[int], ids_per_batch: int, l2: int) -> int:
 
 
 def stored_fits_l2(stored_bytes: int, l2: int) -> bool:
-    """Whether stored rows (a whole table, a pool's batches) are under `L2_FIT_FACTOR` x ``l2``.
+    """Whether stored rows (a pool's batches) are under `L2_FIT_FACTOR` x ``l2``.
 
     Such rows may stay in L2 from one timed launch to the next.
     """
@@ -526,26 +541,12 @@ def decode_alone(r: dict) -> tuple[float, str]:
     return r["decode_only_gbps"], "decode-only"
 
 
-def decode_target(
-    rate: float | None, zeros: float, *, applies: bool, rate_name: str, from_l2: bool = False
-) -> dict:
+def decode_target(rate: float | None, zeros: float, *, applies: bool, rate_name: str) -> dict:
     """The decoder's goal (`decode_goal`, by the table's fraction of zeros) against ``rate``,
     its GB/s with the GPU to itself; ``rate_name`` says which rate that is (`decode_alone`).
-
-    ``from_l2``: the stored table fits in L2 (`stored_fits_l2`), so ``rate`` may be L2's: the
-    goal, for rows read from GPU memory, is then not judged (``benchmarks/decode_ab.py``
-    judges it on rows tiled past the L2).
     """
     goal, kind = decode_goal(zeros)
-    return check(
-        rate,
-        goal,
-        applies=applies and not from_l2,
-        table_class=kind,
-        zero_fraction=zeros,
-        rate=rate_name,
-        from_l2=from_l2,
-    )
+    return check(rate, goal, applies=applies, table_class=kind, zero_fraction=zeros, rate=rate_name)
 
 
 def targets(r: dict) -> dict:
@@ -576,11 +577,7 @@ def targets(r: dict) -> dict:
         ),
         "ibp_vs_ideal": check(_div(ibp, bound), IBP_GOAL, applies=not flat, bound_gbps=bound),
         "decode_vs_pcie": decode_target(
-            alone,
-            r["zero_fraction"],
-            applies=not flat,
-            rate_name=rate,
-            from_l2=bool(r.get("stored_fits_l2")),
+            alone, r["zero_fraction"], applies=not flat, rate_name=rate
         ),
         "no_compress_slowdown": no_compress_slowdown(raw, ibp, flat),
     }
@@ -593,7 +590,7 @@ TARGET_TITLES = {
     "ibp_vs_ideal": f"ibp / min(ratio x raw, decode-only) >= {IBP_GOAL}",
     "decode_vs_pcie": "decoder alone GB/s (decode capacity, else decode-only) >= "
     f"{DECODE_DENSE_GOAL:g} (dense), >= {DECODE_SPARSE_GOAL:g} "
-    f"(sparse: >= {SPARSE_ZEROS:.0%} zeros), where the stored table does not fit in L2",
+    f"(sparse: >= {SPARSE_ZEROS:.0%} zeros)",
     "no_compress_slowdown": f"raw / ibp <= {NO_COMPRESS_SLOWDOWN} (table that does not compress)",
 }
 
@@ -618,8 +615,6 @@ def _raw_cell(t: dict) -> str:
 def _decode_cell(t: dict) -> str:
     """The decoder's goal: its rate, the table's class and goal, and "on decode capacity" where
     that rate was judged (decode-only otherwise)."""
-    if t.get("from_l2"):
-        return f"{_cell(t, digits=1)} [stored table fits in L2: not judged]"
     zeros = t["zero_fraction"]
     on = "; on decode capacity" if t.get("rate") == "decode capacity" else ""
     return _cell(t, digits=1, note=f"{t['table_class']}, {zeros:.0%} zeros: goal {t['goal']:g}{on}")
@@ -685,15 +680,11 @@ def _mb(nbytes: int | None) -> str:
 
 
 def _case_cell(r: dict) -> str:
-    """A case's name, marked when its table is stored raw or its rows may stay in L2.
-
-    "(stored table fits in L2)": whatever the ids; "(id batches fit in L2)": the pool of id
-    batches' stored rows.
-    """
+    """A case's name, marked when its table is stored raw or its id batches' stored rows may
+    stay in L2 ("(id batches fit in L2)")."""
     raw = " (raw)" if r["bypass"] else ""
-    table = " (stored table fits in L2)" if r.get("stored_fits_l2") else ""
     pool = " (id batches fit in L2)" if r.get("pool_fits_l2") else ""
-    return f"{r['case']}{warps_text(r.get('block_warps'))}{raw}{table}{pool}"
+    return f"{r['case']}{warps_text(r.get('block_warps'))}{raw}{pool}"
 
 
 def grid_label(per_sm: float | None) -> str:
@@ -742,16 +733,17 @@ def markdown(payload: dict) -> str:
     lines = [
         *header_lines("GPU fetch throughput", payload),
         f"Tables of {s['table_gb']:g} GiB of raw rows (compressed blocks tiled in pinned "
-        f"memory); random ids uniform over the table's rows; GPU rates: CUDA events, median "
-        f"of {s['repeats']} samples after a warm-up; torch: wall clock, median of "
-        f"{s['torch_repeats']}; fetch grid cap: {grid_label(s['max_blocks'])}; "
+        f"memory), or more where the stored rows would be under {L2_POOL_FACTOR}x the L2, so "
+        f"that no table is read from L2 (the raw gather's ids then folded onto its "
+        f"{s['table_gb']:g} GiB raw buffer); random ids uniform over the table's rows; GPU "
+        f"rates: CUDA events, median of {s['repeats']} samples after a warm-up; torch: wall "
+        f"clock, median of {s['torch_repeats']}; fetch grid cap: {grid_label(s['max_blocks'])}; "
         f"{block_label(s.get('block_warps'))}; "
         f"queue guard {'on' if s['queue_guard'] else 'off'}; each timed launch takes the "
         f"next of its case's id batches (drawn until their stored rows reach {L2_POOL_FACTOR}x "
         f"the L2 of {_mb(payload.get('l2_bytes'))}, at most {MAX_ID_BATCHES} batches, or more "
-        f"while under {L2_FIT_FACTOR}x L2, and {MAX_POOL_ID_BYTES >> 20} MiB of ids); (stored "
-        f"table fits in L2): under {L2_FIT_FACTOR}x L2, its rows may stay in L2 whatever the "
-        f"ids; (id batches fit in L2): the id batches' stored rows are under {L2_FIT_FACTOR}x "
+        f"while under {L2_FIT_FACTOR}x L2, and {MAX_POOL_ID_BYTES >> 20} MiB of ids); "
+        f"(id batches fit in L2): the id batches' stored rows are under {L2_FIT_FACTOR}x "
         "L2 (the ids' memory ran out first), so they may be read from L2. "
         f"Real tables: {payload['real_tables']}. {pages_sentence(payload)}"
         + ("" if payload["complete"] else " **Incomplete run: " + payload["stopped"] + "**"),
@@ -1104,22 +1096,29 @@ def capacity_planned(args: argparse.Namespace, bypass: bool) -> bool:
 
 
 def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list[dict]:
-    """Compress every case, check its tiled layout on the CPU; the plan of the GPU run."""
+    """Compress every case, check its tiled layout on the CPU; the plan of the GPU run.
+
+    The stored rows are tiled past `L2_POOL_FACTOR` x the CPU stand-in's L2 (`CPU_L2_BYTES`);
+    a GPU tiles a table further where they are under that many of its own L2 (`table_tiles`:
+    sparse tables).
+    """
     from ibp_graph.cuda_table import raw_bypass
 
     plan = []
     peak = 0
+    l2 = l2_bytes(torch.device("cpu"))
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             t0 = time.perf_counter()
             table = ibp_graph.compress(case.rows, Path(tmp) / "block.ibp", progress=False)
             compress_s = time.perf_counter() - t0
-            times = tiles(args.table_bytes, case.rows.shape[0], case.row_bytes)
+            block = stored_block(table).size
+            times = table_tiles(args.table_bytes, case.rows.shape[0], case.row_bytes, block, l2)
             bypass = raw_bypass(table)
             checked = check_tiled_on_cpu(
                 table, case.rows, min(times, 3), args.seed, sort_ids=args.sort_ids
             )
-            stored = times * stored_block(table).size
+            stored = times * block
             peak = max(peak, stored)
             item = {
                 "case": case.name,
@@ -1128,6 +1127,7 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
                 "zero_fraction": zero_fraction(case.rows),
                 "bypass": bypass,
                 "rows": times * case.rows.shape[0],
+                "table_gb": times * case.rows.shape[0] * case.row_bytes / 1e9,
                 "stored_gb": stored / 1e9,
                 "batches": [
                     n
@@ -1158,7 +1158,9 @@ def dry_run(args: argparse.Namespace, cases: list[Case], real_note: str) -> list
     host = args.table_bytes + peak + args.max_batch_bytes
     print(
         f"dry run: {len(plan)} cases built and checked on the CPU (real tables: {real_note}); "
-        f"the GPU run pins about {host / 1e9:.1f} GB of host memory at most. The measurements "
+        f"the GPU run pins about {host / 1e9:.1f} GB of host memory at most. Stored rows tiled "
+        f"past {L2_POOL_FACTOR}x the CPU stand-in's L2 of {_mb(l2)}; a GPU tiles a table further "
+        f"where they are under {L2_POOL_FACTOR}x its own L2 (sparse tables). The measurements "
         "need a CUDA GPU.",
         flush=True,
     )
@@ -1665,13 +1667,12 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
     compress_s = time.perf_counter() - t0
     rb = case.row_bytes
     nb = case.rows.shape[0]
-    times = tiles(args.table_bytes, nb, rb)
-    num_rows = times * nb
     block = stored_block(table)
+    times = table_tiles(args.table_bytes, nb, rb, block.size, bench.l2_bytes)
+    num_rows = times * nb
     stored = times * block.size
     bypass = raw_bypass(table)
     ratio = float(table.ratio)
-    fits = stored_fits_l2(stored, bench.l2_bytes)
     zeros = zero_fraction(case.rows)
     t0 = time.perf_counter()
     pinned = PinnedBuffer(stored, f"tiled {case.name}", bench.cuda, pages=args.pages)
@@ -1690,27 +1691,30 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
         sizes_dev = torch.from_numpy(sizes).to(device)
         rows_u8 = np.ascontiguousarray(case.rows).view(np.uint8).reshape(nb, rb)
         ref = torch.from_numpy(rows_u8).to(device)
-        _, host = bench.raw_rows(rb)
+        n_raw, host = bench.raw_rows(rb)
         results = []
         for n, asked in batch_sizes(args.batch, rb, args.max_batch_bytes, num_rows):
             pool, pool_stored = draw_pool(num_rows, n, args.seed, sizes_dev, bench.l2_bytes)
-            ids = pool[0]  # the batch the baselines use
+            # The raw gather's and torch's batches: the same ids, folded onto the raw buffer
+            # where the table (tiled past the L2) has more rows than it.
+            raw_pool = pool if num_rows <= n_raw else [b % n_raw for b in pool]
+            ids = raw_pool[0]  # the batch the baselines use
             nbytes = n * rb
             # Each block size in turn on the same id batches: the sizes side by side.
             for warps in bench.block_warps:
                 out = torch.empty((n, rb), dtype=torch.uint8, device=device)
                 err, cap, reps, guard = bench.error, bench.max_blocks, args.repeats, bench.guard
                 memcpy, torch_rate = bench.baselines(rb, ids, ids.cpu())
-                raw_match = raw_rows_match(out, host, pool, min(n, RAW_CHECK_ROWS))
+                raw_match = raw_rows_match(out, host, raw_pool, min(n, RAW_CHECK_ROWS))
                 raw_s, raw_ok = timed(
-                    bench.raw_launch(rb, out, block_warps=warps), pool, out, raw_match, bench
+                    bench.raw_launch(rb, out, block_warps=warps), raw_pool, out, raw_match, bench
                 )
                 raw = gbps(nbytes, raw_s)
                 sorted_rates: dict[str, float] = {}
                 if args.sort_ids:  # B right after A, on the same id batches
                     raw_sorted_s, ok = timed(
                         bench.raw_launch(rb, out, sort=True, block_warps=warps),
-                        pool,
+                        raw_pool,
                         out,
                         raw_match,
                         bench,
@@ -1771,7 +1775,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                     "rows": num_rows,
                     "table_gb": num_rows * rb / 1e9,
                     "stored_gb": stored / 1e9,
-                    "stored_fits_l2": fits,
+                    "raw_rows": n_raw,
                     "zero_fraction": zeros,
                     "table_class": table_class(zeros),
                     "batch": n,
@@ -1818,7 +1822,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 )
                 log(
                     f"  {case.name} batch {n:,}{warps_text(warps)} ({len(pool)} id batches"
-                    f"{'; stored table fits in L2' if fits else ''}"
+                    f"{'; raw ids folded' if raw_pool is not pool else ''}"
                     f"{'; id batches fit in L2' if pool_fits else ''}; {table_class(zeros)}, "
                     f"{zeros:.0%} zeros): memcpy {memcpy:.1f}, torch "
                     f"{torch_rate:.1f}, raw {raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s; "
@@ -1827,7 +1831,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                     f"{same_on_gpu} (GPU memory)"
                 )
                 del out
-            del pool
+            del pool, raw_pool
         return results
     finally:
         sync(device)

@@ -248,6 +248,27 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
     assert "Decode-only goal (the current kernel): met in 0 of 2 cases; missed: " in md
 
 
+def test_tile_is_fetch_table_tiles_past_four_l2s(monkeypatch, tmp_path) -> None:
+    """decode_ab tiles a case as fetch.py does (`fetch.table_tiles`): raw bytes, or past 4x L2."""
+    cases = fetch.synthetic_cases([256], ["dense-normal", "sparse-5pct"], rows=64, seed=0)
+    table_bytes, l2 = 2**20, fetch.CPU_L2_BYTES  # 1 MiB of raw rows, stored under 4x L2
+    asked: list[tuple] = []
+    real = fetch.table_tiles
+    monkeypatch.setattr(fetch, "table_tiles", lambda *a: asked.append(a) or real(*a))
+    for case in cases:
+        table = ibp_graph.compress(case.rows, tmp_path / f"{case.name}.ibp", progress=False)
+        block = fetch.stored_block(table).size
+        t = decode_ab.tile(case, table, table_bytes, l2, torch.device("cpu"))
+        assert asked[-1] == (table_bytes, 64, 256, block, l2)
+        assert t.times == real(table_bytes, 64, 256, block, l2)
+        assert t.times > fetch.tiles(table_bytes, 64, 256)  # tiled past the raw bytes' copies
+        assert t.rows.numel() - 64 == t.times * block >= fetch.L2_POOL_FACTOR * l2
+        assert t.num_rows == t.times * 64
+        tiled = t.rows[: t.times * block].view(t.times, block).numpy()
+        assert (tiled == fetch.stored_block(table)).all()  # every copy the block's bytes
+        table.close()
+
+
 def test_the_decode_goal_is_judged_only_at_the_full_grid() -> None:
     full = decode_ab.decode_target(1200.0, 0.95, None)
     assert full["met"] and full["applies"] and full["goal"] == 1000.0

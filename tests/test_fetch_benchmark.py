@@ -72,7 +72,7 @@ def test_block_warps_default_to_the_librarys_and_reach_every_launch(
     assert {r["decode_capacity_note"] for r in doc["cases"]} == {fetch.CAPACITY_FULL}
     assert {r["block_warps"] for r in doc["cases"]} == {32}
     md = (tmp_path / "fetch-fake.md").read_text()
-    assert "; blocks of 32 warps;" in md and "| sparse-5pct-256B (32-warp blocks) (" in md
+    assert "; blocks of 32 warps;" in md and "| sparse-5pct-256B (32-warp blocks) |" in md
     # Two sizes: each batch at both in turn, side by side.
     LAUNCHED_WARPS.clear()
     doc = fake_gpu_run([*one, "--block-warps", "8,32"], tmp_path)
@@ -180,6 +180,27 @@ def test_geometry() -> None:
     assert fetch.batch_sizes([5000, 9000], 512, 2**20, 10**6) == [(2048, 5000)]  # deduplicated
 
 
+def test_table_tiles_reach_four_l2s_of_stored_rows() -> None:
+    l2 = 50_000_000  # an H100's L2
+    # Dense 512 B rows (ratio ~1.17): 4 GiB of raw rows store ~3.7 GB, past 4x L2 already.
+    assert fetch.table_tiles(4 * 2**30, 2**15, 512, 14_300_000, l2) == 256
+    assert fetch.table_tiles(4 * 2**30, 2**15, 512, 14_300_000, l2) == fetch.tiles(
+        4 * 2**30, 2**15, 512
+    )
+    # Sparse 512 B rows (ratio ~15): 256 copies store 285 MB, past 200 MB: unchanged.
+    assert fetch.table_tiles(4 * 2**30, 2**15, 512, 1_114_112, l2) == 256
+    # Cora's 2,708 rows of 5,732 B at ratio 123 (126 KB a copy): 4 GiB of raw rows, 276
+    # copies, store 35 MB, under one L2; 1,585 copies store 200 MB (4x L2).
+    assert fetch.tiles(4 * 2**30, 2708, 5732) == 276
+    times = fetch.table_tiles(4 * 2**30, 2708, 5732, 126_200, l2)
+    assert times == 1585 and times * 126_200 >= 4 * l2 > (times - 1) * 126_200
+    # Exactly 4x L2: no copy more; at least one copy, whatever the sizes.
+    assert fetch.table_tiles(100, 10, 1, 25, 100) == 16
+    assert fetch.table_tiles(1000, 10, 1, 25, 100) == 100
+    assert fetch.table_tiles(0, 10, 1, 10**9, 100) == 1
+    assert fetch.table_tiles(0, 10, 1, 0, 1) == 4  # an empty block: no division by zero
+
+
 def test_tiled_offsets_values_and_width() -> None:
     off = np.array([0, 3, 5, 9], dtype=np.int64)
     got = fetch.tiled_offsets(off, 3)
@@ -225,9 +246,9 @@ def test_id_batches_reach_four_l2s_of_stored_rows_within_the_caps() -> None:
     assert fetch.id_batches([1_700_000] * 80, 100_000, l2) == 59
 
 
-def test_stored_table_fits_in_l2_under_two_l2s() -> None:
+def test_stored_rows_fit_in_l2_under_two_l2s() -> None:
     assert fetch.stored_fits_l2(99, 50) and not fetch.stored_fits_l2(100, 50)
-    assert fetch.stored_fits_l2(50_000_000, 50_000_000)  # a tiny table, one L2
+    assert fetch.stored_fits_l2(50_000_000, 50_000_000)  # a small pool, one L2
     assert not fetch.stored_fits_l2(4 * 2**30, 50_000_000)  # a big one
 
 
@@ -403,16 +424,14 @@ def test_decode_target_is_400_gbps_dense_and_1000_sparse() -> None:
     assert text == "700.0 **gap 30.0%** [sparse, 95% zeros: goal 1000]"
 
 
-def test_decode_target_is_not_judged_where_the_stored_table_fits_in_l2() -> None:
-    r = fake_row(decode_only_gbps=1200.0, zero_fraction=0.95, stored_fits_l2=True)
+def test_decode_target_of_a_sparse_table_is_judged() -> None:
+    """Every table is tiled past 4x the L2 (`table_tiles`): no rate is left unjudged as L2's."""
+    r = fake_row(decode_only_gbps=1200.0, zero_fraction=0.95)
     dec = r["targets"]["decode_vs_pcie"]
-    assert not dec["applies"] and dec["from_l2"]
-    assert dec["value"] == 1200.0 and dec["goal"] == 1000.0  # shown, not judged
-    assert fetch._decode_cell(dec) == "(1200.0) [stored table fits in L2: not judged]"
-    assert fetch.summary([r])["decode_vs_pcie"]["cases"] == 0
-    assert r["targets"]["ibp_vs_ideal"]["applies"]  # the fetch's bound still takes it
-    judged = fake_row(decode_only_gbps=1200.0, zero_fraction=0.95, stored_fits_l2=False)
-    assert judged["targets"]["decode_vs_pcie"]["met"] is True
+    assert dec["applies"] and dec["met"] is True and "from_l2" not in dec
+    assert fetch._decode_cell(dec) == "1200.0 met [sparse, 95% zeros: goal 1000]"
+    assert fetch.summary([r])["decode_vs_pcie"]["cases"] == 1
+    assert "L2" not in fetch.TARGET_TITLES["decode_vs_pcie"]
 
 
 def test_decode_target_is_judged_on_decode_capacity_where_it_was_measured() -> None:
@@ -701,12 +720,12 @@ def test_results_files_show_decode_capacity_in_one_column(tmp_path: Path) -> Non
     assert all(ln.count("|") == lines[0].count("|") for ln in lines)
 
 
-def test_results_files_mark_tables_that_fit_in_l2(tmp_path: Path) -> None:
+def test_results_files_mark_id_batches_that_fit_in_l2(tmp_path: Path) -> None:
     rows = [
-        fake_row(case="tiny-512B", stored_fits_l2=True, id_batches=16),
-        fake_row(case="big-512B", stored_fits_l2=False, id_batches=6, pool_fits_l2=False),
-        fake_row(case="raw-512B", ratio=1.0, bypass=True, stored_fits_l2=True),
-        fake_row(case="small-256B", stored_fits_l2=False, id_batches=20, pool_fits_l2=True,
+        fake_row(case="tiny-512B", id_batches=16, pool_fits_l2=False),
+        fake_row(case="big-512B", id_batches=6, pool_fits_l2=False),
+        fake_row(case="raw-512B", ratio=1.0, bypass=True),
+        fake_row(case="small-256B", id_batches=20, pool_fits_l2=True,
                  pool_stored_bytes=30_000_000),
     ]  # fmt: skip
     payload = fake_payload(rows)
@@ -715,15 +734,19 @@ def test_results_files_mark_tables_that_fit_in_l2(tmp_path: Path) -> None:
     doc = json.loads(js.read_text())
     assert doc["l2_bytes"] == 50 * 2**20 and [r["id_batches"] for r in doc["cases"][:2]] == [16, 6]
     text = md.read_text()
-    assert "| tiny-512B (stored table fits in L2) |" in text
-    assert "| big-512B |" in text and "big-512B (stored" not in text
-    assert "| raw-512B (raw) (stored table fits in L2) |" in text
+    assert "| tiny-512B |" in text and "| big-512B |" in text and "| raw-512B (raw) |" in text
+    assert "stored table fits" not in text
     assert "| small-256B (id batches fit in L2) |" in text
     assert (
         doc["cases"][3]["pool_fits_l2"] is True and "(id batches" not in text.split("big")[1][:30]
     )
     assert "the L2 of 52.4 MB" in text and "at most 16 batches, or more while under 2x L2" in text
     assert "256 MiB of ids" in text
+    assert (
+        "Tables of 1 GiB of raw rows (compressed blocks tiled in pinned memory), or more where "
+        "the stored rows would be under 4x the L2, so that no table is read from L2 (the raw "
+        "gather's ids then folded onto its 1 GiB raw buffer);" in text
+    )
     lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
     assert all(ln.count("|") == lines[0].count("|") for ln in lines)
 
@@ -876,6 +899,12 @@ def fake_gpu_run(argv: list[str], tmp_path: Path, start: float | None = None) ->
     return json.loads((tmp_path / "fetch-fake.json").read_text())
 
 
+def stored_block_bytes(case: fetch.Case, tmp_path: Path) -> int:
+    """The stored bytes of ``case``'s compressed block, compressed here as the benchmark does."""
+    with ibp_graph.compress(case.rows, tmp_path / "block.ibp", progress=False) as table:
+        return int(fetch.stored_block(table).size)
+
+
 def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
     args = fetch.parse_args([*SMALL, "--out", str(tmp_path)])
     cases, note = fetch.build_cases(args)
@@ -894,10 +923,18 @@ def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
     names = [c.name for c in cases]
     # 2 widths x 4 kinds; batches of 300 and 5000 rows capped at 0.0005 GiB (1048/2097 rows)
     assert [r["case"] for r in doc["cases"]] == [n for n in names for _ in range(2)]
+    block = {c.name: stored_block_bytes(c, tmp_path) for c in cases}
+    l2 = fetch.CPU_L2_BYTES
     for r in doc["cases"]:
         assert r["bit_identical"] and r["raw_gather_correct"] and r["errors"] == [0, 0]
         assert r["batch"] in (300, int(0.0005 * 2**30) // r["row_bytes"])
-        assert r["rows"] == fetch.tiles(args.table_bytes, 64, r["row_bytes"]) * 64
+        # Tiled to 2 MiB of raw rows, or past 4x L2 of stored rows (sparse, bf16 here).
+        times = fetch.table_tiles(args.table_bytes, 64, r["row_bytes"], block[r["case"]], l2)
+        assert r["rows"] == times * 64 and r["table_gb"] == r["rows"] * r["row_bytes"] / 1e9
+        assert r["stored_gb"] == times * block[r["case"]] / 1e9
+        assert r["stored_gb"] * 1e9 >= fetch.L2_POOL_FACTOR * l2  # no table read from L2
+        assert r["raw_rows"] == args.table_bytes // r["row_bytes"]
+        assert "stored_fits_l2" not in r
         for key in ("memcpy_gbps", "torch_gbps", "raw_gbps", "ibp_gbps", "decode_only_gbps"):
             assert r[key] > 0
         assert r["bypass"] == r["case"].startswith("random-bits")
@@ -916,16 +953,25 @@ def test_gpu_run_with_stand_ins(numpy_kernels, tmp_path: Path) -> None:
         assert r["table_class"] == ("sparse" if sparse else "dense")
         assert (r["zero_fraction"] > 0.9) == sparse
         assert r["targets"]["decode_vs_pcie"]["goal"] == (1000.0 if sparse else 400.0)
-        fits = r["stored_gb"] * 1e9 < 2 * fetch.CPU_L2_BYTES
-        assert r["stored_fits_l2"] is fits and fits == r["case"].startswith("sparse")
-        if not r["bypass"]:
-            assert r["targets"]["decode_vs_pcie"]["applies"] is not fits  # maybe L2's rate
+        # Every table with a decoder has its decoder judged: none is left as L2's rate.
+        dec = r["targets"]["decode_vs_pcie"]
+        assert dec["applies"] is not r["bypass"] and "from_l2" not in dec
+        assert dec["met"] is not None and dec["value"] == r["decode_only_gbps"]
+        if sparse:
+            # 2 MiB of raw rows store under 4x L2: tiled further, so the table has more rows
+            # than the raw buffer, and the raw gather's ids were folded onto it (checked above:
+            # raw_gather_correct, and the IBP rows bit for bit).
+            assert times > fetch.tiles(args.table_bytes, 64, r["row_bytes"])
+            assert r["rows"] > r["raw_rows"] and r["table_gb"] > args.table_gb
+        if r["case"].startswith(("dense", "random")):
+            assert times == fetch.tiles(args.table_bytes, 64, r["row_bytes"])  # unchanged
+            assert r["rows"] <= r["raw_rows"]
     assert doc["l2_bytes"] == fetch.CPU_L2_BYTES
     assert all(r["id_batches"] > 1 for r in doc["cases"])  # the stand-in's small L2
     assert any(r["id_batches"] > fetch.MAX_ID_BATCHES for r in doc["cases"])  # grown on
     assert doc["settings"]["double_buffer"] is False
     md = (tmp_path / "fetch-fake.md").read_text()
-    assert "Incomplete" not in md and "| sparse-5pct-512B (stored table fits in L2) |" in md
+    assert "Incomplete" not in md and "| sparse-5pct-512B |" in md and "stored table fits" not in md
     assert "| dense-normal-512B |" in md and "| random-bits-512B (raw) |" in md
     assert "sorted" not in md and "ibp db" not in md
     # What backed the pinned memory: the kind asked for and the huge-page shares found.
@@ -949,7 +995,7 @@ def test_gpu_run_flags_id_batches_that_fit_in_l2(numpy_kernels, monkeypatch, tmp
         assert r["id_batches"] <= 24
         assert r["pool_fits_l2"] is (r["pool_stored_bytes"] < 2 * doc["l2_bytes"])
     md = (tmp_path / "fetch-fake.md").read_text()
-    assert "| sparse-5pct-256B (stored table fits in L2) (id batches fit in L2) |" in md
+    assert "| sparse-5pct-256B (id batches fit in L2) |" in md
     assert "| dense-normal-256B |" in md
 
 
@@ -1191,8 +1237,9 @@ def nth_batch(num_rows: int, n: int, k: int, seed: int = 0) -> torch.Tensor:
 def test_gpu_run_times_every_path_over_the_pool_in_turn(numpy_kernels, monkeypatch, tmp_path):
     """Each timing's launches take the pool's batches in turn; every batch is a valid id set."""
     pools: list[tuple[int, int, list[torch.Tensor]]] = []  # (table rows, batch rows, pool)
-    timings: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []  # (pool, ids launched)
-    timing: list[list[torch.Tensor]] = []  # the ids list of the timing under way, if any
+    # (pool, its table's rows, (ids launched, the launch's table rows) of each launch)
+    timings: list[tuple[list[torch.Tensor], int, list[tuple[torch.Tensor, int]]]] = []
+    timing: list[list[tuple[torch.Tensor, int]]] = []  # the launches of the timing under way
     real_draw, real_seconds = fetch.draw_pool, fetch.gpu_seconds
 
     def draw_pool(num_rows, n, seed, sizes, l2):
@@ -1201,29 +1248,31 @@ def test_gpu_run_times_every_path_over_the_pool_in_turn(numpy_kernels, monkeypat
         return pool, stored
 
     def gpu_seconds(fn, *args, **kw):
-        timings.append((pools[-1][2], []))
-        timing.append(timings[-1][1])
+        timings.append((pools[-1][2], pools[-1][0], []))
+        timing.append(timings[-1][2])
         try:
             return real_seconds(fn, *args, **kw)
         finally:
             timing.clear()
 
-    def recording(fn, idx_at: int):
+    def recording(fn, idx_at: int, table_rows):
         def launch(*args, out_pos=None, **kw):
             if timing:  # the batch launched: the ids, or the sorted ones put back in place
                 batch = args[idx_at].clone()
                 if out_pos is not None:
                     batch[out_pos] = args[idx_at]
-                timing[0].append(batch)
+                timing[0].append((batch, table_rows(args)))
             return fn(*args, out_pos=out_pos, **kw)
 
         return launch
 
+    gather_rows = lambda args: args[1]  # noqa: E731  (raw gather: the table's num_rows)
+    fused_rows = lambda args: args[0].num_rows  # noqa: E731  (fused: its codec's)
     monkeypatch.setattr(fetch, "draw_pool", draw_pool)
     monkeypatch.setattr(fetch, "gpu_seconds", gpu_seconds)
-    monkeypatch.setattr(gather, "raw_gather", recording(numpy_raw_gather, 3))
-    monkeypatch.setattr(cuda_table, "raw_gather", recording(numpy_raw_gather, 3))
-    monkeypatch.setattr(cuda_table, "fetch_decode", recording(numpy_fetch_decode, 1))
+    monkeypatch.setattr(gather, "raw_gather", recording(numpy_raw_gather, 3, gather_rows))
+    monkeypatch.setattr(cuda_table, "raw_gather", recording(numpy_raw_gather, 3, gather_rows))
+    monkeypatch.setattr(cuda_table, "fetch_decode", recording(numpy_fetch_decode, 1, fused_rows))
     argv = [*SMALL, "--kinds", "sparse-5pct,random-bits", "--sort-ids", "--double-buffer"]
     doc = fake_gpu_run(argv, tmp_path)
     assert [len(pool) for _, _, pool in pools] == [r["id_batches"] for r in doc["cases"]]
@@ -1234,13 +1283,28 @@ def test_gpu_run_times_every_path_over_the_pool_in_turn(numpy_kernels, monkeypat
             assert b.dtype == torch.int64 and b.shape == (n,)
             assert int(b.min()) >= 0 and int(b.max()) < num_rows
         assert len({tuple(b.tolist()) for b in pool}) == len(pool)
-    timed = [(pool, ids) for pool, ids in timings if ids]  # not memcpy, not the sort alone
+    timed = [t for t in timings if t[2]]  # not memcpy, not the sort alone
     # raw, raw sorted, ibp, ibp db, ibp sorted, decode-only, decode-only db per case and batch
     assert len(timed) == 7 * len(doc["cases"])
-    for pool, ids in timed:
-        assert len(ids) >= 4  # warm-up, the host's timing, 2 samples
-        assert all(torch.equal(got, pool[k % len(pool)]) for k, got in enumerate(ids))
-        assert len({tuple(b.tolist()) for b in ids}) == min(len(ids), len(pool)) > 1
+    raw_rows = {r["raw_rows"] for r in doc["cases"]}
+    folded = 0
+    for pool, num_rows, launched in timed:
+        assert len(launched) >= 4  # warm-up, the host's timing, 2 samples
+        rows = {r for _, r in launched}
+        assert len(rows) == 1  # one table a timing: the IBP table's, or the raw buffer
+        (rows,) = rows
+        assert rows == num_rows or rows in raw_rows
+        # The pool's batches in turn; the raw gather's folded onto the raw buffer's rows
+        # where the table has more (the sparse cases, tiled past 4x L2).
+        assert all(
+            torch.equal(got, pool[k % len(pool)] % rows) for k, (got, _) in enumerate(launched)
+        )
+        got = {tuple(b.tolist()) for b, _ in launched}
+        assert len(got) == min(len(launched), len(pool)) > 1
+        folded += rows < num_rows
+    sparse = [r for r in doc["cases"] if r["case"].startswith("sparse")]
+    assert sparse and all(r["rows"] > r["raw_rows"] for r in sparse)
+    assert folded == 2 * len(sparse)  # raw and raw sorted of each sparse case and batch
 
 
 @pytest.mark.parametrize("wrong_batch", [0, 1, 5])
@@ -1264,16 +1328,24 @@ def test_gpu_run_checks_every_id_batch(numpy_kernels, monkeypatch, tmp_path, wro
 def test_gpu_run_checks_the_raw_gather_on_every_id_batch(
     numpy_kernels, monkeypatch, tmp_path, wrong_batch
 ) -> None:
-    table_rows = fetch.tiles(int(0.002 * 2**30), 64, 256) * 64  # the case's rows (SMALL)
+    argv = [*SMALL, "--widths", "256", "--kinds", "sparse-5pct"]
+    args = fetch.parse_args(argv)
+    (case,) = fetch.build_cases(args)[0]
+    block = stored_block_bytes(case, tmp_path)
+    table_rows = fetch.table_tiles(args.table_bytes, 64, 256, block, fetch.CPU_L2_BYTES) * 64
+    raw_rows = args.table_bytes // 256
+    assert table_rows > raw_rows  # tiled past 4x L2: the raw gather's ids are folded
 
     def wrong_on_one(table_ptr, num_rows, row_bytes, idx, out, error, **kw):
         numpy_raw_gather(table_ptr, num_rows, row_bytes, idx, out, error, **kw)
-        if torch.equal(idx, nth_batch(table_rows, idx.numel(), wrong_batch)):
+        assert num_rows == raw_rows
+        if torch.equal(idx, nth_batch(table_rows, idx.numel(), wrong_batch) % raw_rows):
             out.view(torch.uint8).view(-1)[0] ^= 1
 
     monkeypatch.setattr(gather, "raw_gather", wrong_on_one)
-    doc = fake_gpu_run([*SMALL, "--widths", "256", "--kinds", "sparse-5pct"], tmp_path)
+    doc = fake_gpu_run(argv, tmp_path)
     assert doc["cases"] and all(r["rows"] == table_rows for r in doc["cases"])
+    assert all(r["raw_rows"] == raw_rows for r in doc["cases"])
     assert not any(r["raw_gather_correct"] for r in doc["cases"])
     assert all(r["bit_identical"] for r in doc["cases"])
 
@@ -1314,7 +1386,14 @@ def test_main_without_a_gpu(monkeypatch, capsys) -> None:
     plan = fetch.main([*SMALL, "--dry-run", "--kinds", "sparse-5pct", "--sort-ids"])
     assert [p["case"] for p in plan] == ["sparse-5pct-256B", "sparse-5pct-512B"]
     assert all(p["sort_ids"] and p["rows_checked"] > 0 for p in plan)
-    assert "(sorted, written back)" in capsys.readouterr().out
+    # 2 MiB of raw rows store under 4x the stand-in's L2: tiled further, past it.
+    for p in plan:
+        assert p["stored_gb"] * 1e9 >= fetch.L2_POOL_FACTOR * fetch.CPU_L2_BYTES
+        assert p["rows"] > fetch.tiles(int(0.002 * 2**30), 64, p["row_bytes"]) * 64
+        assert p["table_gb"] == p["rows"] * p["row_bytes"] / 1e9
+    out = capsys.readouterr().out
+    assert "(sorted, written back)" in out
+    assert "a GPU tiles a table further where they are under 4x its own L2" in out
     plan = fetch.main([*SMALL, "--dry-run", "--kinds", "sparse-5pct", "--double-buffer"])
     assert all(p["double_buffer"] and not p["sort_ids"] and p["rows_checked"] > 0 for p in plan)
     assert "double-buffered timings planned" in capsys.readouterr().out
