@@ -12,7 +12,9 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import struct
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from simt import sanitize
 from simt.host_hops import HarnessBuildError
 from simt.host_hops import build as build_harness
 
@@ -43,6 +46,48 @@ settings.register_profile(
     max_examples=500,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ibp"))
+
+# --------------------------------------------------------------------------------------------
+# The host kernel tests under the sanitizers, beside the suite
+# --------------------------------------------------------------------------------------------
+
+#: The test that waits for the sanitized runs (tests/test_kernels_sanitized.py).
+SANITIZED_TEST = "test_host_kernel_tests_pass_under_the_sanitizer"
+#: The runs of `sanitize.start_ci_runs`, and their folder, in the session's stash.
+SANITIZED_RUNS = pytest.StashKey[tuple[dict, str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the sanitized runs that collected tests wait for, now, beside the whole suite.
+
+    Each is a process of a few minutes; started before the first test, they use the core time
+    the suite leaves idle (much of it runs on one thread) instead of adding their time to its
+    end. Not under ``--collect-only``.
+    """
+    chosen = [
+        item.callspec.params["names"]
+        for item in session.items
+        if getattr(item, "originalname", None) == SANITIZED_TEST
+    ]
+    if chosen and not session.config.option.collectonly:
+        folder = tempfile.mkdtemp(prefix="ibp-graph-sanitized-")
+        runs = sanitize.start_ci_runs(chosen, Path(folder))
+        session.config.stash[SANITIZED_RUNS] = (runs, folder)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    started = session.config.stash.get(SANITIZED_RUNS, None)
+    if started is not None:
+        runs, folder = started
+        sanitize.stop_runs(runs)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sanitized_runs(request) -> dict:
+    """The sanitized runs started at collection, per sanitizer list (`sanitize.start_ci_runs`)."""
+    return request.config.stash[SANITIZED_RUNS][0]
+
 
 # --------------------------------------------------------------------------------------------
 # Element types and bit patterns

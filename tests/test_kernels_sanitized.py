@@ -2,30 +2,20 @@
 
 Kernels with known faults show that each sanitized build reports its kind of fault (and that a
 correct kernel runs clean); then the host kernel tests run under each build. The CI run takes a
-subset of those tests (`SUBSET`); ``python tests/simt/sanitize.py <sanitizers>`` runs them all.
+subset of those tests (`sanitize.CI_SUBSET`), started beside the whole suite as soon as it is
+collected (``tests/conftest.py``); ``python tests/simt/sanitize.py <sanitizers>`` runs them all.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from simt import sanitize
 
 ROOT = sanitize.ROOT
-
-#: pytest ``-k`` of the host kernel tests run in CI under each sanitizer: every kernel and
-#: variant (one buffer and double-buffered, 4- and 8-byte words and offsets, raw gather, the
-#: sampler's draws and hops), without the slowest parametrisations (real tables, 255 clusters,
-#: the output-position and the one-buffer decoder grids), which the full run covers.
-SUBSET = (
-    "not real_tables and not 255_clusters and not identity_order"
-    " and not test_fused_kernel_matches_the_numpy_decoder and not equally_likely"
-)
 
 #: Runs one self-check kernel of ``tests/simt/simt_selfcheck.cpp`` in a harness built (once,
 #: at argv[1]) with the sanitizers of the environment.
@@ -101,42 +91,10 @@ KERNEL_TEST_SANITIZERS = ["address,undefined", "thread"]
 KERNEL_TEST_TIMEOUT_S = 1200
 
 
-@pytest.fixture(scope="module")
-def kernel_test_runs(request, tmp_path_factory) -> Iterator[dict[str, Any]]:
-    """The host kernel tests under each sanitizer whose test was collected, started together.
-
-    Each is one process on one core for minutes; started at once, the runs overlap. Maps the
-    sanitizers to ``(process, log)``, or to why they cannot run here.
-    """
-    chosen = [
-        item.callspec.params["names"]
-        for item in request.session.items
-        if getattr(item, "originalname", None) == "test_host_kernel_tests_pass_under_the_sanitizer"
-    ]
-    folder = tmp_path_factory.mktemp("sanitized-runs")
-    cmd = sanitize.pytest_command(["-q", "-x", "-k", SUBSET])
-    runs: dict[str, Any] = {}
-    for names in dict.fromkeys(chosen):
-        try:
-            env = sanitize.environment(sanitize.parse(names))
-        except sanitize.SanitizerUnavailable as exc:
-            runs[names] = str(exc)
-            continue
-        log = folder / f"{names.replace(',', '-')}.log"
-        with log.open("w") as out:
-            proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        runs[names] = (proc, log)
-    yield runs
-    for run in runs.values():
-        if isinstance(run, tuple) and run[0].poll() is None:
-            run[0].kill()
-            run[0].wait()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("names", KERNEL_TEST_SANITIZERS)
-def test_host_kernel_tests_pass_under_the_sanitizer(names, kernel_test_runs) -> None:
-    run = kernel_test_runs[names]
+def test_host_kernel_tests_pass_under_the_sanitizer(names, sanitized_runs) -> None:
+    run = sanitized_runs[names]
     if isinstance(run, str):
         pytest.skip(run)
     proc, log = run

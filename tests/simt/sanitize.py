@@ -148,6 +148,45 @@ def pytest_command(args: list[str]) -> list[str]:
     return [*pytest, *args, *files]
 
 
+#: pytest ``-k`` of the host kernel tests run in CI under each sanitizer: every kernel and
+#: variant (one buffer and double-buffered, 4- and 8-byte words and offsets, raw gather, the
+#: sampler's draws and hops), without the slowest parametrisations (real tables, 255 clusters,
+#: the output-position and the one-buffer decoder grids), which the full run covers.
+CI_SUBSET = (
+    "not real_tables and not 255_clusters and not identity_order"
+    " and not test_fused_kernel_matches_the_numpy_decoder and not equally_likely"
+)
+
+
+def start_ci_runs(sanitizers: list[str], folder: Path) -> dict[str, tuple | str]:
+    """Start the `CI_SUBSET` of the host kernel tests under each of ``sanitizers``, at once.
+
+    Each run is one process, its output in a log in ``folder``. Returns, per comma-separated
+    list of sanitizers, ``(process, log)``, or why it cannot run here (`SanitizerUnavailable`).
+    """
+    cmd = pytest_command(["-q", "-x", "-k", CI_SUBSET])
+    runs: dict[str, tuple | str] = {}
+    for names in dict.fromkeys(sanitizers):
+        try:
+            env = environment(parse(names))
+        except SanitizerUnavailable as exc:
+            runs[names] = str(exc)
+            continue
+        log = folder / f"{names.replace(',', '-')}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        runs[names] = (proc, log)
+    return runs
+
+
+def stop_runs(runs: dict[str, tuple | str]) -> None:
+    """Kill the runs of `start_ci_runs` still under way."""
+    for run in runs.values():
+        if isinstance(run, tuple) and run[0].poll() is None:
+            run[0].kill()
+            run[0].wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
