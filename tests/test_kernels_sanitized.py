@@ -8,6 +8,7 @@ collected (``tests/conftest.py``); ``python tests/simt/sanitize.py <sanitizers>`
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,26 @@ def test_host_kernel_tests_pass_under_the_sanitizer(names, sanitized_runs) -> No
         pytest.skip(f"the sanitizer cannot run on this machine: {why}")
     assert code == 0, out[-6000:]
     assert " passed" in out and "failed" not in out
+
+
+def test_a_barrier_only_some_lanes_reach_stops_with_a_message(harness_dir) -> None:
+    """On a GPU a warp-divergent ``__syncwarp`` is undefined; the harness names it and stops."""
+    env = {k: v for k, v in os.environ.items() if k != sanitize.SANITIZE_ENV}
+    code = SELFCHECK.format(tests=str(ROOT / "tests"))
+    lib = harness_dir / "lib-plain.so"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(lib), "5"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0 and "sum" not in done.stdout
+    assert "16 lanes of a warp ended while 16 waited" in done.stderr, done.stderr[-3000:]
+    assert "warp-divergent barrier" in done.stderr
+    # The same harness runs a warp whose lanes all reach it.
+    ok = subprocess.run(
+        [sys.executable, "-c", code, str(lib), "0"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ok.returncode == 0 and "sum 1344" in ok.stdout, ok.stderr[-3000:]
 
 
 @pytest.mark.parametrize(

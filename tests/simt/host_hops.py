@@ -58,7 +58,7 @@ def build(out: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(out))
 
 
-#: Grid and block of the host launches (blocks run one after another, a thread per lane).
+#: Grid and block of the host launches (blocks run one after another, a fiber per lane).
 GRID, BLOCK = 3, 64
 
 

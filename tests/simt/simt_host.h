@@ -1,16 +1,23 @@
 // Runs CUDA kernels of cuda/*.cu on the host, for tests on machines without a GPU.
 //
-// Each lane of a warp is an OS thread; warp-level shuffles, votes and __syncwarp are barriers
-// among the 32 threads of the warp (the kernels only call them in warp-uniform code).
-// Blocks run one after another, each with exactly the dynamic shared memory asked for. This
-// checks the kernels' logic (indexing, bit reads, scans, decoding), not GPU timing. Built
-// with g++'s sanitizers (tests/simt/sanitize.py) it also reports accesses out of bounds and
-// races: for the thread sanitizer, as on a GPU, only __syncwarp orders memory accesses.
+// Each warp of a block is an OS thread, and each of its 32 lanes a fiber (ucontext) of that
+// thread: a lane runs until its next warp-level shuffle, vote or __syncwarp, then the next lane
+// runs, so those calls are barriers among the warp's lanes at the cost of a user-space switch
+// (the kernels only call them in warp-uniform code; a warp whose lanes part ways there stops
+// the process with a message). Blocks run one after another, each with exactly the dynamic
+// shared memory asked for. This checks the kernels' logic (indexing, bit reads, scans,
+// decoding), not GPU timing. Built with g++'s sanitizers (tests/simt/sanitize.py) it also
+// reports accesses out of bounds and races: the thread sanitizer sees each lane as a fiber of
+// its own, and, as on a GPU, only __syncwarp orders the lanes' memory accesses.
 #pragma once
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <atomic>
-#include <barrier>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -36,39 +43,100 @@ struct __attribute__((aligned(8))) uint2 {
     unsigned x, y;
 };
 
-inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+#ifdef __SANITIZE_THREAD__
+extern "C" void* __tsan_get_current_fiber();
+extern "C" void* __tsan_create_fiber(unsigned flags);
+extern "C" void __tsan_destroy_fiber(void* fiber);
+extern "C" void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+// Switching lanes orders nothing (flag 1, __tsan_switch_to_fiber_no_sync): lanes are as
+// concurrent for the sanitizer as threads.
+#define SIMT_TSAN(...) __VA_ARGS__
+#else
+#define SIMT_TSAN(...)
+#endif
+#ifdef __SANITIZE_ADDRESS__
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack, const void** bottom,
+                                                size_t* size);
+#define SIMT_ASAN(...) __VA_ARGS__
+#else
+#define SIMT_ASAN(...)
+#endif
 
+// Asynchronous copies in flight (see copy_async16 below).
+struct PendingCopy {
+    void* dst;
+    const void* src;
+};
+
+// One lane: its indices, its context and stack, its asynchronous copies.
+struct Lane {
+    dim3 thread, block, block_dim, grid_dim;
+    ucontext_t context;
+    void* stack = nullptr;
+    void* fiber = nullptr;  // the thread sanitizer's
+    std::atomic<bool> done{false};
+    std::vector<PendingCopy> open_group;
+    std::vector<std::vector<PendingCopy>> groups;
+};
+
+// One warp: its thread's own context (which runs the lanes in turn) and the lanes' slots.
 struct WarpSync {
-    std::barrier<> bar{32};
+    Lane lanes[32];
+    ucontext_t home;
+    void* home_fiber = nullptr;
+    const void* home_bottom = nullptr;  // the address sanitizer's view of the thread's stack
+    size_t home_size = 0;
+    const std::function<void()>* kernel = nullptr;
     unsigned long long slot[32];
+    char synced = 0;  // the thread sanitizer's token of __syncwarp
+    char ended = 0;   // and of the lanes' ends
 };
 inline thread_local WarpSync* this_warp = nullptr;
+// The lane running (an atomic: the warp's thread sets it between lanes, which never race on it).
+inline thread_local std::atomic<Lane*> this_lane{nullptr};
+inline Lane* simt_lane() { return this_lane.load(std::memory_order_relaxed); }
+// The thread sanitizer's tokens of what is set up before a block's lanes start: by the launch
+// (every warp), and by the warp's thread (its own lanes).
+inline char simt_started = 0;
+inline thread_local char simt_warp_started = 0;
+
+#define threadIdx (simt_lane()->thread)
+#define blockIdx (simt_lane()->block)
+#define blockDim (simt_lane()->block_dim)
+#define gridDim (simt_lane()->grid_dim)
 
 // The dynamic shared memory of the block being run (blocks run one at a time).
 inline unsigned char* simt_smem_base = nullptr;
 #define IBP_DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(simt_smem_base)
 
-inline void __syncwarp(unsigned = 0xffffffffu) { this_warp->bar.arrive_and_wait(); }
-
-#ifdef __SANITIZE_THREAD__
-extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
-extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
-extern "C" void __tsan_ignore_thread_begin();
-extern "C" void __tsan_ignore_thread_end();
-// A shuffle's or a vote's barrier, which on a GPU orders none of the lanes' memory accesses
-// (only __syncwarp does): the thread sanitizer is told to ignore it, so that shared memory
-// written by one lane and read by another with no __syncwarp between is reported as a race,
-// as compute-sanitizer's racecheck would.
-inline void exchange_barrier() {
-    AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
-    __tsan_ignore_thread_begin();  // nor the barrier's own state
-    this_warp->bar.arrive_and_wait();
-    __tsan_ignore_thread_end();
-    AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+// The running lane gives the warp's thread back its turn; returns when the lane's next turn
+// comes, after every other lane of the warp reached the same point (or ended).
+inline void simt_yield() {
+    WarpSync* w = this_warp;
+    Lane* me = simt_lane();
+    SIMT_TSAN(__tsan_switch_to_fiber(w->home_fiber, 1));
+    SIMT_ASAN(void* fake = nullptr;
+              __sanitizer_start_switch_fiber(&fake, w->home_bottom, w->home_size));
+    swapcontext(&me->context, &w->home);
+    SIMT_ASAN(__sanitizer_finish_switch_fiber(fake, &w->home_bottom, &w->home_size));
 }
-#else
-inline void exchange_barrier() { this_warp->bar.arrive_and_wait(); }
-#endif
+
+// __syncwarp orders the lanes' memory accesses: each lane's before it happen before every
+// lane's after it.
+inline void __syncwarp(unsigned = 0xffffffffu) {
+    SIMT_TSAN(__tsan_release(&this_warp->synced));
+    simt_yield();
+    SIMT_TSAN(__tsan_acquire(&this_warp->synced));
+}
+
+// A shuffle's or a vote's barrier, which on a GPU orders none of the lanes' memory accesses
+// (only __syncwarp does): shared memory written by one lane and read by another with no
+// __syncwarp between is reported as a race by the thread sanitizer, as compute-sanitizer's
+// racecheck would.
+inline void exchange_barrier() { simt_yield(); }
 
 // The lanes' values meet in the warp's slots (relaxed atomics: not synchronisation).
 inline void put_slot(int lane, unsigned long long v) {
@@ -137,29 +205,25 @@ inline void relaxed_store(long long* p, long long v) {
 // `simt_copy_at_issue` a copy happens at once instead, so a kernel that overwrites a buffer
 // other lanes are still reading (a missing __syncwarp) can show.
 #define IBP_ASYNC_COPY_DEFINED
-struct PendingCopy {
-    void* dst;
-    const void* src;
-};
-inline thread_local std::vector<PendingCopy> simt_open_group;
-inline thread_local std::vector<std::vector<PendingCopy>> simt_groups;
 inline bool simt_copy_at_issue = false;
 
 inline void copy_async16(void* dst, const void* src) {
     if (simt_copy_at_issue) {
         std::memcpy(dst, src, 16);
     } else {
-        simt_open_group.push_back({dst, src});
+        simt_lane()->open_group.push_back({dst, src});
     }
 }
 inline void copy_async_commit() {
-    simt_groups.push_back(std::move(simt_open_group));
-    simt_open_group.clear();
+    Lane* me = simt_lane();
+    me->groups.push_back(std::move(me->open_group));
+    me->open_group.clear();
 }
 inline void copy_async_wait_one() {
-    while (simt_groups.size() > 1) {
-        for (const PendingCopy& c : simt_groups.front()) std::memcpy(c.dst, c.src, 16);
-        simt_groups.erase(simt_groups.begin());
+    Lane* me = simt_lane();
+    while (me->groups.size() > 1) {
+        for (const PendingCopy& c : me->groups.front()) std::memcpy(c.dst, c.src, 16);
+        me->groups.erase(me->groups.begin());
     }
 }
 
@@ -179,6 +243,66 @@ inline std::common_type_t<A, B> min(A a, B b) {
     return a < b ? a : b;
 }
 
+// A lane's stack: room for the kernels' per-thread arrays under the sanitizers (pages are
+// only committed when touched).
+inline constexpr size_t SIMT_LANE_STACK = 256 << 10;
+
+// Where a lane starts: the kernel, then back to its warp's thread for good.
+inline void simt_lane_main() {
+    SIMT_TSAN(__tsan_acquire(&simt_started); __tsan_acquire(&simt_warp_started));
+    WarpSync* w = this_warp;
+    SIMT_ASAN(__sanitizer_finish_switch_fiber(nullptr, &w->home_bottom, &w->home_size));
+    (*w->kernel)();
+    Lane* me = simt_lane();
+    SIMT_TSAN(void* home = w->home_fiber);  // read before the lane's end is released
+    SIMT_TSAN(__tsan_release(&w->ended));
+    me->done.store(true, std::memory_order_relaxed);
+    SIMT_TSAN(__tsan_switch_to_fiber(home, 1));
+    SIMT_ASAN(__sanitizer_start_switch_fiber(nullptr, w->home_bottom, w->home_size));
+    // returns to the context's link: the warp's thread
+}
+
+// Runs one block's warp `w` on this thread: its lanes in turn, one turn between barriers,
+// until all have ended.
+inline void simt_run_warp(WarpSync& w) {
+    this_warp = &w;
+    SIMT_TSAN(w.home_fiber = __tsan_get_current_fiber());
+    for (Lane& lane : w.lanes) {
+        lane.done.store(false, std::memory_order_relaxed);
+        lane.open_group.clear();  // a block starts with no copies under way
+        lane.groups.clear();
+        getcontext(&lane.context);
+        lane.context.uc_stack.ss_sp = lane.stack;
+        lane.context.uc_stack.ss_size = SIMT_LANE_STACK;
+        lane.context.uc_link = &w.home;
+        makecontext(&lane.context, simt_lane_main, 0);
+    }
+    SIMT_TSAN(__tsan_release(&simt_warp_started));
+    for (;;) {
+        int waiting = 0, ended = 0;
+        for (Lane& lane : w.lanes) {
+            if (lane.done.load(std::memory_order_relaxed)) continue;
+            this_lane.store(&lane, std::memory_order_relaxed);
+            SIMT_TSAN(__tsan_switch_to_fiber(lane.fiber, 1));
+            SIMT_ASAN(void* fake = nullptr;
+                      __sanitizer_start_switch_fiber(&fake, lane.stack, SIMT_LANE_STACK));
+            swapcontext(&w.home, &lane.context);
+            SIMT_ASAN(__sanitizer_finish_switch_fiber(fake, nullptr, nullptr));
+            (lane.done.load(std::memory_order_relaxed) ? ended : waiting) += 1;
+        }
+        this_lane.store(nullptr, std::memory_order_relaxed);
+        if (waiting == 0) break;
+        if (ended) {
+            std::fprintf(stderr,
+                         "simt: %d lanes of a warp ended while %d waited at a shuffle, vote or "
+                         "__syncwarp (warp-divergent barrier)\n",
+                         ended, waiting);
+            std::abort();
+        }
+    }
+    SIMT_TSAN(__tsan_acquire(&w.ended));
+}
+
 // Launch `kernel` (a callable taking no arguments, run by every thread) on `grid` blocks of
 // `block` threads (a multiple of 32) with `shared` bytes of dynamic shared memory.
 inline void simt_launch(unsigned grid, unsigned block, size_t shared,
@@ -186,22 +310,38 @@ inline void simt_launch(unsigned grid, unsigned block, size_t shared,
     // Exactly the bytes asked for: an access past them is out of bounds (the address
     // sanitizer reports it, see tests/simt/sanitize.sh); none asked for, none there.
     std::vector<unsigned char> memory(shared);
+    std::vector<std::unique_ptr<WarpSync>> warps;
+    for (unsigned w = 0; w < block / 32; ++w) {
+        warps.push_back(std::make_unique<WarpSync>());
+        warps.back()->kernel = &kernel;
+        for (unsigned l = 0; l < 32; ++l) {
+            Lane& lane = warps.back()->lanes[l];
+            lane.stack = mmap(nullptr, SIMT_LANE_STACK, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (lane.stack == MAP_FAILED) {
+                std::perror("simt: a lane's stack");
+                std::abort();
+            }
+            SIMT_TSAN(lane.fiber = __tsan_create_fiber(0));
+            lane.thread.x = w * 32 + l;
+            lane.block_dim.x = block;
+            lane.grid_dim.x = grid;
+        }
+    }
     for (unsigned b = 0; b < grid; ++b) {
         if (shared) std::memset(memory.data(), 0xAB, shared);  // garbage, as on a GPU
         simt_smem_base = memory.data();
-        std::vector<std::unique_ptr<WarpSync>> warps;
-        for (unsigned w = 0; w < block / 32; ++w) warps.push_back(std::make_unique<WarpSync>());
+        for (auto& w : warps)
+            for (Lane& lane : w->lanes) lane.block.x = b;
+        SIMT_TSAN(__tsan_release(&simt_started));
         std::vector<std::thread> threads;
-        for (unsigned t = 0; t < block; ++t) {
-            threads.emplace_back([&, b, t] {
-                threadIdx.x = t;
-                blockIdx.x = b;
-                blockDim.x = block;
-                gridDim.x = grid;
-                this_warp = warps[t / 32].get();
-                kernel();
-            });
-        }
+        for (auto& w : warps) threads.emplace_back([&w] { simt_run_warp(*w); });
         for (auto& th : threads) th.join();
+    }
+    for (auto& w : warps) {
+        for (Lane& lane : w->lanes) {
+            SIMT_TSAN(__tsan_destroy_fiber(lane.fiber));
+            munmap(lane.stack, SIMT_LANE_STACK);
+        }
     }
 }

@@ -6,7 +6,8 @@
 // which: 0 shared memory written by lane 0 and read by every lane after a __syncwarp (no
 // fault); 1 the same with only a shuffle between (a race); 2 a read one word past the launch's
 // shared memory (out of bounds); 3 a shift by 32 bits of a 32-bit word (undefined); 4 a
-// 16-byte vector load from an address that is only 4-byte aligned (a GPU faults on it).
+// 16-byte vector load from an address that is only 4-byte aligned (a GPU faults on it); 5 a
+// __syncwarp that only half the lanes reach (the harness stops the process, naming it).
 __global__ void selfcheck_kernel(int which, unsigned* out) {
     IBP_DYNAMIC_SMEM(unsigned, smem);
     const int lane = threadIdx.x & 31;
@@ -21,6 +22,9 @@ __global__ void selfcheck_kernel(int which, unsigned* out) {
         out[lane] = smem[lane + 1];
     } else if (which == 3) {
         out[lane] = 1u << (lane + 1);
+    } else if (which == 5) {
+        if (lane < 16) __syncwarp();
+        out[lane] = 1u;
     } else {
         smem[lane] = (unsigned)lane;
         __syncwarp();
