@@ -9,6 +9,7 @@ collected (``tests/conftest.py``); ``python tests/simt/sanitize.py <sanitizers>`
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -111,23 +112,35 @@ def test_host_kernel_tests_pass_under_the_sanitizer(names, sanitized_runs) -> No
     assert " passed" in out and "failed" not in out
 
 
-def test_a_barrier_only_some_lanes_reach_stops_with_a_message(harness_dir) -> None:
-    """On a GPU a warp-divergent ``__syncwarp`` is undefined; the harness names it and stops."""
+def _plain_selfcheck(lib: Path, which: int) -> subprocess.CompletedProcess:
+    """Self-check ``which`` in a harness built without sanitizers (at ``lib``, once)."""
     env = {k: v for k, v in os.environ.items() if k != sanitize.SANITIZE_ENV}
     code = SELFCHECK.format(tests=str(ROOT / "tests"))
+    cmd = [sys.executable, "-c", code, str(lib), str(which)]
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("which", "signal_number", "message"),
+    [
+        (5, signal.SIGABRT, "16 lanes of a warp ended while 16 waited at a shuffle, vote or "
+         "__syncwarp (warp-divergent barrier)"),
+        (6, signal.SIGSEGV, None),
+    ],
+    ids=["divergent-barrier", "stack-overflow"],
+)  # fmt: skip
+def test_the_harness_stops_a_kernel_it_cannot_run_faithfully(
+    harness_dir, which, signal_number, message
+) -> None:
+    """A ``__syncwarp`` only some lanes reach (undefined on a GPU) is named and stops the
+    process, where it used to hang; a lane past its stack faults on the guard page below it
+    instead of writing over another lane's."""
     lib = harness_dir / "lib-plain.so"
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(lib), "5"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode != 0 and "sum" not in done.stdout
-    assert "16 lanes of a warp ended while 16 waited" in done.stderr, done.stderr[-3000:]
-    assert "warp-divergent barrier" in done.stderr
-    # The same harness runs a warp whose lanes all reach it.
-    ok = subprocess.run(
-        [sys.executable, "-c", code, str(lib), "0"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = _plain_selfcheck(lib, which)
+    assert done.returncode == -signal_number and "sum" not in done.stdout, done.stderr[-3000:]
+    if message is not None:
+        assert message in done.stderr
+    ok = _plain_selfcheck(lib, 0)  # the same harness runs a warp whose lanes all reach it
     assert ok.returncode == 0 and "sum 1344" in ok.stdout, ok.stderr[-3000:]
 
 

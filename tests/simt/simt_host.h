@@ -244,8 +244,23 @@ inline std::common_type_t<A, B> min(A a, B b) {
 }
 
 // A lane's stack: room for the kernels' per-thread arrays under the sanitizers (pages are
-// only committed when touched).
+// only committed when touched), above a guard page that faults on an overflow.
 inline constexpr size_t SIMT_LANE_STACK = 256 << 10;
+inline constexpr size_t SIMT_GUARD = 64 << 10;  // a page on any Linux page size
+
+inline void* simt_new_stack() {
+    void* base = mmap(nullptr, SIMT_GUARD + SIMT_LANE_STACK, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED || mprotect(base, SIMT_GUARD, PROT_NONE) != 0) {
+        std::perror("simt: a lane's stack");
+        std::abort();
+    }
+    return static_cast<unsigned char*>(base) + SIMT_GUARD;
+}
+
+inline void simt_free_stack(void* stack) {
+    munmap(static_cast<unsigned char*>(stack) - SIMT_GUARD, SIMT_GUARD + SIMT_LANE_STACK);
+}
 
 // Where a lane starts: the kernel, then back to its warp's thread for good.
 inline void simt_lane_main() {
@@ -307,6 +322,10 @@ inline void simt_run_warp(WarpSync& w) {
 // `block` threads (a multiple of 32) with `shared` bytes of dynamic shared memory.
 inline void simt_launch(unsigned grid, unsigned block, size_t shared,
                         const std::function<void()>& kernel) {
+    if (block == 0 || block % 32) {
+        std::fprintf(stderr, "simt: a block of %u threads is not whole warps\n", block);
+        std::abort();
+    }
     // Exactly the bytes asked for: an access past them is out of bounds (the address
     // sanitizer reports it, see tests/simt/sanitize.sh); none asked for, none there.
     std::vector<unsigned char> memory(shared);
@@ -316,12 +335,7 @@ inline void simt_launch(unsigned grid, unsigned block, size_t shared,
         warps.back()->kernel = &kernel;
         for (unsigned l = 0; l < 32; ++l) {
             Lane& lane = warps.back()->lanes[l];
-            lane.stack = mmap(nullptr, SIMT_LANE_STACK, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (lane.stack == MAP_FAILED) {
-                std::perror("simt: a lane's stack");
-                std::abort();
-            }
+            lane.stack = simt_new_stack();
             SIMT_TSAN(lane.fiber = __tsan_create_fiber(0));
             lane.thread.x = w * 32 + l;
             lane.block_dim.x = block;
@@ -341,7 +355,7 @@ inline void simt_launch(unsigned grid, unsigned block, size_t shared,
     for (auto& w : warps) {
         for (Lane& lane : w->lanes) {
             SIMT_TSAN(__tsan_destroy_fiber(lane.fiber));
-            munmap(lane.stack, SIMT_LANE_STACK);
+            simt_free_stack(lane.stack);
         }
     }
 }

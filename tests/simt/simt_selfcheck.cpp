@@ -7,7 +7,15 @@
 // fault); 1 the same with only a shuffle between (a race); 2 a read one word past the launch's
 // shared memory (out of bounds); 3 a shift by 32 bits of a 32-bit word (undefined); 4 a
 // 16-byte vector load from an address that is only 4-byte aligned (a GPU faults on it); 5 a
-// __syncwarp that only half the lanes reach (the harness stops the process, naming it).
+// __syncwarp that only half the lanes reach (the harness stops the process, naming it); 6 a
+// lane writing past the end of its stack (a fault on the guard page, not memory overwritten).
+// A frame as large as a lane's whole stack (its own function, so that only which 6 has it).
+__attribute__((noinline)) unsigned past_the_stack() {
+    volatile unsigned char past[SIMT_LANE_STACK];
+    past[0] = 1;  // the lowest byte: below the stack, on the guard page
+    return past[0];
+}
+
 __global__ void selfcheck_kernel(int which, unsigned* out) {
     IBP_DYNAMIC_SMEM(unsigned, smem);
     const int lane = threadIdx.x & 31;
@@ -25,6 +33,8 @@ __global__ void selfcheck_kernel(int which, unsigned* out) {
     } else if (which == 5) {
         if (lane < 16) __syncwarp();
         out[lane] = 1u;
+    } else if (which == 6) {
+        out[lane] = past_the_stack();
     } else {
         smem[lane] = (unsigned)lane;
         __syncwarp();
