@@ -543,8 +543,7 @@ def decode_alone(r: dict) -> tuple[float, str]:
 
 def decode_target(rate: float | None, zeros: float, *, applies: bool, rate_name: str) -> dict:
     """The decoder's goal (`decode_goal`, by the table's fraction of zeros) against ``rate``,
-    its GB/s with the GPU to itself; ``rate_name`` says which rate that is (`decode_alone`).
-    """
+    its GB/s with the GPU to itself; ``rate_name`` says which rate that is (`decode_alone`)."""
     goal, kind = decode_goal(zeros)
     return check(rate, goal, applies=applies, table_class=kind, zero_fraction=zeros, rate=rate_name)
 

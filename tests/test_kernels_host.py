@@ -1,7 +1,7 @@
 """The CUDA kernels' own source, run on the host (tests/simt), against the NumPy decoder.
 
 `cuda/fetch_decode.cu` and `cuda/raw_gather.cu` are compiled with g++ together with a small
-harness that runs every lane of a warp as a thread (warp shuffles become barriers), and
+harness that runs every lane of a warp as a fiber (warp shuffles become barriers), and
 launched with the shared-memory plan the real launcher uses. This checks the kernels' logic
 (row staging, header, codes, payloads, raw rows, output positions, errors) on machines
 without a GPU; `tests/simt/sanitize.py` runs them with out-of-bounds and race checks

@@ -49,6 +49,13 @@ def _run(cmd: list[str], env: dict[str, str], timeout: int) -> subprocess.Comple
     return done
 
 
+def _selfcheck(lib: Path, which: int, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Self-check kernel ``which`` in the harness at ``lib`` (built there once, with the
+    sanitizers ``env`` names)."""
+    code = SELFCHECK.format(tests=str(ROOT / "tests"))
+    return _run([sys.executable, "-c", code, str(lib), str(which)], env, 300)
+
+
 @pytest.fixture(scope="module")
 def harness_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("sanitized")
@@ -74,10 +81,8 @@ def harness_dir(tmp_path_factory) -> Path:
     ],
 )
 def test_each_sanitized_build_reports_its_fault(harness_dir, names, which, report) -> None:
-    env = _environment(names)
     lib = harness_dir / f"lib-{names.replace(',', '-')}.so"
-    code = SELFCHECK.format(tests=str(ROOT / "tests"))
-    done = _run([sys.executable, "-c", code, str(lib), str(which)], env, 300)
+    done = _selfcheck(lib, which, _environment(names))
     if report is None:
         assert done.returncode == 0, done.stderr[-3000:]
         assert "sum" in done.stdout
@@ -112,14 +117,6 @@ def test_host_kernel_tests_pass_under_the_sanitizer(names, sanitized_runs) -> No
     assert " passed" in out and "failed" not in out
 
 
-def _plain_selfcheck(lib: Path, which: int) -> subprocess.CompletedProcess:
-    """Self-check ``which`` in a harness built without sanitizers (at ``lib``, once)."""
-    env = {k: v for k, v in os.environ.items() if k != sanitize.SANITIZE_ENV}
-    code = SELFCHECK.format(tests=str(ROOT / "tests"))
-    cmd = [sys.executable, "-c", code, str(lib), str(which)]
-    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.parametrize(
     ("which", "signal_number", "message"),
     [
@@ -136,11 +133,12 @@ def test_the_harness_stops_a_kernel_it_cannot_run_faithfully(
     process, where it used to hang; a lane past its stack faults on the guard page below it
     instead of writing over another lane's."""
     lib = harness_dir / "lib-plain.so"
-    done = _plain_selfcheck(lib, which)
+    plain = {k: v for k, v in os.environ.items() if k != sanitize.SANITIZE_ENV}
+    done = _selfcheck(lib, which, plain)
     assert done.returncode == -signal_number and "sum" not in done.stdout, done.stderr[-3000:]
     if message is not None:
         assert message in done.stderr
-    ok = _plain_selfcheck(lib, 0)  # the same harness runs a warp whose lanes all reach it
+    ok = _selfcheck(lib, 0, plain)  # the same harness runs a warp whose lanes all reach it
     assert ok.returncode == 0 and "sum 1344" in ok.stdout, ok.stderr[-3000:]
 
 

@@ -53,7 +53,7 @@ def build(out: Path) -> ctypes.CDLL:
     cmd += [str(p) for p in sorted(HERE.glob("simt_*.cpp"))]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        old = "c++20" in done.stderr or "barrier" in done.stderr
+        old = "c++20" in done.stderr or "atomic_ref" in done.stderr
         raise HarnessBuildError(f"the kernels do not build on the host:\n{done.stderr}", old)
     return ctypes.CDLL(str(out))
 

@@ -3,12 +3,6 @@
 // so that a clean sanitized run of the real kernels means something.
 #include "simt_host.h"
 
-// which: 0 shared memory written by lane 0 and read by every lane after a __syncwarp (no
-// fault); 1 the same with only a shuffle between (a race); 2 a read one word past the launch's
-// shared memory (out of bounds); 3 a shift by 32 bits of a 32-bit word (undefined); 4 a
-// 16-byte vector load from an address that is only 4-byte aligned (a GPU faults on it); 5 a
-// __syncwarp that only half the lanes reach (the harness stops the process, naming it); 6 a
-// lane writing past the end of its stack (a fault on the guard page, not memory overwritten).
 // A frame as large as a lane's whole stack (its own function, so that only which 6 has it).
 __attribute__((noinline)) unsigned past_the_stack() {
     volatile unsigned char past[SIMT_LANE_STACK];
@@ -16,6 +10,12 @@ __attribute__((noinline)) unsigned past_the_stack() {
     return past[0];
 }
 
+// which: 0 shared memory written by lane 0 and read by every lane after a __syncwarp (no
+// fault); 1 the same with only a shuffle between (a race); 2 a read one word past the launch's
+// shared memory (out of bounds); 3 a shift by 32 bits of a 32-bit word (undefined); 4 a
+// 16-byte vector load from an address that is only 4-byte aligned (a GPU faults on it); 5 a
+// __syncwarp that only half the lanes reach (the harness stops the process, naming it); 6 a
+// lane writing past the end of its stack (a fault on the guard page, not memory overwritten).
 __global__ void selfcheck_kernel(int which, unsigned* out) {
     IBP_DYNAMIC_SMEM(unsigned, smem);
     const int lane = threadIdx.x & 31;
