@@ -14,12 +14,15 @@ synthetic kinds (dense normal float32, sparse float32 with 5% non-zeros, float32
 bfloat16 values; `benchmarks.fetch.synthetic_block`), and ``bag-of-words-5732B``: rows of
 1,433 float32 columns (Cora's width, 5,732 bytes) of which about 1.3% are ones, the rest
 zeros, like a bag-of-words feature table. Each case compresses ``--block-rows`` distinct rows
-and tiles them in pinned memory to a table of ``--table-gb`` GiB of raw rows, as
-`benchmarks.fetch` does; one random batch of ``--batch`` ids (uniform over the table's rows,
-drawn on the CPU from ``--seed``) is then fetched five ways:
+and tiles them in pinned memory to a table of ``--table-gb`` GiB of raw rows, and further
+until its stored rows reach four times the L2, as `benchmarks.fetch` does
+(`benchmarks.fetch.table_tiles`: a sparse table's rows would otherwise be reread from L2 within
+the launch); one random batch of ``--batch`` ids (uniform over the table's rows, drawn on the
+CPU from ``--seed``) is then fetched five ways:
 
 - ``raw``: the raw zero-copy gather of as many raw rows, from a pinned raw buffer of
-  ``--table-gb`` GiB (`benchmarks.fetch.Bench`);
+  ``--table-gb`` GiB (`benchmarks.fetch.Bench`); where the tiled table has more rows than
+  that buffer, the batch's ids are folded onto it (``id % raw rows``);
 - ``ibp`` and ``ibp_db``: the fused fetch + decode from the pinned compressed rows, with one
   staging buffer per warp and double-buffered (``double_buffer=True``);
 - ``decode`` and ``decode_db``: the same two from a copy of the compressed rows in GPU memory
@@ -146,6 +149,13 @@ class Prepared:
     bypass: bool  # stored raw: every fetch is the raw gather
     ids: torch.Tensor  # the batch, int64 on the CPU
     stored_batch: int  # stored bytes of the batch's rows
+    raw_rows: int  # rows of the raw buffer at this width
+    l2: int  # the L2 bytes the table was tiled past
+
+    @property
+    def raw_ids(self) -> torch.Tensor:
+        """The batch for the raw gather: ``ids``, folded onto the raw buffer's rows."""
+        return self.ids if self.num_rows <= self.raw_rows else self.ids % self.raw_rows
 
     @property
     def block(self) -> np.ndarray:
@@ -168,6 +178,9 @@ class Prepared:
             "times": self.times,
             "table_rows": self.num_rows,
             "stored_gb": self.stored_table / 1e9,
+            "l2_bytes": self.l2,
+            "raw_rows": self.raw_rows,
+            "raw_ids_folded": self.num_rows > self.raw_rows,
             "batch": n,
             "batch_stored_bytes": self.stored_batch,
             "batch_ratio": n * rb / self.stored_batch if self.stored_batch else math.nan,
@@ -175,20 +188,23 @@ class Prepared:
         }
 
 
-def prepare(case: fetch.Case, tmp: Path, args: argparse.Namespace) -> Prepared:
-    """Compress ``case``'s block, size its tiled table and draw its batch."""
+def prepare(case: fetch.Case, tmp: Path, args: argparse.Namespace, l2: int) -> Prepared:
+    """Compress ``case``'s block, size its tiled table (`fetch.table_tiles`: stored rows past
+    `fetch.L2_POOL_FACTOR` x ``l2`` bytes) and draw its batch."""
     from ibp_graph.cuda_table import raw_bypass
 
     table = ibp_graph.compress(case.rows, tmp / f"{case.name}.ibp", progress=False)
     nb, rb = case.rows.shape[0], case.row_bytes
-    times = fetch.tiles(args.table_bytes, nb, rb)
+    block_stored = fetch.stored_block(table).size
+    times = fetch.table_tiles(args.table_bytes, nb, rb, block_stored, l2)
     num_rows = times * nb
     n = fetch.batch_rows(args.batch, rb, args.table_bytes, num_rows)
     gen = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(0, num_rows, (n,), generator=gen, dtype=torch.int64)
     sizes = np.diff(np.asarray(table.offsets, dtype=np.int64)) * table.align
     stored = int(sizes[ids.numpy() % nb].sum())
-    return Prepared(case, table, times, num_rows, raw_bypass(table), ids, stored)
+    raw_rows = args.table_bytes // rb  # as `benchmarks.fetch.Bench.raw_rows`
+    return Prepared(case, table, times, num_rows, raw_bypass(table), ids, stored, raw_rows, l2)
 
 
 def make_codec(prepared: Prepared, rows_ptr: int, device: torch.device) -> Any:
@@ -285,9 +301,10 @@ def dry_run(args: argparse.Namespace) -> dict:
     """Build every case and check its tiled layout on the CPU; write the planned manifest."""
     manifest = new_manifest(args, None)
     cpu = torch.device("cpu")
+    l2 = fetch.l2_bytes(cpu)
     with tempfile.TemporaryDirectory() as tmp:
         for case in build_cases(args.cases, args.block_rows, args.seed):
-            prepared = prepare(case, Path(tmp), args)
+            prepared = prepare(case, Path(tmp), args, l2)
             try:
                 checked = fetch.check_tiled_on_cpu(
                     prepared.table, case.rows, min(prepared.times, 3), args.seed
@@ -300,7 +317,9 @@ def dry_run(args: argparse.Namespace) -> dict:
                 print(
                     f"{case.name:20s} {case.row_bytes:6,} B  ratio {prepared.table.ratio:8.3f}"
                     f"{' (stored raw)' if prepared.bypass else ''}, {prepared.num_rows:,} rows "
-                    f"({prepared.stored_table / 1e9:.2f} GB pinned), batch "
+                    f"({prepared.stored_table / 1e6:,.1f} MB pinned; tiled past "
+                    f"{fetch.L2_POOL_FACTOR} x an L2 of "
+                    f"{l2 / 2**20:g} MiB, the CPU's stand-in), batch "
                     f"{prepared.ids.numel():,} rows ({prepared.stored_batch:,} B stored); "
                     f"{len(launches)} launches ({', '.join(kernels)}); tiled layout checked on "
                     f"{checked} rows",
@@ -394,7 +413,7 @@ def profile_case(bench: fetch.Bench, case: fetch.Case, tmp: Path, args) -> tuple
     from ibp_graph.pinned import PinnedBuffer
 
     device = bench.device
-    prepared = prepare(case, tmp, args)
+    prepared = prepare(case, tmp, args, fetch.l2_bytes(device))
     rb, nb = case.row_bytes, case.rows.shape[0]
     pinned = PinnedBuffer(prepared.stored_table, f"tiled {case.name}", bench.cuda, pages=args.pages)
     on_gpu = None
@@ -413,11 +432,12 @@ def profile_case(bench: fetch.Bench, case: fetch.Case, tmp: Path, args) -> tuple
         rows_u8 = np.ascontiguousarray(case.rows).view(np.uint8).reshape(nb, rb)
         want = torch.from_numpy(rows_u8).to(device).index_select(0, ids % nb)
         _, host = bench.raw_rows(rb)
-        raw_want = host.index_select(0, prepared.ids).view(torch.uint8).reshape(n, rb).to(device)
+        raw_ids = prepared.raw_ids
+        raw_want = host.index_select(0, raw_ids).view(torch.uint8).reshape(n, rb).to(device)
         err, bypass, cap = bench.error, prepared.bypass, bench.max_blocks
         fused = partial(fetch.fused_launch, bypass=bypass, out=out, error=err, max_blocks=cap)
         launches = {
-            what: partial(launch, ids)
+            what: partial(launch, raw_ids.to(device) if what == "raw" else ids)
             for what, launch in {
                 "raw": bench.raw_launch(rb, out),
                 "ibp": fused(codec),

@@ -84,6 +84,22 @@ def test_dry_run_writes_the_planned_launches_in_order(tmp_path: Path, capsys) ->
     assert "20 launches planned over 4 cases" in out and "needs a CUDA GPU" in out
 
 
+def test_tables_are_tiled_past_the_l2_and_raw_ids_folded_onto_the_raw_buffer(tmp_path) -> None:
+    doc = dry(tmp_path, "--cases", "bag-of-words-5732B,dense-normal-512B")
+    table_bytes = profile_fetch.parse_args(SMALL).table_bytes
+    bow, dense = doc["cases"]
+    for case in (bow, dense):
+        assert case["l2_bytes"] == fetch.CPU_L2_BYTES
+        assert case["stored_gb"] * 1e9 >= fetch.L2_POOL_FACTOR * fetch.CPU_L2_BYTES
+        assert case["raw_rows"] == table_bytes // case["row_bytes"]
+        assert case["table_rows"] == case["times"] * case["block_rows"]
+    # The sparse table's stored rows decide its size: far more rows than its raw bytes make.
+    assert bow["times"] > fetch.tiles(table_bytes, bow["block_rows"], bow["row_bytes"])
+    assert bow["table_rows"] > bow["raw_rows"] and bow["raw_ids_folded"]
+    assert dense["times"] == fetch.tiles(table_bytes, dense["block_rows"], dense["row_bytes"])
+    assert not dense["raw_ids_folded"]
+
+
 def test_the_same_seed_draws_the_same_batch(tmp_path: Path) -> None:
     first = dry(tmp_path, "--cases", "sparse-5pct-512B")
     again = dry(tmp_path, "--cases", "sparse-5pct-512B")
