@@ -310,6 +310,18 @@ def table_tiles(
     return max(tiles(table_bytes, block_rows, row_bytes), past_l2)
 
 
+def raw_buffer_rows(table_bytes: int, row_bytes: int) -> int:
+    """Rows of ``row_bytes`` in the raw baselines' buffer of ``table_bytes`` (`Bench.raw_rows`)."""
+    return table_bytes // row_bytes
+
+
+def fold_ids(ids: torch.Tensor, num_rows: int, raw_rows: int) -> torch.Tensor:
+    """The raw baselines' batch for ``ids`` of a table of ``num_rows`` rows: ``ids`` folded
+    onto a raw buffer of ``raw_rows`` rows where the table has more (``id % raw_rows``),
+    else ``ids`` itself."""
+    return ids % raw_rows if num_rows > raw_rows else ids
+
+
 def batch_rows(batch: int, row_bytes: int, max_batch_bytes: int, num_rows: int) -> int:
     """The rows of a batch: ``batch``, capped at ``max_batch_bytes`` of rows and the table."""
     return max(1, min(batch, max_batch_bytes // row_bytes, num_rows))
@@ -1316,7 +1328,7 @@ class Bench:
 
     def raw_rows(self, row_bytes: int) -> tuple[int, torch.Tensor]:
         """The raw buffer as ``(rows, row_bytes)``: row count and a CPU tensor (float32 view)."""
-        n = self.args.table_bytes // row_bytes
+        n = raw_buffer_rows(self.args.table_bytes, row_bytes)
         host = torch.from_numpy(self.raw.array[: n * row_bytes]).view(n, row_bytes)
         return n, host.view(torch.float32) if row_bytes % 4 == 0 else host
 
@@ -1357,7 +1369,7 @@ class Bench:
         """
         from ibp_graph.kernels import raw_gather as launcher
 
-        n = self.args.table_bytes // row_bytes
+        n = raw_buffer_rows(self.args.table_bytes, row_bytes)
         ptr, err, cap = self.raw_ptr, self.error, self.max_blocks
         lines = self.args.raw_kernel == "lines" and row_bytes % 4 == 0 and row_bytes % 16 != 0
 
@@ -1696,7 +1708,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
             pool, pool_stored = draw_pool(num_rows, n, args.seed, sizes_dev, bench.l2_bytes)
             # The raw gather's and torch's batches: the same ids, folded onto the raw buffer
             # where the table (tiled past the L2) has more rows than it.
-            raw_pool = pool if num_rows <= n_raw else [b % n_raw for b in pool]
+            raw_pool = [fold_ids(b, num_rows, n_raw) for b in pool]
             ids = raw_pool[0]  # the batch the baselines use
             nbytes = n * rb
             # Each block size in turn on the same id batches: the sizes side by side.
@@ -1821,7 +1833,7 @@ def measure_case(bench: Bench, case: Case, tmp: Path) -> list[dict]:
                 )
                 log(
                     f"  {case.name} batch {n:,}{warps_text(warps)} ({len(pool)} id batches"
-                    f"{'; raw ids folded' if raw_pool is not pool else ''}"
+                    f"{'; raw ids folded' if num_rows > n_raw else ''}"
                     f"{'; id batches fit in L2' if pool_fits else ''}; {table_class(zeros)}, "
                     f"{zeros:.0%} zeros): memcpy {memcpy:.1f}, torch "
                     f"{torch_rate:.1f}, raw {raw:.1f}, ibp {ibp:.1f}, decode-only {dec:.1f} GB/s; "

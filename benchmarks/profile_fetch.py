@@ -155,7 +155,7 @@ class Prepared:
     @property
     def raw_ids(self) -> torch.Tensor:
         """The batch for the raw gather: ``ids``, folded onto the raw buffer's rows."""
-        return self.ids if self.num_rows <= self.raw_rows else self.ids % self.raw_rows
+        return fetch.fold_ids(self.ids, self.num_rows, self.raw_rows)
 
     @property
     def block(self) -> np.ndarray:
@@ -203,7 +203,7 @@ def prepare(case: fetch.Case, tmp: Path, args: argparse.Namespace, l2: int) -> P
     ids = torch.randint(0, num_rows, (n,), generator=gen, dtype=torch.int64)
     sizes = np.diff(np.asarray(table.offsets, dtype=np.int64)) * table.align
     stored = int(sizes[ids.numpy() % nb].sum())
-    raw_rows = args.table_bytes // rb  # as `benchmarks.fetch.Bench.raw_rows`
+    raw_rows = fetch.raw_buffer_rows(args.table_bytes, rb)
     return Prepared(case, table, times, num_rows, raw_bypass(table), ids, stored, raw_rows, l2)
 
 
