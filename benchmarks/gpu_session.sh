@@ -19,8 +19,11 @@
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
 #              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
-#   tests      about 3-4 min (178-203 s on an H100): `pytest -m gpu -x` one file at a time (a
-#              sticky CUDA fault ends only its own file), at most 240 s per file.
+#   tests      about 1-2 min (178-203 s on an H100 with one file at a time): `pytest -m gpu
+#              -x`, 4 files at a time ($IBP_GPU_TEST_JOBS), each in a process of its own (a
+#              sticky CUDA fault ends only its own file), at most 240 s per file; then the
+#              tests marked `timing` (how work overlaps in time on the GPU), with no other
+#              process beside them.
 #   sanitize   about 2-3 min (121-129 s on an H100): three compute-sanitizer tools at once,
 #              each in a process of its own, at most 540 s each: memcheck and synccheck over
 #              the kernel tests (tests/test_gpu_kernels.py, not slow, and the fused sampling
@@ -31,7 +34,8 @@
 #              IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with torch's caching
 #              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
 #              is past its allocation. A tool that cannot start beside the others (its log
-#              has a sanitizer error and no summary) runs again alone in the time left.
+#              has a sanitizer error and no summary) runs again alone in the time left. Each
+#              tool's log goes into sanitize.log as the tool ends.
 #   decodeab   about 2-3 min: benchmarks/decode_ab.py, the fused decoder of this checkout
 #              against device_data/baseline-cuda/ (its previous version), decode only, on
 #              1 GiB tables (dense and sparse 512 B rows, then the real tables) in GPU memory,
@@ -111,8 +115,8 @@
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
 # what it wrote), and a command whose stages would write more than 8 files is refused before
 # it starts (--plan shows the count). Files: summary.txt (machine, versions, commit, stage
-# times: always), then smoke: smoke.log; tests: tests.log; sanitize: memcheck.log,
-# synccheck.log, racecheck.log; decodeab: decodeab.log + decode-ab-*.json + decode-ab-*.md;
+# times: always), then smoke: smoke.log; tests: tests.log; sanitize: sanitize.log;
+# decodeab: decodeab.log + decode-ab-*.json + decode-ab-*.md;
 # fetch and grid: their log + fetch-*.json + fetch-*.md; pages:
 # pages.log + pages-*.json + pages-*.md; lanes: lanes.log + 2 of each; sampling:
 # sampling.log + 2; e2e: e2e.log + 3;
@@ -148,8 +152,8 @@ MAX_COMMAND=2000
 # files STAGE: how many files the stage writes under $OUT.
 files() {
     case "$1" in
-    smoke | tests) echo 1 ;;
-    sanitize | ddp) echo 3 ;;
+    smoke | tests | sanitize) echo 1 ;;
+    ddp) echo 3 ;;
     decodeab | fetch | pages | grid | sampling) echo 3 ;;
     lanes | profile) echo 5 ;;
     e2e | overlap | ophops | synthetic | corasu) echo 4 ;;
@@ -160,8 +164,8 @@ files() {
 # minutes STAGE: the estimated upper bound, install excluded.
 minutes() {
     case "$1" in
-    smoke) echo 2 ;;
-    tests) echo 4 ;;
+    smoke) echo 1 ;;
+    tests) echo 2 ;;
     sanitize | decodeab) echo 3 ;;
     fetch) echo 6 ;;
     synthetic | profile) echo 5 ;;
@@ -207,9 +211,9 @@ plan() {
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; on an H100 the calls took 1-6 minutes each, machine start and transfers included).
 # A task is now lent 15 minutes of device time, machine start included, which gets through
-# the first two or three. First the smoke test and every GPU test (about 5 minutes); then the
-# decoder against its previous version side by side (bit for bit on every table, and what the
-# last change to it is worth) with the sanitizers over every kernel test; then what has not run
+# the first two. First the smoke test, every GPU test, the decoder against its previous
+# version side by side (bit for bit on every table, and what the last change to it is worth)
+# and the sanitizers over every kernel test (about 6-7 minutes); then what has not run
 # at the current code: the kernel sampler (its batch now reads its sizes once) and the epochs
 # with it (e2e: the fused hop kernels are the loaders' default on a GPU), side-stream fetches
 # in larger blocks (fetch rate and the step beside it), CoraSU, the fetch beside training
@@ -217,7 +221,7 @@ plan() {
 # current-stream fetch takes every block the SMs hold, rows without free bits decode in one
 # pass) and its profile; then the rest again (ophops: the epochs with torch-op hops, for
 # comparison).
-CALLS=("smoke tests" "decodeab sanitize" "sampling e2e" "warps" "corasu" "overlap ddp" "fetch"
+CALLS=("smoke tests decodeab sanitize" "sampling e2e" "warps" "corasu" "overlap ddp" "fetch"
     "profile" "ophops grid" "synthetic" "pages" "lanes")
 
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
@@ -383,26 +387,27 @@ print('device:', p.name, '|', p.multi_processor_count, 'SMs |', p.total_memory >
     exit 3
 fi
 
-# run SECONDS LOG COMMAND...: the command with a time limit, its output appended to $OUT/LOG.
-# The limit is cut so that the whole script ends DEADLINE seconds after its start (the
-# device kills a command at 600 s); a command with no time left is not started (rc 124).
+# run SECONDS LOG COMMAND...: the command with a time limit, its output appended to $OUT/LOG
+# (or to LOG itself where it is an absolute path). The limit is cut so that the whole script
+# ends DEADLINE seconds after its start (the device kills a command at 600 s); a command with
+# no time left is not started (rc 124).
 run() {
     local limit log=$2
     limit=$(capped "$1")
     shift 2
+    if [[ $log != /* ]]; then log=$OUT/$log; fi
     if [ "$limit" -le 10 ]; then
         echo "not started, no time left before the ${DEADLINE} s deadline: $*" |
-            tee -a "$OUT/$log"
+            tee -a "$log"
         return 124
     fi
-    timeout -s INT -k 15 "$limit" "$@" 2>&1 | tee -a "$OUT/$log"
+    timeout -s INT -k 15 "$limit" "$@" 2>&1 | tee -a "$log"
 }
 
 # sanitize_one SECONDS TOOL: compute-sanitizer TOOL over the kernel tests (not slow), at most
-# SECONDS, into $OUT/TOOL.log; its exit status.
+# SECONDS, into $WORK/sanitize/TOOL.log; its exit status.
 sanitize_one() {
     local budget=$1 tool=$2 tests
-    echo "-- $tool" >>"$OUT/$tool.log"
     export IBP_GRAPH_SANITIZER=$tool  # the tests take fewer ids under a tool
     # memcheck sees a write past a tensor only if the tensor is its own allocation: torch's
     # caching allocator is off for it.
@@ -415,7 +420,7 @@ sanitize_one() {
     # sampler's kernels, and test_gpu_kernels.py skips its tests of other kernels.
     tests=(tests/test_gpu_kernels.py)
     if [ "$tool" != racecheck ]; then tests+=(tests/test_sampler_hop_host.py); fi
-    run "$budget" "$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
+    run "$budget" "$WORK/sanitize/$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
         --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" "${tests[@]}"
 }
 
@@ -423,14 +428,18 @@ sanitize_one() {
 # time, each in a process of its own (started a few seconds apart, so that each has taken its
 # port to its target before the next starts) and at most SECONDS; a tool whose log has a
 # sanitizer error but no summary (it could not run beside the others) runs again alone in the
-# time left. 4 without compute-sanitizer, 1 when a tool fails.
+# time left. Each tool logs to a file of its own under $WORK, appended to $OUT/sanitize.log
+# (one file back, not three) as the tool ends. 4 without compute-sanitizer, 1 when a tool
+# fails.
 sanitizers() {
-    local budget=$1 tool trc status=0 pids=() alone=()
+    local budget=$1 tool trc status=0 pids=() alone=() logs=$WORK/sanitize
     shift
     if ! command -v compute-sanitizer >/dev/null; then
-        echo "sanitize: compute-sanitizer is not on the PATH" | tee -a "$OUT/$1.log"
+        echo "sanitize: compute-sanitizer is not on the PATH" | tee -a "$OUT/sanitize.log"
         return 4
     fi
+    rm -rf "$logs"
+    mkdir -p "$logs"
     for tool in "$@"; do
         (sanitize_one "$budget" "$tool" >/dev/null) &
         pids+=($!)
@@ -441,8 +450,9 @@ sanitizers() {
         trc=0
         wait "${pids[$i]}" || trc=$?
         i=$((i + 1))
-        if [ "$trc" -ne 0 ] && grep -q "^========= Error" "$OUT/$tool.log" &&
-            ! grep -q "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/$tool.log"; then
+        { echo "-- $tool rc=$trc"; cat "$logs/$tool.log"; } >>"$OUT/sanitize.log"
+        if [ "$trc" -ne 0 ] && grep -q "^========= Error" "$logs/$tool.log" &&
+            ! grep -q "ERROR SUMMARY\|RACECHECK SUMMARY" "$logs/$tool.log"; then
             echo "$tool rc=$trc beside the others; again alone" | tee -a "$SUMMARY"
             alone+=("$tool")
             continue
@@ -451,17 +461,62 @@ sanitizers() {
         echo "$tool rc=$trc" | tee -a "$SUMMARY"
     done
     for tool in "${alone[@]}"; do
-        echo "-- again, alone" >>"$OUT/$tool.log"
         trc=0
+        : >"$logs/$tool.log"
         (sanitize_one "$budget" "$tool" >/dev/null) || trc=$?
+        { echo "-- $tool rc=$trc, again alone"; cat "$logs/$tool.log"; } >>"$OUT/sanitize.log"
         if [ "$trc" -ne 0 ]; then status=1; fi
         echo "$tool rc=$trc (alone)" | tee -a "$SUMMARY"
     done
     for tool in "$@"; do
-        grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/$tool.log" | sed "s/^/$tool: /" |
+        grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$logs/$tool.log" | sed "s/^/$tool: /" |
             tee -a "$SUMMARY"
     done
     return "$status"
+}
+
+# gpu_tests: `pytest -m gpu -x` over every GPU test file, IBP_GPU_TEST_JOBS files at a time
+# (default 4), each in a process of its own (a sticky CUDA fault ends only its own file),
+# at most 240 s each; a file's log is appended to $OUT/tests.log as its process ends. Then
+# the tests marked `timing` (they assert how work on the GPU overlaps in time, which another
+# process's kernels would disturb) in one process, with no other. 1 when a file fails.
+gpu_tests() {
+    local jobs=${IBP_GPU_TEST_JOBS:-4} logs=$WORK/tests f done_pid frc status=0 running=0
+    local -A file_of=()
+    rm -rf "$logs"
+    mkdir -p "$logs"
+    for f in $(gpu_test_files) ""; do
+        while [ "$running" -ge "$jobs" ] || { [ -z "$f" ] && [ "$running" -gt 0 ]; }; do
+            frc=0
+            wait -n -p done_pid || frc=$?
+            running=$((running - 1))
+            tests_ended "${file_of[$done_pid]}" "$frc" || status=1
+        done
+        if [ -z "$f" ]; then break; fi
+        (run 240 "$logs/$(basename "$f").log" "${PYTEST[@]}" -x -m "gpu and not timing" "$f" \
+            >/dev/null) &
+        file_of[$!]=$f
+        running=$((running + 1))
+    done
+    # shellcheck disable=SC2046
+    f=$(grep -lE '^\s*@pytest\.mark\.timing\b' $(gpu_test_files) | paste -sd ' ')
+    if [ -n "$f" ]; then
+        echo "-- timing: $f" >>"$OUT/tests.log"
+        frc=0
+        # shellcheck disable=SC2086
+        run 120 tests.log "${PYTEST[@]}" -x -m "gpu and timing" $f >/dev/null || frc=$?
+        if [ "$frc" -ne 0 ] && [ "$frc" -ne 5 ]; then status=1; fi
+        echo "timing: $f rc=$frc" | tee -a "$SUMMARY"
+    fi
+    return "$status"
+}
+
+# tests_ended FILE RC: FILE's log appended to $OUT/tests.log, its status to the summary; 1
+# when it failed (5, no test collected, is every GPU test of the file deselected).
+tests_ended() {
+    { echo "-- $1"; cat "$WORK/tests/$(basename "$1").log"; } >>"$OUT/tests.log"
+    echo "$1 rc=$2" | tee -a "$SUMMARY"
+    [ "$2" -eq 0 ] || [ "$2" -eq 5 ]
 }
 
 # capped SECONDS: SECONDS, or less so that the script ends DEADLINE seconds after its start.
@@ -501,9 +556,12 @@ ncu_csv() {
     return 1
 }
 
-# gpu_test_files: the test files holding gpu-marked tests (the smoke file has its stage).
+# gpu_test_files: the test files marking tests gpu (a decorator, a module's pytestmark list,
+# or a `gpu = pytest.mark.gpu` alias; not the words in a string), the smoke file aside: it has
+# its stage.
 gpu_test_files() {
-    grep -l "pytest.mark.gpu" tests/test_*.py | grep -v "tests/test_gpu_smoke.py"
+    grep -lE '^\s*(@|gpu = )?pytest\.mark\.gpu\b' tests/test_*.py |
+        grep -v "tests/test_gpu_smoke.py"
 }
 
 PYTEST=(python3 -m pytest -p no:cacheprovider -q -rfEs)
@@ -538,14 +596,7 @@ for stage in "${STAGES[@]}"; do
         echo "SMOKE: $verdict" | tee -a "$OUT/smoke.log" "$SUMMARY"
         ;;
     tests)
-        for f in $(gpu_test_files); do
-            echo "-- $f" >>"$OUT/tests.log"
-            frc=0
-            run 240 tests.log "${PYTEST[@]}" -x -m gpu "$f" || frc=$?
-            # 5: no test collected (every gpu test of the file deselected)
-            if [ "$frc" -ne 0 ] && [ "$frc" -ne 5 ]; then rc=1; fi
-            echo "$f rc=$frc" | tee -a "$SUMMARY"
-        done
+        gpu_tests || rc=$?
         ;;
     sanitize)
         sanitizers 540 memcheck synccheck racecheck || rc=$?

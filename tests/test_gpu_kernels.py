@@ -600,6 +600,7 @@ def test_record_stream_keeps_a_batch_alive_under_allocator_reuse(tmp_path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_side_stream_fetch_overlaps_a_training_step_in_time(tmp_path) -> None:
     from ibp_graph.cuda_table import PinnedRawTable
 

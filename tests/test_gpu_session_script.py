@@ -44,6 +44,12 @@ STAGES = (
 )
 MAX_FILES = 8
 MAX_COMMAND = 2000
+#: How the script's tests stage finds the files marking tests gpu, and the tests marked
+#: timing: a decorator, an item of a module's pytestmark list, a ``gpu = pytest.mark.gpu``
+#: alias; never these words inside a string.
+MARKED = {
+    name: re.compile(rf"^\s*(@|gpu = )?pytest\.mark\.{name}\b", re.M) for name in ("gpu", "timing")
+}
 
 
 def script(*args: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
@@ -124,7 +130,8 @@ def test_every_stage_alone_fits_what_comes_back(stage: str) -> None:
 
 
 def test_a_command_writing_more_than_8_files_is_refused(tmp_path: Path) -> None:
-    assert _files(["smoke", "tests", "sanitize"]) == 6
+    assert _files(["smoke", "tests", "sanitize"]) == 4
+    assert _files(["smoke", "tests", "decodeab", "sanitize"]) == 7  # the first call
     done = script("e2e", "synthetic", OUT=str(tmp_path / "out"))
     assert done.returncode == 2 and "would write 9 files" in done.stderr
     assert not (tmp_path / "out").exists()
@@ -135,10 +142,6 @@ def test_files_written_per_stage_match_the_plan() -> None:
     text = SCRIPT.read_text().replace("\\\n", " ")
     for stage in STAGES:
         logs = set(re.findall(rf"\b({stage}\.log)\b", text))
-        if stage == "sanitize":  # a log per tool, the three run at once
-            assert not logs and '"$tool.log"' in text and _files([stage]) == 1 + 3
-            assert "sanitize: memcheck.log,\n# synccheck.log, racecheck.log" in SCRIPT.read_text()
-            continue
         assert logs == {f"{stage}.log"}, stage
     # Benchmarks write straight under $OUT (results come back even when a stage is cut off).
     for name, argvs in stage_commands().items():
@@ -276,6 +279,9 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
         r"run\(command='([^']*)', carry=\['device_data'\], timeout_s=600\)", done.stdout
     )
     assert calls, done.stdout
+    # Each call's estimate fits the 10 minutes a device command may run.
+    minutes = [int(m) for m in re.findall(r"at most about (\d+) min", done.stdout)]
+    assert len(minutes) == len(calls) and max(minutes) <= 10
     covered = set()
     for cmd in calls:
         assert len(cmd) <= MAX_COMMAND
@@ -284,9 +290,9 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
         assert _files(stages) <= MAX_FILES
         covered |= set(stages)
     assert covered == set(STAGES)
-    assert "gpu_session.sh smoke tests" in calls[0]  # the smoke test and the tests come first
     stages_of = [c.split("gpu_session.sh", 1)[1].split() for c in calls]
-    assert stages_of[1] == ["decodeab", "sanitize"]  # then the decoder A/B, the sanitizers
+    # First the smoke test and the tests, then the decoder A/B and the sanitizers: one call.
+    assert stages_of[0] == ["smoke", "tests", "decodeab", "sanitize"]
     assert "baseline: not a git checkout; the decodeab stage will refuse" in done.stdout
     assert not (data / "baseline-cuda").exists()
     fetch_call = next(i for i, st in enumerate(stages_of) if "fetch" in st)
@@ -560,9 +566,14 @@ def test_sanitize_stage_runs_the_three_tools_at_once_with_what_the_tests_need(
         ["racecheck", "sanitizer=racecheck", "caching_off="],
         ["synccheck", "sanitizer=synccheck", "caching_off="],
     ]
-    for tool in ("memcheck", "synccheck", "racecheck"):  # each in its own log
-        log = (out / f"{tool}.log").read_text()
-        assert f"-- {tool}" in log and "ERROR SUMMARY: 0 errors" in log
+    # Each tool's log, whole, in the one log that comes back.
+    log = (out / "sanitize.log").read_text()
+    sections = dict(re.findall(r"^-- (\w+) rc=0\n(.*?)(?=^-- |\Z)", log, re.M | re.S))
+    assert sorted(sections) == ["memcheck", "racecheck", "synccheck"]
+    assert all("ERROR SUMMARY: 0 errors" in body for body in sections.values())
+    stand_in = ("started-", "sanitizer-calls.txt")  # the stand-in's own records
+    files = sorted(p.name for p in out.iterdir() if not p.name.startswith(stand_in))
+    assert files == ["sanitize.log", "summary.txt"]
     for call in calls:
         assert "--error-exitcode" in call and "gpu and not slow" in call
         assert "tests/test_gpu_kernels.py" in call
@@ -593,20 +604,103 @@ def test_a_tool_that_cannot_start_beside_the_others_runs_again_alone(tmp_path: P
     summary = (out / "summary.txt").read_text()
     assert "racecheck rc=1 beside the others; again alone" in summary
     assert "racecheck rc=0 (alone)" in summary and "synccheck rc=86" in summary
-    assert "-- again, alone" in (out / "racecheck.log").read_text()
+    log = (out / "sanitize.log").read_text()
+    assert "-- racecheck rc=1\n========= Error: No attachable process found." in log
+    assert "-- racecheck rc=0, again alone\n" in log and "-- synccheck rc=86\n" in log
 
 
 def test_the_gpu_tests_collect_without_dgl_and_ogb() -> None:
     # The GPU image has neither: the `tests` stage must collect every file, not error on one.
+    # Each collected test's file and whether it is marked `timing`, as pytest sees it.
     code = (
-        "import sys; sys.modules.update(dict.fromkeys(['dgl', 'ogb'])); import pytest; "
+        "import sys; sys.modules.update(dict.fromkeys(['dgl', 'ogb'])); import pytest\n"
+        "class Marks:\n"
+        "    def pytest_collection_finish(self, session):\n"
+        "        for item in session.items:\n"
+        "            timing = item.get_closest_marker('timing') is not None\n"
+        "            print('MARKS', item.path.name, timing)\n"
         "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', '-m', 'gpu', "
-        "'tests']))"
+        "'tests'], plugins=[Marks()]))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "error" not in done.stdout.splitlines()[-1], done.stdout[-3000:]
-    collected = [line for line in done.stdout.splitlines() if "::" in line]
-    assert any("test_gpu_smoke.py::" in line for line in collected)
+    marks = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("MARKS ")]
+    assert "test_gpu_smoke.py" in {name for name, _ in marks}
+    # The files the script finds by their marks are the files pytest collects, but for the
+    # DGL loader's, which skips whole without DGL.
+    found = {
+        f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")
+        if MARKED["gpu"].search(p.read_text())
+    }  # fmt: skip
+    assert found - {f"tests/{name}" for name, _ in marks} == {"tests/test_loader_dgl.py"}
+    assert {f"tests/{name}" for name, _ in marks} <= found
+    assert sorted({f"tests/{name}" for name, timing in marks if timing == "True"}) == sorted(
+        f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")
+        if MARKED["timing"].search(p.read_text())
+    )  # fmt: skip
+
+
+def test_tests_stage_runs_files_side_by_side_then_the_timing_tests_alone(tmp_path: Path) -> None:
+    """The tests stage with a stand-in pytest: JOBS files at a time, each log in tests.log,
+    a failing file failing the stage, and the `timing` tests last, in a process alone."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tools = {
+        "python3": (
+            'if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi\n'
+            'if [ "$1" = "-c" ]; then exit 0; fi\n'  # the GPU check
+            'if [ "$1" != "-m" ] || [ "$2" != "pytest" ]; then exit 99; fi\n'
+            'args=("$@"); expr=; files=()\n'
+            'for i in "${!args[@]}"; do\n'
+            '    if [ "${args[$i]}" = -m ]; then expr=${args[$((i + 1))]}; fi\n'
+            '    case "${args[$i]}" in tests/*) files+=("${args[$i]}") ;; esac\n'
+            "done\n"
+            'touch "$OUT/running-$$"\n'
+            "sleep 0.4\n"  # every process started by now is running beside this one
+            'n=$(ls "$OUT" | grep -c ^running-)\n'
+            'echo "$n|$expr|${files[*]}" >>"$OUT/pytest-calls.txt"\n'
+            "sleep 0.2\n"
+            'rm "$OUT/running-$$"\n'
+            'echo "pytest of ${files[*]}"\n'
+            'case "${files[*]}" in\n'
+            '*test_kernels.py) echo "1 failed"; exit 1 ;;\n'
+            '*test_loader_dgl.py) echo "1 skipped"; exit 5 ;;\n'  # none collected
+            "esac\n"
+        ),
+        "nvidia-smi": "echo 'name, driver_version'\necho 'Stand-in, 1.0'\n",
+    }
+    for name, body in tools.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    out = tmp_path / "out"
+    done = script(
+        "tests", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"), IBP_GPU_TEST_JOBS="3",
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr  # test_kernels.py failed
+    gpu_files = sorted(
+        f"tests/{p.name}"
+        for p in (REPO / "tests").glob("test_*.py")
+        if MARKED["gpu"].search(p.read_text()) and p.name != "test_gpu_smoke.py"
+    )
+    timing = [f for f in gpu_files if MARKED["timing"].search((REPO / f).read_text())]
+    assert "tests/test_gpu_kernels.py" in timing and "tests/test_prefetch_streams.py" in timing
+    calls = [c.split("|") for c in (out / "pytest-calls.txt").read_text().splitlines()]
+    per_file = calls[:-1]
+    assert sorted(c[2] for c in per_file) == gpu_files  # each file once, in a process of its own
+    assert all(c[1] == "gpu and not timing" for c in per_file)
+    assert max(int(c[0]) for c in per_file) == 3  # three at a time, never more
+    assert calls[-1] == ["1", "gpu and timing", " ".join(timing)]  # last, and alone
+    log = (out / "tests.log").read_text()
+    for f in gpu_files:  # each file's output under its name
+        assert f"-- {f}\npytest of {f}\n" in log
+    summary = (out / "summary.txt").read_text()
+    assert "tests/test_kernels.py rc=1" in summary and "tests/test_loader_dgl.py rc=5" in summary
+    assert f"timing: {' '.join(timing)} rc=0" in summary and "tests rc=1" in summary
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith("pytest-calls")) == [
+        "summary.txt",
+        "tests.log",
+    ]

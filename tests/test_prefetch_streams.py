@@ -575,6 +575,7 @@ def test_gpu_a_prefetch_thread_hands_over_batches_written_on_its_side_stream() -
 
 @gpu
 @needs_gpu
+@pytest.mark.timing
 def test_gpu_a_kept_timeline_shows_the_fetches_beside_the_steps() -> None:
     dev = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.synchronize(dev)
