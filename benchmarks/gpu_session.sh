@@ -476,13 +476,15 @@ sanitizers() {
 }
 
 # gpu_tests: `pytest -m gpu -x` over every GPU test file, IBP_GPU_TEST_JOBS files at a time
-# (default 4), each in a process of its own (a sticky CUDA fault ends only its own file),
-# at most 240 s each; a file's log is appended to $OUT/tests.log as its process ends. Then
-# the tests marked `timing` (they assert how work on the GPU overlaps in time, which another
-# process's kernels would disturb) in one process, with no other. 1 when a file fails.
+# (default 4; one at a time under bash before 5.1, which has no `wait -n -p`), each in a
+# process of its own (a sticky CUDA fault ends only its own file), at most 240 s each; a
+# file's log is appended to $OUT/tests.log as its process ends. Then the tests marked
+# `timing` (they assert how work on the GPU overlaps in time, which another process's kernels
+# would disturb) in one process, with no other. 1 when a file fails.
 gpu_tests() {
     local jobs=${IBP_GPU_TEST_JOBS:-4} logs=$WORK/tests f done_pid frc status=0 running=0
     local -A file_of=()
+    if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501)); then jobs=1; fi
     rm -rf "$logs"
     mkdir -p "$logs"
     for f in $(gpu_test_files) ""; do
@@ -497,6 +499,12 @@ gpu_tests() {
             >/dev/null) &
         file_of[$!]=$f
         running=$((running + 1))
+        if [ "$jobs" -le 1 ]; then  # one at a time: this one, with no `wait -n -p`
+            frc=0
+            wait "$!" || frc=$?
+            running=0
+            tests_ended "$f" "$frc" || status=1
+        fi
     done
     # shellcheck disable=SC2046
     f=$(grep -lE '^\s*@pytest\.mark\.timing\b' $(gpu_test_files) | paste -sd ' ')

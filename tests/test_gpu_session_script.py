@@ -643,7 +643,10 @@ def test_the_gpu_tests_collect_without_dgl_and_ogb() -> None:
     )  # fmt: skip
 
 
-def test_tests_stage_runs_files_side_by_side_then_the_timing_tests_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", [3, 1])
+def test_tests_stage_runs_files_side_by_side_then_the_timing_tests_alone(
+    tmp_path: Path, jobs: int
+) -> None:
     """The tests stage with a stand-in pytest: JOBS files at a time, each log in tests.log,
     a failing file failing the stage, and the `timing` tests last, in a process alone."""
     bin_dir = tmp_path / "bin"
@@ -677,7 +680,7 @@ def test_tests_stage_runs_files_side_by_side_then_the_timing_tests_alone(tmp_pat
         (bin_dir / name).chmod(0o755)
     out = tmp_path / "out"
     done = script(
-        "tests", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"), IBP_GPU_TEST_JOBS="3",
+        "tests", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"), IBP_GPU_TEST_JOBS=str(jobs),
         PATH=f"{bin_dir}:{os.environ['PATH']}",
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr  # test_kernels.py failed
@@ -692,7 +695,7 @@ def test_tests_stage_runs_files_side_by_side_then_the_timing_tests_alone(tmp_pat
     per_file = calls[:-1]
     assert sorted(c[2] for c in per_file) == gpu_files  # each file once, in a process of its own
     assert all(c[1] == "gpu and not timing" for c in per_file)
-    assert max(int(c[0]) for c in per_file) == 3  # three at a time, never more
+    assert max(int(c[0]) for c in per_file) == jobs  # JOBS at a time, never more
     assert calls[-1] == ["1", "gpu and timing", " ".join(timing)]  # last, and alone
     log = (out / "tests.log").read_text()
     for f in gpu_files:  # each file's output under its name
