@@ -24,18 +24,20 @@
 #              sticky CUDA fault ends only its own file), at most 240 s per file; then the
 #              tests marked `timing` (how work overlaps in time on the GPU), with no other
 #              process beside them.
-#   sanitize   about 2-3 min (121-129 s on an H100): three compute-sanitizer tools at once,
-#              each in a process of its own, at most 540 s each: memcheck and synccheck over
-#              the kernel tests (tests/test_gpu_kernels.py, not slow, and the fused sampling
-#              hop's tests/test_sampler_hop_host.py, 43 tests; on an H100 each ran them in
-#              about 20 s of test time), and racecheck over the tests of the one kernel with
-#              shared memory, the fused fetch (test_gpu_kernels.py; its tests of other kernels
-#              skip, 32 tests; on an H100 about 110 s). The tests see
-#              IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with torch's caching
-#              allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a write past a tensor
-#              is past its allocation. A tool that cannot start beside the others (its log
-#              has a sanitizer error and no summary) runs again alone in the time left. Each
-#              tool's log goes into sanitize.log as the tool ends.
+#   sanitize   about 1-3 min (121-129 s on an H100 before racecheck was split): three
+#              compute-sanitizer tools at once, each in processes of its own, at most 540 s
+#              each: memcheck and synccheck over the kernel tests (tests/test_gpu_kernels.py,
+#              not slow, and the fused sampling hop's tests/test_sampler_hop_host.py, 43
+#              tests; on an H100 each ran them in about 20 s of test time), and racecheck over
+#              the tests of the one kernel with shared memory, the fused fetch
+#              (test_gpu_kernels.py; its tests of other kernels skip, 32 tests; on an H100
+#              about 105 s in one process), split over 3 processes ($IBP_GPU_RACECHECK_SHARDS;
+#              IBP_GRAPH_TEST_SHARD=i/n keeps every n-th test from the i-th) started first.
+#              The tests see IBP_GRAPH_SANITIZER (smaller batches), and memcheck runs with
+#              torch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so that a
+#              write past a tensor is past its allocation. A process that cannot start beside
+#              the others (its log has a sanitizer error and no summary) runs again alone in
+#              the time left. Each process's log goes into sanitize.log as it ends.
 #   decodeab   about 2-3 min: benchmarks/decode_ab.py, the fused decoder of this checkout
 #              against device_data/baseline-cuda/ (its previous version), decode only, on
 #              1 GiB tables (dense and sparse 512 B rows, then the real tables) in GPU memory,
@@ -404,11 +406,17 @@ run() {
     timeout -s INT -k 15 "$limit" "$@" 2>&1 | tee -a "$log"
 }
 
-# sanitize_one SECONDS TOOL: compute-sanitizer TOOL over the kernel tests (not slow), at most
-# SECONDS, into $WORK/sanitize/TOOL.log; its exit status.
+# sanitize_one SECONDS JOB: compute-sanitizer over the kernel tests (not slow), at most
+# SECONDS, into $WORK/sanitize/JOB.log; its exit status. JOB is a tool, or TOOL.i for the i-th
+# of its $SHARDS shards (IBP_GRAPH_TEST_SHARD: every SHARDS-th test from the i-th).
 sanitize_one() {
-    local budget=$1 tool=$2 tests
+    local budget=$1 job=$2 tool=${2%%.*} tests
     export IBP_GRAPH_SANITIZER=$tool  # the tests take fewer ids under a tool
+    if [ "$job" != "$tool" ]; then
+        export IBP_GRAPH_TEST_SHARD=${job#*.}/$SHARDS
+    else
+        unset IBP_GRAPH_TEST_SHARD
+    fi
     # memcheck sees a write past a tensor only if the tensor is its own allocation: torch's
     # caching allocator is off for it.
     if [ "$tool" = memcheck ]; then
@@ -420,19 +428,19 @@ sanitize_one() {
     # sampler's kernels, and test_gpu_kernels.py skips its tests of other kernels.
     tests=(tests/test_gpu_kernels.py)
     if [ "$tool" != racecheck ]; then tests+=(tests/test_sampler_hop_host.py); fi
-    run "$budget" "$WORK/sanitize/$tool.log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
+    run "$budget" "$WORK/sanitize/$job.log" compute-sanitizer --tool "$tool" --error-exitcode 86 \
         --print-limit 50 "${PYTEST[@]}" -x -m "gpu and not slow" "${tests[@]}"
 }
 
-# sanitizers SECONDS TOOL...: every compute-sanitizer TOOL over the kernel tests at the same
-# time, each in a process of its own (started a few seconds apart, so that each has taken its
-# port to its target before the next starts) and at most SECONDS; a tool whose log has a
-# sanitizer error but no summary (it could not run beside the others) runs again alone in the
-# time left. Each tool logs to a file of its own under $WORK, appended to $OUT/sanitize.log
-# (one file back, not three) as the tool ends. 4 without compute-sanitizer, 1 when a tool
-# fails.
+# sanitizers SECONDS JOB...: every compute-sanitizer JOB (a tool, or TOOL.i: the i-th of its
+# $SHARDS shards) over the kernel tests at the same time, each in a process of its own
+# (started a few seconds apart, so that each has taken its port to its target before the next
+# starts) and at most SECONDS; a job whose log has a sanitizer error but no summary (it could
+# not run beside the others) runs again alone in the time left. Each job logs to a file of its
+# own under $WORK, appended to $OUT/sanitize.log (one file back) as the job ends. 4 without
+# compute-sanitizer, 1 when a job fails.
 sanitizers() {
-    local budget=$1 tool trc status=0 pids=() alone=() logs=$WORK/sanitize
+    local budget=$1 job trc status=0 pids=() alone=() logs=$WORK/sanitize
     shift
     if ! command -v compute-sanitizer >/dev/null; then
         echo "sanitize: compute-sanitizer is not on the PATH" | tee -a "$OUT/sanitize.log"
@@ -440,36 +448,36 @@ sanitizers() {
     fi
     rm -rf "$logs"
     mkdir -p "$logs"
-    for tool in "$@"; do
-        (sanitize_one "$budget" "$tool" >/dev/null) &
+    for job in "$@"; do
+        (sanitize_one "$budget" "$job" >/dev/null) &
         pids+=($!)
         sleep "${IBP_GPU_SANITIZER_STAGGER:-5}"
     done
     local i=0
-    for tool in "$@"; do
+    for job in "$@"; do
         trc=0
         wait "${pids[$i]}" || trc=$?
         i=$((i + 1))
-        { echo "-- $tool rc=$trc"; cat "$logs/$tool.log"; } >>"$OUT/sanitize.log"
-        if [ "$trc" -ne 0 ] && grep -q "^========= Error" "$logs/$tool.log" &&
-            ! grep -q "ERROR SUMMARY\|RACECHECK SUMMARY" "$logs/$tool.log"; then
-            echo "$tool rc=$trc beside the others; again alone" | tee -a "$SUMMARY"
-            alone+=("$tool")
+        { echo "-- $job rc=$trc"; cat "$logs/$job.log"; } >>"$OUT/sanitize.log"
+        if [ "$trc" -ne 0 ] && grep -q "^========= Error" "$logs/$job.log" &&
+            ! grep -q "ERROR SUMMARY\|RACECHECK SUMMARY" "$logs/$job.log"; then
+            echo "$job rc=$trc beside the others; again alone" | tee -a "$SUMMARY"
+            alone+=("$job")
             continue
         fi
         if [ "$trc" -ne 0 ]; then status=1; fi
-        echo "$tool rc=$trc" | tee -a "$SUMMARY"
+        echo "$job rc=$trc" | tee -a "$SUMMARY"
     done
-    for tool in "${alone[@]}"; do
+    for job in "${alone[@]}"; do
         trc=0
-        : >"$logs/$tool.log"
-        (sanitize_one "$budget" "$tool" >/dev/null) || trc=$?
-        { echo "-- $tool rc=$trc, again alone"; cat "$logs/$tool.log"; } >>"$OUT/sanitize.log"
+        : >"$logs/$job.log"
+        (sanitize_one "$budget" "$job" >/dev/null) || trc=$?
+        { echo "-- $job rc=$trc, again alone"; cat "$logs/$job.log"; } >>"$OUT/sanitize.log"
         if [ "$trc" -ne 0 ]; then status=1; fi
-        echo "$tool rc=$trc (alone)" | tee -a "$SUMMARY"
+        echo "$job rc=$trc (alone)" | tee -a "$SUMMARY"
     done
-    for tool in "$@"; do
-        grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$logs/$tool.log" | sed "s/^/$tool: /" |
+    for job in "$@"; do
+        grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$logs/$job.log" | sed "s/^/$job: /" |
             tee -a "$SUMMARY"
     done
     return "$status"
@@ -573,6 +581,8 @@ gpu_test_files() {
 }
 
 PYTEST=(python3 -m pytest -p no:cacheprovider -q -rfEs)
+# The processes racecheck's tests are split over in the sanitize stage.
+SHARDS=${IBP_GPU_RACECHECK_SHARDS:-3}
 # The profile stage's ncu: the clocks left alone (--clock-control none); only launches inside
 # benchmarks/profile_fetch.py's cudaProfilerStart/Stop windows (--profile-from-start off), so
 # not its warm-ups, and of those only the fetch kernels.
@@ -607,7 +617,11 @@ for stage in "${STAGES[@]}"; do
         gpu_tests || rc=$?
         ;;
     sanitize)
-        sanitizers 540 memcheck synccheck racecheck || rc=$?
+        # racecheck, the slowest (105 s of its tests on an H100, against about 20 s for
+        # each of the others), in $SHARDS shards, started first.
+        shards=()
+        for ((i = 1; i <= SHARDS; i++)); do shards+=("racecheck.$i"); done
+        sanitizers 540 "${shards[@]}" memcheck synccheck || rc=$?
         ;;
     decodeab)
         if [ -f "$DATA/baseline-cuda/fetch_decode.cu" ]; then

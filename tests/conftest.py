@@ -83,6 +83,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``IBP_GRAPH_TEST_SHARD=i/n`` keeps the i-th of every n selected tests (i from 1).
+
+    The GPU session script splits the slowest sanitizer run (racecheck, over the fused fetch's
+    tests) over n processes at once with it; the n shards together run each test once.
+    """
+    shard = os.environ.get("IBP_GRAPH_TEST_SHARD")
+    if not shard:
+        return
+    try:
+        i, n = (int(s) for s in shard.split("/"))
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"IBP_GRAPH_TEST_SHARD must be i/n with 1 <= i <= n, got {shard!r}")
+    keep = items[i - 1 :: n]
+    kept = {id(item) for item in keep}
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+    items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def sanitized_runs(request) -> dict:
     """The sanitized runs started at collection, per sanitizer list (`sanitize.start_ci_runs`)."""

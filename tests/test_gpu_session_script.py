@@ -525,7 +525,7 @@ def _stand_in_sanitizer(tmp_path: Path, body: str = "") -> Path:
     sanitizer.write_text(
         "#!/usr/bin/env bash\n"
         'echo "$2 sanitizer=$IBP_GRAPH_SANITIZER caching_off=${PYTORCH_NO_CUDA_MEMORY_CACHING:-}'
-        ' $*" >>"$OUT/sanitizer-calls.txt"\n'
+        ' shard=${IBP_GRAPH_TEST_SHARD:-} $*" >>"$OUT/sanitizer-calls.txt"\n'
         'if [ "$1" != --tool ]; then exit 0; fi\n'
         f"{body}"
         'echo "========= ERROR SUMMARY: 0 errors"\n'
@@ -546,30 +546,33 @@ def _sanitize(tmp_path: Path, bin_dir: Path) -> tuple[subprocess.CompletedProces
 def test_sanitize_stage_runs_the_three_tools_at_once_with_what_the_tests_need(
     tmp_path: Path,
 ) -> None:
-    # Each stand-in waits until all three have started: run one after another, they would
-    # wait out their 5 s and say so.
+    # Each stand-in waits until all five processes (racecheck in three shards) have started:
+    # run one after another, they would wait out their 5 s and say so.
     bin_dir = _stand_in_sanitizer(
         tmp_path,
-        'touch "$OUT/started-$2"\n'
+        'touch "$OUT/started-$2-${IBP_GRAPH_TEST_SHARD/\\//-of-}"\n'
         "for _ in $(seq 50); do\n"
-        '    [ "$(ls "$OUT" | grep -c ^started-)" -ge 3 ] && break\n'
+        '    [ "$(ls "$OUT" | grep -c ^started-)" -ge 5 ] && break\n'
         "    sleep 0.1\n"
         "done\n"
-        '[ "$(ls "$OUT" | grep -c ^started-)" -ge 3 ] || echo "ran alone" >>"$OUT/alone.txt"\n',
+        '[ "$(ls "$OUT" | grep -c ^started-)" -ge 5 ] || echo "ran alone" >>"$OUT/alone.txt"\n',
     )
     done, out = _sanitize(tmp_path, bin_dir)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (out / "alone.txt").exists()
     calls = [c for c in (out / "sanitizer-calls.txt").read_text().splitlines() if "--tool" in c]
-    assert sorted(c.split()[:3] for c in calls) == [
-        ["memcheck", "sanitizer=memcheck", "caching_off=1"],
-        ["racecheck", "sanitizer=racecheck", "caching_off="],
-        ["synccheck", "sanitizer=synccheck", "caching_off="],
+    assert sorted(c.split()[:4] for c in calls) == [
+        ["memcheck", "sanitizer=memcheck", "caching_off=1", "shard="],
+        ["racecheck", "sanitizer=racecheck", "caching_off=", "shard=1/3"],
+        ["racecheck", "sanitizer=racecheck", "caching_off=", "shard=2/3"],
+        ["racecheck", "sanitizer=racecheck", "caching_off=", "shard=3/3"],
+        ["synccheck", "sanitizer=synccheck", "caching_off=", "shard="],
     ]
-    # Each tool's log, whole, in the one log that comes back.
+    # Each process's log, whole, in the one log that comes back.
     log = (out / "sanitize.log").read_text()
-    sections = dict(re.findall(r"^-- (\w+) rc=0\n(.*?)(?=^-- |\Z)", log, re.M | re.S))
-    assert sorted(sections) == ["memcheck", "racecheck", "synccheck"]
+    sections = dict(re.findall(r"^-- ([\w.]+) rc=0\n(.*?)(?=^-- |\Z)", log, re.M | re.S))
+    jobs = ["memcheck", "racecheck.1", "racecheck.2", "racecheck.3", "synccheck"]
+    assert sorted(sections) == jobs
     assert all("ERROR SUMMARY: 0 errors" in body for body in sections.values())
     stand_in = ("started-", "sanitizer-calls.txt")  # the stand-in's own records
     files = sorted(p.name for p in out.iterdir() if not p.name.startswith(stand_in))
@@ -580,16 +583,16 @@ def test_sanitize_stage_runs_the_three_tools_at_once_with_what_the_tests_need(
         # racecheck checks shared memory, which the sampler's kernels do not use.
         assert ("tests/test_sampler_hop_host.py" in call) == (not call.startswith("racecheck"))
     summary = (out / "summary.txt").read_text()
-    assert all(f"{tool} rc=0" in summary for tool in ("memcheck", "synccheck", "racecheck"))
-    assert summary.count("ERROR SUMMARY: 0 errors") == 3
+    assert all(f"\n{job} rc=0\n" in summary for job in jobs)
+    assert summary.count("ERROR SUMMARY: 0 errors") == 5
 
 
 def test_a_tool_that_cannot_start_beside_the_others_runs_again_alone(tmp_path: Path) -> None:
-    # racecheck's first start fails as a sanitizer that cannot reach its target does; a
-    # finding (an error summary) is never run again.
+    # racecheck's second shard fails its first start as a sanitizer that cannot reach its
+    # target does; a finding (an error summary) is never run again.
     bin_dir = _stand_in_sanitizer(
         tmp_path,
-        'if [ "$2" = racecheck ] && [ ! -e "$OUT/failed-once" ]; then\n'
+        'if [ "$IBP_GRAPH_TEST_SHARD" = 2/3 ] && [ ! -e "$OUT/failed-once" ]; then\n'
         '    touch "$OUT/failed-once"\n'
         '    echo "========= Error: No attachable process found."\n'
         "    exit 1\n"
@@ -599,14 +602,44 @@ def test_a_tool_that_cannot_start_beside_the_others_runs_again_alone(tmp_path: P
     done, out = _sanitize(tmp_path, bin_dir)
     assert done.returncode == 1  # synccheck's finding
     calls = (out / "sanitizer-calls.txt").read_text().splitlines()
-    assert [c.split()[0] for c in calls].count("racecheck") == 2
+    assert [c.split()[0] for c in calls].count("racecheck") == 3 + 1
+    assert [c.split()[3] for c in calls].count("shard=2/3") == 2
     assert [c.split()[0] for c in calls].count("synccheck") == 1
     summary = (out / "summary.txt").read_text()
-    assert "racecheck rc=1 beside the others; again alone" in summary
-    assert "racecheck rc=0 (alone)" in summary and "synccheck rc=86" in summary
+    assert "racecheck.2 rc=1 beside the others; again alone" in summary
+    assert "racecheck.2 rc=0 (alone)" in summary and "synccheck rc=86" in summary
+    assert "racecheck.1 rc=0" in summary and "racecheck.3 rc=0" in summary
     log = (out / "sanitize.log").read_text()
-    assert "-- racecheck rc=1\n========= Error: No attachable process found." in log
-    assert "-- racecheck rc=0, again alone\n" in log and "-- synccheck rc=86\n" in log
+    assert "-- racecheck.2 rc=1\n========= Error: No attachable process found." in log
+    assert "-- racecheck.2 rc=0, again alone\n" in log and "-- synccheck rc=86\n" in log
+
+
+def test_a_test_shard_keeps_every_nth_test_and_the_shards_keep_each_once() -> None:
+    """IBP_GRAPH_TEST_SHARD (tests/conftest.py), which the sanitize stage splits racecheck
+    with: the shards of a selection are disjoint and together the whole selection."""
+
+    def collected(shard: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             "-m", "gpu and not slow", "tests/test_gpu_kernels.py"],
+            capture_output=True, text=True, cwd=REPO, timeout=300,
+            env={**os.environ, "IBP_GRAPH_TEST_SHARD": shard},
+        )  # fmt: skip
+
+    def ids(shard: str) -> list[str]:
+        done = collected(shard)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    whole = ids("")
+    shards = [ids(f"{i}/3") for i in (1, 2, 3)]
+    assert len(whole) > 3 and all(shards)
+    assert sorted(sum(shards, [])) == sorted(whole)  # each test in exactly one shard
+    assert shards[0] == whole[0::3] and shards[2] == whole[2::3]  # in the suite's order
+    for bad in ("0/3", "4/3", "2", "a/b"):
+        done = collected(bad)
+        assert done.returncode != 0
+        assert f"IBP_GRAPH_TEST_SHARD must be i/n with 1 <= i <= n, got '{bad}'" in done.stderr
 
 
 def test_the_gpu_tests_collect_without_dgl_and_ogb() -> None:
