@@ -24,34 +24,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .jit import available as _numba_available
+from .jit import jit as _jit
+from .jit import numba
 from .sample_index import KNOWN, UNSEEN
 
 __all__ = ["Workspace", "available", "clear", "sample"]
-
-try:  # Numba is a dependency; without it (or where it fails to load) torch ops do the work.
-    import numba
-except Exception:  # pragma: no cover - depends on the environment
-    numba = None
 
 #: Largest fanout drawn by Floyd's algorithm (quadratic in the fanout); selection sampling above.
 FLOYD_MAX_K = 64
 
 
 def available() -> bool:
-    """Whether the compiled hop can run (Numba imported)."""
-    return numba is not None
-
-
-def _jit(**options):
-    """``numba.njit(nogil=True, cache=True)``, uncached where no cache folder is writable."""
-
-    def wrap(fn):
-        try:
-            return numba.njit(nogil=True, cache=True, **options)(fn)
-        except RuntimeError:  # numba finds no writable cache location: compile per process
-            return numba.njit(nogil=True, **options)(fn)
-
-    return wrap
+    """Whether the compiled hop can run (Numba imported; without it torch ops do the work)."""
+    return _numba_available()
 
 
 if numba is not None:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import decode_cpu
 from .codec import ALIGNMENTS, MAX_CODE_BITS, CodecError, CodecParams, decode
 from .container import ChunkCheck, IBPHeader, load_section, read_elements, read_header, read_section
 from .dtypes import SUPPORTED_DTYPES, WORD_DTYPES, storage_dtype, torch_dtype, words_to_rows
@@ -328,19 +329,27 @@ class IBPTable:
 
     # -- decoding ----------------------------------------------------------------------
     def decode_words(self, ids: np.ndarray) -> np.ndarray:
-        """Decode checked row ids to ``(n, V)`` codec words (the GPU kernels' reference)."""
+        """Decode checked row ids to ``(n, V)`` codec words (the GPU kernels' reference).
+
+        With Numba (a dependency) the rows are decoded by `ibp_graph.decode_cpu` in one
+        compiled pass each, without the GIL; without it by the NumPy reference,
+        `ibp_graph.codec.decode`, in batches of about `DECODE_BATCH_WORDS` words. Both give the
+        same words, bit for bit.
+        """
         if self._closed:
             raise IBPInputError(f"{self.path}: the table is closed")
         v = self._params.num_words
-        per_batch = max(1, DECODE_BATCH_WORDS // v)
+        compiled = decode_cpu.available()
+        per_batch = max(ids.shape[0], 1) if compiled else max(1, DECODE_BATCH_WORDS // v)
         out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)
         for s in range(0, ids.shape[0], per_batch):
             part = ids[s : s + per_batch]
             starts = self._offsets[part] * self._align
             lengths = self._offsets[part + 1] * self._align - starts
             cl = None if self._cluster_ids is None else self._cluster_ids[part]
+            run = decode_cpu.decode if compiled else decode
             try:
-                out[s : s + per_batch] = decode(self._rows, starts, lengths, self._params, cl)
+                out[s : s + per_batch] = run(self._rows, starts, lengths, self._params, cl)
             except CodecError as exc:
                 raise _fail(self.path, f"corrupt row data: {exc}") from None
         return out

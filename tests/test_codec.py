@@ -180,21 +180,30 @@ def test_fit_and_encode_are_deterministic(case: Case) -> None:
 def test_short_stored_length_raises_never_wrong_rows(case: Case, data: st.DataObject) -> None:
     """An encoded row given fewer bytes than its fields need is refused; otherwise exact."""
     enc = case.encode()
-    encoded_rows = np.flatnonzero(~enc.chunk.raw)
-    if encoded_rows.size == 0:
-        event("no encoded row")
+    cut = shortened(enc, data)
+    if cut is None:
         return
-    i = int(data.draw(st.sampled_from(encoded_rows.tolist())))
-    size = int(enc.lengths[i])
-    cut = data.draw(st.integers(1, size))
-    lengths = enc.lengths.copy()
-    lengths[i] -= cut
-    need = int(encoded_bits(enc.words[i : i + 1], enc.params, _cl(enc, i))[0])
-    if lengths[i] * 8 < need:
+    lengths, need = cut
+    if need is not None:
         with pytest.raises(CodecError, match=f"needs {need} bits"):
             enc.decode(lengths=lengths)
     else:  # only alignment padding was cut: the row still decodes exactly
         assert same_bits(enc.decode(lengths=lengths), enc.words)
+
+
+def shortened(enc: Encoded, data: st.DataObject) -> tuple[np.ndarray, int | None] | None:
+    """The stored lengths with one encoded row's cut by 1 byte or more, and the bits that row
+    needs where it no longer stores them (None where only alignment padding was cut); None
+    without an encoded row."""
+    encoded_rows = np.flatnonzero(~enc.chunk.raw)
+    if encoded_rows.size == 0:
+        event("no encoded row")
+        return None
+    i = int(data.draw(st.sampled_from(encoded_rows.tolist())))
+    lengths = enc.lengths.copy()
+    lengths[i] -= data.draw(st.integers(1, int(lengths[i])))
+    need = int(encoded_bits(enc.words[i : i + 1], enc.params, _cl(enc, i))[0])
+    return lengths, (need if lengths[i] * 8 < need else None)
 
 
 def _cl(enc: Encoded, i: int) -> np.ndarray | None:

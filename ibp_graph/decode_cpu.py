@@ -1,0 +1,251 @@
+"""The codec's decoder compiled with Numba: one pass a row, for tables read on the CPU.
+
+`ibp_graph.codec.decode` is the reference that defines the format: NumPy, vectorised over the
+rows and words of a request, in a dozen passes over ``(rows, words)`` arrays. `decode` here
+walks each stored row once instead (its header bits, the codes, then the payloads, in the
+order docs/FORMAT.md gives them) and writes each word where it belongs; it returns the same
+words, bit for bit, and refuses a row whose fields run past its stored length with the same
+`CodecError`. `ibp_graph.table.IBPTable` decodes with it whenever Numba imports
+(`available`), and with the reference otherwise. The compiled loop releases the GIL and
+starts no threads, so loader workers and prefetch threads decode side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .codec import CHUNK_WORDS, SUB_WORDS, CodecError, CodecParams, subgroups_per_chunk
+
+__all__ = ["available", "decode"]
+
+from .jit import available as _numba_available
+from .jit import jit as _jit
+from .jit import numba
+
+
+def available() -> bool:
+    """Whether the compiled decoder can run (Numba imported; else the NumPy reference does)."""
+    return _numba_available()
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """A table's codec parameters in the flat arrays the compiled loop reads.
+
+    Columns are numbered ``cluster * V + column``; subgroups ``cluster * S + subgroup`` with
+    ``S = 4 * ceil(V / 32)`` (four 8-word subgroups a chunk, the last chunk's padded).
+    """
+
+    code_bits: np.ndarray  # (k * V,) int64: b
+    escape: np.ndarray  # (k * V,) int64: 2**b - 1
+    free_bits: np.ndarray  # (k * V,) int64: bits a matching word stores
+    bitvals: np.ndarray  # (k * V * E,) uint64: the dictionaries
+    run_lo: np.ndarray  # (k * V, R) uint64: first bit of each run of free bits
+    run_mask: np.ndarray  # (k * V, R) uint64: its width as a low mask
+    run_dst: np.ndarray  # (k * V, R) uint64: where it lands among the payload's bits
+    run_count: np.ndarray  # (k * V,) int64: runs of free bits of each column
+    sub_code_bits: np.ndarray  # (k * S,) int64: code bits of each subgroup's words
+    flat_code_bits: np.ndarray  # (k,) int64: code bits of a flat row
+    sub_count: np.ndarray  # (C,) int64: 8-word subgroups of each 32-word chunk
+
+
+def _compiled(params: CodecParams) -> _Compiled:
+    """The flat arrays of ``params``, made once and kept on it."""
+    key = "_decode_cpu_arrays"
+    if key not in params.__dict__:
+        runs = params.free_runs
+        r = runs.count
+        k, v = params.num_clusters, params.num_words
+        c = -(-v // CHUNK_WORDS)
+
+        def by_column(a: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(a.astype(np.uint64).reshape(r, k * v).T)
+
+        bits = params.code_bits.astype(np.int64)
+        padded = np.zeros((k, c * CHUNK_WORDS), dtype=np.int64)
+        padded[:, :v] = bits
+        mask = by_column(runs.mask)
+        params.__dict__[key] = _Compiled(
+            code_bits=bits.reshape(-1),
+            escape=params.escape.reshape(-1).copy(),
+            free_bits=params.free_bits.reshape(-1).copy(),
+            bitvals=params.bitvals.astype(np.uint64).reshape(-1),
+            run_lo=by_column(runs.lo),
+            run_mask=mask,
+            run_dst=by_column(runs.dst),
+            run_count=(mask != 0).sum(axis=1).astype(np.int64),
+            sub_code_bits=padded.reshape(k, -1, SUB_WORDS).sum(axis=2).reshape(-1),
+            flat_code_bits=bits.sum(axis=1),
+            sub_count=subgroups_per_chunk(v).astype(np.int64),
+        )
+    return params.__dict__[key]
+
+
+def decode(
+    rows: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    params: CodecParams,
+    cluster: np.ndarray | None = None,
+) -> np.ndarray:
+    """`ibp_graph.codec.decode`, compiled: the same arguments, words and `CodecError`.
+
+    Also raises `CodecError` where a row stored raw runs past the end of ``rows`` (the
+    reference would fail to index it).
+    """
+    if numba is None:  # pragma: no cover - depends on the environment
+        raise RuntimeError("ibp_graph.decode_cpu needs Numba")
+    n = starts.shape[0]
+    v = params.num_words
+    out = np.empty((n, v), dtype=params.word_dtype)
+    if n == 0:
+        return out
+    a = _compiled(params)
+    if cluster is None or params.num_clusters == 1:
+        cl = np.zeros(n, dtype=np.int64)
+    else:
+        cl = np.ascontiguousarray(cluster, dtype=np.int64)
+    stream = np.asarray(rows).view(np.ndarray)  # a memmap is read as the array it maps
+    bad = _decode(
+        stream,
+        stream.view(np.uint8),
+        np.ascontiguousarray(starts, dtype=np.int64),
+        np.ascontiguousarray(lengths, dtype=np.int64),
+        cl,
+        v,
+        params.word_bytes,
+        params.max_entries,
+        a.code_bits,
+        a.escape,
+        a.free_bits,
+        a.bitvals,
+        a.run_lo,
+        a.run_mask,
+        a.run_dst,
+        a.run_count,
+        a.sub_code_bits,
+        a.flat_code_bits,
+        a.sub_count,
+        out.view(np.uint8).reshape(n, v * params.word_bytes),
+        out,
+    )
+    if bad[0] >= 0:
+        if bad[1] < 0:
+            raise CodecError(
+                f"raw row {int(bad[0])} of the request runs past the end of the row section "
+                f"({stream.nbytes} bytes)"
+            )
+        raise CodecError(
+            f"encoded row {int(bad[0])} of the request needs {int(bad[1])} bits but stores "
+            f"{int(bad[2])}"
+        )
+    return out
+
+
+if numba is not None:
+    _ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+    @_jit(inline="always")
+    def _read(stream, pos, width):  # pragma: no cover - compiled
+        """`ibp_graph.bitops.read_bits` of one field of 1 to 64 bits.
+
+        Its words are clamped to the stream, so a read never faults; a row's length is checked
+        once its fields are read.
+        """
+        word = pos >> 6
+        sh = np.uint64(pos & 63)
+        last = stream.shape[0] - 1
+        if word < last:
+            lo = stream[word]
+            hi = stream[word + 1]
+        else:
+            lo = stream[last]
+            hi = lo
+        value = lo >> sh
+        if sh:
+            value |= hi << (np.uint64(64) - sh)
+        return value & (_ONES >> np.uint64(64 - width))
+
+    @_jit()
+    def _decode(
+        stream, stream_bytes, starts, lengths, cluster, v, tb, e, code_bits, escape, free_bits,
+        bitvals, run_lo, run_mask, run_dst, run_count, sub_code_bits, flat_code_bits, sub_count,
+        out_bytes, out,
+    ):  # pragma: no cover - compiled  # fmt: skip
+        n = starts.shape[0]
+        c = sub_count.shape[0]
+        subs_per_row = c * 4
+        row_bytes = v * tb
+        word_bits = tb * 8
+        bad = np.full(3, -1, dtype=np.int64)
+        encoded = 0
+        for i in range(n):
+            start = starts[i]
+            if lengths[i] >= row_bytes:  # stored raw: its words as they are
+                if start + row_bytes > stream_bytes.shape[0]:
+                    bad[0] = i
+                    return bad
+                out_bytes[i, :] = stream_bytes[start : start + row_bytes]
+                continue
+            base = start * 8
+            cl = cluster[i]
+            col0 = cl * v
+            grouped = _read(stream, base, 1) != 0
+            at = base + 1 + c  # a grouped row's subgroup bits
+            if grouped:
+                # Where its codes end and its payloads start: past the subgroup bits of the
+                # marked chunks and the codes of the marked subgroups.
+                code_bits_total = 0
+                for ch in range(c):
+                    if _read(stream, base + 1 + ch, 1):
+                        subs = _read(stream, at, sub_count[ch])
+                        at += sub_count[ch]
+                        for s in range(sub_count[ch]):
+                            if (subs >> np.uint64(s)) & np.uint64(1):
+                                code_bits_total += sub_code_bits[cl * subs_per_row + ch * 4 + s]
+                code_at = at
+                pay_at = at + code_bits_total
+                at = base + 1 + c
+            else:  # flat: every word's code, then the payloads
+                code_at = base + 1
+                pay_at = code_at + flat_code_bits[cl]
+            for ch in range(c):
+                subs = np.uint64(0xF)  # a flat row: every subgroup has its codes
+                if grouped:
+                    subs = np.uint64(0)
+                    if _read(stream, base + 1 + ch, 1):
+                        subs = _read(stream, at, sub_count[ch])
+                        at += sub_count[ch]
+                for j in range(ch * 32, min(v, ch * 32 + 32)):
+                    col = col0 + j
+                    code = 0
+                    if (subs >> np.uint64((j - ch * 32) >> 3)) & np.uint64(1):
+                        b = code_bits[col]
+                        code = np.int64(_read(stream, code_at, b))
+                        code_at += b
+                    if code == escape[col]:  # stored whole
+                        out[i, j] = _read(stream, pay_at, word_bits)
+                        pay_at += word_bits
+                        continue
+                    word = bitvals[col * e + code]
+                    fb = free_bits[col]
+                    if fb:  # the free bits, deposited run by run
+                        payload = _read(stream, pay_at, fb)
+                        pay_at += fb
+                        nr = run_count[col]
+                        word |= ((payload >> run_dst[col, 0]) & run_mask[col, 0]) << run_lo[col, 0]
+                        for q in range(1, nr):
+                            word |= ((payload >> run_dst[col, q]) & run_mask[col, q]) << (
+                                run_lo[col, q]
+                            )
+                    out[i, j] = word
+            end = pay_at - base
+            if end > lengths[i] * 8:  # the words read past the row: refused, not returned
+                bad[0] = encoded
+                bad[1] = end
+                bad[2] = lengths[i] * 8
+                return bad
+            encoded += 1
+        return bad
