@@ -476,6 +476,15 @@ def features_table(
     return table, TableInfo(str(path), float(table.ratio), False, elapsed), "cuda"
 
 
+def cpu_decoder() -> str:
+    """Which decoder an `IBPTable` read on the CPU uses here."""
+    from ibp_graph import decode_cpu
+
+    if decode_cpu.available():
+        return "the compiled decoder, `ibp_graph.decode_cpu`"
+    return "the NumPy reference, `ibp_graph.codec.decode`: Numba did not load"
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -1122,7 +1131,8 @@ def payload_notes(payload: dict) -> list[str]:
     else:
         notes.append(
             "\n**CPU run: these numbers show the pipeline, not PCIe.** IBP on = `IBPTable` "
-            "decoded by NumPy, IBP off = the plain CPU tensor (`index_select`); nothing "
+            f"decoded on the CPU ({cpu_decoder()}), IBP off = the plain CPU tensor "
+            "(`index_select`); nothing "
             "overlaps (`wait` contains sampling and fetching) and nothing crosses PCIe: "
             "`read from host` is the compressed bytes the decoder read (0 for the tensor). "
             "The end-to-end target applies on a GPU only."
