@@ -17,12 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .codec import CHUNK_WORDS, SUB_WORDS, CodecError, CodecParams, subgroups_per_chunk
-
-__all__ = ["available", "decode"]
-
 from .jit import available as _numba_available
 from .jit import jit as _jit
 from .jit import numba
+
+__all__ = ["available", "decode"]
 
 
 def available() -> bool:

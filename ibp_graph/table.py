@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import decode_cpu
 from .codec import ALIGNMENTS, MAX_CODE_BITS, CodecError, CodecParams, decode
 from .container import ChunkCheck, IBPHeader, load_section, read_elements, read_header, read_section
 from .dtypes import SUPPORTED_DTYPES, WORD_DTYPES, storage_dtype, torch_dtype, words_to_rows
@@ -338,16 +337,21 @@ class IBPTable:
         """
         if self._closed:
             raise IBPInputError(f"{self.path}: the table is closed")
+        # Imported on first use, as the sampler's compiled hops are: importing Numba takes a
+        # fraction of a second that `import ibp_graph` and GPU-only runs need not pay.
+        from . import decode_cpu
+
         v = self._params.num_words
-        compiled = decode_cpu.available()
-        per_batch = max(ids.shape[0], 1) if compiled else max(1, DECODE_BATCH_WORDS // v)
+        if decode_cpu.available():
+            run, per_batch = decode_cpu.decode, max(1, ids.shape[0])
+        else:
+            run, per_batch = decode, max(1, DECODE_BATCH_WORDS // v)
         out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)
         for s in range(0, ids.shape[0], per_batch):
             part = ids[s : s + per_batch]
             starts = self._offsets[part] * self._align
             lengths = self._offsets[part + 1] * self._align - starts
             cl = None if self._cluster_ids is None else self._cluster_ids[part]
-            run = decode_cpu.decode if compiled else decode
             try:
                 out[s : s + per_batch] = run(self._rows, starts, lengths, self._params, cl)
             except CodecError as exc:
