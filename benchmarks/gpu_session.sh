@@ -515,7 +515,7 @@ gpu_tests() {
         fi
     done
     # shellcheck disable=SC2046
-    f=$(grep -lE '^\s*@pytest\.mark\.timing\b' $(gpu_test_files) | paste -sd ' ')
+    f=$(files_marking timing $(gpu_test_files) | paste -sd ' ')
     if [ -n "$f" ]; then
         echo "-- timing: $f" >>"$OUT/tests.log"
         frc=0
@@ -572,12 +572,17 @@ ncu_csv() {
     return 1
 }
 
-# gpu_test_files: the test files marking tests gpu (a decorator, a module's pytestmark list,
-# or a `gpu = pytest.mark.gpu` alias; not the words in a string), the smoke file aside: it has
-# its stage.
+# files_marking MARK FILE...: the FILEs that mark tests MARK (a decorator, an item of a
+# module's pytestmark list, or a `gpu = pytest.mark.gpu` alias; not the words in a string).
+files_marking() {
+    local mark=$1
+    shift
+    grep -lE "^\s*(@|gpu = )?pytest\.mark\.$mark\b" "$@"
+}
+
+# gpu_test_files: the test files marking tests gpu, the smoke file aside: it has its stage.
 gpu_test_files() {
-    grep -lE '^\s*(@|gpu = )?pytest\.mark\.gpu\b' tests/test_*.py |
-        grep -v "tests/test_gpu_smoke.py"
+    files_marking gpu tests/test_*.py | grep -v "tests/test_gpu_smoke.py"
 }
 
 PYTEST=(python3 -m pytest -p no:cacheprovider -q -rfEs)

@@ -44,9 +44,9 @@ STAGES = (
 )
 MAX_FILES = 8
 MAX_COMMAND = 2000
-#: How the script's tests stage finds the files marking tests gpu, and the tests marked
-#: timing: a decorator, an item of a module's pytestmark list, a ``gpu = pytest.mark.gpu``
-#: alias; never these words inside a string.
+#: How the script's tests stage finds the files marking tests gpu or timing (`files_marking`):
+#: a decorator, an item of a module's pytestmark list, a ``gpu = pytest.mark.gpu`` alias;
+#: never these words inside a string.
 MARKED = {
     name: re.compile(rf"^\s*(@|gpu = )?pytest\.mark\.{name}\b", re.M) for name in ("gpu", "timing")
 }
