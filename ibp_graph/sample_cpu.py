@@ -1,4 +1,4 @@
-"""The sampler's hops on CPU graphs, compiled with Numba: few passes, reused buffers, no threads.
+"""The sampler's hops on CPU graphs, compiled with Numba: few passes, reused buffers.
 
 `NeighborSampler` hands all hops of a batch to `sample` when the graph is on the CPU and Numba
 imports (`available`); otherwise it runs them with torch ops. Each hop is two compiled calls:
@@ -7,8 +7,15 @@ neighbors and writes ``row``, ``col``, ``edge`` and the new nodes, looking each 
 the dense map of `ibp_graph.sample_index` (a new node gets the next local id). That call makes
 three passes (CSR positions; sources and edge ids; local ids), each with independent random
 loads that the memory system overlaps. Intermediate buffers live in a `Workspace` reused from
-batch to batch. The calls release the GIL and start no threads of their own, so the speed does
-not depend on ``torch.set_num_threads`` and the other cores stay free for training.
+batch to batch. The calls release the GIL.
+
+Threads: with ``threads`` above 1 (the sampler passes ``torch.get_num_threads()``, which
+torch's own ops and DGL's sampler follow too), a large frontier is cut into contiguous spans
+(`SPANS_PER_THREAD` a thread), and the first two passes of each span run on whichever thread
+takes it: the calling thread or a pool shared by the samplers of the process. The local ids
+are given on the calling thread, in entry order, span by span as their draws finish. A
+target's draws depend only on its place in the frontier, so a batch is the same, bit for bit,
+whatever the thread count.
 
 Random numbers: every hop takes one 62-bit key from the sampler's torch generator; target ``i``
 of the hop draws from a SplitMix64 stream seeded with ``mix(key ^ mix(i))`` (as the CUDA kernel
@@ -20,6 +27,13 @@ probability. Offsets are sorted, so a target's edges come in CSR order as on the
 """
 
 from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 
 import numpy as np
 import torch
@@ -33,6 +47,12 @@ __all__ = ["Workspace", "available", "clear", "sample"]
 
 #: Largest fanout drawn by Floyd's algorithm (quadratic in the fanout); selection sampling above.
 FLOYD_MAX_K = 64
+
+#: Fewest frontier nodes (or nodes to clear) in a span of work shared between threads.
+MIN_SPAN = 1024
+#: Spans a thread's share of a hop is cut into, so that threads that finish early take more and
+#: the local ids of the first spans are given while the later ones are drawn.
+SPANS_PER_THREAD = 4
 
 
 def available() -> bool:
@@ -121,10 +141,11 @@ if numba is not None:
 
     @_jit()
     def _entries(
-        indices, edge_ids, f0, f1, fanout, replace, key, start, deg, row, col, edge, e0, pos
+        indices, edge_ids, f0, f1, i0, fanout, replace, key, start, deg, row, col, edge, e0, pos
     ):  # pragma: no cover - compiled
         """Sample into ``node[f0:f1]``: global sources, targets, edge ids at ``[e0:]``.
 
+        ``f0`` is target ``i0`` of the hop (its draws follow from ``key`` and ``i0 + i``).
         Two passes, each with independent random loads (the memory system overlaps them): CSR
         positions, then sources and edge ids. Returns the number of entries.
         """
@@ -143,7 +164,7 @@ if numba is not None:
                     col[e0 + p] = target
                     p += 1
             else:
-                _draw(d, fanout, replace, _mix(mixed_key ^ _mix(np.uint64(i))), picks)
+                _draw(d, fanout, replace, _mix(mixed_key ^ _mix(np.uint64(i0 + i))), picks)
                 for j in range(fanout):
                     pos[p] = s + picks[j]
                     col[e0 + p] = target
@@ -211,6 +232,113 @@ if numba is not None:
             local[node[i]] = _UNSEEN
 
 
+def _spans(n: int, threads: int) -> list[tuple[int, int]]:
+    """``[0, n)`` in contiguous spans for ``threads`` threads.
+
+    One span for one thread; otherwise `SPANS_PER_THREAD` a thread, each of `MIN_SPAN` or more
+    (at least one span).
+    """
+    parts = 1 if threads <= 1 else max(1, min(SPANS_PER_THREAD * threads, n // MIN_SPAN))
+    cuts = [n * t // parts for t in range(parts + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    """The pool shared by every sampler of the process, with at least ``workers`` threads.
+
+    A forked child (a loader's worker process) gets a pool of its own: the parent's threads do
+    not exist there.
+    """
+    global _pool, _pool_size, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid() or _pool_size < workers:
+            if _pool is not None and _pool_pid == os.getpid():
+                _pool.shutdown(wait=False)  # its threads finish what they run, then exit
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ibp-graph-hop")
+            _pool_size, _pool_pid = workers, os.getpid()
+        return _pool
+
+
+class _Shared:
+    """``fn(*task)`` for every task, each claimed in order by this thread or a pool thread.
+
+    Up to ``threads - 1`` pool threads take tasks from the start; this thread takes one
+    whenever it waits (`wait`) for a task not done yet, so that it never idles while tasks are
+    left (and a busy pool only slows the work down). Once a task fails no other starts. Leaving
+    the ``with`` block lets no thread start another task and waits for those running: they
+    write into the caller's buffers.
+    """
+
+    def __init__(self, fn: Callable, tasks: Sequence[tuple], threads: int) -> None:
+        self.fn, self.tasks = fn, tasks
+        self.results: list = [None] * len(tasks)
+        self.done = [threading.Event() for _ in tasks]
+        self.errors: list[BaseException] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        helpers = min(threads, len(tasks)) - 1
+        self._futures = (
+            [_executor(threads - 1).submit(self._work) for _ in range(helpers)] if helpers else []
+        )
+
+    def __enter__(self) -> _Shared:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._next = len(self.tasks)
+        wait_all(self._futures)
+
+    def _take(self) -> int:
+        """The next task to do: its index, or the task count when none is left."""
+        with self._lock:
+            i = self._next
+            self._next = min(i + 1, len(self.tasks))
+            return i
+
+    def _do(self, i: int) -> None:
+        try:
+            self.results[i] = self.fn(*self.tasks[i])
+        except BaseException as exc:  # raised on the caller's thread by `wait`
+            with self._lock:  # no task starts any more, and none is waited for in vain
+                self.errors.append(exc)
+                for k in range(self._next, len(self.tasks)):
+                    self.done[k].set()
+                self._next = len(self.tasks)
+        finally:
+            self.done[i].set()
+
+    def _work(self) -> None:
+        while (i := self._take()) < len(self.tasks):
+            self._do(i)
+
+    def wait(self, i: int):
+        """Task ``i``'s result, once done: this thread does unclaimed tasks meanwhile.
+
+        Raises:
+            BaseException: what a task raised.
+        """
+        while not self.done[i].is_set():
+            j = self._take()
+            if j < len(self.tasks):
+                self._do(j)
+            else:
+                self.done[i].wait()
+        if self.errors:
+            raise self.errors[0]
+        return self.results[i]
+
+    def all(self) -> list:
+        """Every task's result, in order."""
+        return [self.wait(i) for i in range(len(self.tasks))]
+
+
 class Workspace:
     """Buffers reused from batch to batch (grown as needed, never shrunk, not pickled)."""
 
@@ -241,6 +369,7 @@ def sample(
     disjoint: bool = False,
     local: torch.Tensor | None,
     work: Workspace,
+    threads: int = 1,
 ) -> tuple[
     torch.Tensor,
     torch.Tensor,
@@ -270,6 +399,8 @@ def sample(
         disjoint: one tree per seed (default: False).
         local: the dense map, `UNSEEN` everywhere; updated in place (None with ``disjoint``).
         work: buffers to reuse.
+        threads: threads to draw a large frontier on (default: 1); the batch is the same for
+            any count.
 
     Returns:
         ``(node, row, col, edge, num_sampled_nodes, num_sampled_edges, batch)``, the tensors new;
@@ -294,24 +425,42 @@ def sample(
         f0 = 0 if per_hop else begin
         total = 0
         if fanout != 0 and end > f0:
+            spans = _spans(end - f0, threads)
             start = work.get("start", end - f0)
             deg = work.get("deg", end - f0)
-            total = _count(indptr_np, node, f0, end, fanout, replace, start, deg)
+            count_tasks = [
+                (indptr_np, node, f0 + a, f0 + b, fanout, replace, start[a:b], deg[a:b])
+                for a, b in spans
+            ]
+            with _Shared(_count, count_tasks, threads) as counting:
+                counts = counting.all()
+            total = sum(counts)
             node = work.get("node", end + total, keep=end)
             row = work.get("row", e0 + total, keep=e0)
             col = work.get("col", e0 + total, keep=e0)
             edge = work.get("edge", e0 + total, keep=e0)
             pos = work.get("pos", total)
-            _entries(
-                indices_np, edge_ids_np, f0, end, fanout, replace, key, start, deg, row, col,
-                edge, e0, pos,
-            )  # fmt: skip
+            firsts = list(itertools.accumulate(counts, initial=0))
+            draw_tasks = [
+                (indices_np, edge_ids_np, f0 + a, f0 + b, a, fanout, replace, key, start[a:b],
+                 deg[a:b], row, col, edge, e0 + p, pos[p:])
+                for (a, b), p in zip(spans, firsts, strict=False)
+            ]  # fmt: skip
             if disjoint:
                 batch = work.get("batch", end + total, keep=end)
                 table, ids, bits = _hash_table(work, end + total, node, batch, end, n)
-                new = _dedup_hash(row, col, e0, e0 + total, n, table, ids, bits, node, batch, end)
-            else:
-                new = _dedup_dense(row, e0, e0 + total, local_np, node, end)
+            # Local ids in entry order, span by span as their draws finish (on any thread).
+            new = 0
+            with _Shared(_entries, draw_tasks, threads) as drawing:
+                for i in range(len(spans)):
+                    drawing.wait(i)
+                    q0, q1 = e0 + firsts[i], e0 + firsts[i + 1]
+                    if disjoint:
+                        new += _dedup_hash(
+                            row, col, q0, q1, n, table, ids, bits, node, batch, end + new
+                        )
+                    else:
+                        new += _dedup_dense(row, q0, q1, local_np, node, end + new)
         else:
             new = 0
         num_nodes.append(new)

@@ -22,15 +22,15 @@ change one rule each; its docstring states them.
 
 Two backends run the hops. ``"torch"`` (the default, any device) uses torch ops
 (`ibp_graph.sample_draw`), picking per hop the cheapest of a few exact draws; on a CPU graph it
-runs each hop as one compiled pass instead (`ibp_graph.sample_cpu`, Numba, single-threaded,
-the GIL released) whenever Numba imports. ``"kernel"`` (graphs on a CUDA device; needs CuPy)
-runs each hop with fanout up to ``MAX_K`` (or ``-1``) as the three kernels of
-``cuda/sample_neighbors.cu`` and a prefix sum, driven by `ibp_graph.sample_hop.launch_batch`,
-which reads a batch's sizes once, at its end, where it can; fanouts above ``MAX_K`` take the
-torch path; with ``disjoint=True`` it keeps the torch hop and draws with the kernel
-`ibp_graph.kernels.sample_neighbors.kernel_sample`. Both are uniform and reproducible for a
-seed, but they draw different neighbors for the same seed. Which one is faster depends on the
-graph and the GPU; ``benchmarks/sampling.py`` compares them.
+runs each hop as one compiled pass instead (`ibp_graph.sample_cpu`, Numba, the GIL released,
+on ``torch.get_num_threads()`` threads, the same batches for any count) whenever Numba
+imports. ``"kernel"`` (graphs on a CUDA device; needs CuPy) runs each hop with fanout up to
+``MAX_K`` (or ``-1``) as the three kernels of ``cuda/sample_neighbors.cu`` and a prefix sum,
+driven by `ibp_graph.sample_hop.launch_batch`, which reads a batch's sizes once, at its end,
+where it can; fanouts above ``MAX_K`` take the torch path; with ``disjoint=True`` it keeps the
+torch hop and draws with the kernel `ibp_graph.kernels.sample_neighbors.kernel_sample`. Both
+are uniform and reproducible for a seed, but they draw different neighbors for the same seed.
+Which one is faster depends on the graph and the GPU; ``benchmarks/sampling.py`` compares them.
 """
 
 from __future__ import annotations
@@ -239,9 +239,10 @@ class NeighborSampler:
     Forked or spawned worker processes each get their own instance and lock. Workers of one
     process tree start from the same generator state: reseed each with `manual_seed`.
 
-    On a CPU graph the hops run compiled (`ibp_graph.sample_cpu`: one pass per hop on one
-    thread, without the GIL, whatever ``torch.set_num_threads`` says) when Numba is installed,
-    and with torch ops otherwise; both draw the same distribution, not the same neighbors.
+    On a CPU graph the hops run compiled (`ibp_graph.sample_cpu`: one pass per hop, without
+    the GIL, a large hop's draws on ``torch.get_num_threads()`` threads, the same batches for
+    any thread count) when Numba is installed, and with torch ops otherwise; both draw the same
+    distribution, not the same neighbors.
 
     ``backend`` picks how a hop runs: ``"torch"`` with torch ops (CPU or CUDA); ``"kernel"``
     (graphs on a CUDA device) with the fused hop of `ibp_graph.sample_hop`, three CUDA kernels
@@ -578,7 +579,7 @@ class NeighborSampler:
         return _cpu_hops().sample(
             g.indptr, g.indices, g.edge_ids, seeds, self.num_neighbors, keys.view(-1).tolist(),
             replace=self.replace, per_hop=self.draw == "per_hop", disjoint=local is None,
-            local=local, work=self._workspace(),
+            local=local, work=self._workspace(), threads=torch.get_num_threads(),
         )  # fmt: skip
 
     def _sample_shared(self, seeds: torch.Tensor) -> SampledBatch:
