@@ -245,23 +245,32 @@ def _spans(n: int, threads: int) -> list[tuple[int, int]]:
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
-_pool_pid = 0
 _pool_lock = threading.Lock()
 
 
-def _executor(workers: int) -> ThreadPoolExecutor:
-    """The pool shared by every sampler of the process, with at least ``workers`` threads.
+def _forget_pool() -> None:
+    """Drop the parent's pool in a forked child (a loader's worker process).
 
-    A forked child (a loader's worker process) gets a pool of its own: the parent's threads do
-    not exist there.
+    The pool's threads do not exist there, and one of them may have held its lock at the fork:
+    the child starts a pool and a lock of its own.
     """
-    global _pool, _pool_size, _pool_pid
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    """The pool shared by every sampler of the process, with at least ``workers`` threads."""
+    global _pool, _pool_size
     with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid() or _pool_size < workers:
-            if _pool is not None and _pool_pid == os.getpid():
+        if _pool is None or _pool_size < workers:
+            if _pool is not None:
                 _pool.shutdown(wait=False)  # its threads finish what they run, then exit
             _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ibp-graph-hop")
-            _pool_size, _pool_pid = workers, os.getpid()
+            _pool_size = workers
         return _pool
 
 

@@ -246,7 +246,7 @@ def _sample_in_child(queue, graph, seeds):
 
 
 def test_a_forked_child_samples_on_a_pool_of_its_own(small_spans):
-    """The parent's pool threads do not exist in a forked child: the child starts its own."""
+    """A forked child starts a pool (and a lock) of its own: the parent's do not carry over."""
     import multiprocessing
 
     if "fork" not in multiprocessing.get_all_start_methods():
@@ -262,7 +262,8 @@ def test_a_forked_child_samples_on_a_pool_of_its_own(small_spans):
         ctx = multiprocessing.get_context("fork")
         queue = ctx.Queue()
         child = ctx.Process(target=_sample_in_child, args=(queue, g, seeds))
-        child.start()
+        with sample_cpu._pool_lock:  # as if a parent thread were setting the pool up
+            child.start()
         got = queue.get(timeout=60)
         child.join(timeout=60)
     finally:
