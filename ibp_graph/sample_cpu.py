@@ -12,7 +12,7 @@ batch to batch. The calls release the GIL.
 Threads: with ``threads`` above 1 (the sampler passes ``torch.get_num_threads()``, which
 torch's own ops and DGL's sampler follow too), a large frontier is cut into contiguous spans
 (`SPANS_PER_THREAD` a thread), and the first two passes of each span run on whichever thread
-takes it: the calling thread or a pool shared by the samplers of the process. The local ids
+takes it: the calling thread or the process's pool (`ibp_graph.threads`). The local ids
 are given on the calling thread, in entry order, span by span as their draws finish. A
 target's draws depend only on its place in the frontier, so a batch is the same, bit for bit,
 whatever the thread count.
@@ -29,11 +29,6 @@ probability. Offsets are sorted, so a target's edges come in CSR order as on the
 from __future__ import annotations
 
 import itertools
-import os
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_all
 
 import numpy as np
 import torch
@@ -42,6 +37,7 @@ from .jit import available as _numba_available
 from .jit import jit as _jit
 from .jit import numba
 from .sample_index import KNOWN, UNSEEN
+from .threads import Shared, spans
 
 __all__ = ["Workspace", "available", "clear", "sample"]
 
@@ -232,122 +228,6 @@ if numba is not None:
             local[node[i]] = _UNSEEN
 
 
-def _spans(n: int, threads: int) -> list[tuple[int, int]]:
-    """``[0, n)`` in contiguous spans for ``threads`` threads.
-
-    One span for one thread; otherwise `SPANS_PER_THREAD` a thread, each of `MIN_SPAN` or more
-    (at least one span).
-    """
-    parts = 1 if threads <= 1 else max(1, min(SPANS_PER_THREAD * threads, n // MIN_SPAN))
-    cuts = [n * t // parts for t in range(parts + 1)]
-    return list(itertools.pairwise(cuts))
-
-
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_pool_lock = threading.Lock()
-
-
-def _forget_pool() -> None:
-    """Drop the parent's pool in a forked child (a loader's worker process).
-
-    The pool's threads do not exist there, and one of them may have held its lock at the fork:
-    the child starts a pool and a lock of its own.
-    """
-    global _pool, _pool_size, _pool_lock
-    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _executor(workers: int) -> ThreadPoolExecutor:
-    """The pool shared by every sampler of the process, with at least ``workers`` threads."""
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool is None or _pool_size < workers:
-            if _pool is not None:
-                _pool.shutdown(wait=False)  # its threads finish what they run, then exit
-            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ibp-graph-hop")
-            _pool_size = workers
-        return _pool
-
-
-class _Shared:
-    """``fn(*task)`` for every task, each claimed in order by this thread or a pool thread.
-
-    Up to ``threads - 1`` pool threads take tasks from the start; this thread takes one
-    whenever it waits (`wait`) for a task not done yet, so that it never idles while tasks are
-    left (and a busy pool only slows the work down). Once a task fails no other starts. Leaving
-    the ``with`` block lets no thread start another task and waits for those running: they
-    write into the caller's buffers.
-    """
-
-    def __init__(self, fn: Callable, tasks: Sequence[tuple], threads: int) -> None:
-        self.fn, self.tasks = fn, tasks
-        self.results: list = [None] * len(tasks)
-        self.done = [threading.Event() for _ in tasks]
-        self.errors: list[BaseException] = []
-        self._next = 0
-        self._lock = threading.Lock()
-        helpers = min(threads, len(tasks)) - 1
-        self._futures = (
-            [_executor(threads - 1).submit(self._work) for _ in range(helpers)] if helpers else []
-        )
-
-    def __enter__(self) -> _Shared:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._next = len(self.tasks)
-        wait_all(self._futures)
-
-    def _take(self) -> int:
-        """The next task to do: its index, or the task count when none is left."""
-        with self._lock:
-            i = self._next
-            self._next = min(i + 1, len(self.tasks))
-            return i
-
-    def _do(self, i: int) -> None:
-        try:
-            self.results[i] = self.fn(*self.tasks[i])
-        except BaseException as exc:  # raised on the caller's thread by `wait`
-            with self._lock:  # no task starts any more, and none is waited for in vain
-                self.errors.append(exc)
-                for k in range(self._next, len(self.tasks)):
-                    self.done[k].set()
-                self._next = len(self.tasks)
-        finally:
-            self.done[i].set()
-
-    def _work(self) -> None:
-        while (i := self._take()) < len(self.tasks):
-            self._do(i)
-
-    def wait(self, i: int):
-        """Task ``i``'s result, once done: this thread does unclaimed tasks meanwhile.
-
-        Raises:
-            BaseException: what a task raised.
-        """
-        while not self.done[i].is_set():
-            j = self._take()
-            if j < len(self.tasks):
-                self._do(j)
-            else:
-                self.done[i].wait()
-        if self.errors:
-            raise self.errors[0]
-        return self.results[i]
-
-    def all(self) -> list:
-        """Every task's result, in order."""
-        return [self.wait(i) for i in range(len(self.tasks))]
-
-
 class Workspace:
     """Buffers reused from batch to batch (grown as needed, never shrunk, not pickled)."""
 
@@ -434,14 +314,14 @@ def sample(
         f0 = 0 if per_hop else begin
         total = 0
         if fanout != 0 and end > f0:
-            spans = _spans(end - f0, threads)
+            cuts = spans(end - f0, threads, MIN_SPAN, SPANS_PER_THREAD)
             start = work.get("start", end - f0)
             deg = work.get("deg", end - f0)
             count_tasks = [
                 (indptr_np, node, f0 + a, f0 + b, fanout, replace, start[a:b], deg[a:b])
-                for a, b in spans
+                for a, b in cuts
             ]
-            with _Shared(_count, count_tasks, threads) as counting:
+            with Shared(_count, count_tasks, threads) as counting:
                 counts = counting.all()
             total = sum(counts)
             node = work.get("node", end + total, keep=end)
@@ -453,15 +333,15 @@ def sample(
             draw_tasks = [
                 (indices_np, edge_ids_np, f0 + a, f0 + b, a, fanout, replace, key, start[a:b],
                  deg[a:b], row, col, edge, e0 + p, pos[p:])
-                for (a, b), p in zip(spans, firsts, strict=False)
+                for (a, b), p in zip(cuts, firsts, strict=False)
             ]  # fmt: skip
             if disjoint:
                 batch = work.get("batch", end + total, keep=end)
                 table, ids, bits = _hash_table(work, end + total, node, batch, end, n)
             # Local ids in entry order, span by span as their draws finish (on any thread).
             new = 0
-            with _Shared(_entries, draw_tasks, threads) as drawing:
-                for i in range(len(spans)):
+            with Shared(_entries, draw_tasks, threads) as drawing:
+                for i in range(len(cuts)):
                     drawing.wait(i)
                     q0, q1 = e0 + firsts[i], e0 + firsts[i + 1]
                     if disjoint:

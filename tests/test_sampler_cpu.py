@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ibp_graph import sample_cpu
+from ibp_graph import sample_cpu, threads
 from ibp_graph import sampler as sampler_mod
 from ibp_graph.graph import CSRGraph
 from ibp_graph.sampler import NeighborSampler
@@ -172,8 +172,8 @@ def test_threads_draw_the_same_batches(small_spans, kwargs):
     try:
         torch.set_num_threads(1)
         expected = [ref.sample(seeds), ref.sample(seeds.flip(0))]
-        for threads in (2, 3, 8):
-            torch.set_num_threads(threads)
+        for count in (2, 3, 8):
+            torch.set_num_threads(count)
             s = NeighborSampler(g, seed=3, **kwargs)
             for want, ids in zip(expected, (seeds, seeds.flip(0)), strict=True):
                 same_batches(s.sample(ids), want)
@@ -182,62 +182,6 @@ def test_threads_draw_the_same_batches(small_spans, kwargs):
     finally:
         torch.set_num_threads(before)
     assert expected[0].num_edges > 1000
-
-
-def test_spans_cover_the_frontier_in_order(monkeypatch):
-    monkeypatch.setattr(sample_cpu, "MIN_SPAN", 10)
-    assert sample_cpu._spans(1000, 1) == [(0, 1000)]  # one thread: never cut
-    assert sample_cpu._spans(5, 4) == [(0, 5)]  # below MIN_SPAN: one span
-    for n, threads in [(1000, 2), (1000, 3), (37, 4), (10**6, 16)]:
-        spans = sample_cpu._spans(n, threads)
-        assert spans[0][0] == 0 and spans[-1][1] == n
-        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
-        assert len(spans) == min(sample_cpu.SPANS_PER_THREAD * threads, n // 10)
-        assert min(b - a for a, b in spans) >= 10
-
-
-def test_shared_tasks_finish_and_raise_on_the_caller():
-    """Results in task order; a task's error reaches the caller, and no task outlives the block."""
-    import threading
-    import time
-
-    def square(i):
-        time.sleep(0.002 * (i % 3))
-        return threading.current_thread().name, i * i
-
-    with sample_cpu._Shared(square, [(i,) for i in range(12)], threads=3) as shared:
-        names, squares = zip(*shared.all(), strict=True)
-    assert list(squares) == [i * i for i in range(12)]
-    assert len(set(names)) > 1  # the pool took some
-
-    ran = []
-
-    def task(i):
-        time.sleep(0.01)
-        ran.append(i)
-        if i == 2:
-            raise ValueError("task 2 failed")
-
-    with pytest.raises(ValueError, match="task 2 failed"):
-        with sample_cpu._Shared(task, [(i,) for i in range(40)], threads=3) as shared:
-            shared.all()
-    count = len(ran)
-    assert 2 in ran and count < 40  # the tasks left unclaimed were dropped
-    time.sleep(0.05)
-    assert len(ran) == count  # leaving the block waited for the tasks that had started
-
-    # A pool kept busy by others: the caller does every task itself, in order, without waiting.
-    gate = threading.Event()
-    blockers = [sample_cpu._executor(2).submit(gate.wait) for _ in range(2)]
-    try:
-        with sample_cpu._Shared(lambda i: threading.current_thread().name, [(i,) for i in range(4)],
-                                threads=3) as shared:  # fmt: skip
-            names = shared.all()
-        assert set(names) == {threading.current_thread().name}
-    finally:
-        gate.set()
-        for f in blockers:
-            f.result(timeout=10)
 
 
 def _sample_in_child(queue, graph, seeds):
@@ -258,11 +202,11 @@ def test_a_forked_child_samples_on_a_pool_of_its_own(small_spans):
     try:
         torch.set_num_threads(2)
         want = NeighborSampler(g, [6, 4], seed=1).sample(seeds).row  # the parent's pool starts
-        assert sample_cpu._pool is not None
+        assert threads._pool is not None
         ctx = multiprocessing.get_context("fork")
         queue = ctx.Queue()
         child = ctx.Process(target=_sample_in_child, args=(queue, g, seeds))
-        with sample_cpu._pool_lock:  # as if a parent thread were setting the pool up
+        with threads._pool_lock:  # as if a parent thread were setting the pool up
             child.start()
         got = queue.get(timeout=60)
         child.join(timeout=60)
