@@ -1,4 +1,4 @@
-"""CPU encoder and decoder throughput on one core.
+"""CPU encoder and decoder throughput on one core, and the compiled decoder's on more.
 
 Usage::
 
@@ -15,7 +15,9 @@ row ids (with repeats, unsorted) and of every row, by both decoders side by side
 one (`ibp_graph.decode_cpu`, what a table uses with Numba) and the NumPy reference
 (`ibp_graph.codec.decode`, what it uses without), alternating which goes first from run to
 run, on the same ids, both checked bit for bit. MB/s counts raw (decoded) bytes. BLAS/OpenMP
-threads are pinned to 1 before NumPy loads: per-core numbers.
+threads are pinned to 1 before NumPy loads: per-core numbers. The compiled decoder is also
+timed with ``torch.set_num_threads(THREADS)`` (a table shares a large request's rows between
+that many threads), in the same rotation.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from ibp_graph.dtypes import rows_to_words  # noqa: E402
 REPEATS = 5
 ROWS = 200_000
 RANDOM_IDS = 100_000
+#: The thread count the compiled decoder is timed at besides one.
+THREADS = 2
 
 
 def tables() -> list[tuple[str, np.ndarray]]:
@@ -65,30 +69,35 @@ def tables() -> list[tuple[str, np.ndarray]]:
     return out
 
 
+#: The ways a table decodes, timed side by side: the compiled decoder (with Numba, the
+#: default) on one thread and on `THREADS`, and the NumPy reference (as a table decodes where
+#: Numba does not import).
+WAYS = ("compiled", "reference", "threads")
+
+
 @contextlib.contextmanager
 def decoder(name: str):
-    """Tables decode with ``name``: "compiled" (with Numba, the default) or "reference" (the
-    NumPy decoder, as a table decodes where Numba does not import)."""
-    if name == "compiled":
-        yield
-        return
-    real = decode_cpu.available
-    decode_cpu.available = lambda: False
+    """Tables decode the way ``name`` of `WAYS` says."""
+    real, threads = decode_cpu.available, torch.get_num_threads()
+    if name == "reference":
+        decode_cpu.available = lambda: False
+    elif name == "threads":
+        torch.set_num_threads(THREADS)
     try:
         yield
     finally:
         decode_cpu.available = real
+        torch.set_num_threads(threads)
 
 
 def side_by_side(fn, repeats: int = REPEATS) -> dict[str, float]:
-    """Median seconds of ``fn`` under each decoder, alternating which runs first."""
-    names = ("compiled", "reference")
-    for name in names:  # warm-up (and the compile)
+    """Median seconds of ``fn`` decoded each way of `WAYS`, rotating which runs first."""
+    for name in WAYS:  # warm-up (and the compile)
         with decoder(name):
             fn()
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, list[float]] = {name: [] for name in WAYS}
     for r in range(repeats):
-        for name in names if r % 2 == 0 else names[::-1]:
+        for name in WAYS[r % len(WAYS) :] + WAYS[: r % len(WAYS)]:
             with decoder(name):
                 t0 = time.perf_counter()
                 fn()
@@ -120,7 +129,7 @@ def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
 
     t_encode = timed(encode_all)
     ids = np.random.default_rng(1).integers(0, array.shape[0], RANDOM_IDS)
-    for name_ in ("compiled", "reference"):
+    for name_ in WAYS:
         with decoder(name_):
             assert np.array_equal(table.read(ids).view(np.uint32), array[ids].view(np.uint32))
             assert np.array_equal(table.read().view(np.uint32), array.view(np.uint32))
@@ -138,6 +147,9 @@ def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
         "decode_all_mb_s": mb / t_all["compiled"],
         "reference_decode_random_mb_s": mb_random / t_random["reference"],
         "reference_decode_all_mb_s": mb / t_all["reference"],
+        "threads": THREADS,
+        "threads_decode_random_mb_s": mb_random / t_random["threads"],
+        "threads_decode_all_mb_s": mb / t_all["threads"],
     }
     table.close()
     return result
@@ -145,25 +157,35 @@ def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
 
 def markdown(env: dict, rows: list[dict]) -> str:
     lines = [
-        *header_lines("CPU codec throughput (one core)", env),
+        *header_lines(f"CPU codec throughput (one core; the decoder also on {THREADS})", env),
         "MB/s of raw (decoded) table bytes, median of 5 runs after a warm-up, one thread. "
         "Targets: encoder >= 50 MB/s, decoder >= 100 MB/s per core. Decoding: the compiled "
         "decoder (`ibp_graph.decode_cpu`, a table's with Numba) and the NumPy reference "
         "(`ibp_graph.codec.decode`, without), timed side by side, alternating which goes "
-        "first; the ratio is compiled over reference.",
+        "first; the ratio is compiled over reference. The compiled decoder on "
+        f"{THREADS} threads (`torch.set_num_threads({THREADS})`) is timed in the same "
+        "rotation; its ratio is over itself on one.",
         "",
         "| table | ratio | align | compress() end to end | encoder only | decode 100k random ids: "
-        "compiled, reference (ratio) | decode all rows: compiled, reference (ratio) |",
-        "|---|---|---|---|---|---|---|",
+        "compiled, reference (ratio) | decode all rows: compiled, reference (ratio) "
+        f"| compiled on {THREADS} threads: 100k random ids, all rows (over one thread) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         random_x = r["decode_random_mb_s"] / r["reference_decode_random_mb_s"]
         all_x = r["decode_all_mb_s"] / r["reference_decode_all_mb_s"]
+        threads = (
+            f"{r['threads_decode_random_mb_s']:.1f} "
+            f"({r['threads_decode_random_mb_s'] / r['decode_random_mb_s']:.2f}x), "
+            f"{r['threads_decode_all_mb_s']:.1f} "
+            f"({r['threads_decode_all_mb_s'] / r['decode_all_mb_s']:.2f}x)"
+        )
         lines.append(
             f"| {r['table']} | {r['ratio']:.3f} | {r['align']} | {r['compress_mb_s']:.1f} "
             f"| {r['encode_mb_s']:.1f} | {r['decode_random_mb_s']:.1f}, "
             f"{r['reference_decode_random_mb_s']:.1f} ({random_x:.2f}x) "
-            f"| {r['decode_all_mb_s']:.1f}, {r['reference_decode_all_mb_s']:.1f} ({all_x:.2f}x) |"
+            f"| {r['decode_all_mb_s']:.1f}, {r['reference_decode_all_mb_s']:.1f} ({all_x:.2f}x) "
+            f"| {threads} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -6,8 +6,10 @@ walks each stored row once instead (its header bits, the codes, then the payload
 order docs/FORMAT.md gives them) and writes each word where it belongs; it returns the same
 words, bit for bit, and refuses a row whose fields run past its stored length with the same
 `CodecError`. `ibp_graph.table.IBPTable` decodes with it whenever Numba imports
-(`available`), and with the reference otherwise. The compiled loop releases the GIL and
-starts no threads, so loader workers and prefetch threads decode side by side.
+(`available`), and with the reference otherwise. The compiled loop releases the GIL, and with
+``threads`` above 1 a large request's rows are cut into contiguous spans decoded side by side
+on the process's pool (`ibp_graph.threads`): each row is decoded alone, so the words are the
+same for any thread count, and an error names the request's first bad row as on one thread.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from .codec import CHUNK_WORDS, SUB_WORDS, CodecError, CodecParams, subgroups_pe
 from .jit import available as _numba_available
 from .jit import jit as _jit
 from .jit import numba
+from .threads import Shared, spans
 
 __all__ = ["available", "decode"]
+
+#: Fewest decoded words in a span of rows shared between threads (a quarter MiB of 4-byte
+#: words): a smaller request, or a smaller share of one, stays on fewer threads.
+MIN_SPAN_WORDS = 65536
 
 
 def available() -> bool:
@@ -88,11 +95,14 @@ def decode(
     lengths: np.ndarray,
     params: CodecParams,
     cluster: np.ndarray | None = None,
+    *,
+    threads: int = 1,
 ) -> np.ndarray:
     """`ibp_graph.codec.decode`, compiled: the same arguments, words and `CodecError`.
 
     Also raises `CodecError` where a row stored raw runs past the end of ``rows`` (the
-    reference would fail to index it).
+    reference would fail to index it). ``threads``: how many threads may share the rows of a
+    large request (default: 1); the words and errors are the same for any count.
     """
     if numba is None:  # pragma: no cover - depends on the environment
         raise RuntimeError("ibp_graph.decode_cpu needs Numba")
@@ -107,38 +117,51 @@ def decode(
     else:
         cl = np.ascontiguousarray(cluster, dtype=np.int64)
     stream = np.asarray(rows).view(np.ndarray)  # a memmap is read as the array it maps
-    bad = _decode(
-        stream,
-        stream.view(np.uint8),
-        np.ascontiguousarray(starts, dtype=np.int64),
-        np.ascontiguousarray(lengths, dtype=np.int64),
-        cl,
-        v,
-        params.word_bytes,
-        params.max_entries,
-        a.code_bits,
-        a.escape,
-        a.free_bits,
-        a.bitvals,
-        a.run_lo,
-        a.run_mask,
-        a.run_dst,
-        a.run_count,
-        a.sub_code_bits,
-        a.flat_code_bits,
-        a.sub_count,
-        out.view(np.uint8).reshape(n, v * params.word_bytes),
-        out,
-    )
-    if bad[0] >= 0:
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    out_bytes = out.view(np.uint8).reshape(n, v * params.word_bytes)
+
+    def decode_span(lo: int, hi: int) -> np.ndarray:
+        return _decode(
+            stream,
+            stream.view(np.uint8),
+            starts[lo:hi],
+            lengths[lo:hi],
+            cl[lo:hi],
+            v,
+            params.word_bytes,
+            params.max_entries,
+            a.code_bits,
+            a.escape,
+            a.free_bits,
+            a.bitvals,
+            a.run_lo,
+            a.run_mask,
+            a.run_dst,
+            a.run_count,
+            a.sub_code_bits,
+            a.flat_code_bits,
+            a.sub_count,
+            out_bytes[lo:hi],
+            out[lo:hi],
+        )
+
+    cuts = spans(n, threads, -(-MIN_SPAN_WORDS // v))
+    with Shared(decode_span, cuts, threads) as decoding:
+        found = decoding.all()
+    for (lo, _), bad in zip(cuts, found, strict=True):
+        if bad[0] < 0:
+            continue
         if bad[1] < 0:
             raise CodecError(
-                f"raw row {int(bad[0])} of the request runs past the end of the row section "
-                f"({stream.nbytes} bytes)"
+                f"raw row {lo + int(bad[0])} of the request runs past the end of the row "
+                f"section ({stream.nbytes} bytes)"
             )
+        # Encoded rows are numbered among the request's encoded rows, as the reference does.
+        before = int(np.count_nonzero(lengths[:lo] < v * params.word_bytes))
         raise CodecError(
-            f"encoded row {int(bad[0])} of the request needs {int(bad[1])} bits but stores "
-            f"{int(bad[2])}"
+            f"encoded row {before + int(bad[0])} of the request needs {int(bad[1])} bits but "
+            f"stores {int(bad[2])}"
         )
     return out
 

@@ -331,7 +331,8 @@ class IBPTable:
         """Decode checked row ids to ``(n, V)`` codec words (the GPU kernels' reference).
 
         With Numba (a dependency) the rows are decoded by `ibp_graph.decode_cpu` in one
-        compiled pass each, without the GIL; without it by the NumPy reference,
+        compiled pass each, without the GIL, a large request's rows shared between
+        ``torch.get_num_threads()`` threads; without it by the NumPy reference,
         `ibp_graph.codec.decode`, in batches of about `DECODE_BATCH_WORDS` words. Both give the
         same words, bit for bit.
         """
@@ -343,7 +344,8 @@ class IBPTable:
 
         v = self._params.num_words
         if decode_cpu.available():
-            run, per_batch = decode_cpu.decode, max(1, ids.shape[0])
+            run = functools.partial(decode_cpu.decode, threads=torch.get_num_threads())
+            per_batch = max(1, ids.shape[0])
         else:
             run, per_batch = decode, max(1, DECODE_BATCH_WORDS // v)
         out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)

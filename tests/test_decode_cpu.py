@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import numpy as np
 import pytest
+import torch
 from conftest import encode_table, make_table, same_bits
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -106,6 +108,83 @@ def test_wide_grouped_rows_of_a_bag_of_words(sparse_table: np.ndarray, clusters:
 def test_the_decoder_releases_the_gil() -> None:
     # Loader workers and prefetch threads decode side by side.
     assert decode_cpu._decode.targetoptions.get("nogil") is True
+
+
+@pytest.fixture
+def small_spans(monkeypatch):
+    """Spans of 8 words or more, so that small requests are shared between threads."""
+    monkeypatch.setattr(decode_cpu, "MIN_SPAN_WORDS", 8)
+
+
+@settings(max_examples=60)
+@given(case=cases(), data=st.data())
+def test_threads_decode_the_same_words(case: Case, data: st.DataObject) -> None:
+    enc = case.encode()
+    n = enc.words.shape[0]
+    ids = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3 * n)))
+    cl = None if enc.cluster is None else enc.cluster[ids]
+    args = (enc.stream, enc.starts[ids], enc.lengths[ids], enc.params, cl)
+    want = decode_cpu.decode(*args)
+    with pytest.MonkeyPatch.context() as patch:  # spans of 8 words: small requests are shared
+        patch.setattr(decode_cpu, "MIN_SPAN_WORDS", 8)
+        for threads in (2, 3, 8):
+            assert same_bits(decode_cpu.decode(*args, threads=threads), want)
+
+
+def test_threads_name_the_request_s_first_bad_row(small_spans) -> None:
+    """Rows cut short in two spans, raw rows past the end in two more: the first is named,
+    as the reference names it (encoded rows counted among the request's encoded rows)."""
+    x = make_table(np.random.default_rng(11), "float32", 400, 16, "mixed")
+    enc = encode_table(x, "float32", align=16)
+    encoded = np.flatnonzero(~enc.chunk.raw)
+    short = encoded[encoded > 150][[0, -1]]  # in a later span than row 0's, and the last one
+    lengths = enc.lengths.copy()
+    lengths[short] = 0
+    with pytest.raises(CodecError) as one:
+        decode_cpu.decode(enc.stream, enc.starts, lengths, enc.params)
+    with pytest.raises(CodecError) as ref:
+        codec.decode(enc.stream, enc.starts, lengths, enc.params)
+    assert str(one.value) == str(ref.value)
+    rank = int(np.searchsorted(encoded, short[0]))
+    assert f"encoded row {rank} of the request" in str(one.value)
+    for threads in (2, 4, 16):
+        with pytest.raises(CodecError) as many:
+            decode_cpu.decode(enc.stream, enc.starts, lengths, enc.params, threads=threads)
+        assert str(many.value) == str(one.value)
+    raw = np.flatnonzero(enc.chunk.raw)
+    past = raw[raw > 200][[0, -1]]
+    starts = enc.starts.copy()
+    starts[past] = enc.stream.nbytes - 8
+    for threads in (1, 4):
+        with pytest.raises(CodecError, match=rf"raw row {past[0]} of the request runs past"):
+            decode_cpu.decode(enc.stream, starts, enc.lengths, enc.params, threads=threads)
+
+
+def test_a_table_shares_a_large_request_between_torch_s_threads(monkeypatch, tmp_path) -> None:
+    x = make_table(np.random.default_rng(5), "float32", 3000, 40, "sparse")
+    path = tmp_path / "t.ibp"
+    ibp_graph.compress(x, path, progress=False)
+    ids = np.random.default_rng(6).integers(0, 3000, 5000)
+    names = set()
+    real = decode_cpu._decode
+
+    def spy(*args):
+        names.add(threading.current_thread().name)
+        return real(*args)
+
+    before = torch.get_num_threads()
+    with ibp_graph.open(path) as table:
+        try:
+            torch.set_num_threads(1)
+            one = table.read(ids)
+            monkeypatch.setattr(decode_cpu, "_decode", spy)
+            monkeypatch.setattr(decode_cpu, "MIN_SPAN_WORDS", 400)  # spans of 10 rows or more
+            torch.set_num_threads(4)
+            four = table.read(ids)
+        finally:
+            torch.set_num_threads(before)
+    assert same_bits(four, one) and same_bits(one, x[ids])
+    assert names - {threading.current_thread().name}  # the pool's threads decoded some spans
 
 
 # --------------------------------------------------------------------------------------------
