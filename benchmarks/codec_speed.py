@@ -8,16 +8,17 @@ writes benchmarks/results/codec_speed-cpu.{json,md}.
 
 Tables: 200,000 x 128 float32 drawn from N(0, 1) (dense, about 1.16x), the same shape with 5%
 non-zeros (sparse), the bundled Cora bag-of-words rows (5,732 B, about 123x), and the derived
-Facebook SVD-100 float32 table when ../shared/datasets is there. Measured, each as the median
-of 5 runs after a warm-up: ``ibp_graph.compress`` end to end (sample, fit, encode, write the
-file), the encoder alone on the fitted parameters, and the table's decoding of 100,000 random
-row ids (with repeats, unsorted) and of every row, by both decoders side by side: the compiled
-one (`ibp_graph.decode_cpu`, what a table uses with Numba) and the NumPy reference
-(`ibp_graph.codec.decode`, what it uses without), alternating which goes first from run to
-run, on the same ids, both checked bit for bit. MB/s counts raw (decoded) bytes. BLAS/OpenMP
-threads are pinned to 1 before NumPy loads: per-core numbers. The compiled decoder is also
-timed with ``torch.set_num_threads(THREADS)`` (a table shares a large request's rows between
-that many threads), in the same rotation.
+Facebook SVD-100 float32 table when ../shared/datasets is there. Measured after a warm-up:
+``ibp_graph.compress`` end to end (sample, fit, encode, write the file) and the encoder alone
+on the fitted parameters; the table's decoding of random row ids (with repeats, unsorted;
+`RANDOM_BYTES` of raw rows: 100,000 rows of the 128-wide tables, 8,932 of Cora's) and of
+every row, in two side-by-side pairs on the same ids, alternating which goes
+first: the compiled decoder (`ibp_graph.decode_cpu`, what a table uses with Numba) on one
+thread against itself with ``torch.set_num_threads(THREADS)`` (a table shares a large
+request's rows between that many threads), then against the NumPy reference
+(`ibp_graph.codec.decode`, what it uses without), all checked bit for bit. Each figure is the
+median of 5 runs. MB/s counts raw (decoded) bytes. BLAS/OpenMP threads are pinned to 1 before
+NumPy loads: apart from the THREADS column, per-core numbers.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ from ibp_graph.dtypes import rows_to_words  # noqa: E402
 
 REPEATS = 5
 ROWS = 200_000
-RANDOM_IDS = 100_000
+#: Raw bytes of the random rows decoded: 100,000 rows of 512 B. The same for every table,
+#: so that a wide table's request (Cora's 5,732 B rows) is not an 11 times larger output,
+#: whose first-touch page faults would dominate its time.
+RANDOM_BYTES = 100_000 * 512
 #: The thread count the compiled decoder is timed at besides one.
 THREADS = 2
 
@@ -69,15 +73,10 @@ def tables() -> list[tuple[str, np.ndarray]]:
     return out
 
 
-#: The ways a table decodes, timed side by side: the compiled decoder (with Numba, the
-#: default) on one thread and on `THREADS`, and the NumPy reference (as a table decodes where
-#: Numba does not import).
-WAYS = ("compiled", "reference", "threads")
-
-
 @contextlib.contextmanager
 def decoder(name: str):
-    """Tables decode the way ``name`` of `WAYS` says."""
+    """Tables decode with ``name``: "compiled" (with Numba, the default), "threads" (the same
+    on `THREADS` threads) or "reference" (the NumPy decoder, as where Numba does not import)."""
     real, threads = decode_cpu.available, torch.get_num_threads()
     if name == "reference":
         decode_cpu.available = lambda: False
@@ -90,14 +89,14 @@ def decoder(name: str):
         torch.set_num_threads(threads)
 
 
-def side_by_side(fn, repeats: int = REPEATS) -> dict[str, float]:
-    """Median seconds of ``fn`` decoded each way of `WAYS`, rotating which runs first."""
-    for name in WAYS:  # warm-up (and the compile)
+def side_by_side(fn, ways: tuple[str, str], repeats: int = REPEATS) -> dict[str, float]:
+    """Median seconds of ``fn`` decoded each of two ways, alternating which runs first."""
+    for name in ways:  # warm-up (and the compile)
         with decoder(name):
             fn()
-    times: dict[str, list[float]] = {name: [] for name in WAYS}
+    times: dict[str, list[float]] = {name: [] for name in ways}
     for r in range(repeats):
-        for name in WAYS[r % len(WAYS) :] + WAYS[: r % len(WAYS)]:
+        for name in ways if r % 2 == 0 else ways[::-1]:
             with decoder(name):
                 t0 = time.perf_counter()
                 fn()
@@ -128,19 +127,26 @@ def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
             encode(words[s : s + per], table.params, table.align)
 
     t_encode = timed(encode_all)
-    ids = np.random.default_rng(1).integers(0, array.shape[0], RANDOM_IDS)
-    for name_ in WAYS:
+    count = RANDOM_BYTES // (array.shape[1] * array.itemsize)
+    ids = np.random.default_rng(1).integers(0, array.shape[0], count)
+    for name_ in ("compiled", "threads", "reference"):
         with decoder(name_):
             assert np.array_equal(table.read(ids).view(np.uint32), array[ids].view(np.uint32))
             assert np.array_equal(table.read().view(np.uint32), array.view(np.uint32))
-    t_random = side_by_side(lambda: table.read(ids))
-    t_all = side_by_side(lambda: table.read())
+    # One thread against THREADS first, then against the reference: a decode right after the
+    # reference's (gigabytes of temporaries freed) can run slower, so the thread counts are
+    # compared before the reference runs at all.
+    threads_random = side_by_side(lambda: table.read(ids), ("compiled", "threads"))
+    threads_all = side_by_side(lambda: table.read(), ("compiled", "threads"))
+    t_random = side_by_side(lambda: table.read(ids), ("compiled", "reference"))
+    t_all = side_by_side(lambda: table.read(), ("compiled", "reference"))
     mb_random = ids.size * array.shape[1] * 4 / 1e6
     result = {
         "table": name,
         "shape": list(array.shape),
         "ratio": table.ratio,
         "align": table.align,
+        "random_ids": int(ids.size),
         "compress_mb_s": mb / t_compress,
         "encode_mb_s": mb / t_encode,
         "decode_random_mb_s": mb_random / t_random["compiled"],
@@ -148,8 +154,10 @@ def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
         "reference_decode_random_mb_s": mb_random / t_random["reference"],
         "reference_decode_all_mb_s": mb / t_all["reference"],
         "threads": THREADS,
-        "threads_decode_random_mb_s": mb_random / t_random["threads"],
-        "threads_decode_all_mb_s": mb / t_all["threads"],
+        "threads_decode_random_mb_s": mb_random / threads_random["threads"],
+        "threads_decode_all_mb_s": mb / threads_all["threads"],
+        "threads_over_one_random": threads_random["compiled"] / threads_random["threads"],
+        "threads_over_one_all": threads_all["compiled"] / threads_all["threads"],
     }
     table.close()
     return result
@@ -158,27 +166,25 @@ def measure(name: str, array: np.ndarray, tmp: Path) -> dict:
 def markdown(env: dict, rows: list[dict]) -> str:
     lines = [
         *header_lines(f"CPU codec throughput (one core; the decoder also on {THREADS})", env),
-        "MB/s of raw (decoded) table bytes, median of 5 runs after a warm-up, one thread. "
-        "Targets: encoder >= 50 MB/s, decoder >= 100 MB/s per core. Decoding: the compiled "
-        "decoder (`ibp_graph.decode_cpu`, a table's with Numba) and the NumPy reference "
-        "(`ibp_graph.codec.decode`, without), timed side by side, alternating which goes "
-        "first; the ratio is compiled over reference. The compiled decoder on "
-        f"{THREADS} threads (`torch.set_num_threads({THREADS})`) is timed in the same "
-        "rotation; its ratio is over itself on one.",
+        "MB/s of raw (decoded) table bytes, median of 5 runs after a warm-up, one thread "
+        "but in the last column. Decoding in two side-by-side pairs, alternating which goes "
+        "first: the compiled decoder (`ibp_graph.decode_cpu`, a table's with Numba) on one "
+        f"thread against itself on {THREADS} (`torch.set_num_threads({THREADS})`), then "
+        "against the NumPy reference (`ibp_graph.codec.decode`, without). Targets: encoder "
+        ">= 50 MB/s, decoder >= 100 MB/s per core. Ratios: compiled over reference, and on "
+        f"{THREADS} threads over one thread in the same pair.",
         "",
-        "| table | ratio | align | compress() end to end | encoder only | decode 100k random ids: "
+        "| table | ratio | align | compress() end to end | encoder only | decode random ids: "
         "compiled, reference (ratio) | decode all rows: compiled, reference (ratio) "
-        f"| compiled on {THREADS} threads: 100k random ids, all rows (over one thread) |",
+        f"| compiled on {THREADS} threads: random ids, all rows (over one thread) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         random_x = r["decode_random_mb_s"] / r["reference_decode_random_mb_s"]
         all_x = r["decode_all_mb_s"] / r["reference_decode_all_mb_s"]
         threads = (
-            f"{r['threads_decode_random_mb_s']:.1f} "
-            f"({r['threads_decode_random_mb_s'] / r['decode_random_mb_s']:.2f}x), "
-            f"{r['threads_decode_all_mb_s']:.1f} "
-            f"({r['threads_decode_all_mb_s'] / r['decode_all_mb_s']:.2f}x)"
+            f"{r['threads_decode_random_mb_s']:.1f} ({r['threads_over_one_random']:.2f}x), "
+            f"{r['threads_decode_all_mb_s']:.1f} ({r['threads_over_one_all']:.2f}x)"
         )
         lines.append(
             f"| {r['table']} | {r['ratio']:.3f} | {r['align']} | {r['compress_mb_s']:.1f} "
