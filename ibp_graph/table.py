@@ -342,22 +342,23 @@ class IBPTable:
         # fraction of a second that `import ibp_graph` and GPU-only runs need not pay.
         from . import decode_cpu
 
-        v = self._params.num_words
-        if decode_cpu.available():
-            run = functools.partial(decode_cpu.decode, threads=torch.get_num_threads())
-            per_batch = max(1, ids.shape[0])
-        else:
-            run, per_batch = decode, max(1, DECODE_BATCH_WORDS // v)
-        out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)
-        for s in range(0, ids.shape[0], per_batch):
-            part = ids[s : s + per_batch]
+        def decode_rows(run: Callable, part: np.ndarray) -> np.ndarray:
             starts = self._offsets[part] * self._align
             lengths = self._offsets[part + 1] * self._align - starts
             cl = None if self._cluster_ids is None else self._cluster_ids[part]
             try:
-                out[s : s + per_batch] = run(self._rows, starts, lengths, self._params, cl)
+                return run(self._rows, starts, lengths, self._params, cl)
             except CodecError as exc:
                 raise _fail(self.path, f"corrupt row data: {exc}") from None
+
+        if decode_cpu.available():  # the whole request at once, into the array returned
+            threads = torch.get_num_threads()
+            return decode_rows(functools.partial(decode_cpu.decode, threads=threads), ids)
+        v = self._params.num_words
+        per_batch = max(1, DECODE_BATCH_WORDS // v)
+        out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)
+        for s in range(0, ids.shape[0], per_batch):
+            out[s : s + per_batch] = decode_rows(decode, ids[s : s + per_batch])
         return out
 
     def read(self, index: RowIndex = None) -> np.ndarray:
