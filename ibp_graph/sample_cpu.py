@@ -44,7 +44,7 @@ __all__ = ["Workspace", "available", "clear", "sample"]
 #: Largest fanout drawn by Floyd's algorithm (quadratic in the fanout); selection sampling above.
 FLOYD_MAX_K = 64
 
-#: Fewest frontier nodes (or nodes to clear) in a span of work shared between threads.
+#: Fewest frontier nodes in a span of a hop shared between threads.
 MIN_SPAN = 1024
 #: Spans a thread's share of a hop is cut into, so that threads that finish early take more and
 #: the local ids of the first spans are given while the later ones are drawn.
