@@ -94,7 +94,7 @@ def child(args: argparse.Namespace) -> None:
 
 def count(name: str, args: argparse.Namespace, folder: Path, data: Path, lib: Path) -> dict:
     """Run contender ``name`` under callgrind: its instructions and sampled edges."""
-    prefix = folder / f"callgrind.{len(list(folder.glob('callgrind.*')))}"
+    prefix = Path(tempfile.mkdtemp(prefix="count-", dir=folder)) / "callgrind.out"
     cmd = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}",
         sys.executable, __file__, "--child", name, "--data", str(data), "--lib", str(lib),
