@@ -333,7 +333,7 @@ def sample(
             draw_tasks = [
                 (indices_np, edge_ids_np, f0 + a, f0 + b, a, fanout, replace, key, start[a:b],
                  deg[a:b], row, col, edge, e0 + p, pos[p:])
-                for (a, b), p in zip(cuts, firsts, strict=False)
+                for (a, b), p in zip(cuts, firsts[:-1], strict=True)
             ]  # fmt: skip
             if disjoint:
                 batch = work.get("batch", end + total, keep=end)
