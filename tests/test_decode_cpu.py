@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 
@@ -167,9 +168,15 @@ def test_a_table_shares_a_large_request_between_torch_s_threads(monkeypatch, tmp
     ids = np.random.default_rng(6).integers(0, 3000, 5000)
     names = set()
     real = decode_cpu._decode
+    # The first two spans wait for each other, so they decode at once, on two threads: which
+    # threads take which spans is otherwise up to the scheduler (the caller may take them all).
+    both_started = threading.Barrier(2, timeout=30)
+    calls = itertools.count()
 
     def spy(*args):
         names.add(threading.current_thread().name)
+        if next(calls) < 2:
+            both_started.wait()
         return real(*args)
 
     before = torch.get_num_threads()

@@ -26,7 +26,13 @@ def test_spans_cover_the_range_in_order():
 def test_shared_tasks_finish_and_raise_on_the_caller():
     """Results in task order; a task's error reaches the caller, and no task outlives the block."""
 
+    # Tasks 0 and 1 wait for each other, so two threads run them: which thread takes which
+    # task is otherwise up to the scheduler (the caller may take them all).
+    both_started = threading.Barrier(2, timeout=30)
+
     def square(i):
+        if i < 2:
+            both_started.wait()
         time.sleep(0.002 * (i % 3))
         return threading.current_thread().name, i * i
 
