@@ -3,7 +3,9 @@
 `ibp_graph.codec.decode` is the reference that defines the format: NumPy, vectorised over the
 rows and words of a request, in a dozen passes over ``(rows, words)`` arrays. `decode` here
 walks each stored row once instead (its header bits, the codes, then the payloads, in the
-order docs/FORMAT.md gives them) and writes each word where it belongs; it returns the same
+order docs/FORMAT.md gives them) and writes each word where it belongs: a subgroup of a grouped
+row that stores no bits (no codes, no free bits: most of a bag-of-words row) as one copy of
+its columns' code-0 entries, the other words one by one. It returns the same
 words, bit for bit, and refuses a row whose fields run past its stored length with the same
 `CodecError`. `ibp_graph.table.IBPTable` decodes with it whenever Numba imports
 (`available`), and with the reference otherwise. The compiled loop releases the GIL, and with
@@ -55,6 +57,8 @@ class _Compiled:
     sub_code_bits: np.ndarray  # (k * S,) int64: code bits of each subgroup's words
     flat_code_bits: np.ndarray  # (k,) int64: code bits of a flat row
     sub_count: np.ndarray  # (C,) int64: 8-word subgroups of each 32-word chunk
+    code0: np.ndarray  # (k * V,) words: each column's code-0 entry
+    plain_sub: np.ndarray  # (k * S,) bool: a subgroup whose uncoded words are their code0
 
 
 def _compiled(params: CodecParams) -> _Compiled:
@@ -73,6 +77,10 @@ def _compiled(params: CodecParams) -> _Compiled:
         padded = np.zeros((k, c * CHUNK_WORDS), dtype=np.int64)
         padded[:, :v] = bits
         mask = by_column(runs.mask)
+        # Code 0 is never an escape (b >= 1), so a word of code 0 with no free bits is its
+        # code-0 entry: so is every word of a subgroup without codes whose columns all are.
+        plain = np.ones((k, c * CHUNK_WORDS), dtype=bool)  # the last chunk's padding too
+        plain[:, :v] = params.free_bits == 0
         params.__dict__[key] = _Compiled(
             code_bits=bits.reshape(-1),
             escape=params.escape.reshape(-1).copy(),
@@ -85,6 +93,8 @@ def _compiled(params: CodecParams) -> _Compiled:
             sub_code_bits=padded.reshape(k, -1, SUB_WORDS).sum(axis=2).reshape(-1),
             flat_code_bits=bits.sum(axis=1),
             sub_count=subgroups_per_chunk(v).astype(np.int64),
+            code0=np.ascontiguousarray(params.bitvals[:, :, 0]).reshape(-1),
+            plain_sub=plain.reshape(k, -1, SUB_WORDS).all(axis=2).reshape(-1),
         )
     return params.__dict__[key]
 
@@ -142,6 +152,8 @@ def decode(
             a.sub_code_bits,
             a.flat_code_bits,
             a.sub_count,
+            a.code0,
+            a.plain_sub,
             out_bytes[lo:hi],
             out[lo:hi],
         )
@@ -194,7 +206,7 @@ if numba is not None:
     def _decode(
         stream, stream_bytes, starts, lengths, cluster, v, tb, e, code_bits, escape, free_bits,
         bitvals, run_lo, run_mask, run_dst, run_count, sub_code_bits, flat_code_bits, sub_count,
-        out_bytes, out,
+        code0, plain_sub, out_bytes, out,
     ):  # pragma: no cover - compiled  # fmt: skip
         n = starts.shape[0]
         c = sub_count.shape[0]
@@ -212,6 +224,7 @@ if numba is not None:
                 out_bytes[i, :] = stream_bytes[start : start + row_bytes]
                 continue
             base = start * 8
+            row = out[i]
             cl = cluster[i]
             col0 = cl * v
             grouped = _read(stream, base, 1) != 0
@@ -229,40 +242,54 @@ if numba is not None:
                                 code_bits_total += sub_code_bits[cl * subs_per_row + ch * 4 + s]
                 code_at = at
                 pay_at = at + code_bits_total
-                at = base + 1 + c
             else:  # flat: every word's code, then the payloads
                 code_at = base + 1
                 pay_at = code_at + flat_code_bits[cl]
+            # Words in spans of 8 (a grouped row's subgroups) or 32 (a flat row's chunks),
+            # indexed from the span's first (loops Numba vectorises).
+            span = 8 if grouped else 32
+            at = base + 1 + c
             for ch in range(c):
-                subs = np.uint64(0xF)  # a flat row: every subgroup has its codes
+                subs = np.uint64(1)  # a flat row: its one span of the chunk has codes
                 if grouped:
                     subs = np.uint64(0)
                     if _read(stream, base + 1 + ch, 1):
                         subs = _read(stream, at, sub_count[ch])
                         at += sub_count[ch]
-                for j in range(ch * 32, min(v, ch * 32 + 32)):
-                    col = col0 + j
-                    code = 0
-                    if (subs >> np.uint64((j - ch * 32) >> 3)) & np.uint64(1):
-                        b = code_bits[col]
-                        code = np.int64(_read(stream, code_at, b))
-                        code_at += b
-                    if code == escape[col]:  # stored whole
-                        out[i, j] = _read(stream, pay_at, word_bits)
-                        pay_at += word_bits
+                for s in range(sub_count[ch] if grouped else 1):
+                    j0 = ch * 32 + s * span
+                    n_j = min(v, j0 + span) - j0
+                    coded = ((subs >> np.uint64(s)) & np.uint64(1)) != 0
+                    if not coded and plain_sub[cl * subs_per_row + ch * 4 + s]:
+                        c0 = col0 + j0  # no bits stored: the code-0 entries
+                        for t in range(n_j):
+                            row[j0 + t] = code0[c0 + t]
                         continue
-                    word = bitvals[col * e + code]
-                    fb = free_bits[col]
-                    if fb:  # the free bits, deposited run by run
-                        payload = _read(stream, pay_at, fb)
-                        pay_at += fb
-                        nr = run_count[col]
-                        word |= ((payload >> run_dst[col, 0]) & run_mask[col, 0]) << run_lo[col, 0]
-                        for q in range(1, nr):
-                            word |= ((payload >> run_dst[col, q]) & run_mask[col, q]) << (
-                                run_lo[col, q]
+                    for t in range(n_j):
+                        col = col0 + j0 + t
+                        code = 0
+                        if coded:
+                            b = code_bits[col]
+                            code = np.int64(_read(stream, code_at, b))
+                            code_at += b
+                        if code == escape[col]:  # stored whole
+                            row[j0 + t] = _read(stream, pay_at, word_bits)
+                            pay_at += word_bits
+                            continue
+                        word = bitvals[col * e + code]
+                        fb = free_bits[col]
+                        if fb:  # the free bits, deposited run by run
+                            payload = _read(stream, pay_at, fb)
+                            pay_at += fb
+                            nr = run_count[col]
+                            word |= ((payload >> run_dst[col, 0]) & run_mask[col, 0]) << (
+                                run_lo[col, 0]
                             )
-                    out[i, j] = word
+                            for q in range(1, nr):
+                                word |= ((payload >> run_dst[col, q]) & run_mask[col, q]) << (
+                                    run_lo[col, q]
+                                )
+                        row[j0 + t] = word
             end = pay_at - base
             if end > lengths[i] * 8:  # the words read past the row: refused, not returned
                 bad[0] = encoded

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import encode_table, make_table, same_bits
+from conftest import Encoded, encode_table, make_table, same_bits
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_codec import Case, arbitrary_params, cases, shortened
@@ -102,6 +102,38 @@ def test_wide_grouped_rows_of_a_bag_of_words(sparse_table: np.ndarray, clusters:
     enc = encode_table(sparse_table, "float32", clusters=clusters)
     assert enc.grouped().mean() > 0.5
     ids = np.random.default_rng(0).integers(0, sparse_table.shape[0], 500)
+    want, got = both(enc, ids)
+    assert same_bits(got, want)
+
+
+@pytest.mark.parametrize("word_bytes", [4, 8])
+def test_subgroups_without_codes_with_and_without_free_bits(word_bytes: int) -> None:
+    """A subgroup without codes is copied from its code-0 entries only where none of its
+    columns has free bits: one free column (in one cluster) makes its words read payloads."""
+    rng = np.random.default_rng(5)
+    wd = np.dtype(f"<u{word_bytes}")
+    k, v, n = 2, 70, 400  # the last chunk holds 6 words: one short subgroup
+    masks = np.full((k, v), np.iinfo(wd).max, dtype=wd)
+    masks[0, 9] ^= wd.type(0b111)  # free bits in subgroup 1 of chunk 0, cluster 0 only
+    masks[:, 66] ^= wd.type(0b1)  # and in the last, short subgroup, both clusters
+    code_bits = np.full((k, v), 2, dtype=np.uint8)
+    bitvals = (rng.integers(0, 1 << 16, (k, v, 3)).astype(wd)) & masks[:, :, None]
+    cluster = rng.integers(0, k, n).astype(np.uint8)
+    words = bitvals[cluster, :, 0].copy()  # code 0 everywhere ...
+    free = rng.integers(0, 8, (n, v)).astype(wd) & ~masks[cluster]
+    words |= free
+    hit = rng.random((n, v)) < 0.01  # ... but for a few words of code 1 and a few escapes
+    words[hit] = bitvals[cluster, :, 1][hit] | free[hit]
+    odd = rng.random((n, v)) < 0.01
+    words[odd] = rng.integers(0, np.iinfo(wd).max, int(odd.sum()), dtype=wd, endpoint=True)
+    params = codec.CodecParams(
+        word_bytes=word_bytes, masks=masks, code_bits=code_bits, bitvals=bitvals
+    )
+    enc = Encoded(words, params, cluster, codec.encode(words, params, 16, cluster), 16)
+    assert enc.grouped().mean() > 0.5
+    want, got = both(enc)
+    assert same_bits(got, want) and same_bits(got, words)
+    ids = rng.integers(0, n, 600)
     want, got = both(enc, ids)
     assert same_bits(got, want)
 
