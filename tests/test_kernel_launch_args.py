@@ -30,6 +30,7 @@ import itertools
 import re
 import shutil
 import subprocess
+import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -1312,3 +1313,55 @@ def test_launch_context_refuses_a_stream_of_another_device(fake_cupy) -> None:
         with cupy_stream(_torch_stream(0x77, 0), torch.device("cuda", 1)):
             pass
     assert fake_cupy.current == 0
+
+
+def test_threads_taking_a_kernel_first_load_its_module_once(monkeypatch) -> None:
+    """Two threads asking for a kernel at once, one raising its shared-memory limit: one
+    module is loaded, and the kernel cached is the one whose limit was raised."""
+    from ibp_graph.kernels import runtime
+
+    built: list[object] = []
+    second = threading.Event()
+
+    class Function:
+        max_dynamic_shared_size_bytes = 48 * 1024
+
+    class RawModule:
+        def __init__(self, *, code: str, options: tuple, backend: str) -> None:
+            built.append(self)
+            if len(built) == 1:
+                second.wait(0.5)  # a second load, if one starts, overlaps this one
+            else:
+                second.set()
+            self.function = Function()
+
+        def get_function(self, name: str) -> Function:
+            return self.function
+
+    cp = types.SimpleNamespace(
+        RawModule=RawModule, cuda=types.SimpleNamespace(Device=lambda d: contextlib.nullcontext())
+    )
+    monkeypatch.setattr(runtime, "cupy", lambda: cp)
+    for cache in (runtime._module, runtime._kernel, runtime._allow_smem):
+        cache.cache_clear()
+    try:
+        got: dict[str, Function] = {}
+        src, entry = "raw_gather.cu", "ibp_raw_gather_v4"
+
+        def ask(name: str, **limit: int) -> None:
+            got[name] = runtime.kernel(src, entry, 0, **limit)
+
+        threads = [
+            threading.Thread(target=ask, args=("large",), kwargs={"max_smem": 99_000}),
+            threading.Thread(target=ask, args=("plain",)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert len(built) == 1
+        assert got["large"] is got["plain"] is runtime.kernel(src, entry, 0)
+        assert got["plain"].max_dynamic_shared_size_bytes == 99_000
+    finally:
+        for cache in (runtime._module, runtime._kernel, runtime._allow_smem):
+            cache.cache_clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,12 @@ def require_cuda(what: str) -> None:
         )
 
 
+#: Held while the caches below are filled, so that one thread at a time fills them. Two threads
+#: missing them at once would each load a module, the cache would keep one of their kernels,
+#: and the shared-memory limit (`_allow_smem`, cached) might have been raised on the other.
+_BUILDING = threading.Lock()
+
+
 @functools.cache
 def _module(name: str) -> Any:
     # Compiled and loaded lazily, once per device, when a kernel is first taken from it.
@@ -125,9 +132,10 @@ def kernel(source: str, entry: str, device: int, *, max_smem: int | None = None)
     folder = _SOURCES.get()
     if folder is not None:  # inside kernel_sources: that folder's file, cached under its path
         source = str(folder / source)
-    if max_smem is not None:
-        _allow_smem(source, entry, int(device), int(max_smem))
-    return _kernel(source, entry, int(device))
+    with _BUILDING:
+        if max_smem is not None:
+            _allow_smem(source, entry, int(device), int(max_smem))
+        return _kernel(source, entry, int(device))
 
 
 _LAUNCH_MARKS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
