@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .errors import IBPError
 
@@ -480,3 +481,18 @@ def release_deferred() -> int:
 
 
 atexit.register(release_deferred)
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor.to(device)``, without waiting for the work queued on the device.
+
+    torch copies pageable host memory to a GPU synchronously: the copy waits for the current
+    stream, and so for the kernels queued on it. A CPU tensor is copied to a CUDA ``device``
+    through pinned memory instead, asynchronously, in the current stream's order. The copy
+    reads a pinned buffer of its own, never ``tensor``'s memory after this returns (a pinned
+    ``tensor`` is copied first), so the caller may refill ``tensor`` at once.
+    """
+    if tensor.device.type != "cpu" or torch.device(device).type != "cuda":
+        return tensor.to(device)
+    staged = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor)
+    return staged.to(device, non_blocking=True)

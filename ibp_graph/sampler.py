@@ -48,6 +48,7 @@ from .errors import IBPDeviceError, IBPInputError, check_bool, check_choice
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
 from .kernels.sample_neighbors import CudaHopKernels, kernel_sample
+from .pinned import to_device
 from .sample_draw import (
     exclusive_cumsum,
     floyd_sample,
@@ -428,12 +429,8 @@ class NeighborSampler:
                 raise IBPInputError(
                     f"seeds[{i}] = {int(seeds[i])} is out of range for a graph of {n} nodes"
                 )
-        device = self.graph.device
-        if seeds.device.type == "cpu" and device.type == "cuda":
-            # Through pinned memory: an asynchronous copy, where a copy from pageable memory
-            # would wait for the stream (and so for the batches queued on it before).
-            return seeds.pin_memory().to(device, non_blocking=True)
-        return seeds.to(device)
+        # Through pinned memory to a GPU: no wait for the batches queued before.
+        return to_device(seeds, self.graph.device)
 
     def _scratch(self) -> torch.Tensor:
         if self._map is None:

@@ -70,6 +70,7 @@ from ibp_graph.errors import IBPInputError, check_bool, check_choice
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
 from ibp_graph.loading import BaseNodeLoader, type_name, unsupported, warn_ignored
+from ibp_graph.pinned import to_device
 from ibp_graph.sampler import SUBGRAPH_TYPES, NeighborSampler, SampledBatch
 
 __all__ = ["IBPFeatureStore", "NeighborLoader"]
@@ -538,7 +539,7 @@ class NeighborLoader(BaseNodeLoader):
             out.num_sampled_nodes = list(sampled.num_sampled_nodes)
         if sampled.num_sampled_edges is not None:
             out.num_sampled_edges = list(sampled.num_sampled_edges)
-        out.input_id = sampled.input_id.to(self.device)
+        out.input_id = to_device(sampled.input_id, self.device)
         out.batch_size = sampled.batch_size
         if self.transform is not None:
             out = self.transform(out)

@@ -394,6 +394,13 @@ def test_a_buffer_dropped_at_interpreter_shutdown_is_left_to_the_process_exit(
     assert runtime.calls() == ["register", "sync", "unregister"]
 
 
+def test_to_device_on_the_cpu_is_tensor_to() -> None:
+    from ibp_graph.pinned import to_device
+
+    t = torch.arange(5)
+    assert to_device(t, torch.device("cpu")) is t  # as ``t.to("cpu")``: the tensor itself
+
+
 @pytest.mark.parametrize("pages", ["huge", "small"])
 def test_pinned_pages_are_zeroed_and_aligned(pages, monkeypatch) -> None:
     from ibp_graph.pinned import HUGE_PAGE
@@ -948,3 +955,20 @@ def test_device_codec_checks_its_constant_tensors_once() -> None:
     assert codec.longest_row is None  # the default: buffers for the longest a row can be
     short = dataclasses.replace(codec, longest_row=1)  # rows of 20 bytes stored in 1
     assert (short.plan(48 * 1024).buf_words, codec.plan(48 * 1024).buf_words) == (8, 16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("pinned", [False, True])
+def test_gpu_to_device_waits_for_no_kernel_and_reads_its_own_copy(pinned: bool) -> None:
+    from ibp_graph.pinned import to_device
+
+    t = torch.arange(1000) * 3
+    t = t.pin_memory() if pinned else t
+    want = t.clone()
+    torch.cuda._sleep(200_000_000)  # the current stream is busy for about 0.1 s
+    got = to_device(t, torch.device("cuda"))
+    assert not torch.cuda.current_stream().query()  # returned before the stream got there
+    t.fill_(-1)  # the caller refills its buffer at once
+    torch.cuda.synchronize()
+    assert got.is_cuda and torch.equal(got.cpu(), want)
