@@ -457,7 +457,9 @@ class PinnedBuffer:
 
 #: Buffers dropped while pinned, waiting for `release_deferred`.
 _DEFERRED: list[PinnedBuffer] = []
-_DEFERRED_LOCK = threading.Lock()
+#: Reentrant: a buffer in a reference cycle can be dropped by the garbage collector on the
+#: thread that holds it (any allocation may start a collection), and defers itself then.
+_DEFERRED_LOCK = threading.RLock()
 
 
 def deferred_count() -> int:

@@ -7,6 +7,7 @@ import gc
 import inspect
 import mmap
 import re
+import threading
 import types
 
 import numpy as np
@@ -373,6 +374,30 @@ def test_dropping_a_pinned_buffer_defers_the_unpinning_to_a_safe_point() -> None
     gc.collect()
     PinnedBuffer(100, "z.ibp", _cuda(runtime)).close()
     assert deferred_count() == 0 and len(runtime.unregistered()) == 2
+
+
+def test_a_buffer_collected_while_the_deferred_list_is_locked_defers_itself() -> None:
+    # The collector may drop a buffer held in a reference cycle on any thread, also on the one
+    # that holds the list's lock (release_deferred allocates while it holds it).
+    from ibp_graph import pinned
+
+    pinned.release_deferred()
+    runtime = CudaRuntimeStub()
+    done = threading.Event()
+
+    def drop_in_cycle() -> None:
+        buf = PinnedBuffer(100, "x.ibp", _cuda(runtime))
+        buf.pin()
+        buf.cycle = buf
+        del buf
+        with pinned._DEFERRED_LOCK:
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=drop_in_cycle, daemon=True).start()
+    assert done.wait(10), "a buffer dropped under the lock waited for it forever"
+    assert pinned.release_deferred() == 1
+    assert runtime.calls() == ["register", "sync", "unregister"]
 
 
 def test_a_buffer_dropped_at_interpreter_shutdown_is_left_to_the_process_exit(
