@@ -19,6 +19,7 @@ from .kernels.raw_gather import raw_gather
 from .kernels.runtime import check_block_warps, check_chunk_rows, cupy, require_cuda
 from .pinned import PinnedBuffer
 from .table import IBPTable
+from .threads import hold
 
 #: Bytes copied into pinned memory per step of the progress bar.
 COPY_CHUNK = 64 << 20
@@ -309,7 +310,7 @@ class _CudaTableBase:
         # Sorted ids read the pinned rows in address order; the permutation writes each row
         # at its position in idx, and the kernel reports that position in the error slots.
         run, out_pos = self._sorted(idx, stream) if self.sort_ids else (idx, None)
-        with self._lock:
+        with hold(self._lock):  # on a prefetch thread, given up once its loader is closed
             if self._pinned is None:
                 raise IBPInputError(f"{self.path}: the table is closed")
             self._launch(run, out, error, stream, out_pos)

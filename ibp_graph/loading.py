@@ -49,8 +49,8 @@ from .errors import IBPInputError, check_bool, check_choice
 from .graph import CSRGraph
 from .kernels import runtime
 from .prefetch import LoaderStats, Prefetcher
-from .producer import hold
 from .sampler import NeighborSampler, SampledBatch
+from .threads import hold
 from .workers import (
     COUNTERS,
     BatchTask,

@@ -7,11 +7,9 @@ exception raised by ``produce`` is raised by the `take` that would have returned
 the items before it; an exception of a ``fatal`` type is raised by the next `take` at once.
 `close` stops the thread after the item it is producing and joins it.
 
-Code that ``produce`` runs takes shared locks with `hold`. On a producer's thread, `hold`
-gives up waiting once the producer is closed, so a `close` never waits forever on a thread
-that waits for a lock the closing thread holds: the garbage collector can finalise an
-abandoned iterator (and close its producer) on any thread, including one in the middle of a
-batch, holding the lock the abandoned thread waits for.
+Code that ``produce`` runs takes shared locks with `ibp_graph.threads.hold`. The producer's
+thread has its stop flag set by `close`, where `hold` gives up waiting, so a `close` never
+waits forever on a thread that waits for a lock the closing thread holds.
 
 At interpreter exit every producer still running is closed (an ``atexit`` hook, with a
 bounded wait): a daemon thread still inside a torch call when the interpreter tears its
@@ -31,10 +29,12 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BackgroundProducer", "hold"]
+from .threads import Stopped, set_stop_flag
+
+__all__ = ["BackgroundProducer"]
 
 T = TypeVar("T")
 
@@ -42,42 +42,6 @@ _ITEM, _END, _ERROR = "item", "end", "error"
 
 #: Seconds `_close_live` waits at interpreter exit for all the threads to stop, together.
 EXIT_WAIT_S = 10.0
-
-#: Seconds between two looks at its producer's stop flag while `hold` waits on a producer's
-#: thread.
-LOCK_POLL_S = 0.01
-
-#: ``stop``: the stop flag (a ``threading.Event``) of the producer running on this thread.
-_CURRENT = threading.local()
-
-
-class _Stopped(BaseException):
-    """Raised by `hold` on a producer's thread when the producer was closed while it waited.
-
-    Not an ``Exception``: code between `hold` and the thread's loop must not catch it.
-    """
-
-
-@contextlib.contextmanager
-def hold(lock: threading.Lock) -> Iterator[None]:
-    """Hold ``lock`` for the ``with`` block.
-
-    On another thread it simply waits. On a producer's thread it waits until the lock is free
-    or the producer is closed; in the second case the producer's thread ends quietly (the
-    consumer has stopped listening).
-    """
-    stop = getattr(_CURRENT, "stop", None)
-    if stop is None:
-        lock.acquire()
-    else:
-        while not lock.acquire(timeout=LOCK_POLL_S):
-            if stop.is_set():
-                raise _Stopped
-    try:
-        yield
-    finally:
-        lock.release()
-
 
 #: The producers of this process, closed at interpreter exit by `_close_live`.
 _LIVE: weakref.WeakSet[BackgroundProducer] = weakref.WeakSet()
@@ -136,7 +100,7 @@ class BackgroundProducer(Generic[T]):
     def _run(self) -> None:
         # Entering or leaving the context may fail too: the consumer must hear of it, or its
         # `take` would wait forever.
-        _CURRENT.stop = self._stop
+        set_stop_flag(self._stop)
         try:
             with self._context():
                 while True:
@@ -148,7 +112,7 @@ class BackgroundProducer(Generic[T]):
                         self._items.put((_END, None))
                         return
                     self._items.put((_ITEM, item))
-        except _Stopped:  # closed while waiting in `hold`: nobody takes what follows
+        except Stopped:  # closed while waiting in `hold`: nobody takes what follows
             return
         except BaseException as exc:  # handed to the consumer, in order
             if isinstance(exc, self._fatal_types):

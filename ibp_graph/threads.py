@@ -7,18 +7,66 @@ many threads as ``torch.get_num_threads()`` says. Each caller cuts its work into
 order, and the results come back in span order, so a call's output never depends on which
 thread did what. One pool serves every caller of the process; a forked child (a loader's
 worker process) starts its own.
+
+Locks shared between threads (a sampler's, a GPU table's) are taken with `hold`. On a
+thread with a stop flag (`set_stop_flag`: a background producer's,
+`ibp_graph.producer.BackgroundProducer`), `hold` gives up waiting once the flag is set, so
+closing a producer never waits forever on a thread that waits for a lock the closing thread
+holds: the garbage collector can finalise an abandoned iterator (and close its producer) on
+any thread, including one in the middle of a batch, holding the lock the abandoned thread
+waits for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 
-__all__ = ["Shared", "executor", "spans"]
+__all__ = ["Shared", "Stopped", "executor", "hold", "set_stop_flag", "spans"]
+
+#: Seconds between two looks at the thread's stop flag while `hold` waits on a thread that
+#: has one.
+LOCK_POLL_S = 0.01
+
+#: ``stop``: the stop flag (a ``threading.Event``) of this thread, if it has one.
+_THREAD = threading.local()
+
+
+class Stopped(BaseException):
+    """Raised by `hold` on a thread whose stop flag was set while it waited for the lock.
+
+    Not an ``Exception``: code between `hold` and the thread's own loop must not catch it.
+    """
+
+
+def set_stop_flag(stop: threading.Event | None) -> None:
+    """Give the calling thread a stop flag (None: none): `hold` stops waiting once it is set."""
+    _THREAD.stop = stop
+
+
+@contextlib.contextmanager
+def hold(lock: threading.Lock) -> Iterator[None]:
+    """Hold ``lock`` for the ``with`` block.
+
+    On a thread without a stop flag it simply waits. On one with a stop flag it waits until
+    the lock is free or the flag is set, and raises `Stopped` in the second case.
+    """
+    stop = getattr(_THREAD, "stop", None)
+    if stop is None:
+        lock.acquire()
+    else:
+        while not lock.acquire(timeout=LOCK_POLL_S):
+            if stop.is_set():
+                raise Stopped
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def spans(n: int, threads: int, min_span: int, per_thread: int = 1) -> list[tuple[int, int]]:

@@ -23,7 +23,8 @@ from conftest import homophilous_graph
 from test_loader_base import TinyLoader, same
 
 from ibp_graph.graph import CSRGraph
-from ibp_graph.producer import EXIT_WAIT_S, BackgroundProducer, hold
+from ibp_graph.producer import EXIT_WAIT_S, BackgroundProducer
+from ibp_graph.threads import hold
 
 N = 400
 #: Seconds a test waits for ``take()`` before it counts as hung.

@@ -77,3 +77,32 @@ def test_a_closed_table_defers_nothing_and_keeps_its_codec_until_dropped(cpu_tab
     del table
     gc.collect()
     assert runtime.calls()[-1] == "codec freed" and deferred_count() == 0
+
+
+def test_closing_a_prefetch_thread_that_waits_for_the_table_lock_ends_it(
+    cpu_table, monkeypatch
+) -> None:
+    """The garbage collector may close an abandoned loader's prefetch thread on a thread that
+    holds a table's launch lock (in the middle of its own fetch): the close must not wait for
+    a thread that waits for that lock."""
+    import threading
+
+    from ibp_graph.producer import BackgroundProducer
+
+    open_table, _ = cpu_table
+    table = open_table()
+    table.sort_ids = False
+    waiting, launched = threading.Event(), []
+    monkeypatch.setattr(cuda_table, "check_idx", lambda idx, device: waiting.set())
+    monkeypatch.setattr(cuda_table, "check_launch", lambda *args: None)
+    monkeypatch.setattr(table, "_launch", lambda *args: launched.append(args))
+    idx = torch.arange(3)
+    with table._lock:
+        producer = BackgroundProducer(lambda: (True, table.fetch(idx, check=False)), 1)
+        assert waiting.wait(10)
+        closer = threading.Thread(target=producer.close, daemon=True)
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive(), "close() waited for a thread that waits for our lock"
+    assert not launched and not producer._thread.is_alive()
+    table.close()
