@@ -9,7 +9,8 @@ returns per call:
 - ``kernels``: the device activities grouped by a short name, longest first;
 - ``host_ops``: the torch ops by their own (self) host time, longest first;
 - ``python``: the Python functions by their own time (``cProfile``'s ``tottime``), longest
-  first; C functions called from Python (``{built-in method ...}``) count as functions.
+  first; C functions called from Python (``{built-in method ...}``) count as functions. Whose
+  calls: `PYTHON_THREADS` (``python_threads`` in the result).
 
 Each list holds at most ``top`` entries of ``{"name", "ms", "calls"}`` (per call of the
 work). Profilers slow the host: the shares between entries are what to read, not the sums.
@@ -30,6 +31,11 @@ import torch
 
 #: Entries kept per list.
 TOP = 6
+
+#: Whose Python calls ``cProfile`` counts. From Python 3.12 it hooks ``sys.monitoring``, which
+#: sees every thread of the process (a loader's prefetch thread, the CPU pool); before, only
+#: the thread that profiles.
+PYTHON_THREADS = "every thread" if sys.version_info >= (3, 12) else "the calling thread"
 
 
 def short_kernel_name(name: str) -> str:
@@ -136,6 +142,7 @@ def split(work: Callable[[], Any], calls: int, cuda: bool, top: int = TOP) -> di
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     out: dict = {"calls": calls, "gpu_busy_s": None, "kernels": [], "host_ops": [], "python": []}
+    out["python_threads"] = PYTHON_THREADS
     try:
         out.update(profiled_ops(work, calls, cuda, top))
     except Exception as exc:  # noqa: BLE001 - reported, the measurement goes on
@@ -154,6 +161,8 @@ def markdown(title: str, result: dict) -> list[str]:
         ("host_ops", "torch op, own host time"),
         ("python", "Python function, own time"),
     )
+    if result.get("python_threads"):
+        columns = (*columns[:2], ("python", f"{columns[2][1]}, {result['python_threads']}"))
     lines = [
         f"{title} (per call, {result['calls']} call{'s' if result['calls'] != 1 else ''} "
         "profiled; ms and calls per call):",

@@ -62,7 +62,10 @@ def test_a_profiler_that_fails_leaves_the_measurement_alone(capsys) -> None:
         raise RuntimeError("no such op")
 
     out = time_split.split(broken, 2, cuda=False)
-    assert out == {"calls": 2, "gpu_busy_s": None, "kernels": [], "host_ops": [], "python": []}
+    assert out == {
+        "calls": 2, "gpu_busy_s": None, "kernels": [], "host_ops": [], "python": [],
+        "python_threads": time_split.PYTHON_THREADS,
+    }  # fmt: skip
     err = capsys.readouterr().err
     assert "torch profiler: RuntimeError: no such op" in err and "cProfile: RuntimeError" in err
     with pytest.raises(ValueError, match="calls must be at least 1, got 0"):
@@ -89,7 +92,27 @@ def test_markdown_puts_the_three_lists_side_by_side() -> None:
         "| `a\\|b.py:3(f)` 2.000 ms (1) |"
     )
     assert lines[5] == "| 2 |  | `aten::cat` 0.500 ms (2) |  |"
+    # Whose Python calls were counted (cProfile sees every thread from Python 3.12).
+    lines = time_split.markdown("x", result | {"python_threads": "every thread"})
+    assert lines[2].endswith("| Python function, own time, every thread |")
     empty = {"calls": 1, "kernels": [], "host_ops": [], "python": []}
     assert (
         time_split.markdown("x", empty)[-1] == "| - | not measured | not measured | not measured |"
     )
+
+
+def test_python_threads_says_whose_calls_cprofile_counts() -> None:
+    import threading
+
+    def elsewhere() -> None:
+        thread = threading.Thread(target=_on_another_thread)
+        thread.start()
+        thread.join()
+
+    names = [e["name"] for e in time_split.python_functions(elsewhere, 1, top=50)]
+    seen = any("_on_another_thread" in name for name in names)
+    assert seen == (time_split.PYTHON_THREADS == "every thread")
+
+
+def _on_another_thread() -> None:
+    sum(range(1000))
