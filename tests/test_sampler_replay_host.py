@@ -348,6 +348,26 @@ def test_gpu_replay_captured_on_a_thread_beside_training_work() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    ("fanouts", "index_dtype", "kw"),
+    [([15, 10, 5], torch.int32, {}), ([4, 0, 3], torch.int64, {"replace": True}),
+     ([MAX_K, 2], torch.int32, {"replace": True})],
+)  # fmt: skip
+def test_gpu_replayed_batches_are_the_eager_ones_in_other_modes(fanouts, index_dtype, kw) -> None:
+    # int32 indices, draws with replacement, a hop of fanout 0, the widest draw; a repeated
+    # seed in every batch (seed_batches).
+    g = power_graph(24, n=5000, index_dtype=index_dtype)
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    eager = NeighborSampler(gd, fanouts, seed=6, backend="kernel", **kw)
+    replayed = NeighborSampler(gd, fanouts, seed=6, backend="kernel", cuda_graph=True, **kw)
+    for seeds in seed_batches(g, [200, 200, 77, 200, 77, 200], seed=10):
+        seeds = seeds.cuda()
+        assert_same(replayed.sample(seeds), eager.sample(seeds))
+    assert sorted(replayed._replay.graphs) == [77, 200]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_a_failed_capture_leaves_the_current_stream() -> None:
     # Last in the file: a capture that fails part-way (a sync while capturing).
     before = torch.cuda.current_stream()
