@@ -62,7 +62,8 @@ def test_shared_tasks_finish_and_raise_on_the_caller():
     gate = threading.Event()
     timer = threading.Timer(20, gate.set)
     timer.start()
-    blockers = [threads.executor(2).submit(gate.wait) for _ in range(2)]
+    pool = threads.executor(2)  # every worker it has, which earlier tests may have grown
+    blockers = [pool.submit(gate.wait) for _ in range(threads._pool_size)]
     try:
         t0 = time.perf_counter()
         with threads.Shared(lambda i: threading.current_thread().name, [(i,) for i in range(4)],
