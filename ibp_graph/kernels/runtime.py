@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import IBPDeviceError
+from ..threads import hold
 
 #: NVRTC options every kernel is built with (the tests compile with the same ones).
 NVRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
@@ -95,6 +96,7 @@ def require_cuda(what: str) -> None:
 #: Held while the caches below are filled, so that one thread at a time fills them. Two threads
 #: missing them at once would each load a module, the cache would keep one of their kernels,
 #: and the shared-memory limit (`_allow_smem`, cached) might have been raised on the other.
+#: Taken with `hold`, as every lock a prefetch thread may wait for.
 _BUILDING = threading.Lock()
 
 
@@ -132,7 +134,7 @@ def kernel(source: str, entry: str, device: int, *, max_smem: int | None = None)
     folder = _SOURCES.get()
     if folder is not None:  # inside kernel_sources: that folder's file, cached under its path
         source = str(folder / source)
-    with _BUILDING:
+    with hold(_BUILDING):
         if max_smem is not None:
             _allow_smem(source, entry, int(device), int(max_smem))
         return _kernel(source, entry, int(device))
