@@ -102,7 +102,7 @@ if hasattr(os, "register_at_fork"):
 def executor(workers: int) -> ThreadPoolExecutor:
     """The process's pool, with at least ``workers`` threads (grown, never shrunk)."""
     global _pool, _pool_size
-    with _pool_lock:
+    with hold(_pool_lock):
         if _pool is None or _pool_size < workers:
             if _pool is not None:
                 _pool.shutdown(wait=False)  # its threads finish what they run, then exit
