@@ -15,6 +15,7 @@ import os
 import shutil
 import struct
 import tempfile
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -492,3 +493,32 @@ def set_header_stats(path: Path, stats: object) -> None:
     text += b" " * (hdr.data_start - 24 - len(text))
     crc = struct.pack("<IQ", zlib.crc32(text), len(text))
     path.write_bytes(raw[:12] + crc + text + raw[hdr.data_start :])
+
+
+# --------------------------------------------------------------------------------------------
+# Locks a prefetch thread waits for
+# --------------------------------------------------------------------------------------------
+
+
+def close_while_its_thread_waits(lock, call, timeout: float = 10.0):
+    """Close a background producer whose thread runs ``call()``, which waits for ``lock``,
+    while this thread holds ``lock`` (as when the garbage collector finalises an abandoned
+    iterator on a thread in the middle of a batch). Fails if the close waits for the thread.
+    Returns the producer, closed."""
+    from ibp_graph.producer import BackgroundProducer
+
+    asked = threading.Event()
+
+    def produce():
+        asked.set()
+        return True, call()
+
+    with lock:
+        producer = BackgroundProducer(produce, 1)
+        assert asked.wait(timeout)
+        closer = threading.Thread(target=producer.close, daemon=True)
+        closer.start()
+        closer.join(timeout)
+        assert not closer.is_alive(), "close() waited for a thread that waits for our lock"
+    assert not producer._thread.is_alive()
+    return producer

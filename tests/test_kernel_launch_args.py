@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import close_while_its_thread_waits
 
 from ibp_graph.cuda_table import as_signed_tensor
 from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM, DeviceCodec
@@ -1371,19 +1372,7 @@ def test_closing_a_prefetch_thread_that_waits_to_take_a_kernel_ends_it(fake_cupy
     """As for a table's lock: the thread that closes an abandoned loader may be compiling a
     kernel (holding the caches' lock) while that loader's prefetch thread waits for it."""
     from ibp_graph.kernels import runtime
-    from ibp_graph.producer import BackgroundProducer
 
-    asked = threading.Event()
-
-    def produce():
-        asked.set()
-        return True, runtime.kernel("raw_gather.cu", "ibp_raw_gather_v4", 0)
-
-    with runtime._BUILDING:
-        producer = BackgroundProducer(produce, 1)
-        assert asked.wait(10)
-        closer = threading.Thread(target=producer.close, daemon=True)
-        closer.start()
-        closer.join(10)
-        assert not closer.is_alive(), "close() waited for a thread that waits for our lock"
-    assert not producer._thread.is_alive()
+    close_while_its_thread_waits(
+        runtime._BUILDING, lambda: runtime.kernel("raw_gather.cu", "ibp_raw_gather_v4", 0)
+    )

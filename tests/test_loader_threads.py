@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import homophilous_graph
+from conftest import close_while_its_thread_waits, homophilous_graph
 from test_loader_base import TinyLoader, same
 
 from ibp_graph.graph import CSRGraph
@@ -127,23 +127,14 @@ def test_two_loaders_sharing_a_sampler_give_the_batches_of_their_epochs(graph) -
 
 def test_closing_a_producer_while_holding_the_lock_its_thread_waits_for() -> None:
     """As when the garbage collector finalises an abandoned iterator mid-batch."""
-    lock, waiting = threading.Lock(), threading.Event()
-    produced = []
+    lock, produced = threading.Lock(), []
 
-    def produce():
-        waiting.set()
+    def take_the_lock():
         with hold(lock):
             produced.append(1)
-        return True, 1
 
-    with lock:
-        producer = BackgroundProducer(produce, 1)
-        assert waiting.wait(TIMEOUT_S)
-        closer = threading.Thread(target=producer.close, daemon=True)
-        closer.start()
-        closer.join(TIMEOUT_S)
-        assert not closer.is_alive(), "close() waited for a thread that waits for our lock"
-    assert not produced and not producer._thread.is_alive()
+    producer = close_while_its_thread_waits(lock, take_the_lock, TIMEOUT_S)
+    assert not produced
     with pytest.raises(StopIteration):
         producer.take()
 

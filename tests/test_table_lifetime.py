@@ -17,6 +17,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from conftest import close_while_its_thread_waits
 from cuda_runtime_stub import CudaRuntimeStub
 
 import ibp_graph
@@ -85,24 +86,13 @@ def test_closing_a_prefetch_thread_that_waits_for_the_table_lock_ends_it(
     """The garbage collector may close an abandoned loader's prefetch thread on a thread that
     holds a table's launch lock (in the middle of its own fetch): the close must not wait for
     a thread that waits for that lock."""
-    import threading
-
-    from ibp_graph.producer import BackgroundProducer
-
     open_table, _ = cpu_table
     table = open_table()
     table.sort_ids = False
-    waiting, launched = threading.Event(), []
-    monkeypatch.setattr(cuda_table, "check_idx", lambda idx, device: waiting.set())
+    launched = []
+    monkeypatch.setattr(cuda_table, "check_idx", lambda idx, device: None)
     monkeypatch.setattr(cuda_table, "check_launch", lambda *args: None)
     monkeypatch.setattr(table, "_launch", lambda *args: launched.append(args))
-    idx = torch.arange(3)
-    with table._lock:
-        producer = BackgroundProducer(lambda: (True, table.fetch(idx, check=False)), 1)
-        assert waiting.wait(10)
-        closer = threading.Thread(target=producer.close, daemon=True)
-        closer.start()
-        closer.join(10)
-        assert not closer.is_alive(), "close() waited for a thread that waits for our lock"
-    assert not launched and not producer._thread.is_alive()
+    close_while_its_thread_waits(table._lock, lambda: table.fetch(torch.arange(3), check=False))
+    assert not launched
     table.close()

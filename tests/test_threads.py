@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from conftest import close_while_its_thread_waits
 
 from ibp_graph import threads
 
@@ -81,19 +82,4 @@ def test_shared_tasks_finish_and_raise_on_the_caller():
 def test_closing_a_producer_that_waits_for_the_pool_ends_it() -> None:
     """The process's pool is taken under a lock that every thread shares: a prefetch thread
     waiting for it is given up when its producer is closed by the thread that holds it."""
-    from ibp_graph.producer import BackgroundProducer
-
-    asked = threading.Event()
-
-    def produce():
-        asked.set()
-        return True, threads.executor(2)
-
-    with threads._pool_lock:
-        producer = BackgroundProducer(produce, 1)
-        assert asked.wait(10)
-        closer = threading.Thread(target=producer.close, daemon=True)
-        closer.start()
-        closer.join(10)
-        assert not closer.is_alive(), "close() waited for a thread that waits for our lock"
-    assert not producer._thread.is_alive()
+    close_while_its_thread_waits(threads._pool_lock, lambda: threads.executor(2))
