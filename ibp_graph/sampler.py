@@ -336,6 +336,10 @@ class NeighborSampler:
         #: batch on another stream waits for it before writing the map.
         self._map_cleared: tuple[torch.cuda.Stream, torch.cuda.Event] | None = None
         self._arange: torch.Tensor | None = None
+        #: The aranges a longer one replaced: on a GPU a batch queued on another stream may
+        #: still read one, so none is freed while the sampler lives (together they hold less
+        #: than the current one, which at least doubles each time).
+        self._old_aranges: list[torch.Tensor] = []
         self._work: Workspace | None = None
         self._replay: BatchReplay | None = None
         self._hop_kernels = self._kernels_for_backend()
@@ -361,6 +365,7 @@ class NeighborSampler:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_map"] = state["_arange"] = state["_work"] = state["_hop_kernels"] = None
+        state["_old_aranges"] = []
         state["_replay"] = state["_map_cleared"] = None
         state["generator"] = state["lock"] = None
         # bytes, not a tensor: a tensor made here would be freed before a spawned process
@@ -377,6 +382,7 @@ class NeighborSampler:
             ("subgraph_type", "directional"),
             ("draw", "once"),
             ("_arange", None),
+            ("_old_aranges", []),
             ("_work", None),
             ("_replay", None),
             ("cuda_graph", False),
@@ -461,6 +467,8 @@ class NeighborSampler:
         """``arange(m)`` for some ``m >= n``, kept between batches (never written to)."""
         iota = self._arange
         if iota is None or iota.numel() < n:
+            if iota is not None:
+                self._old_aranges.append(iota)
             iota = torch.arange(max(n, 2 * (0 if iota is None else iota.numel()), 1024))
             self._arange = iota = iota.to(self.graph.device)
         return iota

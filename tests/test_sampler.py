@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import pickle
 import warnings
@@ -519,6 +520,21 @@ def test_scratch_map_cleared_between_batches():
         seeds = torch.arange(i, 100, 13)
         check_batch(s.sample(seeds), ei, 100, seeds, [4, 4])
         assert (s._map == sampler_mod.UNSEEN).all()
+
+
+def test_a_longer_arange_keeps_the_one_it_replaces() -> None:
+    # A batch on another stream may still read the old one when a longer batch replaces it:
+    # its memory must not go back to the allocator while the sampler lives.
+    import weakref
+
+    ei = random_graph(7, n=3000, e=20000, isolated=0)
+    s = NeighborSampler(CSRGraph.from_edge_index(ei, 3000), [5, 5], seed=0)
+    first = weakref.ref(s._iota(10))
+    assert torch.equal(s._iota(5000)[:5000], torch.arange(5000))
+    gc.collect()
+    assert first() is not None and first() is not s._arange
+    assert sum(t.numel() for t in s._old_aranges) < s._arange.numel()
+    assert pickle.loads(pickle.dumps(s))._old_aranges == []
 
 
 # --------------------------------------------------------------------------------------------
