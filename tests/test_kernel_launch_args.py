@@ -1278,6 +1278,7 @@ def fake_cupy(monkeypatch) -> _FakeCupy:
     monkeypatch.setattr(torch.cuda, "device", torch_device)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: cp.current)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: _torch_stream(0x50, index))
+    monkeypatch.setattr(runtime, "_KERNELS", {})
     runtime._kernel.cache_clear()
     runtime._module.cache_clear()
     yield cp
@@ -1343,7 +1344,8 @@ def test_threads_taking_a_kernel_first_load_its_module_once(monkeypatch) -> None
         RawModule=RawModule, cuda=types.SimpleNamespace(Device=lambda d: contextlib.nullcontext())
     )
     monkeypatch.setattr(runtime, "cupy", lambda: cp)
-    for cache in (runtime._module, runtime._kernel, runtime._allow_smem):
+    monkeypatch.setattr(runtime, "_KERNELS", {})
+    for cache in (runtime._module, runtime._kernel):
         cache.cache_clear()
     try:
         got: dict[str, Function] = {}
@@ -1364,7 +1366,7 @@ def test_threads_taking_a_kernel_first_load_its_module_once(monkeypatch) -> None
         assert got["large"] is got["plain"] is runtime.kernel(src, entry, 0)
         assert got["plain"].max_dynamic_shared_size_bytes == 99_000
     finally:
-        for cache in (runtime._module, runtime._kernel, runtime._allow_smem):
+        for cache in (runtime._module, runtime._kernel):
             cache.cache_clear()
 
 

@@ -877,17 +877,14 @@ def test_the_shared_memory_limit_is_raised_once_per_kernel_and_device(monkeypatc
         return made.setdefault((source, entry, device), Fn(entry, device))
 
     monkeypatch.setattr(runtime, "_kernel", fake_kernel)
-    runtime._allow_smem.cache_clear()
-    try:
-        limit = 227 * 1024
-        for _ in range(3):
-            fn = runtime.kernel("fetch_decode.cu", "a", 0, max_smem=limit)
-            assert fn.max_dynamic_shared_size_bytes == limit
-        runtime.kernel("fetch_decode.cu", "a", 1, max_smem=limit)  # another device: its own
-        runtime.kernel("fetch_decode.cu", "b", 0)  # narrow launches leave the limit alone
-        assert sets == [("a", 0, limit), ("a", 1, limit)]
-    finally:
-        runtime._allow_smem.cache_clear()
+    monkeypatch.setattr(runtime, "_KERNELS", {})
+    limit = 227 * 1024
+    for _ in range(3):
+        fn = runtime.kernel("fetch_decode.cu", "a", 0, max_smem=limit)
+        assert fn.max_dynamic_shared_size_bytes == limit
+    runtime.kernel("fetch_decode.cu", "a", 1, max_smem=limit)  # another device: its own
+    runtime.kernel("fetch_decode.cu", "b", 0)  # narrow launches leave the limit alone
+    assert sets == [("a", 0, limit), ("a", 1, limit)]
 
 
 def test_default_grid_is_its_blocks_per_sm_and_never_more_than_fits(monkeypatch) -> None:

@@ -93,10 +93,14 @@ def require_cuda(what: str) -> None:
         )
 
 
-#: Held while the caches below are filled, so that one thread at a time fills them. Two threads
-#: missing them at once would each load a module, the cache would keep one of their kernels,
-#: and the shared-memory limit (`_allow_smem`, cached) might have been raised on the other.
-#: Taken with `hold`, as every lock a prefetch thread may wait for.
+#: The kernels taken so far: ``(source, entry, device, max_smem)`` -> kernel. Read without a
+#: lock (a launch's one lookup); a missing one is made under `_BUILDING`.
+_KERNELS: dict[tuple, Any] = {}
+
+#: Held while a kernel is made, so that one thread at a time loads modules: two threads
+#: missing the caches at once would each load one, and the shared-memory limit might be raised
+#: on the kernel the cache does not keep. Taken with `hold`, as every lock a prefetch thread
+#: may wait for.
 _BUILDING = threading.Lock()
 
 
@@ -111,12 +115,6 @@ def _kernel(source: str, entry: str, device: int) -> Any:
     cp = cupy()
     with cp.cuda.Device(device):
         return _module(source).get_function(entry)
-
-
-@functools.cache
-def _allow_smem(source: str, entry: str, device: int, max_smem: int) -> None:
-    # Set once per kernel and device: the attribute is a driver call on every launch otherwise.
-    _kernel(source, entry, device).max_dynamic_shared_size_bytes = max_smem
 
 
 def kernel(source: str, entry: str, device: int, *, max_smem: int | None = None) -> Any:
@@ -134,10 +132,17 @@ def kernel(source: str, entry: str, device: int, *, max_smem: int | None = None)
     folder = _SOURCES.get()
     if folder is not None:  # inside kernel_sources: that folder's file, cached under its path
         source = str(folder / source)
-    with hold(_BUILDING):
-        if max_smem is not None:
-            _allow_smem(source, entry, int(device), int(max_smem))
-        return _kernel(source, entry, int(device))
+    key = (source, entry, int(device), None if max_smem is None else int(max_smem))
+    fn = _KERNELS.get(key)
+    if fn is None:
+        with hold(_BUILDING):
+            fn = _KERNELS.get(key)
+            if fn is None:
+                fn = _kernel(source, entry, int(device))
+                if max_smem is not None:  # a driver call: once, not at every launch
+                    fn.max_dynamic_shared_size_bytes = int(max_smem)
+                _KERNELS[key] = fn
+    return fn
 
 
 _LAUNCH_MARKS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
