@@ -213,15 +213,15 @@ plan() {
 # The device commands `prepare` prints, one per call, most important first (each under 10
 # minutes; on an H100 the calls took 2-5 minutes each, machine start and transfers included).
 # A task is now lent 15 minutes of device time, machine start included, which gets through
-# the first two. Every GPU test, the sanitizers, the decoder against its previous version,
-# the sampler, the Cora and CiteSeer epochs and the fetch beside training ran at a9cb4c1
-# (2026-11-27); first what has never run: CoraSU (after the smoke test), then every GPU test
-# and side-stream fetches in larger blocks (fetch rate and the step beside it), the fetch at
-# the current defaults and its profile; then the rest again: the tests, the decoder and the
-# sanitizers (run them first when the kernels change), the sampler and the epochs, the fetch
-# beside training, ophops (the epochs with torch-op hops, for comparison) and the others.
-CALLS=("smoke corasu" "tests warps" "fetch" "profile" "smoke tests decodeab sanitize"
-    "sampling e2e" "overlap ddp" "ophops grid" "synthetic" "pages" "lanes")
+# the first two (at a9cb4c1 the first took 5 minutes, the machine started in half a minute).
+# First the smoke test, every GPU test, the decoder against its previous version side by
+# side (bit for bit on every table, and what the last change to it is worth) and the
+# sanitizers over every kernel test; then what has never run: CoraSU, side-stream fetches in
+# larger blocks (fetch rate and the step beside it), the fetch at the current defaults and
+# its profile; then the rest again (the sampler and the epochs, the fetch beside training,
+# ophops: the epochs with torch-op hops, for comparison, and the others).
+CALLS=("smoke tests decodeab sanitize" "corasu" "warps" "fetch" "profile" "sampling e2e"
+    "overlap ddp" "ophops grid" "synthetic" "pages" "lanes")
 
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
 # version (fetch_decode.cu, and its commit in COMMIT) for the decodeab stage, or nothing (said

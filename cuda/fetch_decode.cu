@@ -15,9 +15,10 @@
 // decodes in one pass (decode_grouped_no_free): where its payloads start follows from the
 // prefix sums of the subgroups that hold codes, so each word is read with its code, as its
 // code's entry or, escaped, as the payload its rank among the chunk's escapes (a warp vote)
-// places. Its chunks without a code go first, each lane loading the words of four chunks
-// (two of 8-byte words) before it stores them; a warp vote then lists the chunks with codes,
-// and only those are visited. A word that does not escape is its code's entry with its payload
+// places. A warp vote over each 32 of its chunks lists those without a code and those with:
+// the former are stored first, four at a time (two of 8-byte words, and two in the
+// double-buffered entry points), each lane loading its words of all of them before it stores
+// any; then the latter are visited one by one. A word that does not escape is its code's entry with its payload
 // deposited into the column's free bits: by two shifts when those bits lie in at most two runs
 // (every float column whose mask holds the exponent's top bits, with or without the sign:
 // `layouts`), by a loop over the runs of the mask otherwise. Rows stored raw are copied through.
@@ -285,30 +286,47 @@ __device__ __forceinline__ void reject_corrupt_row(u8* out_row, int* error, i64 
     zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
 }
 
-// The chunks of a grouped row that hold no code (`subs` 0), in a cluster whose columns have
-// no free bit: every word is its column's code-0 entry (`entries` [j]). The chunks are
-// independent, so each lane loads 16 bytes of words (four 4-byte words or two 8-byte ones,
-// from as many chunks) before it stores them: that many loads in flight, not one load, one
-// store and one branch per chunk in turn. Which of them to store is kept in the bits of one
-// word (an array of flags made the double-buffered entry points spill).
-template <typename W>
-__device__ __forceinline__ void store_code0_chunks(const u8* subs, const W* __restrict__ entries,
-                                                   u8* out_row, int V, int row_bytes,
-                                                   bool word_aligned, int lane) {
-    constexpr int U = 16 / (int)sizeof(W);
-    for (int j1 = lane; j1 < V; j1 += U * 32) {
+// How many chunks without a code a lane loads a word of before it stores any: 16 bytes of
+// words (four 4-byte words or two 8-byte ones), or two words in the double-buffered entry
+// points, whose registers are taken by the next row's staging (four 4-byte words there
+// spill 136 bytes on sm_80 and 48 on sm_90, against 28 and 0 with two: kernel-resources.md).
+template <typename W, int BUFFERS>
+struct Code0Loads {
+    static constexpr int value = BUFFERS == 1 ? 16 / (int)sizeof(W) : 2;
+};
+
+// The chunks without a code among the 32 from chunk `q0` of a grouped row (`empty`, bit i:
+// chunk q0 + i, from a warp vote), in a cluster whose columns have no free bit: every word
+// is its column's code-0 entry (`entries` [j]). Only those chunks are visited, and U at a
+// time, each lane loading
+// its word of each before it stores any: that many loads in flight, where one chunk at a
+// time is one load, its store and a branch. Which chunks a round takes follows from the
+// mask before and after it, so no array of flags is kept (one made the double-buffered entry
+// points spill), and a row whose chunks all hold codes costs nothing here. `U` is
+// `Code0Loads`.
+template <typename W, int U>
+__device__ __forceinline__ void store_code0_chunks(unsigned empty, int q0,
+                                                   const W* __restrict__ entries, u8* out_row,
+                                                   int V, int row_bytes, bool word_aligned,
+                                                   int lane) {
+    while (empty != 0) {  // warp-uniform
+        unsigned left = empty;  // this round takes the lowest U bits of it
         W word[U];
-        u32 code0 = 0;  // bit u: word j1 + 32 u is a code-0 entry
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int j = j1 + 32 * u;
-            if (j < V && subs[j >> 5] == 0) code0 |= 1u << u;
-            word[u] = (code0 >> u) & 1u ? entries[j] : W(0);
+            word[u] = W(0);
+            if (empty != 0) {
+                const int j = 32 * (q0 + __ffs((int)empty) - 1) + lane;
+                if (j < V) word[u] = entries[j];
+                empty &= empty - 1u;
+            }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            if ((code0 >> u) & 1u) {
-                store_word<W>(out_row, j1 + 32 * u, word[u], row_bytes, word_aligned);
+            if (left != empty) {  // chunk u of this round
+                const int j = 32 * (q0 + __ffs((int)left) - 1) + lane;
+                if (j < V) store_word<W>(out_row, j, word[u], row_bytes, word_aligned);
+                left &= left - 1u;
             }
         }
     }
@@ -319,10 +337,10 @@ __device__ __forceinline__ void store_code0_chunks(const u8* subs, const W* __re
 // `codes_at` of `buf`, and its payloads follow them (where, the prefix sums of the code widths
 // of its subgroups with codes say). A word is its code's entry, or, when its code is the
 // escape, the next payload (T * 8 bits, in column order): a ballot counts a chunk's escapes,
-// and a lane's rank among them places its payload. The chunks with no code, their code-0
-// entries, are stored first, then the chunks with codes. The row is zeroed, and output
+// and a lane's rank among them places its payload. Of each 32 chunks, those with no code,
+// their code-0 entries, are stored first, then those with codes. The row is zeroed, and output
 // position `p` recorded in `error[1]`, when its codes or payloads run past its stored length.
-template <typename W>
+template <typename W, int U>
 __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Staged& s,
                                        u32 codes_at, u32 base, int c,
                                        const u8* __restrict__ code_bits,
@@ -354,12 +372,15 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
     }
     const u8* __restrict__ widths = code_bits + (size_t)c * V;
     const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
-    store_code0_chunks<W>(subs, entries, out_row, V, row_bytes, word_aligned, lane);
     const unsigned below = (1u << lane) - 1u;  // the lanes before this one
-    // Only the chunks that hold codes are left, in column order: a vote over each 32 chunks
-    // lists them, so the warp goes from one to the next without visiting the others.
+    // 32 chunks at a time, a vote lists those without a code, stored first, and those with,
+    // visited in column order: the warp goes from one listed chunk to the next.
     for (int q0 = 0; q0 < C; q0 += 32) {
-        unsigned coded = __ballot_sync(FULL_MASK, q0 + lane < C && subs[q0 + lane] != 0);
+        const bool in_row = q0 + lane < C;
+        store_code0_chunks<W, U>(__ballot_sync(FULL_MASK, in_row && subs[q0 + lane] == 0),
+                                 q0, entries, out_row, V, row_bytes, word_aligned, lane);
+        // (voted after the stores, so that the mask is not held across them)
+        unsigned coded = __ballot_sync(FULL_MASK, in_row && subs[q0 + lane] != 0);
         for (; coded != 0; coded &= coded - 1u) {
             const int j0 = 32 * (q0 + __ffs((int)coded) - 1);
             const int j = j0 + lane;
@@ -389,8 +410,8 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
 
 // Decode the staged row `s` (its span in `buf`, the warp synced) into `out_row`, or zero it
 // and record output position `p` in `error[1]` when its fields run past its stored length.
-// `codes` (V bytes) and `subs` (C bytes) are the warp's scratch.
-template <typename W>
+// `codes` (V bytes) and `subs` (C bytes) are the warp's scratch; `U`, `Code0Loads`.
+template <typename W, int U>
 __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
                            const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
                            const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
@@ -433,9 +454,9 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         }
         __syncwarp();
         if (no_free) {
-            decode_grouped_no_free<W>(buf, subs, s, cursor, base, c, code_bits, code_prefix,
-                                      bitvals, out_row, error, p, V, E, row_bytes, word_aligned,
-                                      lane);
+            decode_grouped_no_free<W, U>(buf, subs, s, cursor, base, c, code_bits,
+                                         code_prefix, bitvals, out_row, error, p, V, E,
+                                         row_bytes, word_aligned, lane);
             return;
         }
     }
@@ -590,9 +611,9 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         } else {
             __syncwarp();  // the staged bytes (and zero words) of every lane are visible
-            decode_row<W>(cur, codes, subs, s, cluster_ids, masks, code_bits, bitvals,
-                          code_prefix, free_prefix, layouts, out_row, error, p, V, E,
-                          row_bytes, word_aligned, lane);
+            decode_row<W, Code0Loads<W, BUFFERS>::value>(
+                cur, codes, subs, s, cluster_ids, masks, code_bits, bitvals, code_prefix,
+                free_prefix, layouts, out_row, error, p, V, E, row_bytes, word_aligned, lane);
         }
         __syncwarp();  // done with `cur` and the scratch before they are written again
         s = s1;

@@ -589,16 +589,21 @@ def test_grouped_rows_without_free_bits_decode_their_escapes(
     assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
 
 
+@pytest.mark.parametrize("double_buffer", [False, True])
 @pytest.mark.parametrize("word_bytes,cols", [(4, 2100), (8, 2100), (8, 2101)])
 def test_wide_grouped_rows_without_free_bits_decode_past_32_chunks(
-    lib, tmp_path, word_bytes, cols
+    lib, tmp_path, word_bytes, cols, double_buffer
 ) -> None:
     """Rows of more than 32 chunks of 32 words (the chunks that hold codes are found 32 at a
     time), most chunks without a code, escapes past the 32nd chunk; 2,101 float32 columns in
-    8-byte words leave the last word half outside the row."""
+    8-byte words leave the last word half outside the row. Row 0 has no chunk with a code,
+    row 1 no chunk without one. The double-buffered kernel stores fewer chunks at a time."""
     rng = np.random.default_rng(62)
     x = _word_counts(rng, 200, cols)
     x[rng.random(x.shape) < 0.95] = 0  # about 0.4% of the words set
+    x[0] = 0
+    per_word = word_bytes // x.itemsize
+    x[1, :: 32 * per_word] = 1  # one value in each chunk of 32 words
     table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, align=4)
     assert (table.params.free_bits == 0).all()
     V = table.params.num_words
@@ -612,7 +617,8 @@ def test_wide_grouped_rows_without_free_bits_decode_past_32_chunks(
     raw = np.pad(raw, ((0, 0), (0, -raw.shape[1] % chunk_bytes)))
     chunk_set = (raw.reshape(x.shape[0], -1, chunk_bytes) != 0).any(-1)
     assert (~chunk_set).mean() > 0.5  # most chunks are their code-0 entries
-    out, error = fetch_on_host(lib, table, ids, grid=2, warps=2)
+    assert not chunk_set[0].any() and chunk_set[1].all()
+    out, error = fetch_on_host(lib, table, ids, grid=2, warps=2, double_buffer=double_buffer)
     assert error.tolist() == [0, 0]
     assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
 
