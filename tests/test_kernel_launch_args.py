@@ -1081,16 +1081,23 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
         return got
 
     monkeypatch.setattr(module, "chunk_positions", positions)
+    viewed = []
+    fake = module.as_cupy
+    monkeypatch.setattr(module, "as_cupy", lambda t: viewed.append(t) or fake(t))
     n = 7
     launch, idx, out, error = fetch_call(module, launcher, n, 16)
     at = {"raw_gather": (1, 2, 3, 4, 5), "fetch_decode": (9, 10, 11, 12, 13)}[launcher]
     launch(chunk_rows=3)  # no positions given: 0 .. n - 1 made for the chunks
     assert [t.tolist() for t in made] == [list(range(n))]
     assert len(launches) == 3
+    # One DLPack view each of the requests, positions, output and errors, not one a chunk.
+    assert len(viewed) == 4
+    assert {t.data_ptr() for t in viewed} == {p.data_ptr() for p in (idx, made[0], out, error)}
+    # A chunk gets the addresses of its first request and position, and its count.
     for launch_, (r0, r1) in zip(launches, ((0, 3), (3, 6), (6, 7)), strict=True):
         i, pos, dst, err, count = (launch_.args[k] for k in at)
-        assert i.data_ptr == idx.data_ptr() + 8 * r0 and i.shape == (r1 - r0,)
-        assert pos.data_ptr == made[0].data_ptr() + 8 * r0 and pos.shape == (r1 - r0,)
+        assert isinstance(i, np.uint64) and int(i) == idx.data_ptr() + 8 * r0
+        assert isinstance(pos, np.uint64) and int(pos) == made[0].data_ptr() + 8 * r0
         assert dst.data_ptr == out.data_ptr() and err.data_ptr == error.data_ptr()
         assert count == np.int64(r1 - r0)
     launches.clear()
@@ -1098,6 +1105,7 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
     launch()
     assert len(launches) == 2 and len(made) == 1
     assert all(launch_.args[at[1]] == np.uint64(0) for launch_ in launches)
+    assert all(launch_.args[at[0]].data_ptr == idx.data_ptr() for launch_ in launches)
     for bad, message in ((0, "at least 1"), (2.5, "None or an int"), (True, "None or an int")):
         with pytest.raises(ValueError, match=f"chunk_rows must be {message}"):
             launch(chunk_rows=bad)

@@ -11,6 +11,7 @@ from .runtime import (
     check_block_warps,
     check_chunk_rows,
     chunk_positions,
+    chunk_requests,
     chunk_spans,
     cupy_stream,
     fetch_blocks_per_sm,
@@ -135,16 +136,14 @@ def raw_gather(
         )
         out_arg, error_arg = as_cupy(out.view(torch.uint8).reshape(-1)), as_cupy(error)
         # Every DLPack view before the launch mark: making one may queue a wait on the stream.
-        views = [
-            (as_cupy(idx[r0:r1]), None if out_pos is None else as_cupy(out_pos[r0:r1]))
-            for r0, r1 in spans
-        ]
+        views = (as_cupy(idx), None if out_pos is None else as_cupy(out_pos))
+        requests = chunk_requests(idx, out_pos, spans, views)
         note_launch(stream)
-        for (r0, r1), (idx_arg, pos_arg) in zip(spans, views, strict=True):
+        for (r0, r1), (idx_arg, pos_arg) in zip(spans, requests, strict=True):
             args = (
                 np.uint64(table_ptr),
                 idx_arg,
-                np.uint64(0) if pos_arg is None else pos_arg,
+                pos_arg,
                 out_arg,
                 error_arg,
                 np.int64(r1 - r0),

@@ -416,6 +416,31 @@ def chunk_positions(
         return torch.arange(n, dtype=torch.int64, device=device)
 
 
+def chunk_requests(
+    idx: torch.Tensor, out_pos: torch.Tensor | None, spans: list, views: tuple[Any, Any]
+) -> list[tuple[Any, Any]]:
+    """The request and output-position arguments of each launch of a fetch over ``spans``.
+
+    ``views`` are the launch's DLPack views of ``idx`` and ``out_pos`` (None for none), made
+    once (`as_cupy`, before `note_launch`: a view may make the launch stream wait for torch's
+    current one) and kept alive until the last launch is queued. A fetch of one launch passes
+    the views; a chunk passes the addresses of its first request and position (a view per
+    chunk would queue two such waits a chunk, and cost its host time once per chunk).
+    ``idx`` and ``out_pos`` are contiguous.
+
+    Returns:
+        per span, its ``(idx, out_pos)`` arguments (``np.uint64(0)`` for no ``out_pos``).
+    """
+    none = np.uint64(0)
+    if len(spans) == 1:
+        return [(views[0], none if views[1] is None else views[1])]
+
+    def at(t: torch.Tensor | None, r0: int) -> np.uint64:
+        return none if t is None else np.uint64(t.data_ptr() + r0 * t.element_size())
+
+    return [(at(idx, r0), at(out_pos, r0)) for r0, _ in spans]
+
+
 def describe(x: object) -> str:
     """What ``x`` is, for an error message: ``a tensor on <device>`` or its type's name."""
     return f"a tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
