@@ -497,7 +497,9 @@ class StepTimes:
 
     The start is recorded after the loader's ``next()`` returned, so after the batch's
     hand-over (its event is waited for on the stream first): the wait for the batch is not
-    in the step. On the CPU: the host clock around the step.
+    in the step. On the CPU: the host clock around the step. On a GPU the host clock around
+    each step is kept too (`host_s`): the time the training loop took to queue it, which
+    bounds the step's GPU time from below when the loop's launches are slower than the GPU.
     """
 
     def __init__(self, device: torch.device, inner: Any) -> None:
@@ -505,6 +507,8 @@ class StepTimes:
         self.inner = inner
         #: Each step's (start, end): CUDA events on a GPU, host clock readings on the CPU.
         self.spans: list[tuple[Any, Any]] = []
+        #: Each step's host clock readings (start, end), on either device.
+        self.host: list[tuple[float, float]] = []
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
@@ -512,23 +516,31 @@ class StepTimes:
             if self.cuda:
                 start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
                 start.record()
+                t0 = time.perf_counter()
                 try:
                     yield
                 finally:
+                    t1 = time.perf_counter()
                     end.record()
                     self.spans.append((start, end))
+                    self.host.append((t0, t1))
             else:
                 t0 = time.perf_counter()
                 try:
                     yield
                 finally:
                     self.spans.append((t0, time.perf_counter()))
+                    self.host.append(self.spans[-1])
 
     def total_s(self) -> float:
         """Seconds in steps so far (after the device is synchronised)."""
         if self.cuda:
             return sum(a.elapsed_time(b) for a, b in self.spans) / 1e3
         return sum(b - a for a, b in self.spans)
+
+    def host_s(self) -> float:
+        """Seconds the training loop spent queueing its steps so far (host clock)."""
+        return sum(b - a for a, b in self.host)
 
 
 def replayed_sampler(graph: Graph, hp: dict, device: torch.device) -> dict:
@@ -623,6 +635,7 @@ def train_and_evaluate(
                 "wait_s": st.wait_s,
                 "train_s": max(0.0, elapsed - st.wait_s),
                 "step_s": steps.total_s(),
+                "step_host_s": steps.host_s(),
                 "batches": st.batches,
                 "rows": st.rows,
                 "pcie_bytes": st.pcie_bytes,
@@ -735,6 +748,7 @@ def run_mode(
     stages = {k: median([r[f"{k}_s"] for r in timed]) for k in STAGE_KEYS}
     epoch_time = median([r["time_s"] for r in timed])
     step = median([r["step_s"] for r in timed])
+    step_host = median([r["step_host_s"] for r in timed])
     # The prefetch pipeline's bound: the loader (sample + fetch) and the training steps
     # overlap, so an epoch takes at least the longer of the two.
     bound = max(stages["sample"] + stages["fetch"], step)
@@ -748,6 +762,7 @@ def run_mode(
         "epoch_time_s": epoch_time,
         "stages_s": stages,
         "step_s": step,
+        "step_host_s": step_host,
         "pipeline_bound_s": bound,
         "pipeline_ratio": ratio,
         "pipeline_check": pipeline_target(ratio),
@@ -988,7 +1003,12 @@ def markdown(payload: dict) -> str:
             )
         pipe = [
             f"{m['mode']} {m['pipeline_ratio']:.2f} "
-            f"({verdict(m['pipeline_check'])}; steps {m['step_s']:.4f} s)"
+            f"({verdict(m['pipeline_check'])}; steps {m['step_s']:.4f} s"
+            + (
+                f", queued in {m['step_host_s']:.4f} s of host time)"
+                if m.get("step_host_s") is not None and on_gpu
+                else ")"
+            )
             for m in g["modes"]
             if m.get("pipeline_ratio") is not None
         ]
