@@ -28,8 +28,8 @@ column where unchunked; a table without the attribute runs no chunked cases, wit
 and at the default grid in blocks of each ``--block-warps`` warps (the tables' ``block_warps``:
 the same SMs, more rows in flight on them; "-" in the "block warps" column for the default,
 8; none by default), each with the training stream at default and at high priority. By
-default that is (1 default grid + 4 caps + 2 chunk sizes) x 2 training streams = 14 cases per
-table and fetch, 56 in all (32 before the one-block and chunked cases); on the CPU only the
+default that is (1 default grid + 4 caps + 3 chunk sizes) x 2 training streams = 16 cases per
+table and fetch, 64 in all (32 before the one-block and chunked cases); on the CPU only the
 default grid runs (4 cases): grid caps, chunks and block sizes are GPU launches.
 
 A round records an origin event on the training stream; the side stream waits for it and then
@@ -712,7 +712,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--chunk-rows",
         type=positive_int_arg,
         nargs="*",
-        default=[4096, 32768],
+        default=[4096, 16384, 32768],
         help="chunked cases: the default grid, each fetch launched in kernels of at most this "
         "many rows (the tables' chunk_rows); none given: no chunked cases",
     )

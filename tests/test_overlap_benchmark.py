@@ -127,7 +127,7 @@ def test_the_options_of_the_one_block_chunked_and_profiled_cases(monkeypatch, ca
 
     args = overlap.parse_args(["--device", "cpu"])
     assert args.max_blocks == [0.001, 0.1, 1, 4]  # the one-block cap, then the earlier ones
-    assert args.chunk_rows == [4096, 32768] and args.profile_case == "dense/ibp"
+    assert args.chunk_rows == [4096, 16384, 32768] and args.profile_case == "dense/ibp"
     args = overlap.parse_args(["--chunk-rows", "--profile-case", "none", "--max-blocks", "2"])
     assert args.chunk_rows == [] and args.profile_case is None and args.max_blocks == [2.0]
     args = overlap.parse_args(["--chunk-rows", "100", "--profile-case", "sparse/raw/0.001"])
