@@ -587,6 +587,32 @@ class NeighborSampler:
             local=local, work=self._workspace(), threads=torch.get_num_threads(),
         )  # fmt: skip
 
+    def _try_compiled(self, seeds: torch.Tensor, local: torch.Tensor | None) -> tuple | None:
+        """`_sample_compiled`, or None where Numba could not compile the hops (`jit`)."""
+        from .jit import compile_failed
+
+        try:
+            return self._sample_compiled(seeds, local)
+        except Exception as exc:
+            if not compile_failed(exc):
+                raise
+            return None
+
+    def _clear_compiled(self, local: torch.Tensor, node: torch.Tensor) -> None:
+        """Clear a batch's nodes from the map with the compiled loop.
+
+        Where Numba could not compile it (`jit.compile_failed`), the next batch takes a fresh
+        map instead.
+        """
+        from .jit import compile_failed
+
+        try:
+            _cpu_hops().clear(local, node)
+        except Exception as exc:
+            if not compile_failed(exc):
+                raise
+            self._map = None
+
     def _sample_shared(self, seeds: torch.Tensor) -> SampledBatch:
         """One subgraph for all seeds; local ids from the dense scratch map."""
         g = self.graph
@@ -597,15 +623,21 @@ class NeighborSampler:
         ok = False
         try:
             if compiled:
-                node, row, col, edge, num_nodes, num_edges, _ = self._sample_compiled(seeds, local)
-            else:
+                hops = self._try_compiled(seeds, local)
+                compiled = hops is not None
+                if compiled:
+                    node, row, col, edge, num_nodes, num_edges, _ = hops
+                else:  # Numba could not compile the hops: a fresh map for the torch ops
+                    self._map = None
+                    local = self._scratch()
+            if not compiled:
                 node, row, col, edge, num_nodes, num_edges = self._hops_with_ops(seeds, local)
             if self.subgraph_type == "induced":
                 row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)
             ok = True
         finally:
             if ok and compiled:
-                _cpu_hops().clear(local, node)
+                self._clear_compiled(local, node)
             elif ok:
                 dense_clear(local, node)
                 self._note_map_cleared()
@@ -688,8 +720,9 @@ class NeighborSampler:
     def _sample_disjoint(self, seeds: torch.Tensor) -> SampledBatch:
         """One tree per seed; a node's key is ``seed index * num_nodes + global id``."""
         g = self.graph
-        if self._compiled_hop():
-            node, row, col, edge, num_nodes, num_edges, tree = self._sample_compiled(seeds, None)
+        hops = self._try_compiled(seeds, None) if self._compiled_hop() else None
+        if hops is not None:
+            node, row, col, edge, num_nodes, num_edges, tree = hops
             return SampledBatch(
                 node=node,
                 row=row,

@@ -341,6 +341,7 @@ class IBPTable:
         # Imported on first use, as the sampler's compiled hops are: importing Numba takes a
         # fraction of a second that `import ibp_graph` and GPU-only runs need not pay.
         from . import decode_cpu
+        from .jit import compile_failed
 
         def decode_rows(run: Callable, part: np.ndarray) -> np.ndarray:
             starts = self._offsets[part] * self._align
@@ -353,7 +354,11 @@ class IBPTable:
 
         if decode_cpu.available():  # the whole request at once, into the array returned
             threads = torch.get_num_threads()
-            return decode_rows(functools.partial(decode_cpu.decode, threads=threads), ids)
+            try:
+                return decode_rows(functools.partial(decode_cpu.decode, threads=threads), ids)
+            except Exception as exc:
+                if not compile_failed(exc):  # Numba could not compile: the reference below
+                    raise
         v = self._params.num_words
         per_batch = max(1, DECODE_BATCH_WORDS // v)
         out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)
