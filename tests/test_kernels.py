@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import inspect
@@ -18,6 +19,7 @@ from cuda_runtime_stub import CudaRuntimeStub
 import ibp_graph
 from ibp_graph.bitops import bit_runs, pdep, popcount
 from ibp_graph.errors import IBPInputError
+from ibp_graph.kernels import runtime
 from ibp_graph.kernels.fetch_decode import (
     LAYOUT_TWO_RUNS,
     check_launch,
@@ -51,6 +53,56 @@ def test_every_kernel_compiles(source: str, arch: str, nvrtc) -> None:
     ptx = nvrtc.getPTX(prog)
     entries = set(re.findall(r"\.entry\s+(\w+)", ptx.decode() if isinstance(ptx, bytes) else ptx))
     assert entries, f"{source} defines no kernels"
+
+
+def _ptx_entries(nvrtc, text: str, name: str) -> dict[str, list[str]]:
+    """The PTX entry points of ``text`` (sm_80, the package's options): name -> parameters."""
+    prog = nvrtc.createProgram(text, name, [], [])
+    nvrtc.compileProgram(prog, ["--gpu-architecture=sm_80", *NVRTC_OPTIONS])
+    ptx = nvrtc.getPTX(prog)
+    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    found = re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)
+    return {e: re.findall(r"\.param\s+\.(\w+)", params) for e, params in found}
+
+
+@pytest.mark.parametrize("source", sorted(runtime.BUILT_PER_ENTRY))
+def test_an_entry_point_built_alone_is_the_same_kernel(source: str, nvrtc) -> None:
+    """`entry_source` keeps one entry point's definition: that kernel, with its parameters."""
+    text = (cuda_dir() / source).read_text()
+    whole = _ptx_entries(nvrtc, text, source)
+    assert len(whole) > 1
+    for entry, params in whole.items():
+        assert _ptx_entries(nvrtc, runtime.entry_source(text, entry), source) == {entry: params}
+    with pytest.raises(ValueError, match="defines the entry point 'ibp_nothing'"):
+        runtime.entry_source(text, "ibp_nothing")
+
+
+def test_kernels_of_sources_built_per_entry_are_built_alone(monkeypatch) -> None:
+    built: list[tuple[str, str | None]] = []
+
+    class Module:
+        def __init__(self, name: str, entry: str | None) -> None:
+            built.append((name, entry))
+
+        def get_function(self, entry: str) -> str:
+            return entry
+
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Device=lambda i: contextlib.nullcontext())
+    )
+    monkeypatch.setattr(runtime, "cupy", lambda: fake)
+    monkeypatch.setattr(runtime, "_module", Module)
+    monkeypatch.setattr(runtime, "_kernel", runtime._kernel.__wrapped__)
+    assert (
+        runtime._kernel("fetch_decode.cu", "ibp_fetch_decode_w8_o4", 0) == "ibp_fetch_decode_w8_o4"
+    )
+    runtime._kernel("/elsewhere/fetch_decode.cu", "ibp_fetch_decode_w4_o4", 0)  # a baseline's
+    runtime._kernel("sample_neighbors.cu", "ibp_hop_emit", 0)
+    assert built == [
+        ("fetch_decode.cu", "ibp_fetch_decode_w8_o4"),
+        ("/elsewhere/fetch_decode.cu", "ibp_fetch_decode_w4_o4"),
+        ("sample_neighbors.cu", None),
+    ]
 
 
 def _deposit_by_layout(p: int, layout: int) -> int:
