@@ -143,6 +143,7 @@ from benchmarks._env import (  # noqa: E402
 )
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
+from ibp_graph.cli._common import positive_int_arg  # noqa: E402
 from ibp_graph.loading import default_sampler_backend  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
 from ibp_graph.sample_replay import thread_captures_need  # noqa: E402
@@ -406,26 +407,36 @@ def hyper_parameters(graph: Graph, args: argparse.Namespace) -> dict:
     }
 
 
-def fetch_blocks_text(block_warps: int | None) -> str:
-    """The GPU tables' fetch blocks, for the results' notes (`benchmarks._env.block_label`)."""
-    return "GPU fetches in " + block_label(None if block_warps is None else [block_warps])
+def fetch_blocks_text(block_warps: int | None, chunk_rows: int | None = None) -> str:
+    """The GPU tables' fetch blocks, for the results' notes (`benchmarks._env.block_label`),
+    and their chunks where ``chunk_rows`` is set."""
+    text = "GPU fetches in " + block_label(None if block_warps is None else [block_warps])
+    if chunk_rows is not None:
+        text += f", launched as kernels of at most {chunk_rows:,} rows (chunk_rows)"
+    return text
 
 
 def open_features(
-    mode: str, graph: Graph, table: Any, device: torch.device, block_warps: int | None = None
+    mode: str,
+    graph: Graph,
+    table: Any,
+    device: torch.device,
+    block_warps: int | None = None,
+    chunk_rows: int | None = None,
 ) -> Any:
     """The ``features=`` of a mode (None: the mode does not run on this device).
 
-    ``block_warps``: the GPU tables' (None: the library's default).
+    ``block_warps``, ``chunk_rows``: the GPU tables' (None: the library's defaults).
     """
     from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
 
     if device.type == "cpu":
         return {"ibp": table, "raw": graph.x, "gpu": None}[mode]
+    fetch = {"progress": False, "block_warps": block_warps, "chunk_rows": chunk_rows}
     if mode == "ibp":
-        return CudaIBPTable(table.path, device=device, progress=False, block_warps=block_warps)
+        return CudaIBPTable(table.path, device=device, **fetch)
     if mode == "raw":
-        return PinnedRawTable(graph.x, device=device, progress=False, block_warps=block_warps)
+        return PinnedRawTable(graph.x, device=device, **fetch)
     return graph.x.to(device)
 
 
@@ -725,7 +736,7 @@ def run_mode(
             f"(torch {torch.__version__})",
         }
     t0 = time.perf_counter()
-    features = open_features(source, graph, table, device, args.block_warps)
+    features = open_features(source, graph, table, device, args.block_warps, args.chunk_rows)
     if features is None:
         return {"mode": mode, "title": MODE_TITLES[mode], "skipped": "needs a CUDA GPU"}
     open_s = time.perf_counter() - t0
@@ -1120,7 +1131,7 @@ def sampler_text(s: dict, gpu: bool) -> str:
 def payload_notes(payload: dict) -> list[str]:
     s = payload["settings"]
     gpu = payload.get("device_type") == "cuda"  # the GPU tables' blocks: only a GPU has them
-    blocks = f"{fetch_blocks_text(s.get('block_warps'))}; " if gpu else ""
+    blocks = f"{fetch_blocks_text(s.get('block_warps'), s.get('chunk_rows'))}; " if gpu else ""
     notes = [
         f"Epoch time: median of {s['epochs'] - WARMUP_EPOCHS} epochs after {WARMUP_EPOCHS} "
         "warm-up epoch (training pass only; evaluation after the last epoch, full "
@@ -1315,6 +1326,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "the library's, 8)",
     )
     p.add_argument(
+        "--chunk-rows",
+        type=positive_int_arg,
+        default=None,
+        help="launch each GPU fetch as kernels of at most this many rows (the GPU tables' "
+        "chunk_rows; default: one launch a fetch): a side-stream fetch's blocks then leave "
+        "the SMs between chunks, to training",
+    )
+    p.add_argument(
         "--prefetch-thread",
         action="store_true",
         help="prepare batches on a background thread (the loaders' prefetch_thread=True; "
@@ -1443,6 +1462,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "sampler_backend": args.sampler_backend,
         "sampler_backend_default": default_backend,
         "block_warps": args.block_warps,
+        "chunk_rows": args.chunk_rows,
         "prefetch_thread": args.prefetch_thread,
         "thread_mode": args.thread_mode,
         "replay_mode": args.replay_mode,

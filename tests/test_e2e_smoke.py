@@ -371,11 +371,18 @@ def test_block_warps_reach_the_gpu_tables(monkeypatch, capsys) -> None:
     gpu = torch.device("cuda", 0)
     e2e.open_features("ibp", graph, table, gpu, 32)
     e2e.open_features("raw", graph, table, gpu)
-    assert [(n, kw["block_warps"]) for n, kw in made] == [
-        ("CudaIBPTable", 32), ("PinnedRawTable", None),
+    e2e.open_features("raw", graph, table, gpu, chunk_rows=4096)
+    assert [(n, kw["block_warps"], kw["chunk_rows"]) for n, kw in made] == [
+        ("CudaIBPTable", 32, None), ("PinnedRawTable", None, None),
+        ("PinnedRawTable", None, 4096),
     ]  # fmt: skip
     assert e2e.fetch_blocks_text(None) == "GPU fetches in blocks of 8 warps (the library's default)"
     assert e2e.fetch_blocks_text(32) == "GPU fetches in blocks of 32 warps"
+    assert e2e.fetch_blocks_text(None, 4096).endswith("kernels of at most 4,096 rows (chunk_rows)")
+    assert e2e.parse_args([]).chunk_rows is None
+    assert e2e.parse_args(["--chunk-rows", "4096"]).chunk_rows == 4096
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--chunk-rows", "0"])
     settings = e2e.parse_args(["--block-warps", "32"])
     base = {"prefetch": 2, "seed": 0, "deterministic": True, "torch_threads": 1}
     s = base | {"epochs": 3, "sampler_backend": "torch", "block_warps": 32}
