@@ -52,9 +52,12 @@ the ``--max-blocks`` values; ``none``: off): after that case's measured rounds, 
 round functions; the profiler is never on during a measured round). The training stream is
 the stream that ran the most kernel time in the round alone; its kernels and copies are
 grouped by name (calls and ms per step, alone and beside, the ms added beside the fetches,
-the grids in blocks, the blocks' threads), the 8 that gained the most are listed, the rest
-summed; every other stream's kernels in the round beside are the fetch's (count and total
-ms). JSON: ``profile``; a table under the main one. On the CPU it is skipped, with a note.
+the grids in blocks, the blocks' threads, and what a block holds: its registers and shared
+memory, from the trace's "registers per thread" and "shared memory"), the 8 that gained the
+most are listed, the rest summed; every other stream's kernels in the round beside are the
+fetch's (count, total ms and what their blocks hold): whether a training kernel's block and
+a fetch block fit on one SM together. JSON: ``profile``; a table under the main one. On the
+CPU it is skipped, with a note.
 
 JSON, besides the settings and environment: ``cases`` (per case its labels, ``grid_blocks``
 (None: the default grid), ``chunk_rows`` (None: unchunked), ``block_warps`` (None: the
@@ -402,7 +405,8 @@ GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
 def gpu_activities(trace: dict) -> list[dict]:
     """The GPU kernels, copies and sets of a torch.profiler chrome trace: name, stream, ms,
-    grid and block."""
+    grid and block, and a kernel's registers per thread and shared memory per block (bytes,
+    static and dynamic), where the trace has them."""
     out = []
     for e in trace.get("traceEvents", []):
         if e.get("ph") != "X" or str(e.get("cat", "")).lower() not in GPU_CATEGORIES:
@@ -415,6 +419,8 @@ def gpu_activities(trace: dict) -> list[dict]:
                 "ms": float(e.get("dur", 0.0)) / 1e3,
                 "grid": info.get("grid"),
                 "block": info.get("block"),
+                "registers": info.get("registers per thread"),
+                "smem": info.get("shared memory"),
             }
         )
     return out
@@ -427,16 +433,32 @@ def _count(dims: Any) -> int | None:
     return int(np.prod([int(d) for d in dims]))
 
 
+def _new_group() -> dict:
+    return {"calls": 0, "ms": 0.0, "grids": set(), "threads": None, "regs": None, "smem": None}
+
+
 def _group(events: list[dict]) -> dict[str, dict]:
     groups: dict[str, dict] = {}
     for e in events:
-        g = groups.setdefault(e["name"], {"calls": 0, "ms": 0.0, "grids": set(), "threads": None})
+        g = groups.setdefault(e["name"], _new_group())
         g["calls"] += 1
         g["ms"] += e["ms"]
         if _count(e["grid"]) is not None:
             g["grids"].add(_count(e["grid"]))
         g["threads"] = g["threads"] or _count(e["block"])
+        for key in ("regs", "smem"):
+            value = e.get("registers" if key == "regs" else "smem")
+            if g[key] is None and isinstance(value, (int, float)):
+                g[key] = int(value)
     return groups
+
+
+def block_share(threads: int | None, regs: int | None, smem: int | None) -> str:
+    """A block's registers (threads x registers a thread) and shared memory, for the table."""
+    if not threads or regs is None:
+        return "-"
+    text = f"{threads * regs:,} regs"
+    return text + (f", {smem:,} B smem" if smem is not None else "")
 
 
 def kernel_summary(
@@ -463,8 +485,7 @@ def kernel_summary(
     fetch_events = [e for e in beside if e["stream"] != train]
     rows = []
     for name in sorted(a.keys() | b.keys()):
-        ga = a.get(name, {"calls": 0, "ms": 0.0, "grids": set(), "threads": None})
-        gb = b.get(name, {"calls": 0, "ms": 0.0, "grids": set(), "threads": None})
+        ga, gb = a.get(name, _new_group()), b.get(name, _new_group())
         rows.append(
             {
                 "name": name,
@@ -475,6 +496,8 @@ def kernel_summary(
                 "added_ms_per_step": (gb["ms"] - ga["ms"]) / steps,
                 "grid_blocks": sorted(ga["grids"] | gb["grids"]),
                 "block_threads": ga["threads"] or gb["threads"],
+                "registers_per_thread": ga["regs"] if ga["regs"] is not None else gb["regs"],
+                "smem_per_block": ga["smem"] if ga["smem"] is not None else gb["smem"],
             }
         )
     rows.sort(key=lambda r: -r["added_ms_per_step"])
@@ -498,6 +521,10 @@ def kernel_summary(
             "ms": sum(e["ms"] for e in fetch_events),
             "ms_per_fetch": sum(e["ms"] for e in fetch_events) / max(fetches, 1),
             "names": sorted({e["name"] for e in fetch_events}),
+            "blocks": {
+                name: block_share(g["threads"], g["regs"], g["smem"])
+                for name, g in sorted(_group(fetch_events).items())
+            },
         },
     }
 
@@ -583,16 +610,21 @@ def profile_markdown(prof: dict | None) -> list[str]:
         f"alone and one beside {prof['fetches']} fetches, run after the case's measured rounds "
         f"(its label: {prof['label']}). Per step, the training stream's kernels grouped by "
         f"name, the {len(prof['kernels'])} of {prof['kernel_names']} that gained the most time "
-        "beside the fetches; blocks: the grids seen, in blocks; threads: a block's.",
+        "beside the fetches; blocks: the grids seen, in blocks; threads: a block's; a block "
+        "holds: its registers (threads x registers a thread) and shared memory, of an SM's "
+        "65,536 registers and its shared memory (228 KiB on sm_80 and sm_90).",
         "",
-        "| kernel | blocks | threads | calls/step | alone (ms/step) | beside (ms/step) "
-        "| added (ms/step) |",
-        "|---|---|---|---|---|---|---|",
+        "| kernel | blocks | threads | a block holds | calls/step | alone (ms/step) "
+        "| beside (ms/step) | added (ms/step) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for k in prof["kernels"] + [prof["others"] | {"name": f"({prof['others']['names']} others)"}]:
         grids = ", ".join(str(g) for g in k.get("grid_blocks", [])[:4]) or "-"
+        holds = block_share(
+            k.get("block_threads"), k.get("registers_per_thread"), k.get("smem_per_block")
+        )
         lines.append(
-            f"| {_short(k['name'])} | {grids} | {k.get('block_threads') or '-'} "
+            f"| {_short(k['name'])} | {grids} | {k.get('block_threads') or '-'} | {holds} "
             f"| {k['calls_per_step_alone']:g} | {k['ms_per_step_alone']:.3f} "
             f"| {k['ms_per_step_beside']:.3f} | {k['added_ms_per_step']:+.3f} |"
         )
@@ -604,7 +636,14 @@ def profile_markdown(prof: dict | None) -> list[str]:
         f"{st['alone']:.3f} and {st['beside']:.3f} ms ({prof['steps_covered']} of "
         f"{prof['steps']} entirely beside fetches). The fetches' kernels: {f['launches']} "
         f"launches on other streams, {f['ms']:.3f} ms in all ({f['ms_per_fetch']:.3f} per "
-        "fetch).",
+        "fetch)"
+        + (
+            "; a block holds: "
+            + "; ".join(f"{_short(n)} {h}" for n, h in f["blocks"].items() if h != "-")
+            if any(h != "-" for h in f.get("blocks", {}).values())
+            else ""
+        )
+        + ".",
     ]
     return lines
 

@@ -220,10 +220,15 @@ def test_a_table_is_configured_for_a_case_and_set_back_after_it() -> None:
     assert not hasattr(plain, "chunk_rows")
 
 
-def _kernel(name: str, stream: int, us: float, grid=(132, 1, 1), block=(384, 1, 1)) -> dict:
+def _kernel(
+    name: str, stream: int, us: float, grid=(132, 1, 1), block=(384, 1, 1), regs=None, smem=None
+) -> dict:
+    args = {"stream": stream, "grid": list(grid), "block": list(block)}
+    if regs is not None:  # as kineto names them
+        args |= {"registers per thread": regs, "shared memory": smem}
     return {
         "ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": 0.0, "dur": us,
-        "args": {"stream": stream, "grid": list(grid), "block": list(block)},
+        "args": args,
     }  # fmt: skip
 
 
@@ -231,16 +236,18 @@ def test_the_kernel_profile_groups_the_training_streams_kernels_by_name() -> Non
     steps, gemm, relu = 2, "void sm90_xmma_gemm<float|tf32>", "elementwise_relu"
     alone = {"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50.0},
-        *[_kernel(gemm, 7, 1000.0) for _ in range(4)],
+        *[_kernel(gemm, 7, 1000.0, regs=168, smem=98304) for _ in range(4)],
         *[_kernel(relu, 7, 100.0, grid=(4096, 1, 1), block=(128, 1, 1)) for _ in range(6)],
         {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 0, "dur": 4.0,
          "args": {"stream": 7}},
     ]}  # fmt: skip
     beside = {"traceEvents": [
-        *[_kernel(gemm, 7, 1750.0) for _ in range(4)],  # +3 ms per step
+        *[_kernel(gemm, 7, 1750.0, regs=168, smem=98304) for _ in range(4)],  # +3 ms a step
         *[_kernel(relu, 7, 110.0, grid=(2048, 1, 1), block=(128, 1, 1)) for _ in range(6)],
-        _kernel("ibp_fetch_decode", 13, 3000.0, grid=(33, 1, 1)),
-        _kernel("ibp_fetch_decode", 13, 3200.0, grid=(33, 1, 1)),
+        _kernel("ibp_fetch_decode", 13, 3000.0, grid=(33, 1, 1), block=(256, 1, 1), regs=64,
+                smem=13312),
+        _kernel("ibp_fetch_decode", 13, 3200.0, grid=(33, 1, 1), block=(256, 1, 1), regs=64,
+                smem=13312),
         {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 0, "dur": 4.0,
          "args": {"stream": 7}},
     ]}  # fmt: skip
@@ -255,6 +262,8 @@ def test_the_kernel_profile_groups_the_training_streams_kernels_by_name() -> Non
     assert g["ms_per_step_beside"] == pytest.approx(3.5)
     assert g["added_ms_per_step"] == pytest.approx(1.5)
     assert g["grid_blocks"] == [132] and g["block_threads"] == 384
+    assert g["registers_per_thread"] == 168 and g["smem_per_block"] == 98304
+    assert r["registers_per_thread"] is None and r["smem_per_block"] is None  # not in its trace
     assert r["added_ms_per_step"] == pytest.approx(0.03) and r["grid_blocks"] == [2048, 4096]
     assert got["kernel_names"] == 3 and got["others"]["names"] == 1  # the memset
     assert got["others"]["added_ms_per_step"] == pytest.approx(0.0)
@@ -264,6 +273,7 @@ def test_the_kernel_profile_groups_the_training_streams_kernels_by_name() -> Non
     fetch = got["fetch_kernels"]
     assert fetch["launches"] == 2 and fetch["ms"] == pytest.approx(6.2)
     assert fetch["ms_per_fetch"] == pytest.approx(3.1) and fetch["names"] == ["ibp_fetch_decode"]
+    assert fetch["blocks"] == {"ibp_fetch_decode": "16,384 regs, 13,312 B smem"}
     with pytest.raises(ValueError, match="no GPU kernels"):
         overlap.kernel_summary([], b, steps, 2)
     # Its table under the main one: names shortened, a name's "|" escaped, the others summed.
@@ -273,11 +283,18 @@ def test_the_kernel_profile_groups_the_training_streams_kernels_by_name() -> Non
     assert lines[1].startswith("Kernels of the training stream (dense/ibp): torch.profiler")
     assert "one round of 2 steps alone and one beside 2 fetches" in lines[1]
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
-    assert rows[0] == ("| sm90_xmma_gemm<float\\|tf32> | 132 | 384 | 2 | 2.000 | 3.500 | +1.500 |")
-    assert rows[1] == "| elementwise_relu | 2048, 4096 | 128 | 3 | 0.300 | 0.330 | +0.030 |"
-    assert rows[2].startswith("| (1 others) | - | - | 0.5 | 0.002 | 0.002 |")
+    holds = "64,512 regs, 98,304 B smem"  # 384 threads x 168 registers
+    assert rows[0] == (
+        f"| sm90_xmma_gemm<float\\|tf32> | 132 | 384 | {holds} | 2 | 2.000 | 3.500 | +1.500 |"
+    )
+    assert rows[1] == "| elementwise_relu | 2048, 4096 | 128 | - | 3 | 0.300 | 0.330 | +0.030 |"
+    assert rows[2].startswith("| (1 others) | - | - | - | 0.5 | 0.002 | 0.002 |")
     assert "2.302 ms per step alone, 3.832 beside (+1.530)" in lines[-1]
-    assert "2 launches on other streams, 6.200 ms in all (3.100 per fetch)" in lines[-1]
+    assert (
+        "2 launches on other streams, 6.200 ms in all (3.100 per fetch); a block holds: "
+        in (lines[-1])
+    )
+    assert lines[-1].endswith("ibp_fetch_decode 16,384 regs, 13,312 B smem.")
     assert overlap.profile_markdown(None) == []
     assert overlap.profile_markdown({"case": "dense/raw", "skipped": "why"}) == [
         "", "Kernels of the training stream (dense/raw): skipped (why).",
