@@ -589,28 +589,19 @@ class NeighborSampler:
 
     def _try_compiled(self, seeds: torch.Tensor, local: torch.Tensor | None) -> tuple | None:
         """`_sample_compiled`, or None where Numba could not compile the hops (`jit`)."""
-        from .jit import compile_failed
+        from .jit import compiled_call
 
-        try:
-            return self._sample_compiled(seeds, local)
-        except Exception as exc:
-            if not compile_failed(exc):
-                raise
-            return None
+        return compiled_call(self._sample_compiled, seeds, local)[1]
 
     def _clear_compiled(self, local: torch.Tensor, node: torch.Tensor) -> None:
         """Clear a batch's nodes from the map with the compiled loop.
 
-        Where Numba could not compile it (`jit.compile_failed`), the next batch takes a fresh
+        Where Numba could not compile it (`jit.compiled_call`), the next batch takes a fresh
         map instead.
         """
-        from .jit import compile_failed
+        from .jit import compiled_call
 
-        try:
-            _cpu_hops().clear(local, node)
-        except Exception as exc:
-            if not compile_failed(exc):
-                raise
+        if not compiled_call(_cpu_hops().clear, local, node)[0]:
             self._map = None
 
     def _sample_shared(self, seeds: torch.Tensor) -> SampledBatch:
@@ -622,15 +613,13 @@ class NeighborSampler:
         node = seeds
         ok = False
         try:
-            if compiled:
-                hops = self._try_compiled(seeds, local)
-                compiled = hops is not None
-                if compiled:
-                    node, row, col, edge, num_nodes, num_edges, _ = hops
-                else:  # Numba could not compile the hops: a fresh map for the torch ops
-                    self._map = None
+            hops = self._try_compiled(seeds, local) if compiled else None
+            if hops is not None:
+                node, row, col, edge, num_nodes, num_edges, _ = hops
+            else:
+                if compiled:  # Numba could not compile the hops: torch ops, on a fresh map
+                    compiled, self._map = False, None
                     local = self._scratch()
-            if not compiled:
                 node, row, col, edge, num_nodes, num_edges = self._hops_with_ops(seeds, local)
             if self.subgraph_type == "induced":
                 row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)

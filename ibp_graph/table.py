@@ -341,7 +341,7 @@ class IBPTable:
         # Imported on first use, as the sampler's compiled hops are: importing Numba takes a
         # fraction of a second that `import ibp_graph` and GPU-only runs need not pay.
         from . import decode_cpu
-        from .jit import compile_failed
+        from .jit import compiled_call
 
         def decode_rows(run: Callable, part: np.ndarray) -> np.ndarray:
             starts = self._offsets[part] * self._align
@@ -354,11 +354,12 @@ class IBPTable:
 
         if decode_cpu.available():  # the whole request at once, into the array returned
             threads = torch.get_num_threads()
-            try:
-                return decode_rows(functools.partial(decode_cpu.decode, threads=threads), ids)
-            except Exception as exc:
-                if not compile_failed(exc):  # Numba could not compile: the reference below
-                    raise
+            ok, out = compiled_call(
+                decode_rows, functools.partial(decode_cpu.decode, threads=threads), ids
+            )
+            if ok:
+                return out
+            # Numba could not compile the decoder: the reference below
         v = self._params.num_words
         per_batch = max(1, DECODE_BATCH_WORDS // v)
         out = np.empty((ids.shape[0], v), dtype=self._params.word_dtype)
