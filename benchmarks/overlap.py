@@ -434,7 +434,7 @@ def _count(dims: Any) -> int | None:
 
 
 def _new_group() -> dict:
-    return {"calls": 0, "ms": 0.0, "grids": set(), "threads": None, "regs": None, "smem": None}
+    return {"calls": 0, "ms": 0.0, "grids": set(), "threads": None, "registers": None, "smem": None}
 
 
 def _group(events: list[dict]) -> dict[str, dict]:
@@ -446,10 +446,9 @@ def _group(events: list[dict]) -> dict[str, dict]:
         if _count(e["grid"]) is not None:
             g["grids"].add(_count(e["grid"]))
         g["threads"] = g["threads"] or _count(e["block"])
-        for key in ("regs", "smem"):
-            value = e.get("registers" if key == "regs" else "smem")
-            if g[key] is None and isinstance(value, (int, float)):
-                g[key] = int(value)
+        for key in ("registers", "smem"):  # the first launch's that has them
+            if g[key] is None and isinstance(e.get(key), (int, float)):
+                g[key] = int(e[key])
     return groups
 
 
@@ -496,7 +495,9 @@ def kernel_summary(
                 "added_ms_per_step": (gb["ms"] - ga["ms"]) / steps,
                 "grid_blocks": sorted(ga["grids"] | gb["grids"]),
                 "block_threads": ga["threads"] or gb["threads"],
-                "registers_per_thread": ga["regs"] if ga["regs"] is not None else gb["regs"],
+                "registers_per_thread": (
+                    ga["registers"] if ga["registers"] is not None else gb["registers"]
+                ),
                 "smem_per_block": ga["smem"] if ga["smem"] is not None else gb["smem"],
             }
         )
@@ -522,7 +523,7 @@ def kernel_summary(
             "ms_per_fetch": sum(e["ms"] for e in fetch_events) / max(fetches, 1),
             "names": sorted({e["name"] for e in fetch_events}),
             "blocks": {
-                name: block_share(g["threads"], g["regs"], g["smem"])
+                name: block_share(g["threads"], g["registers"], g["smem"])
                 for name, g in sorted(_group(fetch_events).items())
             },
         },
@@ -629,6 +630,7 @@ def profile_markdown(prof: dict | None) -> list[str]:
             f"| {k['ms_per_step_beside']:.3f} | {k['added_ms_per_step']:+.3f} |"
         )
     t, f, st = prof["train_ms_per_step"], prof["fetch_kernels"], prof["step_ms"]
+    held = [f"{_short(n)} {h}" for n, h in f.get("blocks", {}).items() if h != "-"]
     lines += [
         "",
         f"All of the training stream's kernels: {t['alone']:.3f} ms per step alone, "
@@ -636,14 +638,7 @@ def profile_markdown(prof: dict | None) -> list[str]:
         f"{st['alone']:.3f} and {st['beside']:.3f} ms ({prof['steps_covered']} of "
         f"{prof['steps']} entirely beside fetches). The fetches' kernels: {f['launches']} "
         f"launches on other streams, {f['ms']:.3f} ms in all ({f['ms_per_fetch']:.3f} per "
-        "fetch)"
-        + (
-            "; a block holds: "
-            + "; ".join(f"{_short(n)} {h}" for n, h in f["blocks"].items() if h != "-")
-            if any(h != "-" for h in f.get("blocks", {}).values())
-            else ""
-        )
-        + ".",
+        "fetch)" + (f"; a block holds: {'; '.join(held)}" if held else "") + ".",
     ]
     return lines
 

@@ -18,10 +18,11 @@
 // places. A warp vote over each 32 of its chunks lists those without a code and those with:
 // the former are stored first, four at a time (two of 8-byte words, and two in the
 // double-buffered entry points), each lane loading its words of all of them before it stores
-// any; then the latter are visited one by one. A word that does not escape is its code's entry with its payload
-// deposited into the column's free bits: by two shifts when those bits lie in at most two runs
-// (every float column whose mask holds the exponent's top bits, with or without the sign:
-// `layouts`), by a loop over the runs of the mask otherwise. Rows stored raw are copied through.
+// any; then the latter are visited one by one. A word that does not escape is its code's
+// entry with its payload deposited into the column's free bits: by two shifts when those bits
+// lie in at most two runs (every float column whose mask holds the exponent's top bits, with
+// or without the sign: `layouts`), by a loop over the runs of the mask otherwise. Rows stored
+// raw are copied through.
 // Decoded words are written to a row-major output of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
@@ -298,12 +299,11 @@ struct Code0Loads {
 // The chunks without a code among the 32 from chunk `q0` of a grouped row (`empty`, bit i:
 // chunk q0 + i, from a warp vote), in a cluster whose columns have no free bit: every word
 // is its column's code-0 entry (`entries` [j]). Only those chunks are visited, and U at a
-// time, each lane loading
-// its word of each before it stores any: that many loads in flight, where one chunk at a
-// time is one load, its store and a branch. Which chunks a round takes follows from the
-// mask before and after it, so no array of flags is kept (one made the double-buffered entry
-// points spill), and a row whose chunks all hold codes costs nothing here. `U` is
-// `Code0Loads`.
+// time, each lane loading its word of each before it stores any: that many loads in flight,
+// where one chunk at a time is one load, its store and a branch. Which chunks a round takes
+// follows from the mask before and after it, so no array of flags is kept (one made the
+// double-buffered entry points spill), and a row whose chunks all hold codes costs nothing
+// here. `U` is `Code0Loads`.
 template <typename W, int U>
 __device__ __forceinline__ void store_code0_chunks(unsigned empty, int q0,
                                                    const W* __restrict__ entries, u8* out_row,
