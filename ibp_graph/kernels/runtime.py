@@ -105,10 +105,11 @@ _KERNELS: dict[tuple, Any] = {}
 _BUILDING = threading.Lock()
 
 
-#: Sources whose entry points are built one at a time (`entry_source`): NVRTC took 4.2 s to
-#: build the eight of fetch_decode.cu for sm_90 and 0.5 s for one, on a 2-core machine, and a
-#: process launches one or two of them. The sampler's and the raw gather's sources build whole
-#: in under half a second, and a batch launches several of their entry points.
+#: Sources whose entry points are built one at a time (`entry_source`): NVRTC took 3.8-5.3 s
+#: to build the eight of fetch_decode.cu for sm_90 and 0.5-0.8 s for one, on a 2-core machine
+#: (benchmarks/results/kernel-resources.md), and a process launches one or two of them. The
+#: sampler's and the raw gather's sources build whole in under half a second, and a batch
+#: launches several of their entry points.
 BUILT_PER_ENTRY = frozenset({"fetch_decode.cu"})
 
 #: A line that defines an entry point: a macro ``IBP_<NAME>(entry, ...)`` at its start.
