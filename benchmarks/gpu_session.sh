@@ -89,7 +89,8 @@
 #              hold (--hop-grids default,32), and at the default grid replayed from a CUDA
 #              graph (--cuda-graph); time, host CPU, GPU busy and ops per batch, and where a
 #              batch's time goes: kernels, torch ops, Python functions).
-#   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, with --thread-mode (IBP
+#   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, 20 timed epochs a mode
+#              (the modes take turns epoch by epoch: 40-50 ms epochs vary), with --thread-mode (IBP
 #              on also with the prefetch thread, beside the other modes), --replay-mode
 #              (that mode again with the sampler's launches replayed from CUDA graphs; skipped
 #              with torch before 2.12, which cannot capture on the prefetch thread) and
@@ -710,7 +711,7 @@ for stage in "${STAGES[@]}"; do
             --hop-grids default,32 --cuda-graph --out "$OUT" || rc=$?
         ;;
     e2e)
-        run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
+        run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 21 \
             --graphs cora,citeseer --thread-mode --replay-mode --profile-epoch \
             --workdir "$WORK" --out "$OUT" || rc=$?
         ;;
@@ -719,7 +720,7 @@ for stage in "${STAGES[@]}"; do
             --workdir "$WORK/overlap" --out "$OUT" || rc=$?
         ;;
     ophops)
-        run 200 ophops.log python3 benchmarks/e2e.py --device cuda --epochs 5 \
+        run 200 ophops.log python3 benchmarks/e2e.py --device cuda --epochs 21 \
             --graphs cora,citeseer --sampler-backend torch --thread-mode --profile-epoch \
             --workdir "$WORK" --out "$OUT/ophops" || rc=$?
         ;;

@@ -298,11 +298,14 @@ def test_e2e_replay_mode_is_a_gpu_mode(tmp_path: Path) -> None:
 
 def test_e2e_replay_mode_needs_a_torch_that_captures_on_threads(monkeypatch) -> None:
     monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
-    args = e2e.parse_args(["--device", "cuda", "--replay-mode"])
-    out = e2e.run_mode(e2e.REPLAY_MODE, None, None, {}, torch.device("cuda"), args)
-    assert out["skipped"] == (
+    assert e2e.skip_reason(e2e.REPLAY_MODE, torch.device("cuda")) == (
         "needs torch 2.12 or later to capture on the prefetch thread (torch 2.11.0+cu130)"
     )
+    assert e2e.skip_reason(e2e.REPLAY_MODE, torch.device("cpu")) == "needs a CUDA GPU"
+    assert e2e.skip_reason("gpu", torch.device("cpu")) == "needs a CUDA GPU"
+    monkeypatch.setattr(torch, "__version__", "2.12.0+cu130")
+    assert e2e.skip_reason(e2e.REPLAY_MODE, torch.device("cuda")) is None
+    assert e2e.skip_reason("ibp", torch.device("cpu")) is None
 
 
 def test_e2e_says_which_batch_sizes_the_replay_mode_replayed(monkeypatch) -> None:
@@ -422,3 +425,61 @@ def test_profile_epoch_says_where_the_time_goes_and_changes_nothing_reported(
     assert (
         "Where an epoch's time goes" not in next((tmp_path / "plain").glob("e2e-*.md")).read_text()
     )
+
+
+def test_modes_take_turns_epoch_by_epoch_and_train_as_if_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert e2e.turn_order(["a", "b", "c"], 1) == ["a", "b", "c"]
+    assert e2e.turn_order(["a", "b", "c"], 2) == ["b", "c", "a"]
+    assert e2e.turn_order(["a", "b", "c"], 4) == ["a", "b", "c"]
+    assert e2e.turn_order([], 3) == []
+    argv = ["--device", "cpu", "--graphs", "cora", "--epochs", "3", "--threads", "1"]
+    argv += ["--thread-mode", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path)]
+    payload = e2e.main(argv)
+    turns = [
+        (line.split()[1], line.split()[3].rstrip(":"))
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("  cora ") and " epoch " in line
+    ]
+    # Epoch 1 in the modes' order, then rotated by one each epoch (no GPU mode on the CPU).
+    assert turns == [
+        ("ibp", "1/3"), ("raw", "1/3"), ("ibp-thread", "1/3"),
+        ("raw", "2/3"), ("ibp-thread", "2/3"), ("ibp", "2/3"),
+        ("ibp-thread", "3/3"), ("ibp", "3/3"), ("raw", "3/3"),
+    ]  # fmt: skip
+    # Dropout draws from torch's global generators: each mode has its own state, so the
+    # modes' losses stay bit-identical although their epochs interleave.
+    (g,) = payload["graphs"]
+    modes = {m["mode"]: m for m in g["modes"] if "skipped" not in m}
+    assert modes["ibp"]["losses"] == modes["raw"]["losses"] == modes["ibp-thread"]["losses"]
+    assert len(set(modes["ibp"]["losses"])) == 3  # training moved: the epochs differ
+    assert payload["settings"]["turns"] is True
+    md = (tmp_path / "e2e-cpu.md").read_text()
+    assert "the modes taking turns epoch by epoch in an order rotated each epoch" in md
+    a = g["analysis"]
+    pairs = [
+        r["time_s"] / i["time_s"]
+        for r, i in zip(modes["raw"]["epochs"], modes["ibp"]["epochs"], strict=True)
+    ][1:]
+    assert a["paired_speedup"] == pytest.approx(sorted(pairs)[0] / 2 + sorted(pairs)[1] / 2)
+    assert a["paired_speedup_range"] == [min(pairs), max(pairs)]
+    assert f"epoch by epoch {a['paired_speedup']:.3f}x" in md
+
+
+def test_a_run_restores_its_own_generator_state() -> None:
+    cpu = torch.device("cpu")
+    torch.manual_seed(5)
+    run = e2e.ModeRun("ibp", None, 0.0, False, rng=e2e.rng_state(cpu))
+    expected = torch.rand(3)  # what the run draws first
+    torch.manual_seed(7)
+    other = torch.rand(3)
+    with run.turn(cpu):
+        first = torch.rand(3)
+    with run.turn(cpu):  # its next draws, whatever was drawn between its turns
+        torch.rand(1)
+        second = torch.rand(2)
+    torch.manual_seed(5)
+    torch.rand(3), torch.rand(1)
+    assert torch.equal(first, expected) and not torch.equal(first, other)
+    assert torch.equal(second, torch.rand(2))

@@ -210,6 +210,8 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
         assert min(args.batch) >= 100_000 and max(args.batch) <= 1_000_000
     bundled, ophops, synthetic, corasu = (e2e.parse_args(c) for c in cmds["e2e"])
     assert bundled.graph_list == ["cora", "citeseer"] and bundled.device == "cuda"
+    # Epochs of 40-50 ms: enough of them for a median over the modes' turns.
+    assert bundled.epochs == 21
     # The loaders' default sampler backend on a GPU (the fused hop kernels); ophops compares
     # the same epochs with torch-op hops.
     assert bundled.sampler_backend is None and not bundled.prefetch_thread
