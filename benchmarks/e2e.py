@@ -8,14 +8,15 @@ Usage::
     python benchmarks/e2e.py --graphs "" --synthetic-nodes 2000000 --synthetic-features cora
     python benchmarks/e2e.py --device cuda --epochs 3 --graphs "" --setting corasu  # GPU
 
-writes ``benchmarks/results/e2e-<device>.json`` and ``.md`` (device, date, commit, command) and,
-when matplotlib imports, ``e2e-<device>.png``, a stacked bar chart of the stages per graph and
-mode (``--out DIR`` writes them elsewhere; they are rewritten after every graph, so a run cut
-short keeps the graphs it finished). ``.ibp`` tables are cached in ``--workdir`` (default:
-``ibp-graph train``'s cache, ``~/.cache/ibp-graph``); on a GPU a table not in the cache is
-compressed there (``compress(device="cuda")``, the same bytes; the CPU encoder is the
-fallback), and the synthetic graph's edges are drawn there. On a machine without SciPy or the
-datasets folder, make the facebook table here and pass the file::
+writes ``benchmarks/results/e2e-<device>.json`` and ``.md`` (device, date, commit, command)
+and, when matplotlib imports, ``e2e-<device>.png``, a stacked bar chart of the stages per graph
+and mode (``--out DIR`` writes them elsewhere; they are rewritten after every graph, and while
+a graph's epochs run at most every 30 s with its results so far, marked incomplete, so a run
+cut short keeps the graphs it finished and the epochs of the one it was on). ``.ibp`` tables
+are cached in ``--workdir`` (default: ``ibp-graph train``'s cache, ``~/.cache/ibp-graph``); on
+a GPU a table not in the cache is compressed there (``compress(device="cuda")``, the same
+bytes; the CPU encoder is the fallback), and the synthetic graph's edges are drawn there. On a
+machine without SciPy or the datasets folder, make the facebook table here and pass the file::
 
     .venv/bin/python -c "import numpy as np; from benchmarks import real_tables as r; \
         np.save('facebook-svd100-float32.npy', r.load_facebook_svd()[1])"
@@ -795,10 +796,20 @@ def finish_run(
     """Evaluate (and with ``--profile-epoch`` profile) ``run``; its measurements."""
     if run.mode == REPLAY_MODE:
         run.rows[-1]["replayed_sizes"] = replayed_sizes(run.loader.node_sampler)
-    val_acc, test_acc, eval_s = evaluate_run(run, graph, hp, device, args)
-    where = profile_epoch(run, device, args)
-    rows = run.rows
-    timeline = rows[-1].pop("timeline", None)
+    scores = evaluate_run(run, graph, hp, device, args)
+    return summarise(run, scores, profile_epoch(run, device, args))
+
+
+def summarise(
+    run: ModeRun,
+    scores: tuple[float | None, float | None, float | None] = (None, None, None),
+    where: dict | None = None,
+) -> dict:
+    """``run``'s measurements over the epochs it trained so far (at least one timed):
+    ``scores`` are (valid, test, eval seconds), ``where`` `profile_epoch`'s."""
+    val_acc, test_acc, eval_s = scores
+    rows = [{k: v for k, v in r.items() if k != "timeline"} for r in run.rows]
+    timeline = run.rows[-1].get("timeline")
     timed = rows[WARMUP_EPOCHS:]
     pcie = sum(r["pcie_bytes"] for r in timed)
     raw = sum(r["raw_bytes"] for r in timed)
@@ -844,6 +855,11 @@ def finish_run(
     }
 
 
+#: Seconds between two provisional writes of a graph's results while its epochs run: a run
+#: cut off (a device command's time limit) keeps the epochs it finished.
+PARTIAL_EVERY_S = 30.0
+
+
 def run_modes(
     names: list[str],
     graph: Graph,
@@ -851,6 +867,7 @@ def run_modes(
     hp: dict,
     device: torch.device,
     args: argparse.Namespace,
+    on_partial: Any = None,
 ) -> dict[str, dict]:
     """Train every mode of ``names`` ``args.epochs`` epochs, taking turns; their results.
 
@@ -859,6 +876,10 @@ def run_modes(
     alike and each epoch of IBP on has epochs of the other modes beside it. Each feature
     source is opened once, up front: the IBP variants (`IBP_VARIANTS`) share IBP on's table.
     Then each mode is evaluated and closed in turn.
+
+    ``on_partial(epochs, modes)``, when given, is called after a round of epochs (one timed
+    at least, not the last) once `PARTIAL_EVERY_S` have passed since the modes started or
+    since its last call, with the modes' results so far (`summarise`).
     """
     results: dict[str, dict] = {}
     runs: dict[str, ModeRun] = {}
@@ -881,9 +902,15 @@ def run_modes(
             # even on a GPU, where the loaders' default (prefetch_thread=None) would turn it on.
             thread = bool(args.prefetch_thread or mode in IBP_VARIANTS)
             runs[mode] = start_run(ModeRun(mode, features, open_s, thread), graph, hp, device, args)
+        last = time.perf_counter()
         for epoch in range(1, args.epochs + 1):
             for mode in turn_order(list(runs), epoch):
                 train_turn(runs[mode], graph, epoch, device, args)
+            due = time.perf_counter() - last >= PARTIAL_EVERY_S
+            if on_partial is not None and WARMUP_EPOCHS < epoch < args.epochs and due:
+                so_far = results | {mode: summarise(run) for mode, run in runs.items()}
+                on_partial(epoch, {mode: so_far[mode] for mode in names})
+                last = time.perf_counter()
         for mode, run in runs.items():
             results[mode] = finish_run(run, graph, hp, device, args)
     finally:
@@ -980,7 +1007,14 @@ def compare(modes: dict[str, dict]) -> dict:
     return out
 
 
-def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> dict:
+def run_graph(
+    graph: Graph, args: argparse.Namespace, device: torch.device, on_partial: Any = None
+) -> dict:
+    """Compress ``graph``'s table, run the modes on it; the graph's results.
+
+    ``on_partial(result)``, when given, receives provisional results while the epochs run
+    (`run_modes`), marked ``incomplete`` with the epochs done so far.
+    """
     hp = hyper_parameters(graph, args)
     x = graph.x
     log(
@@ -992,18 +1026,34 @@ def run_graph(graph: Graph, args: argparse.Namespace, device: torch.device) -> d
         graph.data.edge_index = graph.data.edge_index.to(device)
     opts = SimpleNamespace(clusters=1, align="auto", progress=False)
     table, info, encoder = features_table(x, graph.name, opts, Path(args.workdir), device)
-    about = dict(graph.info)
-    target = about.pop("speedup_target", None)  # a speed-up over IBP off to reach
-    full_size = about.pop("speedup_target_full_size", False)  # ... on the setting's graph
     try:
         names = (
             *MODES,
             *([THREAD_MODE] if args.thread_mode else []),
             *([REPLAY_MODE] if args.replay_mode else []),
         )
-        modes = run_modes(list(names), graph, table, hp, device, args)
+        partial = None
+        if on_partial is not None:
+
+            def partial(epochs: int, modes: dict[str, dict]) -> None:
+                result = graph_result(graph, hp, info, encoder, modes, device)
+                result["incomplete"] = {"epochs": epochs, "of": args.epochs}
+                on_partial(result)
+
+        modes = run_modes(list(names), graph, table, hp, device, args, partial)
     finally:
         table.close()
+    return graph_result(graph, hp, info, encoder, modes, device)
+
+
+def graph_result(
+    graph: Graph, hp: dict, info: TableInfo, encoder: str, modes: dict, device: torch.device
+) -> dict:
+    """A graph's results: what it is, its table, its modes' results, checks and analysis."""
+    x = graph.x
+    about = dict(graph.info)
+    target = about.pop("speedup_target", None)  # a speed-up over IBP off to reach
+    full_size = about.pop("speedup_target_full_size", False)  # ... on the setting's graph
     ran = {k: v for k, v in modes.items() if "skipped" not in v}
     result = {
         "name": graph.name,
@@ -1095,6 +1145,16 @@ def markdown(payload: dict) -> str:
         lines += [
             f"## {g['name']}",
             "",
+            *(
+                [
+                    f"**Incomplete: provisional results after {g['incomplete']['epochs']} of "
+                    f"{g['incomplete']['of']} epochs a mode (the run was cut short or is still "
+                    "going); no evaluation or profile.**",
+                    "",
+                ]
+                if "incomplete" in g
+                else []
+            ),
             *([f"Setting: {g['setting']}, {g['setting_note']}.", ""] if "setting" in g else []),
             f"{g['kind']}; {g['num_nodes']:,} nodes, {g['num_edges']:,} edges, "
             f"{g['num_features']} x {g['dtype']} features ({g['row_bytes']:,} B a row): "
@@ -1610,9 +1670,13 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
     graphs: list[Any] = [lambda g=g: bundled_graph(g) for g in args.graph_list]
     if args.synthetic_nodes > 0:
         graphs.append(lambda: synthetic_graph(args, device))
+
+    def provisional(result: dict) -> None:  # the graphs done, and this one so far
+        write_results({**payload, "graphs": [*payload["graphs"], result]}, args.out, name)
+
     for build in graphs:
         graph = build()
-        payload["graphs"].append(run_graph(graph, args, device))
+        payload["graphs"].append(run_graph(graph, args, device, provisional))
         del graph
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -483,3 +483,42 @@ def test_a_run_restores_its_own_generator_state() -> None:
     torch.rand(3), torch.rand(1)
     assert torch.equal(first, expected) and not torch.equal(first, other)
     assert torch.equal(second, torch.rand(2))
+
+
+def test_a_long_run_writes_provisional_results_as_its_epochs_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(e2e, "PARTIAL_EVERY_S", 0.0)  # after every round but the last
+    written = []
+    write = e2e.write_results
+
+    def record(payload: dict, out: Path, name: str) -> dict:
+        done = write(payload, out, name)
+        written.append((done, (out / f"{name}.md").read_text()))
+        return done
+
+    monkeypatch.setattr(e2e, "write_results", record)
+    argv = ["--device", "cpu", "--graphs", "cora", "--epochs", "4", "--threads", "1"]
+    payload = e2e.main(argv + ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path)])
+    # Rounds 2 and 3 (one timed epoch at least, not the last), then the graph's final write.
+    assert [d["graphs"][0].get("incomplete") for d, _ in written] == [
+        {"epochs": 2, "of": 4},
+        {"epochs": 3, "of": 4},
+        None,
+    ]
+    assert written[-1][0] == payload
+    (first, md), (final, _) = written[0], written[-1]
+    modes = {m["mode"]: m for m in first["graphs"][0]["modes"]}
+    assert len(modes["ibp"]["losses"]) == 2 and modes["ibp"]["val_acc"] is None
+    assert modes["ibp"]["losses"] == modes["raw"]["losses"]
+    assert modes["ibp"]["timeline"] is None  # kept for the last epoch only
+    assert first["graphs"][0]["checks"]["losses_identical"]
+    final_modes = {m["mode"]: m for m in final["graphs"][0]["modes"]}
+    assert final_modes["ibp"]["losses"][:2] == modes["ibp"]["losses"]
+    assert "**Incomplete: provisional results after 2 of 4 epochs a mode" in md
+    assert "Incomplete" not in (tmp_path / "e2e-cpu.md").read_text()
+    # Without the wait elapsed, nothing provisional is written.
+    monkeypatch.setattr(e2e, "PARTIAL_EVERY_S", 3600.0)
+    written.clear()
+    e2e.main(argv + ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "b")])
+    assert [d["graphs"][0].get("incomplete") for d, _ in written] == [None]
