@@ -111,7 +111,8 @@
 #              prefetch thread, their default on a GPU (--prefetch-thread).
 #   corasu     about 4-8 min: benchmarks/e2e.py --setting corasu, the IBP paper's CoraSU:
 #              Cora's bag-of-words rows (5,732 B) over an ogbn-products-sized power-law graph
-#              (2.45M nodes, 124M edges; 14 GB of rows), 50,000 training seeds, 3 epochs,
+#              (2.45M nodes, 124M edges; 14 GB of rows), 50,000 training seeds, 6 epochs
+#              (results so far written every 30 s of epochs, so a run cut short keeps them),
 #              on the loaders' prefetch thread.
 #
 # A device command runs at most 10 minutes and returns at most 8 files from $OUT, 2 folders
@@ -748,7 +749,7 @@ for stage in "${STAGES[@]}"; do
         ;;
     corasu)
         # Cora is bundled with the package: nothing to carry.
-        run 540 corasu.log python3 benchmarks/e2e.py --device cuda --epochs 3 --graphs "" \
+        run 540 corasu.log python3 benchmarks/e2e.py --device cuda --epochs 6 --graphs "" \
             --setting corasu --synthetic-train 50000 --prefetch-thread --workdir "$WORK" \
             --out "$OUT/corasu" || rc=$?
         ;;

@@ -231,7 +231,7 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert synthetic.prefetch_thread and corasu.prefetch_thread
     assert corasu.setting == "corasu" and corasu.graph_list == []
     assert corasu.synthetic_nodes == 2_449_029 and corasu.synthetic_features == "cora"
-    assert corasu.epochs == 3 and corasu.device == "cuda" and str(corasu.out) == "/tmp/o/corasu"
+    assert corasu.epochs == 6 and corasu.device == "cuda" and str(corasu.out) == "/tmp/o/corasu"
     # sampling: both backends (the default on CUDA), the fused hops at two grids.
     (samp,) = (sampling.parse_args(c) for c in cmds["sampling"])
     assert samp.device == "cuda" and samp.backend is None and str(samp.out) == "/tmp/o"
