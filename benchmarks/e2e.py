@@ -168,6 +168,10 @@ THREAD_MODE = "ibp-thread"
 #: The mode ``--replay-mode`` adds: `THREAD_MODE` with the sampler's launches replayed from
 #: CUDA graphs (``NeighborSampler(backend="kernel", cuda_graph=True)``; GPU only).
 REPLAY_MODE = "ibp-replay"
+#: The mode ``--chunk-mode ROWS`` adds: `THREAD_MODE` with IBP on's fetches launched as kernels
+#: of at most ROWS rows (the GPU table's ``chunk_rows``; GPU only), so that their blocks leave
+#: the SMs to training between kernels.
+CHUNK_MODE = "ibp-chunked"
 #: Entries per list of ``--profile-epoch``'s tables.
 PROFILE_TOP = 8
 MODE_TITLES = {
@@ -176,6 +180,7 @@ MODE_TITLES = {
     "gpu": "features on the GPU",
     THREAD_MODE: "IBP on, prefetch thread",
     REPLAY_MODE: "IBP on, prefetch thread, replayed sampler",
+    CHUNK_MODE: "IBP on, prefetch thread, chunked fetches",
 }
 #: The modes that are ``ibp`` run another way (both on the loaders' prefetch thread), on the
 #: same batches: the prefix of their
@@ -184,6 +189,7 @@ MODE_TITLES = {
 IBP_VARIANTS = {
     THREAD_MODE: ("thread", "IBP on with the prefetch thread"),
     REPLAY_MODE: ("replay", "IBP on with the replayed sampler"),
+    CHUNK_MODE: ("chunked", "IBP on with chunked fetches"),
 }
 CONFIGS = {"cora": "cora-sage", "citeseer": "citeseer-sage", "synthetic": "ogbn-products-sage"}
 SYNTH_CLASSES = 47
@@ -583,7 +589,7 @@ def replayed_sizes(sampler: Any) -> list[int]:
 
 def skip_reason(mode: str, device: torch.device) -> str | None:
     """Why ``mode`` does not run on ``device`` (None: it runs)."""
-    if mode in ("gpu", REPLAY_MODE) and device.type != "cuda":
+    if mode in ("gpu", REPLAY_MODE, CHUNK_MODE) and device.type != "cuda":
         return "needs a CUDA GPU"
     need = thread_captures_need() if mode == REPLAY_MODE else None
     if need:
@@ -627,15 +633,24 @@ class ModeRun:
     loader: Any = None
     rng: tuple | None = None
     rows: list[dict] = field(default_factory=list)
+    #: Attributes of ``features`` (a GPU table shared with other modes) set for this run's
+    #: turns and set back after them: `CHUNK_MODE`'s ``chunk_rows``.
+    table_settings: dict = field(default_factory=dict)
 
     @contextlib.contextmanager
     def turn(self, device: torch.device) -> Iterator[None]:
-        """Inside: this run's generator states (saved again on the way out)."""
+        """Inside: this run's generator states (saved again on the way out) and table
+        settings."""
+        saved = {k: getattr(self.features, k) for k in self.table_settings}
+        for k, v in self.table_settings.items():
+            setattr(self.features, k, v)
         set_rng_state(self.rng, device)
         try:
             yield
         finally:
             self.rng = rng_state(device)
+            for k, v in saved.items():
+                setattr(self.features, k, v)
 
 
 def start_run(
@@ -826,6 +841,7 @@ def summarise(
         "mode": mode,
         "title": MODE_TITLES[mode],
         "prefetch_thread": run.thread,
+        **run.table_settings,
         "features": repr(run.loader.features),
         "open_s": run.open_s,
         "epoch_time_s": epoch_time,
@@ -901,7 +917,10 @@ def run_modes(
             # Always a bool, passed to the loaders: the plain modes run without the thread
             # even on a GPU, where the loaders' default (prefetch_thread=None) would turn it on.
             thread = bool(args.prefetch_thread or mode in IBP_VARIANTS)
-            runs[mode] = start_run(ModeRun(mode, features, open_s, thread), graph, hp, device, args)
+            run = ModeRun(mode, features, open_s, thread)
+            if mode == CHUNK_MODE:
+                run.table_settings = {"chunk_rows": args.chunk_mode}
+            runs[mode] = start_run(run, graph, hp, device, args)
         last = time.perf_counter()
         for epoch in range(1, args.epochs + 1):
             for mode in turn_order(list(runs), epoch):
@@ -1031,6 +1050,7 @@ def run_graph(
             *MODES,
             *([THREAD_MODE] if args.thread_mode else []),
             *([REPLAY_MODE] if args.replay_mode else []),
+            *([CHUNK_MODE] if args.chunk_mode else []),
         )
         partial = None
         if on_partial is not None:
@@ -1338,6 +1358,12 @@ def payload_notes(payload: dict) -> list[str]:
                 if s.get("thread_mode")
                 else "."
             )
+        )
+        + (
+            f" `{CHUNK_MODE}`: IBP on, on the prefetch thread, its fetches launched as kernels "
+            f"of at most {s['chunk_mode']:,} rows (`chunk_rows`)."
+            if s.get("chunk_mode")
+            else ""
         ),
     ]
     if payload["device_type"] == "cuda":
@@ -1542,6 +1568,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "batches",
     )
     p.add_argument(
+        "--chunk-mode",
+        type=positive_int_arg,
+        default=None,
+        metavar="ROWS",
+        help=f"also run IBP on with the prefetch thread and its fetches launched as kernels of "
+        f"at most ROWS rows ({CHUNK_MODE!r}; GPU only), same seed and batches: whether "
+        "chunked fetches pay on whole epochs",
+    )
+    p.add_argument(
         "--profile-epoch",
         action="store_true",
         help="after the evaluation, one more epoch per mode under the torch profiler and one "
@@ -1656,6 +1691,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "prefetch_thread": args.prefetch_thread,
         "thread_mode": args.thread_mode,
         "replay_mode": args.replay_mode,
+        "chunk_mode": args.chunk_mode,
         "seed": args.seed,
         "deterministic": args.deterministic,
         "torch_threads": torch.get_num_threads(),

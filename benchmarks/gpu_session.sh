@@ -108,12 +108,14 @@
 #              300M-edge power-law graph (0.18x ogbn-papers100M's nodes: what a 10-minute
 #              command can build, compress and train on three ways) with 8 GB of rows drawn
 #              from the derived facebook SVD-100 table; batches prepared on the loaders'
-#              prefetch thread, their default on a GPU (--prefetch-thread).
+#              prefetch thread, their default on a GPU (--prefetch-thread); --chunk-mode 4096
+#              as corasu's.
 #   corasu     about 4-8 min: benchmarks/e2e.py --setting corasu, the IBP paper's CoraSU:
 #              Cora's bag-of-words rows (5,732 B) over an ogbn-products-sized power-law graph
 #              (2.45M nodes, 124M edges; 14 GB of rows), 50,000 training seeds, 6 epochs
 #              (results so far written every 30 s of epochs, so a run cut short keeps them),
-#              on the loaders' prefetch thread.
+#              on the loaders' prefetch thread; with --chunk-mode 4096, IBP on again with
+#              its fetches in kernels of 4,096 rows (the overlap target's lever), same batches.
 #
 # A device command runs at most 10 minutes and returns at most 8 files from $OUT, 2 folders
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
@@ -743,15 +745,15 @@ for stage in "${STAGES[@]}"; do
             run 420 synthetic.log python3 benchmarks/e2e.py --device cuda --epochs 3 \
                 --graphs "" --setting papers100m --synthetic-nodes 20000000 \
                 --synthetic-edges 300000000 --synthetic-train 100000 \
-                --synthetic-features "$features" --prefetch-thread --workdir "$WORK" \
-                --out "$OUT/synthetic" || rc=$?
+                --synthetic-features "$features" --prefetch-thread --chunk-mode 4096 \
+                --workdir "$WORK" --out "$OUT/synthetic" || rc=$?
         fi
         ;;
     corasu)
         # Cora is bundled with the package: nothing to carry.
         run 540 corasu.log python3 benchmarks/e2e.py --device cuda --epochs 6 --graphs "" \
-            --setting corasu --synthetic-train 50000 --prefetch-thread --workdir "$WORK" \
-            --out "$OUT/corasu" || rc=$?
+            --setting corasu --synthetic-train 50000 --prefetch-thread --chunk-mode 4096 \
+            --workdir "$WORK" --out "$OUT/corasu" || rc=$?
         ;;
     esac
     echo "$stage rc=$rc $((SECONDS - start)) s" | tee -a "$SUMMARY"

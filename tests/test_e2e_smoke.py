@@ -522,3 +522,39 @@ def test_a_long_run_writes_provisional_results_as_its_epochs_finish(
     written.clear()
     e2e.main(argv + ["--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "b")])
     assert [d["graphs"][0].get("incomplete") for d, _ in written] == [None]
+
+
+def test_chunk_mode_is_a_gpu_mode_and_sets_its_rows_on_the_shared_table_for_its_turns(
+    tmp_path: Path,
+) -> None:
+    assert e2e.parse_args([]).chunk_mode is None
+    assert e2e.parse_args(["--device", "cuda", "--chunk-mode", "4096"]).chunk_mode == 4096
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--chunk-mode", "0"])
+    assert e2e.skip_reason(e2e.CHUNK_MODE, torch.device("cpu")) == "needs a CUDA GPU"
+    # The table is IBP on's, shared: chunk_rows is the mode's during its turns only.
+    table = types.SimpleNamespace(chunk_rows=None)
+    cpu = torch.device("cpu")
+    run = e2e.ModeRun(e2e.CHUNK_MODE, table, 0.0, True, rng=e2e.rng_state(cpu))
+    run.table_settings = {"chunk_rows": 4096}
+    with run.turn(cpu):
+        assert table.chunk_rows == 4096
+    assert table.chunk_rows is None
+    with pytest.raises(RuntimeError), run.turn(cpu):
+        raise RuntimeError("a failed epoch")
+    assert table.chunk_rows is None
+    plain = e2e.ModeRun("ibp", table, 0.0, False, rng=e2e.rng_state(cpu))
+    with plain.turn(cpu):
+        assert table.chunk_rows is None
+    # On the CPU the mode is skipped, named, and the notes say its rows.
+    argv = ["--device", "cpu", "--graphs", "cora", "--epochs", "2", "--threads", "1"]
+    argv += ["--chunk-mode", "4096", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path)]
+    payload = e2e.main(argv)
+    (g,) = payload["graphs"]
+    assert [m["mode"] for m in g["modes"]] == [*e2e.MODES, e2e.CHUNK_MODE]
+    assert g["modes"][-1]["skipped"] == "needs a CUDA GPU"
+    assert payload["settings"]["chunk_mode"] == 4096
+    md = next(tmp_path.glob("e2e-*.md")).read_text()
+    assert "`ibp-chunked`: IBP on, on the prefetch thread, its fetches launched as kernels" in md
+    assert "of at most 4,096 rows (`chunk_rows`)." in md
+    assert "| IBP on, prefetch thread, chunked fetches | skipped: needs a CUDA GPU |" in md

@@ -229,6 +229,8 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert synthetic.setting == "papers100m" and synthetic.synthetic_edges == 300_000_000
     # The loaders' default on a GPU: batches prepared on the prefetch thread.
     assert synthetic.prefetch_thread and corasu.prefetch_thread
+    # IBP on again with chunked fetches, on whole epochs beside the other modes.
+    assert synthetic.chunk_mode == corasu.chunk_mode == 4096 and bundled.chunk_mode is None
     assert corasu.setting == "corasu" and corasu.graph_list == []
     assert corasu.synthetic_nodes == 2_449_029 and corasu.synthetic_features == "cora"
     assert corasu.epochs == 6 and corasu.device == "cuda" and str(corasu.out) == "/tmp/o/corasu"
