@@ -452,9 +452,6 @@ def fetch_decode(
     max_smem = int(getattr(props, "shared_memory_per_block_optin", DEFAULT_SMEM))
     plan = codec.plan(max_smem, 2 if double_buffer else 1, warps)
     threads = WARP * plan.warps_per_block
-    offsets, cluster_ids, masks, code_bits, bitvals, code_prefix, free_prefix, layouts = (
-        codec.const_args
-    )
     # The kernel, its attribute, the DLPack views and the launch all in device's context, on
     # the launch stream (see runtime.cupy_stream).
     with cupy_stream(stream, device):
@@ -475,28 +472,18 @@ def fetch_decode(
         # Every DLPack view before the launch mark: making one may queue a wait on the stream.
         views = (as_cupy(idx), None if out_pos is None else as_cupy(out_pos))
         requests = chunk_requests(idx, out_pos, spans, views)
+        # The arguments every chunk shares, made once (a chunk's own: its requests, their
+        # output positions and its row count).
+        table_args = (np.uint64(codec.rows_ptr), *codec.const_args)
+        sizes = (
+            np.int64(codec.num_rows),
+            np.int32(codec.num_words),
+            np.int32(codec.bitvals.shape[1]),
+            np.int32(codec.align),
+            np.int32(codec.row_bytes),
+            np.int32(plan.buf_words),
+        )
         note_launch(stream)
         for (r0, r1), (idx_arg, pos_arg) in zip(spans, requests, strict=True):
-            args = (
-                np.uint64(codec.rows_ptr),
-                offsets,
-                cluster_ids,
-                masks,
-                code_bits,
-                bitvals,
-                code_prefix,
-                free_prefix,
-                layouts,
-                idx_arg,
-                pos_arg,
-                out_arg,
-                error_arg,
-                np.int64(r1 - r0),
-                np.int64(codec.num_rows),
-                np.int32(codec.num_words),
-                np.int32(codec.bitvals.shape[1]),
-                np.int32(codec.align),
-                np.int32(codec.row_bytes),
-                np.int32(plan.buf_words),
-            )
+            args = (*table_args, idx_arg, pos_arg, out_arg, error_arg, np.int64(r1 - r0), *sizes)
             fn((grid,), (threads,), args, shared_mem=plan.bytes_per_block)

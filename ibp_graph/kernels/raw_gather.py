@@ -138,16 +138,8 @@ def raw_gather(
         # Every DLPack view before the launch mark: making one may queue a wait on the stream.
         views = (as_cupy(idx), None if out_pos is None else as_cupy(out_pos))
         requests = chunk_requests(idx, out_pos, spans, views)
+        table, rows, width = np.uint64(table_ptr), np.int64(num_rows), np.int64(row_bytes)
         note_launch(stream)
         for (r0, r1), (idx_arg, pos_arg) in zip(spans, requests, strict=True):
-            args = (
-                np.uint64(table_ptr),
-                idx_arg,
-                pos_arg,
-                out_arg,
-                error_arg,
-                np.int64(r1 - r0),
-                np.int64(num_rows),
-                np.int64(row_bytes),
-            )
+            args = (table, idx_arg, pos_arg, out_arg, error_arg, np.int64(r1 - r0), rows, width)
             fn((grid,), (threads,), args)
