@@ -62,7 +62,10 @@
 #              each stall reason's share of active warp cycles (run again without those
 #              metrics if this ncu refuses one); then profile.md: per launch, duration,
 #              throughputs, L1 and L2 hit rates, occupancy, registers, top stalls,
-#              instructions, global loads and load sectors per row.
+#              instructions, global loads and load sectors per row. The kernels are built with
+#              line information (IBP_GRAPH_LINEINFO=1: the same machine code) and the
+#              SourceCounters section is collected: ncu-source.csv holds each launch's
+#              counts per line of the .cu source (ncu --page source), where this ncu has it.
 #   pages      about 2 min: benchmarks/pages.py, the raw gather from a 4 GiB buffer of each
 #              page kind (huge, small, cuda) side by side, rows of 256 B to 4 KiB, ids over
 #              spans of 32 MiB to the whole buffer and sorted: whether address translation
@@ -126,7 +129,8 @@
 # fetch and grid: their log + fetch-*.json + fetch-*.md; pages:
 # pages.log + pages-*.json + pages-*.md; lanes: lanes.log + 2 of each; sampling:
 # sampling.log + 2; e2e: e2e.log + 3;
-# profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv + profile.md;
+# profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv +
+# ncu-source.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
 # corasu: corasu.log + 3 in corasu/; warps: warps.log + fetch-*-grid-warps.{json,md} + 3 in
 # warps/;
@@ -161,7 +165,8 @@ files() {
     smoke | tests | sanitize) echo 1 ;;
     ddp) echo 3 ;;
     decodeab | fetch | pages | grid | sampling) echo 3 ;;
-    lanes | profile) echo 5 ;;
+    lanes) echo 5 ;;
+    profile) echo 6 ;;
     e2e | overlap | ophops | synthetic | corasu) echo 4 ;;
     warps) echo 6 ;;
     esac
@@ -574,6 +579,21 @@ ncu_csv() {
     return 1
 }
 
+# ncu_source NCU REPORT CSV: the report's source page (counts per line of the .cu source) as
+# CSV, where this ncu prints it; a failure is logged, not fatal (the details stand alone).
+ncu_source() {
+    local ncu=$1 report=$2 csv=$3 limit
+    limit=$(capped 120)
+    if [ "$limit" -le 10 ] || ! timeout -k 10 "$limit" "$ncu" --import "$report" --csv \
+        --page source --print-source cuda >"$csv" 2>>"$OUT/profile.log" || [ ! -s "$csv" ]; then
+        [ -f "$csv" ] && head -n 20 "$csv" >>"$OUT/profile.log"  # what it printed instead
+        echo "-- no source page from this ncu (see above); the details stand alone" |
+            tee -a "$OUT/profile.log"
+        rm -f "$csv"
+    fi
+    return 0
+}
+
 # files_marking MARK FILE...: the FILEs that mark tests MARK (a decorator, an item of a
 # module's pytestmark list, or a `gpu = pytest.mark.gpu` alias; not the words in a string).
 files_marking() {
@@ -596,7 +616,8 @@ SHARDS=${IBP_GPU_RACECHECK_SHARDS:-3}
 NCU_ARGS=(--clock-control none --profile-from-start off --target-processes all
     --kernel-name "regex:ibp_(fetch_decode|raw_gather)" --section SpeedOfLight
     --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats
-    --section Occupancy --section LaunchStats --section InstructionStats)
+    --section Occupancy --section LaunchStats --section InstructionStats
+    --section SourceCounters --import-source yes)
 # Besides the sections: PCIe reads, DRAM reads, global-load requests and 32-byte sectors at
 # L1 (to set beside benchmarks/results/decode-loads-cpu.md), and each stall reason's share of
 # active warp cycles.
@@ -654,7 +675,8 @@ for stage in "${STAGES[@]}"; do
             "$ncu" --version 2>&1 | tail -1 | tee -a "$SUMMARY"
             rm -f "$OUT/ncu-fetch.ncu-rep"
             nrc=0
-            run 360 profile.log "$ncu" "${NCU_ARGS[@]}" --metrics "$NCU_METRICS" \
+            IBP_GRAPH_LINEINFO=1 run 360 profile.log "$ncu" "${NCU_ARGS[@]}" \
+                --metrics "$NCU_METRICS" \
                 --export "$OUT/ncu-fetch" --force-overwrite \
                 python3 benchmarks/profile_fetch.py --manifest "$OUT/profile-manifest.json" ||
                 nrc=$?
@@ -664,13 +686,15 @@ for stage in "${STAGES[@]}"; do
                 echo "-- ncu rc=$nrc, no report: again with the sections alone" |
                     tee -a "$OUT/profile.log"
                 nrc=0
-                run 300 profile.log "$ncu" "${NCU_ARGS[@]}" --export "$OUT/ncu-fetch" \
+                IBP_GRAPH_LINEINFO=1 run 300 profile.log "$ncu" "${NCU_ARGS[@]}" \
+                    --export "$OUT/ncu-fetch" \
                     --force-overwrite python3 benchmarks/profile_fetch.py \
                     --manifest "$OUT/profile-manifest.json" || nrc=$?
             fi
             if [ "$nrc" -ne 0 ]; then rc=1; fi
             if [ -s "$OUT/ncu-fetch.ncu-rep" ]; then
                 ncu_csv "$ncu" "$OUT/ncu-fetch.ncu-rep" "$OUT/ncu-fetch.csv" || rc=1
+                ncu_source "$ncu" "$OUT/ncu-fetch.ncu-rep" "$OUT/ncu-source.csv"
                 run 60 profile.log python3 benchmarks/profile_fetch.py --summarise \
                     "$OUT/ncu-fetch.csv" "$OUT/profile-manifest.json" --out "$OUT/profile.md" ||
                     rc=$?

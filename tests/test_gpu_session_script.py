@@ -437,7 +437,8 @@ def stand_in_tools(tmp_path: Path, csv_text: str) -> Path:
     python3: pip and the GPU check pass; the driver plans (a dry run of one small case)
     instead of profiling. ncu: runs the command it is given and writes a report; refuses
     ``--metrics`` (as an ncu that does not know one does) when $NCU_REFUSE_METRICS is set;
-    ``--import`` prints ``csv_text``.
+    ``--import`` prints ``csv_text``, except its source page where $NCU_NO_SOURCE is set
+    (as an ncu without one).
     """
     import sys
 
@@ -459,8 +460,10 @@ def stand_in_tools(tmp_path: Path, csv_text: str) -> Path:
         "nvidia-smi": "echo 'name, driver_version'\necho 'Stand-in, 1.0'\n",
         "ncu": (
             'if [ "$1" = --version ]; then echo "ncu stand-in"; exit 0; fi\n'
+            'if [ "$1" = --import ] && [ -n "$NCU_NO_SOURCE" ] && [[ " $* " == *" source "* ]]\n'
+            "then echo '==ERROR== unknown page'; exit 1; fi\n"
             f'if [ "$1" = --import ]; then cat {fixture}; exit 0; fi\n'
-            'echo "ncu $*" >>"$OUT/ncu-calls.txt"\n'
+            'echo "IBP_GRAPH_LINEINFO=$IBP_GRAPH_LINEINFO ncu $*" >>"$OUT/ncu-calls.txt"\n'
             'if [ -n "$NCU_REFUSE_METRICS" ] && [[ " $* " == *" --metrics "* ]]; then\n'
             '    echo "==ERROR== Failed to find metric regex:^nonesuch$"\n'
             "    exit 1\n"
@@ -509,12 +512,15 @@ def test_profile_stage_with_stand_in_tools(refuse_metrics: bool, tmp_path: Path)
     assert "--metrics" in calls[0] and "--clock-control none" in calls[0]
     assert ("--metrics" in calls[-1]) == (not refuse_metrics)
     assert all("--profile-from-start off" in c for c in calls)
+    # Kernels built with line information, and counts per source line collected.
+    assert all(c.startswith("IBP_GRAPH_LINEINFO=1 ncu ") for c in calls)
+    assert all("--section SourceCounters --import-source yes" in c for c in calls)
     log = (out / "profile.log").read_text()
     assert ("again with the sections alone" in log) == refuse_metrics
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(
         ["summary.txt", "profile.log", "profile-manifest.json", "ncu-fetch.ncu-rep",
-         "ncu-fetch.csv", "profile.md"]
+         "ncu-fetch.csv", "ncu-source.csv", "profile.md"]
     )  # fmt: skip
     assert len(files) == _files(["profile"])
     md = (out / "profile.md").read_text()
@@ -747,3 +753,28 @@ def test_tests_stage_runs_files_side_by_side_then_the_timing_tests_alone(
         "summary.txt",
         "tests.log",
     ]
+
+
+def test_profile_stage_without_a_source_page(tmp_path: Path) -> None:
+    """An ncu that prints no source page: logged, no empty file, the stage still succeeds."""
+    csv_text = (
+        '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+        '"0","ibp_raw_gather_v16","GPU Speed Of Light Throughput","Duration","nsecond",'
+        '"10,000"\n'
+    )
+    bin_dir = stand_in_tools(tmp_path, csv_text)
+    out = tmp_path / "out"
+    done = script(
+        "profile",
+        OUT=str(out),
+        IBP_GPU_WORK=str(tmp_path / "w"),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        NCU_NO_SOURCE="1",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (out / "ncu-source.csv").exists()
+    log = (out / "profile.log").read_text()
+    assert "==ERROR== unknown page" in log
+    assert "no source page from this ncu (see above); the details stand alone" in log
+    assert (out / "ncu-fetch.csv").exists() and (out / "profile.md").exists()
+    assert "profile rc=0" in (out / "summary.txt").read_text()

@@ -1046,3 +1046,24 @@ def test_gpu_to_device_waits_for_no_kernel_and_reads_its_own_copy(pinned: bool) 
     t.fill_(-1)  # the caller refills its buffer at once
     torch.cuda.synchronize()
     assert got.is_cuda and torch.equal(got.cpu(), want)
+
+
+def test_line_information_is_asked_for_by_its_variable_and_compiles(nvrtc, monkeypatch) -> None:
+    from ibp_graph.kernels.runtime import LINEINFO_ENV, nvrtc_options
+
+    monkeypatch.delenv(LINEINFO_ENV, raising=False)
+    assert nvrtc_options() == NVRTC_OPTIONS
+    monkeypatch.setenv(LINEINFO_ENV, "0")
+    assert nvrtc_options() == NVRTC_OPTIONS
+    monkeypatch.setenv(LINEINFO_ENV, "1")
+    assert nvrtc_options() == (*NVRTC_OPTIONS, "-lineinfo")
+    text = (cuda_dir() / "fetch_decode.cu").read_text()
+    ptx = {}
+    for options in (NVRTC_OPTIONS, nvrtc_options()):
+        prog = nvrtc.createProgram(text, "fetch_decode.cu", [], [])
+        nvrtc.compileProgram(prog, ["--gpu-architecture=sm_90", *options])
+        out = nvrtc.getPTX(prog)
+        ptx[options] = out.decode() if isinstance(out, bytes) else out
+    # The PTX of the second names its lines in fetch_decode.cu; the first's does not.
+    assert ".loc" not in ptx[NVRTC_OPTIONS] and ".loc" in ptx[nvrtc_options()]
+    assert "fetch_decode.cu" in ptx[nvrtc_options()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import os
 import re
 import threading
 import warnings
@@ -20,6 +21,20 @@ from ..threads import hold
 
 #: NVRTC options every kernel is built with (the tests compile with the same ones).
 NVRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+#: Set to 1, kernels are built with ``-lineinfo`` too (`nvrtc_options`).
+LINEINFO_ENV = "IBP_GRAPH_LINEINFO"
+
+
+def nvrtc_options() -> tuple[str, ...]:
+    """`NVRTC_OPTIONS`, and ``-lineinfo`` where ``IBP_GRAPH_LINEINFO=1``.
+
+    Line information lets a profiler (Nsight Compute's source counters) attribute each
+    machine instruction's executions and stalls to its line of the ``.cu`` source; it does not
+    change the code generated. Read when a module is first built, so set it before the first
+    launch.
+    """
+    lineinfo = os.environ.get(LINEINFO_ENV, "") == "1"
+    return NVRTC_OPTIONS + (("-lineinfo",) if lineinfo else ())
 
 
 def cuda_dir() -> Path:
@@ -139,7 +154,7 @@ def _module(name: str, entry: str | None = None) -> Any:
     text = read_source(name)
     if entry is not None:
         text = entry_source(text, entry)
-    return cupy().RawModule(code=text, options=NVRTC_OPTIONS, backend="nvrtc")
+    return cupy().RawModule(code=text, options=nvrtc_options(), backend="nvrtc")
 
 
 @functools.cache
