@@ -54,7 +54,11 @@ the run collected ``pcie__read_bytes``), achieved occupancy, registers per threa
 stall reasons taking the largest share of active warp cycles (from the
 ``smsp__warp_issue_stalled_*_per_warp_active.pct`` metrics, else the Warp State section's
 "Stall ..." rows), and warp instructions executed per row. A metric missing from the CSV reads
-n/a.
+n/a. Where ``ncu-source.csv`` lies beside the CSV (``ncu --import REPORT --csv --page source
+--print-source cuda``, of a run with the SourceCounters section and kernels built with
+``IBP_GRAPH_LINEINFO=1``), the page ends with where each ``decode`` launch's instructions go:
+the source lines that executed the most, with their shares of its instructions and stall
+samples.
 """
 
 from __future__ import annotations
@@ -762,8 +766,128 @@ def summary_markdown(rows: list[dict], notes: list[str], csv_path: Path, manifes
     return "\n".join(lines) + "\n"
 
 
+#: Source lines listed per launch in the source-page summary.
+SOURCE_TOP = 12
+#: The source page's metrics, as ncu names its columns: instructions, and stall samples.
+SOURCE_INSTRUCTIONS = "Instructions Executed"
+SOURCE_SAMPLES = "Warp Stall Sampling (All Samples)"
+#: The source page's file, beside the details CSV (benchmarks/gpu_session.sh writes it).
+SOURCE_CSV = "ncu-source.csv"
+
+
+@dataclasses.dataclass
+class SourceTable:
+    """One kernel's table of ncu's source page: per source line, its metrics."""
+
+    kernel: str
+    #: (line number or None, source text, instructions executed, stall samples)
+    lines: list[tuple[int | None, str, float, float]]
+
+
+def read_source_csv(path: Path) -> list[SourceTable]:
+    """ncu's ``--page source --csv --print-source cuda`` output: one table per result, in order.
+
+    A table starts at a ``"Kernel Name",NAME`` row; its header is the next row with a
+    ``Source`` column and the `SOURCE_INSTRUCTIONS` column; its line numbers are the ``#``
+    (or ``Line``) column's, where it has one. Anything else (the tool's messages) is skipped.
+    """
+    tables: list[SourceTable] = []
+    header: list[str] | None = None
+    with path.open(newline="", errors="replace") as f:
+        for row in csv.reader(f):
+            if not row:
+                continue
+            if row[0].strip() == "Kernel Name":
+                tables.append(SourceTable(row[1].strip() if len(row) > 1 else "", []))
+                header = None
+                continue
+            if "Source" in row and SOURCE_INSTRUCTIONS in row:
+                header = row
+                continue
+            if header is None or not tables or len(row) != len(header):
+                continue
+            cells = dict(zip(header, row, strict=True))
+            where = next((cells[k] for k in ("#", "Line", "Line #") if k in cells), "")
+            line = number(where)
+            tables[-1].lines.append(
+                (
+                    int(line) if line is not None else None,
+                    cells["Source"],
+                    number(cells[SOURCE_INSTRUCTIONS]) or 0.0,
+                    number(cells.get(SOURCE_SAMPLES, "")) or 0.0,
+                )
+            )
+    return tables
+
+
+def source_markdown(tables: list[SourceTable], launches: list[dict], path: Path) -> list[str]:
+    """Per profiled ``decode`` launch (rows in GPU memory: decoding alone), the source lines
+    that executed the most instructions: their share of the launch's instructions and of its
+    stall samples, and their text (the ``.cu`` file's line where the page has none)."""
+    profiled = [x for x in launches if x.get("status") != "skipped"]
+    lines = [
+        "",
+        f"## Where the decoder's instructions go (`{path.name}`)",
+        "",
+        "Per `decode` launch (decoding alone), the source lines that executed the most warp "
+        f"instructions (top {SOURCE_TOP}): their share of the launch's instructions executed "
+        "and of its warp stall samples (ncu's source counters; line numbers of the kernel's "
+        "`.cu` file, whose text is shown where the page has none, from this checkout).",
+    ]
+    if not tables:
+        return [*lines, "", f"- {path.name} holds no per-line table (see profile.log)."]
+    shown = 0
+    for i, launch in enumerate(profiled[: len(tables)]):
+        table = tables[i]
+        if launch.get("what") != "decode" or not table.lines:
+            continue
+        total = sum(x[2] for x in table.lines) or 1.0
+        samples = sum(x[3] for x in table.lines) or 1.0
+        source = _source_lines(launch.get("kernel", ""))
+        lines += [
+            "",
+            f"### {launch.get('case', '?')}: {base_name(table.kernel) or launch.get('kernel')}"
+            + (
+                f" (the manifest launched {launch.get('kernel')})"
+                if base_name(table.kernel) not in ("", launch.get("kernel"))
+                else ""
+            ),
+            "",
+            f"{total:,.0f} warp instructions executed in all"
+            + (f", {total / launch['rows']:,.1f} a row." if launch.get("rows") else "."),
+            "",
+            "| line | instructions % | stall samples % | source |",
+            "|---|---|---|---|",
+        ]
+        for line, text, inst, stall in sorted(table.lines, key=lambda x: -x[2])[:SOURCE_TOP]:
+            if not text.strip() and line is not None and 0 < line <= len(source):
+                text = source[line - 1]
+            text = " ".join(text.split()).replace("|", "\\|")
+            lines.append(
+                f"| {'?' if line is None else line} | {100 * inst / total:.1f} "
+                f"| {100 * stall / samples:.1f} | `{text}` |"
+            )
+        shown += 1
+    if not shown:
+        lines += ["", f"- {path.name}: no `decode` launch among its {len(tables)} tables."]
+    return lines
+
+
+def _source_lines(kernel: str) -> list[str]:
+    """The lines of the ``.cu`` file that defines ``kernel`` (none when not found)."""
+    from ibp_graph.kernels.runtime import cuda_dir
+
+    name = "raw_gather.cu" if kernel.startswith("ibp_raw_gather") else "fetch_decode.cu"
+    path = cuda_dir() / name
+    return path.read_text().splitlines() if path.is_file() else []
+
+
 def summarise(csv_path: Path, manifest_path: Path, out: Path) -> list[dict]:
-    """Write the markdown summary of ncu's CSV and the manifest to ``out``; its rows."""
+    """Write the markdown summary of ncu's CSV and the manifest to ``out``; its rows.
+
+    With ``ncu-source.csv`` beside ``csv_path`` (the report's source page), the summary ends
+    with where the decoder's instructions go (`source_markdown`).
+    """
     manifest = json.loads(manifest_path.read_text())
     results = read_ncu_csv(csv_path)
     rows, notes = match(results, manifest.get("launches", []))
@@ -777,6 +901,11 @@ def summarise(csv_path: Path, manifest_path: Path, out: Path) -> list[dict]:
     elif not manifest.get("complete", False):
         notes.append("the profiled run did not finish: the manifest holds the cases it reached")
     text = summary_markdown(rows, notes, csv_path, manifest)
+    source_csv = csv_path.parent / SOURCE_CSV
+    if source_csv.is_file():
+        launches = manifest.get("launches", [])
+        text += "\n".join(source_markdown(read_source_csv(source_csv), launches, source_csv))
+        text += "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text, end="")

@@ -456,3 +456,69 @@ def test_summary_of_a_raw_page_csv_says_which_page_it_needs(tmp_path: Path) -> N
     rows = profile_fetch.summarise(raw_page, tmp_path / "manifest.json", tmp_path / "p.md")
     assert len(rows) == 5 and all(r["duration_us"] is None for r in rows)
     assert "not `--page raw`" in (tmp_path / "p.md").read_text()
+
+
+def source_page(kernels: list[str], lines_of: dict[int, list[tuple[str, str, str, str]]]) -> str:
+    """ncu's ``--page source --csv --print-source cuda`` as this module reads it: per result a
+    ``"Kernel Name",NAME`` row, a header, then one row per line (``#``, source, metrics)."""
+    out = ["==PROF== a message first"]
+    header = ["#", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed"]
+    for i, kernel in enumerate(kernels):
+        out.append(f'"Kernel Name","{kernel}"')
+        out.append(",".join(f'"{h}"' for h in header))
+        for line, text, samples, inst in lines_of.get(i, []):
+            out.append(",".join(f'"{c}"' for c in (line, text, samples, inst)))
+    return "\n".join(out) + "\n"
+
+
+def test_summary_says_where_the_decoders_instructions_go(tmp_path: Path) -> None:
+    doc = dry(tmp_path, "--cases", "sparse-5pct-512B")
+    kernels = [x["kernel"] for x in doc["launches"]]
+    csv_path = fixture_csv(tmp_path / "ncu-fetch.csv", kernels)
+    decode = [x["what"] for x in doc["launches"]].index("decode")
+    source = (ibp_graph_cuda() / "fetch_decode.cu").read_text().splitlines()
+    page = {
+        decode: [
+            ("500", "", "10", "1,500"),  # no text in the page: the file's line 500
+            ("501", "x = a | b;", "30", "500"),
+            ("", "an unnumbered line", "0", "0"),
+            ("12", "one more", "60", "3,000"),
+        ],
+        0: [("7", "the raw gather", "1", "999,999")],  # not a decode launch: not listed
+    }
+    (tmp_path / "ncu-source.csv").write_text(source_page(kernels, page))
+    profile_fetch.main(["--summarise", str(csv_path), str(tmp_path / "manifest.json")])
+    md = (tmp_path / "profile.md").read_text()
+    assert "## Where the decoder's instructions go (`ncu-source.csv`)" in md
+    assert f"### sparse-5pct-512B: {kernels[decode]}" in md
+    rows = doc["launches"][decode]["rows"]
+    assert f"5,000 warp instructions executed in all, {5000 / rows:,.1f} a row." in md
+    body = md.split(f"### sparse-5pct-512B: {kernels[decode]}")[1].splitlines()
+    listed = [line for line in body if line.startswith("| ") and "---" not in line][1:]
+    text_500 = " ".join(source[499].split()).replace("|", "\\|")
+    assert listed == [
+        "| 12 | 60.0 | 60.0 | `one more` |",
+        f"| 500 | 30.0 | 10.0 | `{text_500}` |",
+        "| 501 | 10.0 | 30.0 | `x = a \\| b;` |",
+        "| ? | 0.0 | 0.0 | `an unnumbered line` |",
+    ]
+    assert "the raw gather" not in md
+    # Tables, but no line of a decode launch among them; a page without tables says so; a
+    # summary without a page has no such section.
+    (tmp_path / "ncu-source.csv").write_text(source_page(kernels, {0: page[0]}))
+    profile_fetch.main(["--summarise", str(csv_path), str(tmp_path / "manifest.json")])
+    md = (tmp_path / "profile.md").read_text()
+    assert f"- ncu-source.csv: no `decode` launch among its {len(kernels)} tables." in md
+    (tmp_path / "ncu-source.csv").write_text("==ERROR== something else\n")
+    profile_fetch.main(["--summarise", str(csv_path), str(tmp_path / "manifest.json")])
+    md = (tmp_path / "profile.md").read_text()
+    assert "- ncu-source.csv holds no per-line table (see profile.log)." in md
+    (tmp_path / "ncu-source.csv").unlink()
+    profile_fetch.main(["--summarise", str(csv_path), str(tmp_path / "manifest.json")])
+    assert "Where the decoder's instructions go" not in (tmp_path / "profile.md").read_text()
+
+
+def ibp_graph_cuda() -> Path:
+    from ibp_graph.kernels.runtime import cuda_dir
+
+    return cuda_dir()
