@@ -225,12 +225,14 @@ plan() {
 # the first two (at a9cb4c1 the first took 5 minutes, the machine started in half a minute).
 # First the smoke test, every GPU test, the decoder against its previous version side by
 # side (bit for bit on every table, and what the last change to it is worth) and the
-# sanitizers over every kernel test; then CoraSU, which has never run, the fetch beside
-# training (chunked fetches now launch from one DLPack view), side-stream fetches in larger
-# blocks (fetch rate and the step beside it), the fetch at the current defaults and its
-# profile; then the rest again (the sampler and the epochs, ophops: the epochs with torch-op
-# hops, for comparison, and the others).
-CALLS=("smoke tests decodeab sanitize" "corasu" "overlap ddp" "warps" "fetch" "profile"
+# sanitizers over every kernel test; then CoraSU, which has never run (with chunked fetches
+# as a mode of its own); the profile, whose counts per source line say where the decoder's
+# instructions go (most decode-only targets still missed are instruction-bound); the fetch
+# beside training (chunked fetches now launch from one DLPack view), side-stream fetches in
+# larger blocks (fetch rate and the step beside it), the fetch at the current defaults; then
+# the rest again (the sampler and the epochs, ophops: the epochs with torch-op hops, for
+# comparison, and the others).
+CALLS=("smoke tests decodeab sanitize" "corasu" "profile" "overlap ddp" "warps" "fetch"
     "sampling e2e" "ophops grid" "synthetic" "pages" "lanes")
 
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous

@@ -302,8 +302,9 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
     assert ["smoke", "tests", "decodeab", "sanitize"] in stages_of
     assert "baseline: not a git checkout; the decodeab stage will refuse" in done.stdout
     assert not (data / "baseline-cuda").exists()
-    fetch_call = next(i for i, st in enumerate(stages_of) if "fetch" in st)
-    assert stages_of[fetch_call + 1] == ["profile"]  # the profile right after the fetch
+    # CoraSU (never run) in the second call, then the profile: its counts per source line
+    # steer the decoder's next changes.
+    assert stages_of[1] == ["corasu"] and stages_of[2] == ["profile"]
     assert "prepare" in script("prepare", "smoke").stderr
 
 
