@@ -3,9 +3,10 @@
 `ibp_graph.codec.decode` is the reference that defines the format: NumPy, vectorised over the
 rows and words of a request, in a dozen passes over ``(rows, words)`` arrays. `decode` here
 walks each stored row once instead (its header bits, the codes, then the payloads, in the
-order docs/FORMAT.md gives them) and writes each word where it belongs: a subgroup of a grouped
-row that stores no bits (no codes, no free bits: most of a bag-of-words row) as one copy of
-its columns' code-0 entries, the other words one by one. It returns the same
+order docs/FORMAT.md gives them) and writes each word where it belongs: a grouped row starts as
+its columns' code-0 entries, so that its subgroups that store no bits (no codes, no free bits:
+most of a bag-of-words row) are left as they are, and its chunks of such subgroups without
+codes are not even visited; the other words are written one by one. It returns the same
 words, bit for bit, and refuses a row whose fields run past its stored length with the same
 `CodecError`. `ibp_graph.table.IBPTable` decodes with it whenever Numba imports
 (`available`), and with the reference otherwise. The compiled loop releases the GIL, and with
@@ -59,6 +60,7 @@ class _Compiled:
     sub_count: np.ndarray  # (C,) int64: 8-word subgroups of each 32-word chunk
     code0: np.ndarray  # (k * V,) words: each column's code-0 entry
     plain_sub: np.ndarray  # (k * S,) bool: a subgroup whose uncoded words are their code0
+    plain_chunk: np.ndarray  # (k * C,) bool: a chunk whose four subgroups are plain
 
 
 def _compiled(params: CodecParams) -> _Compiled:
@@ -95,6 +97,7 @@ def _compiled(params: CodecParams) -> _Compiled:
             sub_count=subgroups_per_chunk(v).astype(np.int64),
             code0=np.ascontiguousarray(params.bitvals[:, :, 0]).reshape(-1),
             plain_sub=plain.reshape(k, -1, SUB_WORDS).all(axis=2).reshape(-1),
+            plain_chunk=plain.reshape(k, -1, CHUNK_WORDS).all(axis=2).reshape(-1),
         )
     return params.__dict__[key]
 
@@ -154,6 +157,7 @@ def decode(
             a.sub_count,
             a.code0,
             a.plain_sub,
+            a.plain_chunk,
             out_bytes[lo:hi],
             out[lo:hi],
         )
@@ -206,7 +210,7 @@ if numba is not None:
     def _decode(
         stream, stream_bytes, starts, lengths, cluster, v, tb, e, code_bits, escape, free_bits,
         bitvals, run_lo, run_mask, run_dst, run_count, sub_code_bits, flat_code_bits, sub_count,
-        code0, plain_sub, out_bytes, out,
+        code0, plain_sub, plain_chunk, out_bytes, out,
     ):  # pragma: no cover - compiled  # fmt: skip
         n = starts.shape[0]
         c = sub_count.shape[0]
@@ -242,6 +246,10 @@ if numba is not None:
                                 code_bits_total += sub_code_bits[cl * subs_per_row + ch * 4 + s]
                 code_at = at
                 pay_at = at + code_bits_total
+                # Every word its code-0 entry first: a plain subgroup without codes (most
+                # of a bag-of-words row) is then left as it is, a plain chunk without
+                # codes not even visited.
+                row[:] = code0[col0 : col0 + v]
             else:  # flat: every word's code, then the payloads
                 code_at = base + 1
                 pay_at = code_at + flat_code_bits[cl]
@@ -256,15 +264,14 @@ if numba is not None:
                     if _read(stream, base + 1 + ch, 1):
                         subs = _read(stream, at, sub_count[ch])
                         at += sub_count[ch]
+                    elif plain_chunk[cl * c + ch]:
+                        continue  # no bits stored: its code-0 entries, written above
                 for s in range(sub_count[ch] if grouped else 1):
                     j0 = ch * 32 + s * span
                     n_j = min(v, j0 + span) - j0
                     coded = ((subs >> np.uint64(s)) & np.uint64(1)) != 0
                     if not coded and plain_sub[cl * subs_per_row + ch * 4 + s]:
-                        c0 = col0 + j0  # no bits stored: the code-0 entries
-                        for t in range(n_j):
-                            row[j0 + t] = code0[c0 + t]
-                        continue
+                        continue  # no bits stored: its code-0 entries, written above
                     for t in range(n_j):
                         col = col0 + j0 + t
                         code = 0
