@@ -6,7 +6,8 @@ walks each stored row once instead (its header bits, the codes, then the payload
 order docs/FORMAT.md gives them) and writes each word where it belongs: a grouped row starts as
 its columns' code-0 entries, so that its subgroups that store no bits (no codes, no free bits:
 most of a bag-of-words row) are left as they are, and its chunks of such subgroups without
-codes are not even visited; the other words are written one by one. It returns the same
+codes are not even visited; the other words are written one by one, a subgroup's codes read
+in one piece. It returns the same
 words, bit for bit, and refuses a row whose fields run past its stored length with the same
 `CodecError`. `ibp_graph.table.IBPTable` decodes with it whenever Numba imports
 (`available`), and with the reference otherwise. The compiled loop releases the GIL, and with
@@ -272,13 +273,22 @@ if numba is not None:
                     coded = ((subs >> np.uint64(s)) & np.uint64(1)) != 0
                     if not coded and plain_sub[cl * subs_per_row + ch * 4 + s]:
                         continue  # no bits stored: its code-0 entries, written above
+                    codes = np.uint64(0)
+                    if coded and grouped:  # a subgroup's codes, 64 bits at most, in one read
+                        nb = sub_code_bits[cl * subs_per_row + ch * 4 + s]
+                        codes = _read(stream, code_at, nb)
+                        code_at += nb
                     for t in range(n_j):
                         col = col0 + j0 + t
                         code = 0
                         if coded:
                             b = code_bits[col]
-                            code = np.int64(_read(stream, code_at, b))
-                            code_at += b
+                            if grouped:
+                                code = np.int64(codes & (_ONES >> np.uint64(64 - b)))
+                                codes >>= np.uint64(b)
+                            else:
+                                code = np.int64(_read(stream, code_at, b))
+                                code_at += b
                         if code == escape[col]:  # stored whole
                             row[j0 + t] = _read(stream, pay_at, word_bits)
                             pay_at += word_bits
