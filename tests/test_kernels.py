@@ -1067,3 +1067,32 @@ def test_line_information_is_asked_for_by_its_variable_and_compiles(nvrtc, monke
     # The PTX of the second names its lines in fetch_decode.cu; the first's does not.
     assert ".loc" not in ptx[NVRTC_OPTIONS] and ".loc" in ptx[nvrtc_options()]
     assert "fetch_decode.cu" in ptx[nvrtc_options()]
+
+
+def test_a_module_built_with_line_information_names_its_file(nvrtc, monkeypatch) -> None:
+    from ibp_graph.kernels.runtime import LINEINFO_ENV, module_source
+
+    monkeypatch.delenv(LINEINFO_ENV, raising=False)
+    path = (cuda_dir() / "fetch_decode.cu").resolve()
+    whole, options = module_source("fetch_decode.cu")
+    assert whole == path.read_text() and options == NVRTC_OPTIONS
+    monkeypatch.setenv(LINEINFO_ENV, "1")
+    entry = "ibp_fetch_decode_db_w8_o8"  # the last: every other entry's line goes before it
+    text, options = module_source("fetch_decode.cu", entry)
+    assert text.startswith(f'#line 1 "{path}"\n') and "-lineinfo" in options
+    # Compiled under CuPy's name for it (a temporary file), the lines name the source file,
+    # and keep their numbers: the entry's own line is where the file has it.
+    prog = nvrtc.createProgram(text, "/tmp/gone/kern.cu", [], [])
+    nvrtc.compileProgram(prog, ["--gpu-architecture=sm_90", *options])
+    ptx = nvrtc.getPTX(prog)
+    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    files = dict(re.findall(r'\.file\s+(\d+)\s+"([^"]+)"', ptx))
+    assert str(path) in files.values() and "/tmp/gone/kern.cu" not in files.values()
+    (number,) = [n for n, f in files.items() if f == str(path)]
+    lines = {int(x) for x in re.findall(rf"\.loc\s+{number}\s+(\d+)\s", ptx)}
+    source = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(source, 1) if "const u64 first = s.start" in line)
+    assert at in lines and max(lines) < len(source)  # a line of stage_row, at its number
+    # Every line the code is attributed to holds code: not blank, not a comment.
+    marked = [source[n - 1].strip() for n in lines if n > 0]
+    assert all(line and not line.startswith("//") for line in marked)

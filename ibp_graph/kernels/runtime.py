@@ -147,14 +147,29 @@ def entry_source(text: str, entry: str) -> str:
     return "".join(line for line, name in zip(lines, names, strict=True) if name in (None, entry))
 
 
-@functools.cache
-def _module(name: str, entry: str | None = None) -> Any:
-    # Compiled and loaded lazily, once per device, when a kernel is first taken from it:
-    # the whole source, or only `entry`'s definition (`BUILT_PER_ENTRY`).
+def module_source(name: str, entry: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """The text and NVRTC options a kernel module of ``cuda/<name>`` is built from.
+
+    The whole source, or only ``entry``'s definition (`entry_source`). With line information
+    (`nvrtc_options`), the text starts with a ``#line`` directive naming the ``.cu`` file by
+    its absolute path: the compiler otherwise records the temporary file CuPy compiles from,
+    gone by the time a profiler looks for the lines.
+    """
     text = read_source(name)
     if entry is not None:
         text = entry_source(text, entry)
-    return cupy().RawModule(code=text, options=nvrtc_options(), backend="nvrtc")
+    options = nvrtc_options()
+    if "-lineinfo" in options:
+        path = Path(name) if Path(name).is_absolute() else cuda_dir() / name
+        text = f'#line 1 "{path.resolve()}"\n' + text
+    return text, options
+
+
+@functools.cache
+def _module(name: str, entry: str | None = None) -> Any:
+    # Compiled and loaded lazily, once per device, when a kernel is first taken from it.
+    text, options = module_source(name, entry)
+    return cupy().RawModule(code=text, options=options, backend="nvrtc")
 
 
 @functools.cache
