@@ -65,7 +65,8 @@
 #              instructions, global loads and load sectors per row. The kernels are built with
 #              line information (IBP_GRAPH_LINEINFO=1: the same machine code) and the
 #              SourceCounters section is collected: ncu-source.csv holds each launch's
-#              counts per line of the .cu source (ncu --page source), where this ncu has it.
+#              counts per line of the .cu source (ncu --page source), or per machine
+#              instruction where ncu has no lines, where this ncu has the page.
 #   pages      about 2 min: benchmarks/pages.py, the raw gather from a 4 GiB buffer of each
 #              page kind (huge, small, cuda) side by side, rows of 256 B to 4 KiB, ids over
 #              spans of 32 MiB to the whole buffer and sorted: whether address translation
@@ -581,18 +582,31 @@ ncu_csv() {
     return 1
 }
 
-# ncu_source NCU REPORT CSV: the report's source page (counts per line of the .cu source) as
-# CSV, where this ncu prints it; a failure is logged, not fatal (the details stand alone).
+# ncu_source NCU REPORT CSV: the report's source page as CSV, where this ncu prints it: per
+# line of the .cu source (--print-source cuda), else per machine instruction (sass; cut to
+# SOURCE_BYTES, the size a file may come back at). A failure is logged, not fatal (the details
+# stand alone).
+SOURCE_BYTES=15000000
 ncu_source() {
-    local ncu=$1 report=$2 csv=$3 limit
-    limit=$(capped 120)
-    if [ "$limit" -le 10 ] || ! timeout -k 10 "$limit" "$ncu" --import "$report" --csv \
-        --page source --print-source cuda >"$csv" 2>>"$OUT/profile.log" || [ ! -s "$csv" ]; then
+    local ncu=$1 report=$2 csv=$3 limit view
+    for view in cuda sass; do
+        limit=$(capped 120)
+        if [ "$limit" -le 10 ]; then
+            break
+        fi
+        # Judged by what it wrote: a page cut to size ends ncu with SIGPIPE.
+        { timeout -k 10 "$limit" "$ncu" --import "$report" --csv --page source \
+            --print-source "$view" 2>>"$OUT/profile.log" | head -c "$SOURCE_BYTES" >"$csv"; } ||
+            true
+        if [ -s "$csv" ] && ! grep -q "^==ERROR==" "$csv"; then
+            echo "-- source page: per $view line" >>"$OUT/profile.log"
+            return 0
+        fi
         [ -f "$csv" ] && head -n 20 "$csv" >>"$OUT/profile.log"  # what it printed instead
-        echo "-- no source page from this ncu (see above); the details stand alone" |
-            tee -a "$OUT/profile.log"
-        rm -f "$csv"
-    fi
+    done
+    echo "-- no source page from this ncu (see above); the details stand alone" |
+        tee -a "$OUT/profile.log"
+    rm -f "$csv"
     return 0
 }
 

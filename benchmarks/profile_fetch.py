@@ -832,7 +832,9 @@ def source_markdown(tables: list[SourceTable], launches: list[dict], path: Path)
         "Per `decode` launch (decoding alone), the source lines that executed the most warp "
         f"instructions (top {SOURCE_TOP}): their share of the launch's instructions executed "
         "and of its warp stall samples (ncu's source counters; line numbers of the kernel's "
-        "`.cu` file, whose text is shown where the page has none, from this checkout).",
+        "`.cu` file, whose text is shown where the page has none, from this checkout). A page "
+        "of machine instructions instead (no line numbers: the kernels were built without line "
+        "information) lists the instructions that executed the most, line `?`.",
     ]
     if not tables:
         return [*lines, "", f"- {path.name} holds no per-line table (see profile.log)."]

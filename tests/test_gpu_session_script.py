@@ -439,7 +439,7 @@ def stand_in_tools(tmp_path: Path, csv_text: str) -> Path:
     instead of profiling. ncu: runs the command it is given and writes a report; refuses
     ``--metrics`` (as an ncu that does not know one does) when $NCU_REFUSE_METRICS is set;
     ``--import`` prints ``csv_text``, except its source page where $NCU_NO_SOURCE is set
-    (as an ncu without one).
+    (as an ncu without one), and the page's CUDA view where $NCU_NO_CUDA is.
     """
     import sys
 
@@ -463,6 +463,8 @@ def stand_in_tools(tmp_path: Path, csv_text: str) -> Path:
             'if [ "$1" = --version ]; then echo "ncu stand-in"; exit 0; fi\n'
             'if [ "$1" = --import ] && [ -n "$NCU_NO_SOURCE" ] && [[ " $* " == *" source "* ]]\n'
             "then echo '==ERROR== unknown page'; exit 1; fi\n"
+            'if [ "$1" = --import ] && [ -n "$NCU_NO_CUDA" ] && [[ " $* " == *" cuda"* ]]\n'
+            "then echo '==ERROR== no source file'; exit 1; fi\n"
             f'if [ "$1" = --import ]; then cat {fixture}; exit 0; fi\n'
             'echo "IBP_GRAPH_LINEINFO=$IBP_GRAPH_LINEINFO ncu $*" >>"$OUT/ncu-calls.txt"\n'
             'if [ -n "$NCU_REFUSE_METRICS" ] && [[ " $* " == *" --metrics "* ]]; then\n'
@@ -779,3 +781,20 @@ def test_profile_stage_without_a_source_page(tmp_path: Path) -> None:
     assert "no source page from this ncu (see above); the details stand alone" in log
     assert (out / "ncu-fetch.csv").exists() and (out / "profile.md").exists()
     assert "profile rc=0" in (out / "summary.txt").read_text()
+
+
+def test_profile_stage_falls_back_to_the_sass_view_of_the_source_page(tmp_path: Path) -> None:
+    """Without the CUDA view (no line information), the per-instruction view is kept."""
+    bin_dir = stand_in_tools(tmp_path, '"Kernel Name","k"\n"Address","Source"\n')
+    out = tmp_path / "out"
+    done = script(
+        "profile",
+        OUT=str(out),
+        IBP_GPU_WORK=str(tmp_path / "w"),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        NCU_NO_CUDA="1",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "profile.log").read_text()
+    assert "==ERROR== no source file" in log and "-- source page: per sass line" in log
+    assert (out / "ncu-source.csv").read_text().startswith('"Kernel Name","k"')
