@@ -758,6 +758,16 @@ def test_tests_stage_runs_files_side_by_side_then_the_timing_tests_alone(
     ]
 
 
+def profile_with_stand_ins(tmp_path: Path, csv_text: str, **env: str) -> Path:
+    """The profile stage over `stand_in_tools` with ``env``; its $OUT, once it succeeded."""
+    bin_dir = stand_in_tools(tmp_path, csv_text)
+    out = tmp_path / "out"
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    done = script("profile", OUT=str(out), IBP_GPU_WORK=str(tmp_path / "w"), PATH=path, **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
 def test_profile_stage_without_a_source_page(tmp_path: Path) -> None:
     """An ncu that prints no source page: logged, no empty file, the stage still succeeds."""
     csv_text = (
@@ -765,16 +775,7 @@ def test_profile_stage_without_a_source_page(tmp_path: Path) -> None:
         '"0","ibp_raw_gather_v16","GPU Speed Of Light Throughput","Duration","nsecond",'
         '"10,000"\n'
     )
-    bin_dir = stand_in_tools(tmp_path, csv_text)
-    out = tmp_path / "out"
-    done = script(
-        "profile",
-        OUT=str(out),
-        IBP_GPU_WORK=str(tmp_path / "w"),
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
-        NCU_NO_SOURCE="1",
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = profile_with_stand_ins(tmp_path, csv_text, NCU_NO_SOURCE="1")
     assert not (out / "ncu-source.csv").exists()
     log = (out / "profile.log").read_text()
     assert "==ERROR== unknown page" in log
@@ -785,16 +786,9 @@ def test_profile_stage_without_a_source_page(tmp_path: Path) -> None:
 
 def test_profile_stage_falls_back_to_the_sass_view_of_the_source_page(tmp_path: Path) -> None:
     """Without the CUDA view (no line information), the per-instruction view is kept."""
-    bin_dir = stand_in_tools(tmp_path, '"Kernel Name","k"\n"Address","Source"\n')
-    out = tmp_path / "out"
-    done = script(
-        "profile",
-        OUT=str(out),
-        IBP_GPU_WORK=str(tmp_path / "w"),
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
-        NCU_NO_CUDA="1",
+    out = profile_with_stand_ins(
+        tmp_path, '"Kernel Name","k"\n"Address","Source"\n', NCU_NO_CUDA="1"
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     log = (out / "profile.log").read_text()
     assert "==ERROR== no source file" in log and "-- source page: per sass line" in log
     assert (out / "ncu-source.csv").read_text().startswith('"Kernel Name","k"')
