@@ -182,7 +182,7 @@ MODE_TITLES = {
     REPLAY_MODE: "IBP on, prefetch thread, replayed sampler",
     CHUNK_MODE: "IBP on, prefetch thread, chunked fetches",
 }
-#: The modes that are ``ibp`` run another way (both on the loaders' prefetch thread), on the
+#: The modes that are ``ibp`` run another way (all on the loaders' prefetch thread), on the
 #: same batches: the prefix of their
 #: checks' keys (``<prefix>_losses_identical``, ``<prefix>_batches_identical``), and how the
 #: results name them.

@@ -23,6 +23,7 @@ from benchmarks import fetch, profile_fetch
 from ibp_graph import cuda_table
 from ibp_graph.kernels import fetch_decode as fused
 from ibp_graph.kernels import raw_gather as gather
+from ibp_graph.kernels.runtime import read_source
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
@@ -476,7 +477,7 @@ def test_summary_says_where_the_decoders_instructions_go(tmp_path: Path) -> None
     kernels = [x["kernel"] for x in doc["launches"]]
     csv_path = fixture_csv(tmp_path / "ncu-fetch.csv", kernels)
     decode = [x["what"] for x in doc["launches"]].index("decode")
-    source = (ibp_graph_cuda() / "fetch_decode.cu").read_text().splitlines()
+    source = read_source("fetch_decode.cu").splitlines()
     page = {
         decode: [
             ("500", "", "10", "1,500"),  # no text in the page: the file's line 500
@@ -516,9 +517,3 @@ def test_summary_says_where_the_decoders_instructions_go(tmp_path: Path) -> None
     (tmp_path / "ncu-source.csv").unlink()
     profile_fetch.main(["--summarise", str(csv_path), str(tmp_path / "manifest.json")])
     assert "Where the decoder's instructions go" not in (tmp_path / "profile.md").read_text()
-
-
-def ibp_graph_cuda() -> Path:
-    from ibp_graph.kernels.runtime import cuda_dir
-
-    return cuda_dir()

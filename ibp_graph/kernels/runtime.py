@@ -54,9 +54,14 @@ def source_files() -> list[Path]:
     return sorted(cuda_dir().glob("*.cu"))
 
 
+def source_path(name: str) -> Path:
+    """The path of ``cuda/<name>``, or ``name`` itself when it is an absolute path."""
+    return Path(name) if Path(name).is_absolute() else cuda_dir() / name
+
+
 def read_source(name: str) -> str:
-    """The text of ``cuda/<name>``, or of the file ``name`` when it is an absolute path."""
-    path = Path(name) if Path(name).is_absolute() else cuda_dir() / name
+    """The text of `source_path` ``(name)``."""
+    path = source_path(name)
     if not path.is_file():
         raise FileNotFoundError(f"CUDA source {path} is missing")
     return path.read_text()
@@ -160,8 +165,7 @@ def module_source(name: str, entry: str | None = None) -> tuple[str, tuple[str, 
         text = entry_source(text, entry)
     options = nvrtc_options()
     if "-lineinfo" in options:
-        path = Path(name) if Path(name).is_absolute() else cuda_dir() / name
-        text = f'#line 1 "{path.resolve()}"\n' + text
+        text = f'#line 1 "{source_path(name).resolve()}"\n' + text
     return text, options
 
 
