@@ -120,6 +120,10 @@
 #              (results so far written every 30 s of epochs, so a run cut short keeps them),
 #              on the loaders' prefetch thread; with --chunk-mode 4096, IBP on again with
 #              its fetches in kernels of 4,096 rows (the overlap target's lever), same batches.
+#   gil        about 1 min: benchmarks/gil_handoff.py --device cuda, a step of 300 short ops
+#              (a launch each) alone and beside a second Python thread (work without the
+#              GIL, short ops, pure Python) and with Cora's loaders (batches on the prefetch
+#              thread or serial): what sharing the GIL costs a launch-bound step, op by op.
 #
 # A device command runs at most 10 minutes and returns at most 8 files from $OUT, 2 folders
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
@@ -129,7 +133,7 @@
 # decodeab: decodeab.log + decode-ab-*.json + decode-ab-*.md;
 # fetch and grid: their log + fetch-*.json + fetch-*.md; pages:
 # pages.log + pages-*.json + pages-*.md; lanes: lanes.log + 2 of each; sampling:
-# sampling.log + 2; e2e: e2e.log + 3;
+# sampling.log + 2; gil: gil.log + 2; e2e: e2e.log + 3;
 # profile: profile.log + profile-manifest.json + ncu-fetch.ncu-rep + ncu-fetch.csv +
 # ncu-source.csv + profile.md;
 # ddp: ddp.log + ddp_gpu_smoke.log + ddp-gpu.json; synthetic: synthetic.log + 3 in synthetic/;
@@ -156,7 +160,7 @@ export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
 ALL_STAGES=(smoke tests sanitize decodeab fetch profile pages grid warps lanes sampling e2e
-    overlap ophops ddp synthetic corasu)
+    overlap ophops ddp synthetic corasu gil)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -165,7 +169,7 @@ files() {
     case "$1" in
     smoke | tests | sanitize) echo 1 ;;
     ddp) echo 3 ;;
-    decodeab | fetch | pages | grid | sampling) echo 3 ;;
+    decodeab | fetch | pages | grid | sampling | gil) echo 3 ;;
     lanes) echo 5 ;;
     profile) echo 6 ;;
     e2e | overlap | ophops | synthetic | corasu) echo 4 ;;
@@ -176,7 +180,7 @@ files() {
 # minutes STAGE: the estimated upper bound, install excluded.
 minutes() {
     case "$1" in
-    smoke) echo 1 ;;
+    smoke | gil) echo 1 ;;
     tests) echo 2 ;;
     sanitize | decodeab) echo 3 ;;
     fetch) echo 6 ;;
@@ -226,14 +230,15 @@ plan() {
 # the first two (at a9cb4c1 the first took 5 minutes, the machine started in half a minute).
 # First the smoke test, every GPU test, the decoder against its previous version side by
 # side (bit for bit on every table, and what the last change to it is worth) and the
-# sanitizers over every kernel test; then CoraSU, which has never run (with chunked fetches
-# as a mode of its own); the profile, whose counts per source line say where the decoder's
+# sanitizers over every kernel test; then what sharing the GIL costs a launch-bound step
+# (a minute: why Cora's epochs ran slower on the prefetch thread) and CoraSU, which has never
+# run (with chunked fetches as a mode of its own); the profile, whose counts per source line say where the decoder's
 # instructions go (most decode-only targets still missed are instruction-bound); the fetch
 # beside training (chunked fetches now launch from one DLPack view), side-stream fetches in
 # larger blocks (fetch rate and the step beside it), the fetch at the current defaults; then
 # the rest again (the sampler and the epochs, ophops: the epochs with torch-op hops, for
 # comparison, and the others).
-CALLS=("smoke tests decodeab sanitize" "corasu" "profile" "overlap ddp" "warps" "fetch"
+CALLS=("smoke tests decodeab sanitize" "gil corasu" "profile" "overlap ddp" "warps" "fetch"
     "sampling e2e" "ophops grid" "synthetic" "pages" "lanes")
 
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
@@ -788,6 +793,9 @@ for stage in "${STAGES[@]}"; do
                 --synthetic-features "$features" --prefetch-thread --chunk-mode 4096 \
                 --workdir "$WORK" --out "$OUT/synthetic" || rc=$?
         fi
+        ;;
+    gil)
+        run 100 gil.log python3 benchmarks/gil_handoff.py --device cuda --out "$OUT" || rc=$?
         ;;
     corasu)
         # Cora is bundled with the package: nothing to carry.

@@ -19,7 +19,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import decode_ab, e2e, fetch, overlap, pages, profile_fetch, sampling
+from benchmarks import (
+    decode_ab,
+    e2e,
+    fetch,
+    gil_handoff,
+    overlap,
+    pages,
+    profile_fetch,
+    sampling,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_session.sh"
@@ -41,6 +50,7 @@ STAGES = (
     "ddp",
     "synthetic",
     "corasu",
+    "gil",
 )
 MAX_FILES = 8
 MAX_COMMAND = 2000
@@ -163,6 +173,7 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
         "e2e",
         "overlap",
         "profile_fetch",
+        "gil_handoff",
     }
     # decodeab: the decoder against its previous version, side by side, on every table.
     (ab,) = (decode_ab.parse_args(c) for c in cmds["decode_ab"])
@@ -238,6 +249,10 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     (samp,) = (sampling.parse_args(c) for c in cmds["sampling"])
     assert samp.device == "cuda" and samp.backend is None and str(samp.out) == "/tmp/o"
     assert samp.hop_grids == [None, 32.0] and samp.graph_memory == ["device", "uva"]
+    # gil: the step of short ops beside the threads and Cora's loaders, on the GPU.
+    (gil,) = (gil_handoff.parse_args(c) for c in cmds["gil_handoff"])
+    assert gil.device == "cuda" and str(gil.out) == "/tmp/o" and not gil.no_loader
+    assert gil.ops >= 100 and gil.rounds >= 3 and 0.005 in gil.switch_intervals
 
 
 def test_stage_limits_end_the_command_before_the_device_kills_it() -> None:
@@ -302,9 +317,9 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
     assert ["smoke", "tests", "decodeab", "sanitize"] in stages_of
     assert "baseline: not a git checkout; the decodeab stage will refuse" in done.stdout
     assert not (data / "baseline-cuda").exists()
-    # CoraSU (never run) in the second call, then the profile: its counts per source line
-    # steer the decoder's next changes.
-    assert stages_of[1] == ["corasu"] and stages_of[2] == ["profile"]
+    # A minute of the GIL's cost to a launch-bound step, then CoraSU (never run) in the second
+    # call, then the profile: its counts per source line steer the decoder's next changes.
+    assert stages_of[1] == ["gil", "corasu"] and stages_of[2] == ["profile"]
     assert "prepare" in script("prepare", "smoke").stderr
 
 
