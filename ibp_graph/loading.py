@@ -224,9 +224,13 @@ def default_prefetch_thread(device: str | torch.device) -> bool:
     sampler's host work and its reads of sizes back from the GPU run inside ``next()``,
     serialised with the training loop; on the thread they overlap it. Measured on an H100
     (``benchmarks/results/e2e-nvidia-h100-80gb-hbm3.md``, GraphSAGE, the same batches and
-    losses): 0% overlap without the thread, 82% / 81% with it, and epochs of 0.0600 s
-    instead of 0.0656 s on Cora, 0.0424 s instead of 0.0533 s on CiteSeer. On the CPU the
-    default stays off (pass True to use the thread there).
+    losses): 0% overlap without the thread, 64-73% with it; CiteSeer's epochs took 0.0404 s
+    instead of 0.0501 s, but Cora's 0.0535 s instead of 0.0397 s. The thread shares the GIL
+    with the training loop, and a step made mostly of short ops (kernel launches) pays a
+    hand-over for each op while the thread wants the GIL: on the CPU a step of 300 short ops
+    took 1.75x its time beside Cora's loader on the thread
+    (``benchmarks/results/gil-handoff-cpu.md``). Where steps are that short, False may be
+    faster. On the CPU the default stays off (pass True to use the thread there).
 
     Args:
         device: where the loader samples and fetches.
