@@ -150,7 +150,6 @@ from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
 from ibp_graph.cli._common import positive_int_arg  # noqa: E402
 from ibp_graph.loading import default_sampler_backend  # noqa: E402
 from ibp_graph.pinned import HOST_MEMORY_ENV, host_memory  # noqa: E402
-from ibp_graph.sample_replay import thread_captures_need  # noqa: E402
 from ibp_graph.train.config import default_workdir, load_config  # noqa: E402
 from ibp_graph.train.models import graphsage  # noqa: E402
 from ibp_graph.train.run import (  # noqa: E402
@@ -581,8 +580,7 @@ def replayed_sampler(graph: Graph, hp: dict, device: torch.device) -> dict:
 
 def replayed_sizes(sampler: Any) -> list[int]:
     """The batch sizes whose launches ``sampler`` replays from a CUDA graph (none where every
-    batch ran eagerly: with torch before 2.12 a sampler on the prefetch thread captures
-    nothing, `ibp_graph.sample_replay.cuda_capture`)."""
+    batch ran eagerly: the sampler warned why)."""
     replay = getattr(sampler, "_replay", None)
     return sorted(replay.graphs) if replay is not None else []
 
@@ -591,14 +589,6 @@ def skip_reason(mode: str, device: torch.device) -> str | None:
     """Why ``mode`` does not run on ``device`` (None: it runs)."""
     if mode in ("gpu", REPLAY_MODE, CHUNK_MODE) and device.type != "cuda":
         return "needs a CUDA GPU"
-    need = thread_captures_need() if mode == REPLAY_MODE else None
-    if need:
-        # The sampler would refuse every capture on the prefetch thread: the mode would be
-        # THREAD_MODE again (`ibp_graph.sample_replay.cuda_capture`).
-        return (
-            f"needs torch {need} or later to capture on the prefetch thread "
-            f"(torch {torch.__version__})"
-        )
     return None
 
 
@@ -1143,15 +1133,9 @@ def replay_lines(modes: list[dict]) -> list[str]:
                 f"{', '.join(f'{n:,}' for n in sizes)} seeds."
             )
             continue
-        need = thread_captures_need()
-        why = (
-            f"torch {torch.__version__}: captures on the prefetch thread need torch {need} or later"
-            if need
-            else "the log has the sampler's warning"
-        )
         lines.append(
             f"- {MODE_TITLES[REPLAY_MODE]}: no batch size was captured, every batch ran "
-            f"eagerly ({why})."
+            "eagerly (the log has the sampler's warning)."
         )
     return lines
 

@@ -32,10 +32,12 @@ the same seed, and so do the two sampler backends' draws.
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -671,6 +673,8 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         self._refresh()
         batches = self._plan(epoch)
         self.stats.reset()
+        if not self._use_workers:
+            self._capture_sizes(batches)
         if self._use_workers:
             self._epoch_batches.plan(epoch, batches)
             source: Iterator[Any] = self._from_workers(super().__iter__())
@@ -685,6 +689,25 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 thread=self.prefetch_thread,
             )
         return self._run(source)
+
+    def _capture_sizes(self, batches: list[torch.Tensor]) -> None:
+        """Capture the epoch's batch sizes where ``node_sampler`` replays its launches.
+
+        With ``cuda_graph=True``, the sizes, the most frequent first, are captured on the
+        thread that starts the epoch (`ibp_graph.sampler.NeighborSampler.capture_sizes`):
+        with torch before 2.12 the prefetch thread could not capture them. On a GPU, on the
+        side stream, after the work queued before the epoch.
+        """
+        if not getattr(self.node_sampler, "cuda_graph", False):
+            return
+        sizes = Counter(int(b.numel()) for b in batches)
+        ordered = [size for size, _ in sizes.most_common()]
+        stream = contextlib.nullcontext()
+        if self._stream is not None:
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
+            stream = torch.cuda.stream(self._stream)
+        with hold(self.node_sampler.lock), stream:
+            self.node_sampler.capture_sizes(ordered)
 
     def _sample_batch(self, epoch: int, index: int, positions: torch.Tensor) -> SampledBatch:
         """Sample batch ``index`` of ``epoch``: the seeds at ``positions``, seeded for it."""

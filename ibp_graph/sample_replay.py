@@ -19,7 +19,9 @@ has two: its batch size and the last batch's). A batch that reads sizes on the w
 slots) is never captured. Once a capture fails (one warning names why), no size is captured
 any more, since a capture that fails part-way can leave torch's allocator counting it as
 under way; with torch before 2.12 every capture on a thread other than the main one is
-refused that way (`cuda_capture`).
+refused that way (`cuda_capture`). `ibp_graph.sampler.NeighborSampler.capture_sizes`
+captures given sizes at once, on the calling thread: the loaders call it where an epoch
+starts, so that a prefetch thread replays sizes it could not capture.
 Each graph keeps its buffers, at most 56 bytes a slot (a hop's frontier bound times its
 fanout), in GPU memory of its own for as long as the sampler holds it.
 """
@@ -170,6 +172,19 @@ class BatchReplay:
         #: can leave torch's allocator counting it as under way.
         self.failed: str | None = None
 
+    def wants(self, size: int) -> bool:
+        """Whether a batch of ``size`` seeds would bring a capture of that size closer.
+
+        True while the size has no graph and is not known to read sizes, no capture failed and
+        fewer than ``max_graphs`` sizes have one.
+        """
+        return (
+            size not in self.graphs
+            and size not in self._refused
+            and self.failed is None
+            and len(self.graphs) < self.max_graphs
+        )
+
     def sample(
         self, launch: Launch, seeds: torch.Tensor, keys: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
@@ -188,7 +203,9 @@ class BatchReplay:
             captured = self._capture_size(launch, seeds, keys)
         if captured is None:
             batch = launch(seeds, keys)
-            if batch.launched_only and size not in self._refused:
+            if not batch.launched_only:  # its launches read a size: so will the next ones
+                self._refused.add(size)
+            elif size not in self._refused:
                 self._ready.add(size)
             return finish_batch(batch)
         stream = torch.cuda.current_stream(seeds.device) if seeds.is_cuda else None

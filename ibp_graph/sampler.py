@@ -36,7 +36,7 @@ Which one is faster depends on the graph and the GPU; ``benchmarks/sampling.py``
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -262,7 +262,9 @@ class NeighborSampler:
     ``[0, MAX_K]``, not ``disjoint``); others run as without it. Each graph keeps its
     buffers in GPU memory (at most 56 bytes a slot: for 1,024 seeds and fanouts
     ``[15, 10, 5]``, 936,960 slots, about 52 MB). With torch before 2.12 only the main thread
-    captures (`ibp_graph.sample_replay.cuda_capture`); on other threads batches run eagerly.
+    captures (`ibp_graph.sample_replay.cuda_capture`): on other threads batches run eagerly,
+    unless their size was captured before (`capture_sizes`; the loaders capture their
+    epoch's sizes where the epoch starts, so their prefetch thread replays them).
 
     Args:
         graph: the graph; sampling runs on its device.
@@ -564,6 +566,43 @@ class NeighborSampler:
             out.num_sampled_nodes = out.num_sampled_edges = None
         return out
 
+    def capture_sizes(self, sizes: Iterable[int]) -> list[int]:
+        """With ``cuda_graph=True``, capture the launches of batches of ``sizes`` seeds now.
+
+        A batch size is otherwise captured the second time a batch of that size comes, on the
+        thread that samples it; with torch before 2.12 only the main thread can capture
+        (`ibp_graph.sample_replay.cuda_capture`), so a loader that samples on its prefetch
+        thread calls this where its epoch starts. Each size is captured from batches of the
+        node ids ``0 .. size - 1`` with keys of zeros, on this thread and its current stream:
+        the generator is not drawn from, so the batches sampled later are the same as
+        without it. A size runs eagerly as before where its launches read a size on the way
+        (a fanout of ``-1``, ``draw="per_hop"``, ...), where it exceeds the graph's nodes,
+        once `ibp_graph.sample_replay.MAX_GRAPHS` sizes are kept, or after a capture failed
+        (one warning says why). Hold ``lock`` around it where other threads use the sampler.
+
+        Args:
+            sizes: batch sizes, most important first.
+
+        Returns:
+            Those of ``sizes`` that replay from a CUDA graph now (none without
+            ``cuda_graph=True``, or with ``disjoint=True``: such batches are never captured).
+        """
+        if not self.cuda_graph or self._hop_kernels is None or self.disjoint:
+            return []
+        if self._replay is None:
+            self._replay = BatchReplay()
+        replay, device = self._replay, self.graph.device
+        keys = torch.zeros(len(self.num_neighbors), dtype=torch.int64, device=device)
+        sizes = list(dict.fromkeys(int(size) for size in sizes))
+        for size in sizes:
+            # two batches at most: the first runs eagerly and shows whether the launches
+            # read a size, the second is captured
+            for _ in range(2):
+                if not (1 <= size <= self.graph.num_nodes and replay.wants(size)):
+                    break
+                self._sample_shared(torch.arange(size, device=device), keys)
+        return [size for size in sizes if size in replay.graphs]
+
     def _compiled_hop(self) -> bool:
         """Whether hops run in `ibp_graph.sample_cpu` (CPU graph, Numba, torch backend)."""
         return (
@@ -604,8 +643,11 @@ class NeighborSampler:
         if not compiled_call(_cpu_hops().clear, local, node)[0]:
             self._map = None
 
-    def _sample_shared(self, seeds: torch.Tensor) -> SampledBatch:
-        """One subgraph for all seeds; local ids from the dense scratch map."""
+    def _sample_shared(self, seeds: torch.Tensor, keys: torch.Tensor | None = None) -> SampledBatch:
+        """One subgraph for all seeds; local ids from the dense scratch map.
+
+        ``keys``: the hop kernels' random keys (default: drawn from the generator).
+        """
         g = self.graph
         compiled = self._compiled_hop()
         batch_size = seeds.numel()
@@ -620,7 +662,7 @@ class NeighborSampler:
                 if compiled:  # Numba could not compile the hops: torch ops, on a fresh map
                     compiled, self._map = False, None
                     local = self._scratch()
-                node, row, col, edge, num_nodes, num_edges = self._hops_with_ops(seeds, local)
+                node, row, col, edge, num_nodes, num_edges = self._hops_with_ops(seeds, local, keys)
             if self.subgraph_type == "induced":
                 row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)
             ok = True
@@ -645,7 +687,7 @@ class NeighborSampler:
         )
 
     def _hops_with_ops(
-        self, seeds: torch.Tensor, local: torch.Tensor
+        self, seeds: torch.Tensor, local: torch.Tensor, keys: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
         """The hops of `_sample_shared` with torch ops, or with the hop kernels (any device).
 
@@ -659,7 +701,8 @@ class NeighborSampler:
         kernels = self._hop_kernels
         iota = self._iota(batch_size)
         if kernels is not None:
-            keys = randint(len(self.num_neighbors), 1, self.generator, g.device).view(-1)
+            if keys is None:
+                keys = randint(len(self.num_neighbors), 1, self.generator, g.device).view(-1)
 
             def launch(seeds: torch.Tensor, keys: torch.Tensor):
                 dense_seed(local, seeds, iota)

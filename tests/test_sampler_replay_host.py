@@ -10,19 +10,29 @@ same sampler computes eagerly, bit for bit. The `gpu` tests replay real CUDA gra
 from __future__ import annotations
 
 import pickle
+import threading
+import warnings
 
 import pytest
 import torch
 from simt.host_graph import host_replay
 from simt.host_hops import HostHopKernels
 from test_sampler_hop_host import power_graph
+from torch_geometric.data import Data
 
 from ibp_graph import sample_hop, sample_replay
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
 from ibp_graph.kernels.sample_neighbors import MAX_K
+from ibp_graph.loaders.pyg import NeighborLoader
 from ibp_graph.sample_index import dense_clear, dense_seed
-from ibp_graph.sample_replay import PER_CAPTURE_RNG_TORCH, BatchReplay, cuda_capture, torch_release
+from ibp_graph.sample_replay import (
+    PER_CAPTURE_RNG_TORCH,
+    BatchReplay,
+    CaptureRefused,
+    cuda_capture,
+    torch_release,
+)
 from ibp_graph.sampler import NeighborSampler
 
 
@@ -364,6 +374,108 @@ def test_gpu_replayed_batches_are_the_eager_ones_in_other_modes(fanouts, index_d
         seeds = seeds.cuda()
         assert_same(replayed.sample(seeds), eager.sample(seeds))
     assert sorted(replayed._replay.graphs) == [77, 200]
+
+
+def test_capture_sizes_captures_now_without_drawing_from_the_generator(lib) -> None:
+    g = power_graph(10, n=400)
+    eager, _ = host_sampler(lib, g, [6, 4], replay=False)
+    replayed, capture = host_sampler(lib, g, [6, 4], replay=True)
+    assert replayed.capture_sizes([37, 64, 37, 401, 0]) == [37, 64]  # 401 > nodes, 0: none
+    assert sorted(replayed._replay.graphs) == [37, 64] and len(capture.graphs) == 2
+    assert replayed.capture_sizes([64]) == [64] and len(capture.graphs) == 2  # kept
+    # Every later batch replays, and is the batch of a sampler that never captured.
+    batches = seed_batches(g, [64, 37, 64, 37], seed=7)
+    for seeds in batches:
+        assert_same(replayed.sample(seeds), eager.sample(seeds))
+    # each graph ran once for its capture (a capture runs nothing), then for each batch
+    assert sorted(gr.replays for gr in capture.graphs) == [3, 3]
+
+
+def test_capture_sizes_stops_at_max_graphs_and_at_what_cannot_be_captured(lib) -> None:
+    g = power_graph(11, n=400)
+    two, capture = host_sampler(lib, g, [6, 4], replay=True, max_graphs=2)
+    assert two.capture_sizes([10, 11, 12]) == [10, 11] and len(capture.graphs) == 2
+    reads, capture = host_sampler(lib, g, [-1, 3], replay=True)
+    calls = []
+    run = reads._sample_shared
+    reads._sample_shared = lambda *a: calls.append(1) or run(*a)
+    assert reads.capture_sizes([20]) == [] and calls == [1]  # one eager batch shows it
+    assert reads.capture_sizes([20]) == [] and calls == [1]  # and it is remembered
+    assert capture.graphs == []
+    plain, _ = host_sampler(lib, g, [6, 4], replay=False)
+    assert plain.capture_sizes([20]) == [] and plain._replay is None
+    disjoint, capture = host_sampler(lib, g, [6, 4], replay=True, disjoint=True)
+    assert disjoint.capture_sizes([20]) == [] and capture.graphs == []
+
+
+def test_the_loader_captures_its_sizes_where_its_thread_could_not(lib) -> None:
+    # With torch before 2.12 a capture off the main thread is refused: the loader captures
+    # its epoch's sizes on the thread that starts the epoch, so its prefetch thread replays
+    # every batch, and the batches are those of a sampler that never replays.
+    gen = torch.Generator().manual_seed(12)
+    ei = torch.randint(0, 400, (2, 5000), generator=gen)
+    data = Data(x=torch.randn(400, 8), edge_index=ei, num_nodes=400)
+
+    def loader(replay: bool, thread: bool):
+        csr = CSRGraph.from_data(data)
+        sampler, capture = host_sampler(lib, csr, [6, 4], replay=replay)
+        if replay:
+
+            def main_only(fn, device):
+                if threading.current_thread() is not threading.main_thread():
+                    raise CaptureRefused("off the main thread")
+                return capture(fn, device)
+
+            sampler._replay = BatchReplay(main_only)
+        made = NeighborLoader(data, [6, 4], batch_size=48, seed=3, csr=csr,
+                              neighbor_sampler=sampler, prefetch_thread=thread)  # fmt: skip
+        return made, capture
+
+    want = [(b.n_id, b.edge_index, b.e_id) for b in loader(False, False)[0]]
+    replayed, capture = loader(True, True)
+    got = [(b.n_id, b.edge_index, b.e_id) for b in replayed]
+    for x, y in zip(got, want, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(x, y, strict=True))
+    assert len(list(replayed)) == len(want)  # a second epoch
+    sizes = sorted(replayed.node_sampler._replay.graphs)
+    assert sizes == [16, 48]  # 400 seeds: 8 batches of 48 and one of 16
+    # every batch of both epochs, after the capture's own run
+    assert sorted(gr.replays for gr in capture.graphs) == [1 + 2, 1 + 16]
+    assert replayed.node_sampler._replay.failed is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_the_loader_replays_every_batch_on_its_prefetch_thread() -> None:
+    # Whatever the torch: the loader captures its epoch's sizes where the epoch starts, and
+    # its prefetch thread replays them while the training loop runs random ops.
+    gen = torch.Generator().manual_seed(13)
+    data = Data(
+        x=torch.randn(5000, 16),
+        edge_index=torch.randint(0, 5000, (2, 60_000), generator=gen),
+        num_nodes=5000,
+    )
+
+    def make(cuda_graph: bool) -> NeighborLoader:
+        csr = CSRGraph.from_data(data).to("cuda")
+        sampler = NeighborSampler(csr, [10, 5], backend="kernel", cuda_graph=cuda_graph)
+        return NeighborLoader(data, [10, 5], batch_size=512, seed=2, device="cuda", csr=csr,
+                              neighbor_sampler=sampler, prefetch_thread=True)  # fmt: skip
+
+    want = [(b.n_id.cpu(), b.edge_index.cpu()) for b in make(False)]
+    loader = make(True)
+    x = torch.randn(256, 256, device="cuda")
+    got = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no capture refused
+        for batch in loader:
+            x = torch.nn.functional.dropout(torch.tanh(x @ x.T), 0.5)
+            got.append((batch.n_id.cpu(), batch.edge_index.cpu()))
+    torch.cuda.synchronize()
+    assert sorted(loader.node_sampler._replay.graphs) == [392, 512]  # 9 x 512, then 392
+    assert loader.node_sampler._replay.failed is None
+    for (a, b), (c, d) in zip(got, want, strict=True):
+        assert torch.equal(a, c) and torch.equal(b, d)
 
 
 @pytest.mark.gpu
