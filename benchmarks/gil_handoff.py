@@ -15,9 +15,10 @@ on a GPU, one launch each, then one synchronisation), timed on the main thread:
 - beside a thread running the same short ops back to back;
 - beside a thread running pure Python for 100 us at a time, the GIL given up between;
 - with a real loader: ibp-graph's PyG ``NeighborLoader`` over Cora (raw features and the
-  IBP table), one step a batch, its batches prepared on the prefetch thread
-  (``prefetch_thread=True``) or in the training loop's thread (``False``, where nothing runs
-  beside the step).
+  IBP table; on a GPU also the IBP table with a sampler that replays its hops' launches
+  from CUDA graphs, ``cuda_graph=True``: fewer ops on the thread), one step a batch, its
+  batches prepared on the prefetch thread (``prefetch_thread=True``) or in the training
+  loop's thread (``False``, where nothing runs beside the step).
 
 The threads' cells are run at each ``--switch-intervals`` (``sys.setswitchinterval``, the
 longest a thread keeps the GIL while another waits for it; Python's default is 5 ms). Rounds
@@ -125,21 +126,38 @@ def run_beside(
         sys.setswitchinterval(before)
 
 
+#: The loaders' names (their features), and on a GPU the one whose sampler replays its hops'
+#: launches from CUDA graphs (fewer ops on the thread).
+LOADERS = ("raw", "IBP")
+REPLAYED = "IBP, replayed sampler"
+
+
 def make_loaders(device: torch.device, folder: Path) -> dict[tuple[str, bool], object]:
-    """Cora loaders by (features, prefetch thread): raw and IBP features, each with its
-    batches prepared on the prefetch thread (True) or in the loop's thread (False)."""
+    """Cora loaders by (name, prefetch thread): raw and IBP features (on a GPU, IBP with a
+    sampler that replays CUDA graphs too), each with its batches prepared on the prefetch
+    thread (True) or in the loop's thread (False), each run for one epoch (warm)."""
     from torch_geometric.data import Data
 
     import ibp_graph
     from ibp_graph.datasets import load_dataset
+    from ibp_graph.graph import CSRGraph
     from ibp_graph.loaders.pyg import NeighborLoader
+    from ibp_graph.sampler import NeighborSampler
 
     ds = load_dataset("cora")
     data = Data(x=ds.x, y=ds.y, edge_index=ds.edge_index)
     table = ibp_graph.compress(ds.x, folder / "cora.ibp")
+    kinds: list[tuple[str, object, bool]] = [("raw", None, False), ("IBP", table, False)]
+    if device.type == "cuda":
+        kinds.append((REPLAYED, table, True))
     loaders = {}
-    for name, features in (("raw", None), ("IBP", table)):
+    for name, features, replayed in kinds:
         for thread in (False, True):
+            extra = {}
+            if replayed:
+                csr = CSRGraph.from_data(data).to(device)
+                sampler = NeighborSampler(csr, [10, 10], backend="kernel", cuda_graph=True)
+                extra = {"csr": csr, "neighbor_sampler": sampler}
             loaders[name, thread] = NeighborLoader(
                 data,
                 num_neighbors=[10, 10],
@@ -149,6 +167,7 @@ def make_loaders(device: torch.device, folder: Path) -> dict[tuple[str, bool], o
                 device=device,
                 seed=0,
                 prefetch_thread=thread,
+                **extra,
             )
             for _batch in loaders[name, thread]:  # warm: compiled code, buffers
                 pass
@@ -185,7 +204,7 @@ def measure(args: argparse.Namespace, device: torch.device) -> list[dict]:
     tmp = tempfile.TemporaryDirectory()
     if not args.no_loader:
         loaders = make_loaders(device, Path(tmp.name))
-        for name in ("raw", "IBP"):
+        for name in dict.fromkeys(name for name, _ in loaders):
             cells.append(("loader", name, 0.005, False))
             cells += [("loader", name, s, True) for s in args.switch_intervals]
     samples: dict[int, list[tuple[float, float | None]]] = {i: [] for i in range(len(cells))}
@@ -260,7 +279,7 @@ def markdown(env: dict, payload: dict) -> str:
             who = "nothing" if r["beside"] is None else f"a thread: {r['beside']}"
         else:
             how = "prefetch thread" if r["prefetch_thread"] else "serial"
-            who = f"loader, {r['beside']} features, {how}"
+            who = f"loader ({r['beside']}), {how}"
         lo, hi = (v * 1e3 for v in r["step_range_s"])
         epoch = "-" if r["epoch_s"] is None else f"{r['epoch_s']:.4f}"
         sv = f"{r['step_vs_serial']:.2f}x" if "step_vs_serial" in r else "-"

@@ -103,7 +103,7 @@ def test_a_short_run_writes_every_cell(tmp_path) -> None:
     assert payload["environment"]["command"]
     text = (tmp_path / "gil-handoff-cpu.md").read_text()
     assert "| a thread: short ops | 1 ms |" in text
-    assert "| loader, IBP features, prefetch thread | 5 ms |" in text
+    assert "| loader (IBP), prefetch thread | 5 ms |" in text
     assert sum(line.startswith("|") for line in text.splitlines()) == 2 + len(rows)
 
 
