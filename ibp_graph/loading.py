@@ -230,7 +230,7 @@ def default_prefetch_thread(device: str | torch.device) -> bool:
     instead of 0.0501 s, but Cora's 0.0535 s instead of 0.0397 s. The thread shares the GIL
     with the training loop, and a step made mostly of short ops (kernel launches) pays a
     hand-over for each op while the thread wants the GIL: on the CPU a step of 300 short ops
-    took 1.75x its time beside Cora's loader on the thread
+    took 1.64x-1.78x its time beside Cora's loaders on the thread
     (``benchmarks/results/gil-handoff-cpu.md``). Where steps are that short, False may be
     faster. On the CPU the default stays off (pass True to use the thread there).
 
