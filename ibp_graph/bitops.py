@@ -138,9 +138,9 @@ def or_bits(out: np.ndarray, values: np.ndarray, widths: np.ndarray, positions: 
         return
     if type(out).__module__.startswith("cupy"):
         import cupy
-        import cupyx
 
-        add_bits(out, values, widths, positions, cupyx.scatter_add, cupy)
+        # cupy.add.at: CuPy 14 deprecates cupyx.scatter_add, the same atomic adds
+        add_bits(out, values, widths, positions, cupy.add.at, cupy)
         return
     v = values.reshape(-1).astype(_U64, copy=False)
     w = widths.reshape(-1)
@@ -173,7 +173,7 @@ def add_bits(out, values, widths, positions, scatter_add, xp) -> None:
     """`or_bits` by scatter-adding each field's two word parts (for GPUs: atomic adds).
 
     Adding equals OR-ing because no two fields share a bit. ``scatter_add(out, index, v)``
-    must accumulate repeated indices (``cupyx.scatter_add``, ``np.add.at``).
+    must accumulate repeated indices (``cupy.add.at``, ``np.add.at``).
     """
     v = values.reshape(-1).astype(xp.uint64, copy=False)
     w = widths.reshape(-1)
