@@ -586,7 +586,17 @@ class NeighborSampler:
         Returns:
             Those of ``sizes`` that replay from a CUDA graph now (none without
             ``cuda_graph=True``, or with ``disjoint=True``: such batches are never captured).
+
+        Raises:
+            IBPInputError: ``sizes`` is not an iterable of ints, or holds a negative one
+                (named).
         """
+        if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+            raise IBPInputError(f"sizes must be an iterable of ints, got '{type(sizes).__name__}'")
+        sizes = list(sizes)
+        for size in sizes:
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+                raise IBPInputError(f"sizes must hold ints >= 0, got {size!r}")
         if not self.cuda_graph or self._hop_kernels is None or self.disjoint:
             return []
         if self._replay is None:

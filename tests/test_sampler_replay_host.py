@@ -10,6 +10,7 @@ same sampler computes eagerly, bit for bit. The `gpu` tests replay real CUDA gra
 from __future__ import annotations
 
 import pickle
+import re
 import threading
 import warnings
 
@@ -389,6 +390,23 @@ def test_capture_sizes_captures_now_without_drawing_from_the_generator(lib) -> N
         assert_same(replayed.sample(seeds), eager.sample(seeds))
     # each graph ran once for its capture (a capture runs nothing), then for each batch
     assert sorted(gr.replays for gr in capture.graphs) == [3, 3]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        (64, "sizes must be an iterable of ints, got 'int'"),
+        ("64", "sizes must be an iterable of ints, got 'str'"),
+        ([64, -1], "sizes must hold ints >= 0, got -1"),
+        ([64.0], "sizes must hold ints >= 0, got 64.0"),
+        ([True], "sizes must hold ints >= 0, got True"),
+    ],
+)
+def test_capture_sizes_refuses_what_is_not_a_list_of_sizes(lib, sizes, message) -> None:
+    sampler, capture = host_sampler(lib, power_graph(10, n=400), [6, 4], replay=True)
+    with pytest.raises(IBPInputError, match=re.escape(message)):
+        sampler.capture_sizes(sizes)
+    assert capture.graphs == [] and sampler._replay.graphs == {}
 
 
 def test_capture_sizes_stops_at_max_graphs_and_at_what_cannot_be_captured(lib) -> None:
