@@ -673,12 +673,11 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         self._refresh()
         batches = self._plan(epoch)
         self.stats.reset()
-        if not self._use_workers:
-            self._capture_sizes(batches)
         if self._use_workers:
             self._epoch_batches.plan(epoch, batches)
             source: Iterator[Any] = self._from_workers(super().__iter__())
         else:
+            self._capture_sizes(batches)
             source = Prefetcher(
                 self._work(epoch, batches),
                 self._fetch,
