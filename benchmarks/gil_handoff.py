@@ -10,7 +10,7 @@ The step here is ``--ops`` short ops in a row (``a = a + 1`` on 16 elements of t
 on a GPU, one launch each, then one synchronisation), timed on the main thread:
 
 - alone;
-- beside a thread running work in C++ without the GIL (``index_select`` of a 8 MiB table on
+- beside a thread running work in C++ without the GIL (``index_select`` of an 8 MiB table on
   the CPU, over and over): a busy core, and no GIL wanted;
 - beside a thread running the same short ops back to back;
 - beside a thread running pure Python for 100 us at a time, the GIL given up between;
