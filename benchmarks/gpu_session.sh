@@ -10,12 +10,12 @@
 # package (no dependencies, about 20 s) and logs the machine:
 #   prepare    CPU machine, about 30 s: copies the datasets into device_data/ (git-ignored),
 #              derives device_data/facebook-svd100-float32.npy, writes the decoder's previous
-#              version to device_data/baseline-cuda/ (cuda/fetch_decode.cu before the last
-#              commit that changed it, or HEAD's when the working tree changes it;
-#              $IBP_GRAPH_AB_BASE names another commit) once NVRTC shows that the package's
-#              launcher can launch it, collects wheels the GPU image lacks (none: see below),
-#              checks the 64 MiB limit, prints the carry list and the device commands (each
-#              under 2,000 characters).
+#              version to device_data/baseline-cuda/ (the newest committed
+#              cuda/fetch_decode.cu whose code, comments and spacing aside, differs from the
+#              working tree's; $IBP_GRAPH_AB_BASE names another commit) once NVRTC shows that
+#              the package's launcher can launch it, collects wheels the GPU image lacks
+#              (none: see below), checks the 64 MiB limit, prints the carry list and the
+#              device commands (each under 2,000 characters).
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
 #              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
@@ -232,14 +232,41 @@ plan() {
 # side (bit for bit on every table, and what the last change to it is worth) and the
 # sanitizers over every kernel test; then what sharing the GIL costs a launch-bound step
 # (a minute: why Cora's epochs ran slower on the prefetch thread) and CoraSU, which has never
-# run (with chunked fetches as a mode of its own); the profile, whose counts per source line say where the decoder's
-# instructions go (most decode-only targets still missed are instruction-bound); the fetch
+# run (with chunked fetches as a mode of its own); the profile, whose counts per source line
+# say where the decoder's time goes (the narrow tables that miss the decode-only goal decode
+# as many rows a second whatever their width: a chain of loads per row); the fetch
 # beside training (chunked fetches now launch from one DLPack view), side-stream fetches in
 # larger blocks (fetch rate and the step beside it), the fetch at the current defaults; then
 # the rest again (the sampler and the epochs, ophops: the epochs with torch-op hops, for
 # comparison, and the others).
 CALLS=("smoke tests decodeab sanitize" "gil corasu" "profile" "overlap ddp" "warps" "fetch"
     "sampling e2e" "ophops grid" "synthetic" "pages" "lanes")
+
+# previous_decoder PYTHON: the newest commit whose cuda/fetch_decode.cu has other code than
+# the working tree's, comments and spacing aside (a change to comments alone is no version to
+# measure against), or nothing.
+previous_decoder() {
+    "$1" - <<'EOF'
+import re
+import subprocess
+
+PATH = "cuda/fetch_decode.cu"
+
+
+def code(text):
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return " ".join(re.sub(r"//[^\n]*", " ", text).split())
+
+
+now = code(open(PATH).read())
+git = ["git", "rev-list", "HEAD", "--", PATH]
+for commit in subprocess.run(git, capture_output=True, text=True, check=True).stdout.split():
+    shown = subprocess.run(["git", "show", f"{commit}:{PATH}"], capture_output=True, text=True)
+    if shown.returncode == 0 and code(shown.stdout) != now:
+        print(commit)
+        break
+EOF
+}
 
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
 # version (fetch_decode.cu, and its commit in COMMIT) for the decodeab stage, or nothing (said
@@ -253,17 +280,15 @@ prepare_baseline() {
     fi
     if [ -n "${IBP_GRAPH_AB_BASE:-}" ]; then
         base=$IBP_GRAPH_AB_BASE
-    elif ! git diff --quiet HEAD -- cuda/fetch_decode.cu; then
-        base=HEAD
     else
-        base=$(git rev-list -n 2 HEAD -- cuda/fetch_decode.cu | sed -n 2p)
+        base=$(previous_decoder "$py")
     fi
     mkdir -p "$dir"
     if [ -z "$base" ] || ! git show "$base:cuda/fetch_decode.cu" >"$dir/fetch_decode.cu" \
         2>/dev/null; then
         rm -rf "$dir"
-        echo "baseline: no cuda/fetch_decode.cu at '${base:-an earlier commit}'; the decodeab" \
-            "stage will refuse"
+        echo "baseline: no cuda/fetch_decode.cu at '${base:-an earlier commit with other code}';" \
+            "the decodeab stage will refuse"
         return 0
     fi
     git rev-parse --short "$base" >"$dir/COMMIT"

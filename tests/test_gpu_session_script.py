@@ -364,7 +364,7 @@ def _prepare(repo: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProc
 
 def test_prepare_writes_the_decoders_previous_version_for_decodeab(tmp_path: Path, nvrtc) -> None:
     current = (REPO / "cuda" / "fetch_decode.cu").read_text()
-    older = current + "\n// an older version\n"
+    older = current + "\n#define IBP_AN_OLDER_VERSION 1\n"  # other code, the same entry points
     repo, first = _checkout_with_two_decoders(tmp_path, older)
     done = _prepare(repo, tmp_path)
     assert done.returncode == 0, done.stderr
@@ -372,14 +372,33 @@ def test_prepare_writes_the_decoders_previous_version_for_decodeab(tmp_path: Pat
     assert f"baseline: cuda/fetch_decode.cu at {first} -> device_data/baseline-cuda" in done.stdout
     assert (baseline / "fetch_decode.cu").read_text() == older
     assert (baseline / "COMMIT").read_text().strip() == first
-    # A decoder changed in the working tree is compared with HEAD's.
-    (repo / "cuda" / "fetch_decode.cu").write_text(current + "\n// being changed\n")
+    # A commit that changes comments and spacing alone is no version to measure against.
+    reworded = current.replace("// ", "//  ", 3) + "\n/* reworded */\n"
+    (repo / "cuda" / "fetch_decode.cu").write_text(reworded)
+    _git(repo, "commit", "-q", "-am", "comments")
     done = _prepare(repo, tmp_path)
-    assert (baseline / "fetch_decode.cu").read_text() == current
+    assert (baseline / "COMMIT").read_text().strip() == first
+    # A decoder whose code changes in the working tree is compared with HEAD's; one whose
+    # comments alone change, with the version before.
+    (repo / "cuda" / "fetch_decode.cu").write_text(reworded + "\n// being reworded\n")
+    done = _prepare(repo, tmp_path)
+    assert (baseline / "COMMIT").read_text().strip() == first
+    (repo / "cuda" / "fetch_decode.cu").write_text(reworded + "\n#define IBP_BEING_CHANGED 1\n")
+    done = _prepare(repo, tmp_path)
+    assert (baseline / "fetch_decode.cu").read_text() == reworded
     assert (baseline / "COMMIT").read_text().strip() == _git(repo, "rev-parse", "--short", "HEAD")
     # IBP_GRAPH_AB_BASE names the commit.
     done = _prepare(repo, tmp_path, IBP_GRAPH_AB_BASE=first)
     assert (baseline / "fetch_decode.cu").read_text() == older
+    # No earlier version with other code (one commit, then one to comments alone): said, and
+    # decodeab refuses.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    repo, _ = _checkout_with_two_decoders(alone, current + "\n// older comments\n")
+    done = _prepare(repo, alone)
+    assert done.returncode == 0, done.stderr
+    assert "no cuda/fetch_decode.cu at 'an earlier commit with other code'" in done.stdout
+    assert not (repo / "device_data" / "baseline-cuda").exists()
 
 
 def test_prepare_refuses_a_previous_decoder_the_launcher_cannot_launch(
