@@ -135,7 +135,8 @@ REPLAYED = "IBP, replayed sampler"
 def make_loaders(device: torch.device, folder: Path) -> dict[tuple[str, bool], object]:
     """Cora loaders by (name, prefetch thread): raw and IBP features (on a GPU, IBP with a
     sampler that replays CUDA graphs too), each with its batches prepared on the prefetch
-    thread (True) or in the loop's thread (False), each run for one epoch (warm)."""
+    thread (True) or in the loop's thread (False), each run for one epoch (warm). On a GPU the
+    features are e2e.py's: a `PinnedRawTable` and a `CudaIBPTable`, shared by the loaders."""
     from torch_geometric.data import Data
 
     import ibp_graph
@@ -147,9 +148,15 @@ def make_loaders(device: torch.device, folder: Path) -> dict[tuple[str, bool], o
     ds = load_dataset("cora")
     data = Data(x=ds.x, y=ds.y, edge_index=ds.edge_index)
     table = ibp_graph.compress(ds.x, folder / "cora.ibp")
-    kinds: list[tuple[str, object, bool]] = [("raw", None, False), ("IBP", table, False)]
+    raw, ibp = ds.x, table
+    if device.type == "cuda":  # as e2e.py's IBP off and on: rows pinned, read over UVA
+        from ibp_graph.cuda_table import CudaIBPTable, PinnedRawTable
+
+        raw = PinnedRawTable(ds.x, device=device, progress=False)
+        ibp = CudaIBPTable(table.path, device=device, progress=False)
+    kinds: list[tuple[str, object, bool]] = [("raw", raw, False), ("IBP", ibp, False)]
     if device.type == "cuda":
-        kinds.append((REPLAYED, table, True))
+        kinds.append((REPLAYED, ibp, True))
     loaders = {}
     for name, features, replayed in kinds:
         for thread in (False, True):
