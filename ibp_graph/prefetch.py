@@ -40,8 +40,11 @@ a UVA graph freed mid-epoch, are released (`ibp_graph.pinned.release_deferred`).
 With ``thread=True`` the batches are prepared by a background thread
 (`ibp_graph.producer.BackgroundProducer`) instead of inside ``next()``: the host work of
 sampling and fetching, and its waits for sizes read back from the GPU, then overlap the
-training loop (torch ops and CUDA waits release the GIL). Nothing else changes: the same
-streams, events, order, depth (``depth + 1`` batches at most held), errors and statistics.
+training loop (torch ops and CUDA waits release the GIL). The thread's Python does not:
+while the thread wants the GIL, each op of the training loop hands it over, so a step made of
+many short launches runs longer beside it (``benchmarks/gil_handoff.py``). Nothing else
+changes: the same streams, events, order, depth (``depth + 1`` batches at most held), errors
+and statistics.
 The first batch's side stream waits for the stream current at the first ``next()``. The
 thread alone uses the work source (and the sampler behind it).
 """

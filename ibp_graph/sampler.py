@@ -585,7 +585,8 @@ class NeighborSampler:
 
         Returns:
             Those of ``sizes`` that replay from a CUDA graph now (none without
-            ``cuda_graph=True``, or with ``disjoint=True``: such batches are never captured).
+            ``cuda_graph=True``, or with ``disjoint=True`` or ``draw="per_hop"``: such batches
+            are never captured, and none is sampled here).
 
         Raises:
             IBPInputError: ``sizes`` is not an iterable of ints, or holds a negative one
@@ -598,6 +599,8 @@ class NeighborSampler:
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
                 raise IBPInputError(f"sizes must hold ints >= 0, got {size!r}")
         if not self.cuda_graph or self._hop_kernels is None or self.disjoint:
+            return []
+        if self.draw == "per_hop":  # its hops read sizes: never captured
             return []
         if self._replay is None:
             self._replay = BatchReplay()

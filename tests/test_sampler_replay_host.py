@@ -422,8 +422,12 @@ def test_capture_sizes_stops_at_max_graphs_and_at_what_cannot_be_captured(lib) -
     assert capture.graphs == []
     plain, _ = host_sampler(lib, g, [6, 4], replay=False)
     assert plain.capture_sizes([20]) == [] and plain._replay is None
-    disjoint, capture = host_sampler(lib, g, [6, 4], replay=True, disjoint=True)
-    assert disjoint.capture_sizes([20]) == [] and capture.graphs == []
+    for kw in ({"disjoint": True}, {"draw": "per_hop"}):  # never captured: nothing sampled
+        never, capture = host_sampler(lib, g, [6, 4], replay=True, **kw)
+        calls.clear()
+        run = never._sample_shared
+        never._sample_shared = lambda *a, run=run: calls.append(1) or run(*a)
+        assert never.capture_sizes([20]) == [] and capture.graphs == [] and calls == []
 
 
 def test_the_loader_captures_its_sizes_where_its_thread_could_not(lib) -> None:
