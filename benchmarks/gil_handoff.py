@@ -29,12 +29,13 @@ the rounds of its median step. ``extra us / op`` = (step - step alone) / ops.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -103,27 +104,43 @@ def time_steps(step: Callable, a: torch.Tensor, n: int) -> list[float]:
     return out
 
 
+@contextlib.contextmanager
+def switch_interval(seconds: float) -> Iterator[None]:
+    """``sys.setswitchinterval(seconds)`` for the ``with`` block, the previous one after."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+def warm_operand(step: Callable, device: torch.device) -> torch.Tensor:
+    """The tensor a step starts from, after one untimed step."""
+    a = torch.zeros(16, device=device)
+    step(a)
+    return a
+
+
 def run_beside(
     kind: str | None, interval: float, step: Callable, device: torch.device, steps: int
 ) -> float:
     """Median step time beside a thread running ``kind`` (None: alone) at ``interval``."""
-    a = torch.zeros(16, device=device)
-    step(a)  # warm
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(interval)
+    a = warm_operand(step, device)
     stop = threading.Event()
     thread = None
-    try:
-        if kind is not None:
-            thread = threading.Thread(target=beside_fn(kind, device), args=(stop,), daemon=True)
-            thread.start()
-            time.sleep(0.01)  # the thread is running
-        return statistics.median(time_steps(step, a, steps))
-    finally:
-        stop.set()
-        if thread is not None:
-            thread.join()
-        sys.setswitchinterval(before)
+    with switch_interval(interval):
+        try:
+            if kind is not None:
+                run = beside_fn(kind, device)
+                thread = threading.Thread(target=run, args=(stop,), daemon=True)
+                thread.start()
+                time.sleep(0.01)  # the thread is running
+            return statistics.median(time_steps(step, a, steps))
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join()
 
 
 #: The loaders' names (their features), and on a GPU the one whose sampler replays its hops'
@@ -183,11 +200,8 @@ def make_loaders(device: torch.device, folder: Path) -> dict[tuple[str, bool], o
 
 def run_loader(loader: object, interval: float, step, device: torch.device) -> tuple[float, float]:
     """(median step, epoch seconds) of one epoch of ``loader`` with a step a batch."""
-    a = torch.zeros(16, device=device)
-    step(a)
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(interval)
-    try:
+    a = warm_operand(step, device)
+    with switch_interval(interval):
         times = []
         t0 = time.perf_counter()
         for _batch in loader:
@@ -197,8 +211,6 @@ def run_loader(loader: object, interval: float, step, device: torch.device) -> t
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return statistics.median(times), time.perf_counter() - t0
-    finally:
-        sys.setswitchinterval(before)
 
 
 def measure(args: argparse.Namespace, device: torch.device) -> list[dict]:

@@ -598,9 +598,9 @@ class NeighborSampler:
         for size in sizes:
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
                 raise IBPInputError(f"sizes must hold ints >= 0, got {size!r}")
-        if not self.cuda_graph or self._hop_kernels is None or self.disjoint:
+        if not self.cuda_graph or self._hop_kernels is None:
             return []
-        if self.draw == "per_hop":  # its hops read sizes: never captured
+        if self.disjoint or self.draw == "per_hop":  # batches never captured
             return []
         if self._replay is None:
             self._replay = BatchReplay()
