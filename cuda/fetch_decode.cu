@@ -109,12 +109,13 @@ __device__ __forceinline__ u64 read_field(const u32* buf, u32 pos, int w) {
 }
 
 // Read `w` (0..32) bits at bit `pos` of a shared-memory buffer of 32-bit words: one funnel
-// shift of the two words the field can touch. Unlike read_field it reads them even for w = 0,
+// shift of the two words the field can touch, and one more for the mask of `w` low bits (the
+// clamped shift gives all 32 at w = 32). Unlike read_field it reads the words even for w = 0,
 // at positions read_field reads for the fields around it (in the warp's buffer).
 __device__ __forceinline__ u32 read_bits(const u32* buf, u32 pos, int w) {
     const u32 i = pos >> 5;
     const u32 v = __funnelshift_r(buf[i], buf[i + 1], pos & 31u);
-    return w >= 32 ? v : (v & ((1u << w) - 1u));
+    return v & __funnelshift_lc(0xffffffffu, 0u, (u32)w);
 }
 
 // A field of up to a whole word of type W: one funnel shift for 4-byte words.
@@ -168,6 +169,29 @@ __device__ __forceinline__ W deposit(W p, u32 layout, const W* __restrict__ mask
     const int lo1 = (int)((layout >> 14) & 63u);
     const int lo2 = (int)((layout >> 20) & 63u);
     return ((p & ((W(1) << n1) - W(1))) << lo1) | ((p >> n1) << lo2);
+}
+
+// `p`, which the compiler may no longer see as a kernel parameter plus an offset: a table's
+// per-row base held in registers, so that each load from it is one multiply-add of a u32 index
+// (the compiler otherwise re-adds the 64-bit offset to the parameter for every load, four
+// instructions a load). Read it with `ro`: the compiler no longer knows it for read-only
+// global memory either.
+template <typename T>
+__device__ __forceinline__ const T* held(const T* p) {
+#ifdef __CUDA_ARCH__
+    asm("" : "+l"(p));
+#endif
+    return p;
+}
+
+// `p[i]` through the read-only data cache.
+template <typename T>
+__device__ __forceinline__ T ro(const T* p, u32 i) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p + i);
+#else
+    return p[i];
+#endif
 }
 
 __device__ __forceinline__ u32 warp_inclusive_scan(u32 v, int lane) {
@@ -289,8 +313,9 @@ __device__ __forceinline__ void reject_corrupt_row(u8* out_row, int* error, i64 
 
 // How many chunks without a code a lane loads a word of before it stores any: 16 bytes of
 // words (four 4-byte words or two 8-byte ones), or two words in the double-buffered entry
-// points, whose registers are taken by the next row's staging (four 4-byte words there
-// spill 136 bytes on sm_80 and 48 on sm_90, against 28 and 0 with two: kernel-resources.md).
+// points, whose registers are taken by the next row's staging (when this was chosen, four
+// 4-byte words there spilled 136 bytes on sm_80 and 48 on sm_90, against 28 and 0 with two:
+// kernel-resources.md).
 template <typename W, int BUFFERS>
 struct Code0Loads {
     static constexpr int value = BUFFERS == 1 ? 16 / (int)sizeof(W) : 2;
@@ -370,8 +395,8 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
         reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         return;
     }
-    const u8* __restrict__ widths = code_bits + (size_t)c * V;
-    const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
+    const u8* __restrict__ widths = held(code_bits + (size_t)c * V);
+    const W* __restrict__ entries = held(bitvals + (size_t)c * E * V);  // [e * V + j]
     const unsigned below = (1u << lane) - 1u;  // the lanes before this one
     // 32 chunks at a time, a vote lists those without a code, stored first, and those with,
     // visited in column order: the warp goes from one listed chunk to the next.
@@ -382,11 +407,11 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
         // (voted after the stores, so that the mask is not held across them)
         unsigned coded = __ballot_sync(FULL_MASK, in_row && subs[q0 + lane] != 0);
         for (; coded != 0; coded &= coded - 1u) {
-            const int j0 = 32 * (q0 + __ffs((int)coded) - 1);
-            const int j = j0 + lane;
+            const u32 j0 = 32u * (u32)(q0 + __ffs((int)coded) - 1);
+            const u32 j = j0 + (u32)lane;
             const u32 sub = subs[j0 >> 5];  // warp-uniform, not 0
             u32 w = 0;  // the lane's code width, 0 for a column without a code
-            if (j < V && ((sub >> ((j & 31) >> 3)) & 1u)) w = (u32)widths[j];
+            if (j < (u32)V && ((sub >> ((j & 31) >> 3)) & 1u)) w = (u32)ro(widths, j);
             const u32 incl = warp_inclusive_scan(w, lane);
             const u32 code = read_bits(buf, codes_at + incl - w, (int)w);
             codes_at += __shfl_sync(FULL_MASK, incl, 31);
@@ -397,11 +422,11 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
                 reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
                 return;
             }
-            if (j < V) {
+            if (j < (u32)V) {
                 const u32 at = payloads_at + (u32)__popc(escapes & below) * TB;
                 const W word = escaped ? read_word<W>(buf, at, TB)
-                                       : entries[(size_t)code * V + j];
-                store_word<W>(out_row, j, word, row_bytes, word_aligned);
+                                       : ro(entries, code * (u32)V + j);
+                store_word<W>(out_row, (int)j, word, row_bytes, word_aligned);
             }
             payloads_at += n_escaped * TB;
         }
@@ -482,29 +507,32 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         return;
     }
-    // This cluster's tables, indexed by column.
-    const W* __restrict__ entries = bitvals + (size_t)c * E * V;  // [e * V + j]: code-major
-    const u32* __restrict__ cpre = code_prefix + pre0;
-    const u32* __restrict__ fpre = free_prefix + pre0;
-    const u32* __restrict__ layout_of = layouts + col0;
+    // This cluster's tables, indexed by column. Indices into them are u32 (a cluster's
+    // tables hold at most E * V words, and V is bounded by the codes' shared memory), so each
+    // address is one multiply-add from its table's base.
+    const W* __restrict__ entries = held(bitvals + (size_t)c * E * V);  // [e * V + j]
+    const u32* __restrict__ cpre = held(code_prefix + pre0);
+    const u32* __restrict__ fpre = held(free_prefix + pre0);
+    const u32* __restrict__ layout_of = held(layouts + col0);
     const W* __restrict__ mask_of = masks + col0;
-    for (int j0 = 0; j0 < V; j0 += 32) {
-        const int j = j0 + lane;
+    const u32 uV = (u32)V;
+    for (u32 j0 = 0; j0 < uV; j0 += 32) {
+        const u32 j = j0 + (u32)lane;
         // A chunk of a grouped row with no code (warp-uniform): every code is 0. When its
         // columns have no free bit either, its words are their code-0 entries and it holds
         // no bits: one coalesced load a lane.
         const bool coded = !grouped || subs[j0 >> 5] != 0;
-        if (!coded && fpre[min(j0 + 32, V)] == fpre[j0]) {
-            if (j < V) store_word<W>(out_row, j, entries[j], row_bytes, word_aligned);
+        if (!coded && ro(fpre, min(j0 + 32, uV)) == ro(fpre, j0)) {
+            if (j < uV) store_word<W>(out_row, (int)j, ro(entries, j), row_bytes, word_aligned);
             continue;
         }
         u32 w = 0;
         u32 code = 0, esc = 0, layout = 0;
-        if (j < V) {
-            layout = layout_of[j];
+        if (j < uV) {
+            layout = ro(layout_of, j);
             const int b = layout_code_width(layout);
             if (!grouped) {
-                code = read_bits(buf, code_at + cpre[j], b);
+                code = read_bits(buf, code_at + ro(cpre, j), b);
             } else if (coded) {
                 code = codes[j];
             }
@@ -513,11 +541,11 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         }
         // No escaped word among these 32: the payloads sit at their columns' fixed places
         // (free-bit prefix sums); otherwise a warp scan of the widths places them.
-        const unsigned escapes = __ballot_sync(FULL_MASK, j < V && code == esc);
+        const unsigned escapes = __ballot_sync(FULL_MASK, j < uV && code == esc);
         u32 at, end;
         if (escapes == 0) {
             // One load a lane: the prefix just past its word (w = its free bits).
-            const u32 next = fpre[min(j + 1, V)];
+            const u32 next = ro(fpre, min(j + 1, uV));
             const u32 f0 = __shfl_sync(FULL_MASK, next - w, 0);
             at = cursor + (next - w) - f0;
             end = cursor + __shfl_sync(FULL_MASK, next, 31) - f0;
@@ -530,12 +558,12 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
             return;
         }
-        if (j < V) {
+        if (j < uV) {
             const W payload = read_word<W>(buf, at, (int)w);
             const W word = code == esc ? payload
-                                       : (W)(entries[(size_t)code * V + j] |
+                                       : (W)(ro(entries, code * uV + j) |
                                              deposit<W>(payload, layout, mask_of + j));
-            store_word<W>(out_row, j, word, row_bytes, word_aligned);
+            store_word<W>(out_row, (int)j, word, row_bytes, word_aligned);
         }
         cursor = end;
     }

@@ -233,6 +233,10 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
     return (unsigned)((((unsigned long long)hi << 32) | lo) >> (shift & 31u));
 }
+inline unsigned __funnelshift_lc(unsigned lo, unsigned hi, unsigned shift) {
+    const unsigned s = shift < 32u ? shift : 32u;  // clamped, as CUDA's
+    return (unsigned)(((((unsigned long long)hi << 32) | lo) << s) >> 32);
+}
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
     return (unsigned long long)(((unsigned __int128)a * b) >> 64);
