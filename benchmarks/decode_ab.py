@@ -1,17 +1,19 @@
-"""Two versions of the fused decoder side by side: decode-only GB/s, A/B alternating.
+"""Versions of the fused decoder side by side: decode-only GB/s, A/B alternating.
 
 Usage::
 
-    python benchmarks/decode_ab.py --baseline DIR [--baseline-label 2421176]   # on a GPU
-    .venv/bin/python benchmarks/decode_ab.py --baseline DIR --dry-run          # no GPU
+    python benchmarks/decode_ab.py --baseline DIR [--baseline DIR2 ...]   # on a GPU
+    .venv/bin/python benchmarks/decode_ab.py --baseline DIR --dry-run     # no GPU
 
-``current`` is the package's ``cuda/fetch_decode.cu``; ``baseline`` is ``DIR/fetch_decode.cu``,
-an earlier version of it (``benchmarks/gpu_session.sh prepare`` writes the one before the last
-commit that changed the file). Both are launched by the package's launcher, the baseline
-inside `ibp_graph.kernels.runtime.kernel_sources`, so both must declare the same entry points
-with the same parameters. That is checked first, on the CPU: both are compiled with NVRTC
-and their PTX entry points compared, and a baseline that differs is refused before anything
-is launched.
+``current`` is the package's ``cuda/fetch_decode.cu``; each baseline is a ``DIR/fetch_decode.cu``,
+an earlier version of it (``benchmarks/gpu_session.sh prepare`` writes the two newest
+committed versions whose code differs from the working tree's), labelled by ``DIR/COMMIT``,
+else by the folder's name (``--baseline-label``, once per baseline, names them instead).
+Every version is launched by the package's launcher, a baseline inside
+`ibp_graph.kernels.runtime.kernel_sources`, so each must declare the same entry points with
+the same parameters as the current one. That is checked first, on the CPU: the sources are
+compiled with NVRTC and their PTX entry points compared, and a baseline that differs is
+refused before anything is launched.
 
 Cases: synthetic float32 rows of ``--widths`` bytes of the ``--kinds`` of
 ``benchmarks/fetch.py``, then the real float32 / float16 tables of `benchmarks.real_tables`
@@ -26,11 +28,12 @@ whose pool of batches still fits in L2 (`fetch.stored_fits_l2`) says so.
 
 For ``--rounds`` rounds, each version is timed as ``fetch.py`` times a launch (CUDA events
 around back-to-back launches queued behind a GPU sleep, the median of ``--repeats``
-samples), the order alternating from round to round (current first in even rounds). The
-results give each version's median GB/s of decoded output over the rounds, the ratio of the
-two medians (current / baseline: above 1, the current kernel is faster), the median, lowest
-and highest of the per-round ratios, and whether each version's output matched the rows bit
-for bit (every batch of the pool, after the timing). The launches are the library's:
+samples), the order rotating from round to round (current first in round 0, then each
+version first in turn; with one baseline, the order alternates). The results give each
+version's median GB/s of decoded output over the rounds and, for each baseline, the ratio of
+the two medians (current / baseline: above 1, the current kernel is faster) and the median,
+lowest and highest of the per-round ratios, and whether each version's output matched the
+rows bit for bit (every batch of the pool, after the timing). The launches are the library's:
 the current stream, its grid (``--max-blocks`` caps it, in blocks per SM) and its blocks
 (``--block-warps``). At the full grid (no ``--max-blocks``) the current kernel's rate is also
 judged against the decode-only goal of its table's class (`fetch.decode_goal`).
@@ -117,7 +120,7 @@ def entry_points(text: str, name: str) -> dict[str, tuple[str, ...]]:
 def check_sources(baseline: Path) -> dict[str, Any]:
     """Refuse (SystemExit, one line) a baseline the package's launcher cannot launch as is.
 
-    ``baseline``: the folder holding the baseline's ``fetch_decode.cu``. It must declare the
+    ``baseline``: the folder holding a baseline's ``fetch_decode.cu``. It must declare the
     same entry points as the current source, each with the same parameter types, in order.
     Returns the entry points' names and whether the two sources are the same text.
     """
@@ -199,43 +202,65 @@ def tile(case: fetch.Case, table: ibp_graph.IBPTable, table_bytes: int, l2: int,
 
 
 def versions(
-    launch: Callable[[torch.Tensor], None], baseline: Path
+    launch: Callable[[torch.Tensor], None], baselines: dict[str, Path]
 ) -> dict[str, Callable[[torch.Tensor], None]]:
-    """``launch`` as the current kernel and, inside `kernel_sources`, as the baseline."""
+    """``launch`` as the current kernel and, inside `kernel_sources`, as each baseline
+    (``baselines``: label -> folder), in that order."""
     from ibp_graph.kernels.runtime import kernel_sources
 
-    def baseline_launch(ids: torch.Tensor) -> None:
-        with kernel_sources(baseline):
-            launch(ids)
+    def baseline_launch(folder: Path) -> Callable[[torch.Tensor], None]:
+        def run(ids: torch.Tensor) -> None:
+            with kernel_sources(folder):
+                launch(ids)
 
-    return {"current": launch, "baseline": baseline_launch}
+        return run
+
+    return {"current": launch} | {label: baseline_launch(d) for label, d in baselines.items()}
 
 
 def alternate(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """Each of the two ``timers`` once a round, for ``rounds`` rounds, the order alternating
-    (the first named first in even rounds): their seconds, round by round."""
+    """Each of ``timers`` once a round, for ``rounds`` rounds, the order rotating (round r
+    starts with the r-th named, modulo their number; two alternate): their seconds, round by
+    round."""
     names = list(timers)
     seconds: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
             seconds[name].append(timers[name]())
     return seconds
 
 
 def compare(nbytes: int, seconds: dict[str, list[float]]) -> dict[str, Any]:
-    """GB/s of each version (median over the rounds) and the current / baseline ratios."""
+    """GB/s of each version (median over the rounds) and the current / baseline ratios.
+
+    ``seconds``: ``current``'s round by round, then each baseline's under its label. Returns
+    the current kernel's GB/s and, in ``baselines`` (in their order), each baseline's label,
+    GB/s and ratios.
+    """
     rates = {k: [fetch.gbps(nbytes, s) for s in v] for k, v in seconds.items()}
-    per_round = [c / b for c, b in zip(rates["current"], rates["baseline"], strict=True)]
-    current, baseline = statistics.median(rates["current"]), statistics.median(rates["baseline"])
+    current = statistics.median(rates["current"])
+    baselines = []
+    for label, theirs in rates.items():
+        if label == "current":
+            continue
+        per_round = [c / b for c, b in zip(rates["current"], theirs, strict=True)]
+        gbps = statistics.median(theirs)
+        baselines.append(
+            {
+                "label": label,
+                "gbps": gbps,
+                "current_over": current / gbps,
+                "round_ratio_median": statistics.median(per_round),
+                "round_ratio_min": min(per_round),
+                "round_ratio_max": max(per_round),
+                "gbps_rounds": theirs,
+            }
+        )
     return {
         "current_gbps": current,
-        "baseline_gbps": baseline,
-        "current_over_baseline": current / baseline,
-        "round_ratio_median": statistics.median(per_round),
-        "round_ratio_min": min(per_round),
-        "round_ratio_max": max(per_round),
         "current_gbps_rounds": rates["current"],
-        "baseline_gbps_rounds": rates["baseline"],
+        "baselines": baselines,
     }
 
 
@@ -261,7 +286,7 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
     error = torch.zeros(2, dtype=torch.int32, device=device)
     cap = grid_cap(args.max_blocks, device)
     launch = fetch.fused_launch(t.codec, False, out, error, cap, block_warps=args.block_warps)
-    launches = versions(launch, args.baseline)
+    launches = versions(launch, dict(zip(args.baseline_labels, args.baselines, strict=True)))
     timers = {
         name: (lambda fn=fn: fetch.gpu_seconds(
             fetch.rotating(fn, pool), args.repeats, guard, device
@@ -273,10 +298,14 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
     ref = torch.from_numpy(
         np.ascontiguousarray(case.rows).view(np.uint8).reshape(case.rows.shape[0], -1)
     ).to(device)
+    identical = {}
     for name, fn in launches.items():
         error.zero_()
         same = fetch.check_pool(fn, pool, out, fetch.rows_match(out, ref, pool))
-        result[f"{name}_bit_identical"] = same and not bool(error.any())
+        identical[name] = same and not bool(error.any())
+    result["current_bit_identical"] = identical["current"]
+    for b in result["baselines"]:
+        b["bit_identical"] = identical[b["label"]]
     return result | {
         "batch_rows": n,
         "id_batches": len(pool),
@@ -315,33 +344,38 @@ def target_summary(cases: list[dict]) -> str:
 def markdown(payload: dict) -> str:
     """The results page: the settings, then one row a case."""
     s = payload["settings"]
-    lines = header_lines("Fused decoder, two versions side by side (decode only)", payload)
+    labels = s["baseline_labels"]
+    lines = header_lines("Fused decoder, versions side by side (decode only)", payload)
+    same = [label for label, same in zip(labels, s["same_text"], strict=True) if same]
     lines += [
-        f"current: `cuda/{SOURCE}` at commit {payload['git_commit']}; baseline: "
-        f"`{SOURCE}` at {s['baseline_label']} (the same entry points and parameters, checked "
-        f"on their PTX{'; the same text' if s['same_text'] else ''}).",
+        f"current: `cuda/{SOURCE}` at commit {payload['git_commit']}; "
+        f"baseline{'s' if len(labels) > 1 else ''}: `{SOURCE}` at {', '.join(labels)} (the "
+        "same entry points and parameters, checked on their PTX"
+        f"{'; the same text: ' + ', '.join(same) if same else ''}).",
         "",
         f"Compressed rows tiled in GPU memory to stand for {s['table_gb']:g} GiB of raw rows, "
         f"and at least to {fetch.L2_POOL_FACTOR} x L2 of stored rows (decoded from GPU "
         'memory, not from L2; "(id batches fit in L2)": a case whose batches do not reach '
         f"{fetch.L2_FIT_FACTOR} x L2 all the same); "
         f"batches of {s['batch']:,} random ids (fewer where {s['max_batch_gb']:g} GiB of rows "
-        f"or the table is less), taken in turn; {s['rounds']} rounds, each timing both "
-        f"versions (CUDA events, median of {s['repeats']} samples), the order alternating; "
+        f"or the table is less), taken in turn; {s['rounds']} rounds, each timing every "
+        f"version (CUDA events, median of {s['repeats']} samples), the order rotating; "
         f"grid: {s['grid']}; {s['blocks']}. Compression: the table's ratio; zeros: the share "
         "of its elements that are 0. GB/s of decoded output, the median over the "
-        "rounds; ratio: current / baseline (above 1: the current kernel is faster), of the "
-        "medians, then the median [lowest, highest] of the per-round ratios. Bit-identical: "
-        "each version's output against the rows, every batch. Decode-only goal: the current "
+        "rounds; current / a baseline (above 1: the current kernel is faster): the ratio of "
+        "the medians, then the median [lowest, highest] of the per-round ratios. "
+        "Bit-identical: every version's output against the rows, every batch. Decode-only "
+        "goal: the current "
         f"kernel's rate against {fetch.DECODE_DENSE_GOAL:g} GB/s on a dense table and "
         f"{fetch.DECODE_SPARSE_GOAL:g} GB/s on a sparse one (at least "
         f"{fetch.SPARSE_ZEROS:.0%} zeros), met or the gap, then the table's class and goal; it "
         "is for the decoder with the GPU to itself, so on a capped grid the rate stands in "
         "parentheses, not judged.",
         "",
-        "| case | row B | compression | zeros | batch rows | current GB/s | baseline GB/s "
-        "| current / baseline | per round | bit-identical | decode-only goal (current) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| case | row B | compression | zeros | batch rows | current GB/s | "
+        + "".join(f"{b} GB/s | current / {b} | per round | " for b in labels)
+        + "bit-identical | decode-only goal (current) |",
+        "|---|---|---|---|---|---|" + "---|---|---|" * len(labels) + "---|---|",
     ]
     for r in payload["cases"]:
         fits = " (id batches fit in L2)" if r.get("pool_fits_l2") else ""
@@ -350,14 +384,18 @@ def markdown(payload: dict) -> str:
             f"| {r['zeros']:.0%} "
         )
         if r.get("skipped"):
-            lines.append(f"{lead}| {r['skipped']} | | | | | | |")
+            lines.append(f"{lead}| {r['skipped']} |" + " |" * (3 + 3 * len(labels)))
             continue
-        same = r["current_bit_identical"] and r["baseline_bit_identical"]
+        same = r["current_bit_identical"] and all(b["bit_identical"] for b in r["baselines"])
+        cells = "".join(
+            f"| {fetch._num(b['gbps'])} | {b['current_over']:.3f}x "
+            f"| {b['round_ratio_median']:.3f}x [{b['round_ratio_min']:.3f}, "
+            f"{b['round_ratio_max']:.3f}] "
+            for b in r["baselines"]
+        )
         lines.append(
-            f"{lead}| {r['batch_rows']:,} | {fetch._num(r['current_gbps'])} "
-            f"| {fetch._num(r['baseline_gbps'])} | {r['current_over_baseline']:.3f}x "
-            f"| {r['round_ratio_median']:.3f}x [{r['round_ratio_min']:.3f}, "
-            f"{r['round_ratio_max']:.3f}] | {same} | {fetch._decode_cell(r['decode_target'])} |"
+            f"{lead}| {r['batch_rows']:,} | {fetch._num(r['current_gbps'])} {cells}"
+            f"| {same} | {fetch._decode_cell(r['decode_target'])} |"
         )
     lines += ["", target_summary(payload["cases"]), "", f"Real tables: {s['real_note']}.", ""]
     return "\n".join(lines)
@@ -370,24 +408,28 @@ def markdown(payload: dict) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Two versions of the fused decoder side by side (decode-only GB/s).",
+        description="Versions of the fused decoder side by side (decode-only GB/s).",
     )
     p.add_argument(
         "--baseline",
+        dest="baselines",
         type=Path,
+        action="append",
         required=True,
-        help=f"folder holding the baseline's {SOURCE}",
+        help=f"folder holding a baseline's {SOURCE} (once per baseline)",
     )
     p.add_argument(
         "--baseline-label",
+        dest="baseline_labels",
+        action="append",
         default=None,
-        help="what the baseline is, for the results (default: the folder's COMMIT file, else "
-        "its name)",
+        help="what a baseline is, for the results, once per --baseline in their order "
+        "(default: the folder's COMMIT file, else its name)",
     )
     p.add_argument("--table-gb", type=float, default=1.0, help="GiB of raw rows per table")
     p.add_argument("--batch", type=int, default=100_000, help="rows per batch")
     p.add_argument("--max-batch-gb", type=float, default=1.0, help="cap on a batch's GiB of rows")
-    p.add_argument("--rounds", type=int, default=6, help="rounds, each timing both versions")
+    p.add_argument("--rounds", type=int, default=6, help="rounds, each timing every version")
     p.add_argument("--repeats", type=int, default=5, help="timed samples per version per round")
     p.add_argument("--widths", type=fetch.int_list, default=[512], help="synthetic row bytes")
     p.add_argument(
@@ -418,7 +460,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="no GPU: compare the two sources and build every case",
+        help="no GPU: compare the sources and build every case",
     )
     args = p.parse_args(argv)
     for name in ("table_gb", "max_batch_gb", "time_budget"):
@@ -427,25 +469,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("batch", "rounds", "repeats", "block_rows"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if not args.baseline.is_dir():
-        p.error(f"--baseline {args.baseline} is not a folder")
-    args.baseline = args.baseline.resolve()
-    if args.baseline_label is None:
-        stamp = args.baseline / "COMMIT"
-        args.baseline_label = stamp.read_text().strip() if stamp.is_file() else args.baseline.name
+    for folder in args.baselines:
+        if not folder.is_dir():
+            p.error(f"--baseline {folder} is not a folder")
+    args.baselines = [folder.resolve() for folder in args.baselines]
+    if args.baseline_labels is None:
+        args.baseline_labels = [_label(folder) for folder in args.baselines]
+    elif len(args.baseline_labels) != len(args.baselines):
+        p.error(
+            f"--baseline-label given {len(args.baseline_labels)} times for "
+            f"{len(args.baselines)} --baseline folders: once per baseline, or not at all"
+        )
+    if len(set(args.baseline_labels)) != len(args.baseline_labels) or (
+        "current" in args.baseline_labels
+    ):
+        p.error(
+            f"the baselines' labels ({', '.join(args.baseline_labels)}) must differ from "
+            "each other and from 'current' (name them with --baseline-label)"
+        )
     args.table_bytes = int(args.table_gb * GIB)
     args.max_batch_bytes = int(args.max_batch_gb * GIB)
     return args
 
 
-def settings(args: argparse.Namespace, sources: dict, real_note: str) -> dict:
+def _label(folder: Path) -> str:
+    """A baseline's label: its folder's COMMIT file, else the folder's name."""
+    stamp = folder / "COMMIT"
+    return stamp.read_text().strip() if stamp.is_file() else folder.name
+
+
+def settings(args: argparse.Namespace, sources: list[dict], real_note: str) -> dict:
     from benchmarks._env import block_label
 
     return {
-        "baseline": str(args.baseline),
-        "baseline_label": args.baseline_label,
-        "same_text": sources["same_text"],
-        "entry_points": sources["entry_points"],
+        "baselines": [str(folder) for folder in args.baselines],
+        "baseline_labels": args.baseline_labels,
+        "same_text": [checked["same_text"] for checked in sources],
+        "entry_points": sources[0]["entry_points"],
         "table_gb": args.table_gb,
         "batch": args.batch,
         "max_batch_gb": args.max_batch_gb,
@@ -461,7 +521,7 @@ def settings(args: argparse.Namespace, sources: dict, real_note: str) -> dict:
 
 def run(args: argparse.Namespace, device: torch.device, env: dict) -> dict:
     """Compare the sources, then measure every case on ``device`` (a dry run: build them)."""
-    sources = check_sources(args.baseline)
+    sources = [check_sources(folder) for folder in args.baselines]
     cases, real_note = build_cases(args)
     payload = env | {"settings": settings(args, sources, real_note), "cases": []}
     name = result_name("decode-ab", device)
@@ -495,9 +555,13 @@ def summary_text(r: dict) -> str:
     if r.get("skipped"):
         return r["skipped"]
     return (
-        f"current {r['current_gbps']:.1f} GB/s, baseline {r['baseline_gbps']:.1f} GB/s, "
-        f"{r['current_over_baseline']:.3f}x, bit-identical {r['current_bit_identical']} (current), "
-        f"{r['baseline_bit_identical']} (baseline); decode-only goal: "
+        f"current {r['current_gbps']:.1f} GB/s, bit-identical {r['current_bit_identical']}; "
+        + "".join(
+            f"{b['label']} {b['gbps']:.1f} GB/s ({b['current_over']:.3f}x), bit-identical "
+            f"{b['bit_identical']}; "
+            for b in r["baselines"]
+        )
+        + "decode-only goal: "
         f"{fetch._decode_cell(r['decode_target'])}"
     )
 

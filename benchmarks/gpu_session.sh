@@ -9,11 +9,12 @@
 # Stages, with estimated times on an H100 (16 cores); each GPU command first installs the
 # package (no dependencies, about 20 s) and logs the machine:
 #   prepare    CPU machine, about 30 s: copies the datasets into device_data/ (git-ignored),
-#              derives device_data/facebook-svd100-float32.npy, writes the decoder's previous
-#              version to device_data/baseline-cuda/ (the newest committed
-#              cuda/fetch_decode.cu whose code, comments and spacing aside, differs from the
-#              working tree's; $IBP_GRAPH_AB_BASE names another commit) once NVRTC shows that
-#              the package's launcher can launch it, collects wheels the GPU image lacks
+#              derives device_data/facebook-svd100-float32.npy, writes the decoder's two
+#              previous versions to device_data/baseline-cuda/ and baseline-cuda-2/ (the
+#              newest committed cuda/fetch_decode.cu whose code, comments and spacing aside,
+#              differs from the working tree's, and the newest before it that differs from
+#              both; $IBP_GRAPH_AB_VERSIONS sets how many, $IBP_GRAPH_AB_BASE names one
+#              commit instead) once NVRTC shows that the package's launcher can launch them, collects wheels the GPU image lacks
 #              (none: see below), checks the 64 MiB limit, prints the carry list and the
 #              device commands (each under 2,000 characters).
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
@@ -38,13 +39,13 @@
 #              write past a tensor is past its allocation. A process that cannot start beside
 #              the others (its log has a sanitizer error and no summary) runs again alone in
 #              the time left. Each process's log goes into sanitize.log as it ends.
-#   decodeab   about 2-3 min: benchmarks/decode_ab.py, the fused decoder of this checkout
-#              against device_data/baseline-cuda/ (its previous version), decode only, on
+#   decodeab   about 2-4 min: benchmarks/decode_ab.py, the fused decoder of this checkout
+#              against device_data/baseline-cuda*/ (its previous versions), decode only, on
 #              1 GiB tables (dense and sparse 512 B rows, then the real tables) in GPU memory,
 #              their stored rows tiled past 4x the L2:
-#              6 rounds, each timing both on the same ids, the order alternating; each
-#              version's GB/s, their ratio, both outputs checked bit for bit; no case starts
-#              after 150 s.
+#              6 rounds, each timing every version on the same ids, the order rotating; each
+#              version's GB/s, the current one's ratio to each, every output checked bit for
+#              bit; no case starts after 150 s.
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
@@ -242,13 +243,15 @@ plan() {
 CALLS=("smoke tests decodeab sanitize" "gil corasu" "profile" "overlap ddp" "warps" "fetch"
     "sampling e2e" "ophops grid" "synthetic" "pages" "lanes")
 
-# previous_decoder PYTHON: the newest commit whose cuda/fetch_decode.cu has other code than
-# the working tree's, comments and spacing aside (a change to comments alone is no version to
-# measure against), or nothing.
-previous_decoder() {
-    "$1" - <<'EOF'
+# previous_decoders PYTHON N: the N newest commits whose cuda/fetch_decode.cu has other code
+# than the working tree's and than each other's, comments and spacing aside (a change to
+# comments alone is no version to measure against), newest first; fewer, or nothing, when the
+# history holds fewer.
+previous_decoders() {
+    "$1" - "$2" <<'EOF'
 import re
 import subprocess
+import sys
 
 PATH = "cuda/fetch_decode.cu"
 
@@ -258,49 +261,74 @@ def code(text):
     return " ".join(re.sub(r"//[^\n]*", " ", text).split())
 
 
-now = code(open(PATH).read())
+seen = {code(open(PATH).read())}
+wanted = int(sys.argv[1])
 git = ["git", "rev-list", "HEAD", "--", PATH]
 for commit in subprocess.run(git, capture_output=True, text=True, check=True).stdout.split():
     shown = subprocess.run(["git", "show", f"{commit}:{PATH}"], capture_output=True, text=True)
-    if shown.returncode == 0 and code(shown.stdout) != now:
+    if shown.returncode == 0 and code(shown.stdout) not in seen:
         print(commit)
-        break
+        seen.add(code(shown.stdout))
+        if len(seen) > wanted:
+            break
 EOF
 }
 
+# baseline_dirs: the folders prepare_baseline fills, newest version first.
+baseline_dirs() {
+    echo "$DATA/baseline-cuda"
+    local i
+    for ((i = 2; i <= AB_VERSIONS; i++)); do echo "$DATA/baseline-cuda-$i"; done
+}
+AB_VERSIONS=${IBP_GRAPH_AB_VERSIONS:-2}
+
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
-# version (fetch_decode.cu, and its commit in COMMIT) for the decodeab stage, or nothing (said
-# why) when there is none that the package's launcher can launch as it is.
+# version (fetch_decode.cu, and its commit in COMMIT) for the decodeab stage, and
+# device_data/baseline-cuda-2/ the version before that ($IBP_GRAPH_AB_VERSIONS versions in
+# all, default 2; $IBP_GRAPH_AB_BASE names one commit instead), or nothing (said why) when
+# there is none that the package's launcher can launch as it is.
 prepare_baseline() {
-    local py=$1 dir=$DATA/baseline-cuda base
-    rm -rf "$dir"
+    local py=$1 dir base bases=() dirs
+    mapfile -t dirs < <(baseline_dirs)
+    rm -rf "$DATA"/baseline-cuda "$DATA"/baseline-cuda-*
     if ! git rev-parse --git-dir >/dev/null 2>&1; then
         echo "baseline: not a git checkout; the decodeab stage will refuse"
         return 0
     fi
     if [ -n "${IBP_GRAPH_AB_BASE:-}" ]; then
-        base=$IBP_GRAPH_AB_BASE
+        bases=("$IBP_GRAPH_AB_BASE")
     else
-        base=$(previous_decoder "$py")
+        mapfile -t bases < <(previous_decoders "$py" "$AB_VERSIONS")
     fi
-    mkdir -p "$dir"
-    if [ -z "$base" ] || ! git show "$base:cuda/fetch_decode.cu" >"$dir/fetch_decode.cu" \
-        2>/dev/null; then
-        rm -rf "$dir"
-        echo "baseline: no cuda/fetch_decode.cu at '${base:-an earlier commit with other code}';" \
-            "the decodeab stage will refuse"
-        return 0
+    if [ "${#bases[@]}" -eq 0 ]; then
+        bases=("")
     fi
-    git rev-parse --short "$base" >"$dir/COMMIT"
-    if "$py" -c "import sys; sys.path.insert(0, '.')
+    local i outcome
+    for i in "${!bases[@]}"; do
+        base=${bases[$i]} dir=${dirs[$i]}
+        # What a missing or refused version leaves: no decodeab, or the newer versions alone.
+        outcome="the decodeab stage will refuse"
+        [ "$i" -gt 0 ] && outcome="the decodeab stage compares the newer version(s) alone"
+        mkdir -p "$dir"
+        if [ -z "$base" ] || ! git show "$base:cuda/fetch_decode.cu" >"$dir/fetch_decode.cu" \
+            2>/dev/null; then
+            rm -rf "$dir"
+            echo "baseline: no cuda/fetch_decode.cu at" \
+                "'${base:-an earlier commit with other code}'; $outcome"
+            return 0
+        fi
+        git rev-parse --short "$base" >"$dir/COMMIT"
+        if "$py" -c "import sys; sys.path.insert(0, '.')
 from pathlib import Path
 from benchmarks.decode_ab import check_sources
 check_sources(Path('$dir'))"; then
-        echo "baseline: cuda/fetch_decode.cu at $(cat "$dir/COMMIT") -> $dir"
-    else
-        rm -rf "$dir"
-        echo "baseline: refused (above); the decodeab stage will refuse"
-    fi
+            echo "baseline: cuda/fetch_decode.cu at $(cat "$dir/COMMIT") -> $dir"
+        else
+            rm -rf "$dir"
+            echo "baseline: refused (above); $outcome"
+            return 0
+        fi
+    done
 }
 
 prepare() {
@@ -699,7 +727,11 @@ for stage in "${STAGES[@]}"; do
         ;;
     decodeab)
         if [ -f "$DATA/baseline-cuda/fetch_decode.cu" ]; then
-            run 240 decodeab.log python3 benchmarks/decode_ab.py --baseline "$DATA/baseline-cuda" \
+            baselines=()
+            for dir in "$DATA"/baseline-cuda "$DATA"/baseline-cuda-*; do
+                [ -f "$dir/fetch_decode.cu" ] && baselines+=(--baseline "$dir")
+            done
+            run 240 decodeab.log python3 benchmarks/decode_ab.py "${baselines[@]}" \
                 --table-gb 1 --batch 100000 --rounds 6 --repeats 5 --time-budget 150 \
                 --out "$OUT" || rc=$?
         else

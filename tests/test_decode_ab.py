@@ -30,8 +30,10 @@ SMALL = [
 CURRENT = runtime.read_source(decode_ab.SOURCE)
 
 
-def _baseline(tmp_path: Path, text: str = CURRENT, commit: str | None = "abc1234") -> Path:
-    folder = tmp_path / "baseline"
+def _baseline(
+    tmp_path: Path, text: str = CURRENT, commit: str | None = "abc1234", name: str = "baseline"
+) -> Path:
+    folder = tmp_path / name
     folder.mkdir(exist_ok=True)
     (folder / decode_ab.SOURCE).write_text(text)
     if commit:
@@ -141,13 +143,26 @@ def test_rounds_alternate_the_order() -> None:
     assert seconds == {"current": [1, 4, 5, 8], "baseline": [2, 3, 6, 7]}
 
 
+def test_rounds_rotate_the_order_of_three_versions() -> None:
+    calls: list[str] = []
+    timers = {name: (lambda name=name: calls.append(name) or 0.0) for name in ("c", "a", "b")}
+    decode_ab.alternate(timers, 3)
+    assert calls == ["c", "a", "b", "a", "b", "c", "b", "c", "a"]  # each first once
+
+
 def test_compare_takes_medians_and_per_round_ratios() -> None:
-    r = decode_ab.compare(10**9, {"current": [0.5, 0.25, 1.0], "baseline": [1.0, 1.0, 0.5]})
+    seconds = {"current": [0.5, 0.25, 1.0], "abc": [1.0, 1.0, 0.5], "def": [0.25, 0.5, 0.5]}
+    r = decode_ab.compare(10**9, seconds)
     assert r["current_gbps_rounds"] == pytest.approx([2.0, 4.0, 1.0])
-    assert r["current_gbps"] == pytest.approx(2.0) and r["baseline_gbps"] == pytest.approx(1.0)
-    assert r["current_over_baseline"] == pytest.approx(2.0)
-    assert r["round_ratio_median"] == pytest.approx(2.0)
-    assert (r["round_ratio_min"], r["round_ratio_max"]) == pytest.approx((0.5, 4.0))
+    assert r["current_gbps"] == pytest.approx(2.0)
+    abc, other = r["baselines"]
+    assert abc["label"] == "abc" and other["label"] == "def"  # in their order
+    assert abc["gbps"] == pytest.approx(1.0) and abc["current_over"] == pytest.approx(2.0)
+    assert abc["round_ratio_median"] == pytest.approx(2.0)
+    assert (abc["round_ratio_min"], abc["round_ratio_max"]) == pytest.approx((0.5, 4.0))
+    assert abc["gbps_rounds"] == pytest.approx([1.0, 1.0, 2.0])
+    assert other["gbps"] == pytest.approx(2.0) and other["current_over"] == pytest.approx(1.0)
+    assert (other["round_ratio_min"], other["round_ratio_max"]) == pytest.approx((0.5, 2.0))
 
 
 @pytest.mark.parametrize(
@@ -166,14 +181,38 @@ def test_bad_arguments_are_refused(tmp_path, argv, message, capsys) -> None:
 
 
 def test_baseline_label_comes_from_its_commit_file_or_its_name(tmp_path) -> None:
-    assert decode_ab.parse_args(["--baseline", str(_baseline(tmp_path))]).baseline_label == (
-        "abc1234"
-    )
+    folder = _baseline(tmp_path)
+    assert decode_ab.parse_args(["--baseline", str(folder)]).baseline_labels == ["abc1234"]
     bare = tmp_path / "bare"
     bare.mkdir()
-    assert decode_ab.parse_args(["--baseline", str(bare)]).baseline_label == "bare"
+    args = decode_ab.parse_args(["--baseline", str(folder), "--baseline", str(bare)])
+    assert args.baseline_labels == ["abc1234", "bare"]
+    assert args.baselines == [folder.resolve(), bare.resolve()]
     args = decode_ab.parse_args(["--baseline", str(bare), "--baseline-label", "v1"])
-    assert args.baseline_label == "v1"
+    assert args.baseline_labels == ["v1"]
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--baseline-label", "v1"], "--baseline-label given 1 times for 2 --baseline folders"),
+        (["--baseline-label", "v1", "--baseline-label", "v1"], "must differ from each other"),
+        (["--baseline-label", "current", "--baseline-label", "v1"], "and from 'current'"),
+        (["--baseline", "/no/such/folder"], "--baseline /no/such/folder is not a folder"),
+    ],
+)
+def test_bad_baselines_are_refused(tmp_path, extra, message, capsys) -> None:
+    one, two = _baseline(tmp_path, name="one"), _baseline(tmp_path, name="two")
+    with pytest.raises(SystemExit):
+        decode_ab.parse_args(["--baseline", str(one), "--baseline", str(two), *extra])
+    assert message in capsys.readouterr().err
+
+
+def test_two_baselines_with_the_same_commit_need_labels(tmp_path, capsys) -> None:
+    one, two = _baseline(tmp_path, name="one"), _baseline(tmp_path, name="two")
+    with pytest.raises(SystemExit):
+        decode_ab.parse_args(["--baseline", str(one), "--baseline", str(two)])
+    assert "(abc1234, abc1234) must differ" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,25 +220,27 @@ def test_baseline_label_comes_from_its_commit_file_or_its_name(tmp_path) -> None
 # --------------------------------------------------------------------------------------------
 
 
-def _stand_in(monkeypatch, *, baseline_breaks: bool = False) -> list[str]:
-    """The NumPy fused fetch in place of the kernel; the versions it ran, in order."""
+def _stand_in(monkeypatch, *, breaks: str | None = None) -> list[str]:
+    """The NumPy fused fetch in place of the kernel; the versions it ran, in order: current,
+    or a baseline's folder name. The version named ``breaks`` gets one bit wrong."""
     ran: list[str] = []
 
     def launch(codec, idx, out, error, **kw) -> None:
-        version = "current" if runtime._SOURCES.get() is None else "baseline"
+        folder = runtime._SOURCES.get()
+        version = "current" if folder is None else Path(folder).name
         ran.append(version)
         numpy_fetch_decode(codec, idx, out, error, **kw)
-        if baseline_breaks and version == "baseline":
+        if version == breaks:
             out.view(torch.uint8)[0, 0] ^= 1  # one wrong bit
 
     monkeypatch.setattr(cuda_table, "fetch_decode", launch)
     return ran
 
 
-def _run(tmp_path: Path, argv: list[str]) -> dict:
-    args = decode_ab.parse_args(
-        ["--baseline", str(_baseline(tmp_path)), *SMALL, *argv, "--out", str(tmp_path)]
-    )
+def _run(tmp_path: Path, argv: list[str], baselines: list[str] | None = None) -> dict:
+    if baselines is None:
+        baselines = ["--baseline", str(_baseline(tmp_path))]
+    args = decode_ab.parse_args([*baselines, *SMALL, *argv, "--out", str(tmp_path)])
     env = {"device": "CPU: test", "git_commit": "def5678", "date": "d", "command": "c"}
     return decode_ab.run(args, torch.device("cpu"), env)
 
@@ -213,9 +254,10 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
     assert "stored raw" in by_case["random-bits-256B"]["skipped"]
     for name in ("dense-normal-256B", "sparse-5pct-256B"):
         r = by_case[name]
-        assert r["current_bit_identical"] and r["baseline_bit_identical"]
-        assert len(r["current_gbps_rounds"]) == len(r["baseline_gbps_rounds"]) == 3
-        assert r["current_over_baseline"] == pytest.approx(r["current_gbps"] / r["baseline_gbps"])
+        (b,) = r["baselines"]
+        assert r["current_bit_identical"] and b["bit_identical"] and b["label"] == "abc1234"
+        assert len(r["current_gbps_rounds"]) == len(b["gbps_rounds"]) == 3
+        assert b["current_over"] == pytest.approx(r["current_gbps"] / b["gbps"])
         assert r["ratio"] > 1  # the table's compression, not the versions' ratio
         assert r["batch_rows"] == 300 and r["table_rows"] % 64 == 0
         # Decoded from memory, not from L2: the stored rows are tiled past it.
@@ -223,10 +265,12 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
         assert r["stored_bytes"] >= fetch.L2_POOL_FACTOR * r["l2_bytes"]
         assert r["pool_fits_l2"] == (r["pool_stored_bytes"] < fetch.L2_FIT_FACTOR * r["l2_bytes"])
     doc = json.loads((tmp_path / "decode-ab-cpu.json").read_text())
-    assert doc["settings"]["baseline_label"] == "abc1234" and doc["settings"]["same_text"]
+    assert doc["settings"]["baseline_labels"] == ["abc1234"]
+    assert doc["settings"]["same_text"] == [True]
     assert doc["git_commit"] == "def5678"
     md = (tmp_path / "decode-ab-cpu.md").read_text()
-    assert "baseline: `fetch_decode.cu` at abc1234" in md
+    assert "baseline: `fetch_decode.cu` at abc1234 (" in md
+    assert "| abc1234 GB/s | current / abc1234 | per round |" in md
     sparse = by_case["sparse-5pct-256B"]
     argv = ["--baseline", str(tmp_path / "baseline"), *SMALL]
     argv += ["--kinds", "dense-normal,sparse-5pct,random-bits"]
@@ -235,7 +279,7 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
     table = ibp_graph.compress(rows, tmp_path / "check.ibp", progress=False)
     assert sparse["ratio"] == pytest.approx(float(table.ratio))  # the compression
     assert f"| sparse-5pct-256B | 256 | {sparse['ratio']:.3f}x | 95% |" in md  # compression
-    assert f"| {sparse['current_over_baseline']:.3f}x |" in md
+    assert f"| {sparse['baselines'][0]['current_over']:.3f}x |" in md
     assert "| random-bits-256B | 256 | 1.000x |" in md
     # The current kernel against the decode-only goal of its table's class.
     assert sparse["decode_target"]["table_class"] == "sparse"
@@ -291,10 +335,33 @@ def test_the_decode_goal_is_judged_only_at_the_full_grid() -> None:
 
 
 def test_a_baseline_that_decodes_wrong_rows_is_reported(monkeypatch, tmp_path, nvrtc) -> None:
-    _stand_in(monkeypatch, baseline_breaks=True)
+    _stand_in(monkeypatch, breaks="baseline")
     (r,) = _run(tmp_path, ["--kinds", "sparse-5pct"])["cases"]
-    assert r["current_bit_identical"] and not r["baseline_bit_identical"]
+    assert r["current_bit_identical"] and not r["baselines"][0]["bit_identical"]
     assert "| False |" in (tmp_path / "decode-ab-cpu.md").read_text()
+
+
+def test_a_run_with_two_baselines_times_and_checks_all_three(monkeypatch, tmp_path, nvrtc) -> None:
+    ran = _stand_in(monkeypatch, breaks="older")
+    newer = _baseline(tmp_path, commit="1111111", name="newer")
+    older = _baseline(tmp_path, CURRENT + "// older\n", commit="2222222", name="older")
+    flags = ["--baseline", str(newer), "--baseline", str(older)]
+    payload = _run(tmp_path, ["--kinds", "sparse-5pct"], baselines=flags)
+    assert set(ran) == {"current", "newer", "older"}
+    (r,) = payload["cases"]
+    assert [b["label"] for b in r["baselines"]] == ["1111111", "2222222"]
+    assert r["current_bit_identical"] and r["baselines"][0]["bit_identical"]
+    assert not r["baselines"][1]["bit_identical"]  # the older one got a bit wrong
+    assert payload["settings"]["same_text"] == [True, False]
+    md = (tmp_path / "decode-ab-cpu.md").read_text()
+    assert "baselines: `fetch_decode.cu` at 1111111, 2222222 (" in md
+    assert "the same text: 1111111)" in md
+    header = next(line for line in md.splitlines() if line.startswith("| case |"))
+    assert "| current / 1111111 |" in header and "| current / 2222222 |" in header
+    row = next(line for line in md.splitlines() if line.startswith("| sparse-5pct-256B"))
+    assert row.count("|") == header.count("|")  # every column filled
+    for b in r["baselines"]:
+        assert f"| {b['current_over']:.3f}x |" in row
 
 
 def test_the_baseline_launches_its_own_source(monkeypatch, tmp_path, nvrtc) -> None:
@@ -319,6 +386,10 @@ def test_time_budget_leaves_later_cases_unstarted(monkeypatch, tmp_path, nvrtc) 
         "not started: --time-budget spent"
     ] * 2
     assert np.isnan(payload["cases"][0]["ratio"])
+    md = (tmp_path / "decode-ab-cpu.md").read_text().splitlines()
+    header = next(line for line in md if line.startswith("| case |"))
+    skipped = [line for line in md if "not started" in line]
+    assert len(skipped) == 2 and all(row.count("|") == header.count("|") for row in skipped)
 
 
 def test_dry_run_compares_the_sources_and_builds_the_cases(tmp_path, capsys, nvrtc) -> None:
@@ -326,6 +397,6 @@ def test_dry_run_compares_the_sources_and_builds_the_cases(tmp_path, capsys, nvr
         "--baseline", str(_baseline(tmp_path)), *SMALL, "--dry-run", "--out", str(tmp_path),
     ]  # fmt: skip
     payload = decode_ab.main(args)
-    assert payload["settings"]["same_text"]
+    assert payload["settings"]["same_text"] == [True]
     assert "sparse-5pct-256B: ratio" in capsys.readouterr().err
     assert not list(tmp_path.glob("decode-ab-*"))  # a dry run writes no results

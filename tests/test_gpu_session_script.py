@@ -87,6 +87,9 @@ def stage_commands() -> dict[str, list[list[str]]]:
             "$raw_kernel": "lines",  # the loop of the lanes stage: auto, then lines
             "$DATA/baseline-cuda": str(REPO),  # a folder that exists here
         }
+        # decodeab's baselines: --baseline and a folder each (one here)
+        expand = {"${baselines[@]}": ["--baseline", str(REPO)]}
+        argv = [b for a in argv for b in expand.get(a, [a])]
         found.setdefault(m.group(1), []).append(
             ["/tmp/o" + a[4:] if a.startswith("$OUT") else subst.get(a, a) for a in argv]
         )
@@ -177,7 +180,7 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     }
     # decodeab: the decoder against its previous version, side by side, on every table.
     (ab,) = (decode_ab.parse_args(c) for c in cmds["decode_ab"])
-    assert ab.baseline == REPO and ab.real and str(ab.out) == "/tmp/o" and not ab.dry_run
+    assert ab.baselines == [REPO] and ab.real and str(ab.out) == "/tmp/o" and not ab.dry_run
     assert ab.kinds == ["dense-normal", "sparse-5pct"] and ab.widths == [512]
     assert ab.rounds >= 4 and ab.rounds % 2 == 0  # each order as often
     assert ab.max_blocks is None and ab.block_warps is None and ab.time_budget <= 200
@@ -372,6 +375,8 @@ def test_prepare_writes_the_decoders_previous_version_for_decodeab(tmp_path: Pat
     assert f"baseline: cuda/fetch_decode.cu at {first} -> device_data/baseline-cuda" in done.stdout
     assert (baseline / "fetch_decode.cu").read_text() == older
     assert (baseline / "COMMIT").read_text().strip() == first
+    second = repo / "device_data" / "baseline-cuda-2"
+    assert not second.exists()  # the history holds one other version
     # A commit that changes comments and spacing alone is no version to measure against.
     reworded = current.replace("// ", "//  ", 3) + "\n/* reworded */\n"
     (repo / "cuda" / "fetch_decode.cu").write_text(reworded)
@@ -387,9 +392,16 @@ def test_prepare_writes_the_decoders_previous_version_for_decodeab(tmp_path: Pat
     done = _prepare(repo, tmp_path)
     assert (baseline / "fetch_decode.cu").read_text() == reworded
     assert (baseline / "COMMIT").read_text().strip() == _git(repo, "rev-parse", "--short", "HEAD")
-    # IBP_GRAPH_AB_BASE names the commit.
+    # ... and the version before it with other code again (not "second", whose code is HEAD's)
+    assert (second / "fetch_decode.cu").read_text() == older
+    assert (second / "COMMIT").read_text().strip() == first
+    assert "-> device_data/baseline-cuda-2" in done.stdout
+    # IBP_GRAPH_AB_VERSIONS=1: the newest alone.
+    done = _prepare(repo, tmp_path, IBP_GRAPH_AB_VERSIONS="1")
+    assert (baseline / "fetch_decode.cu").read_text() == reworded and not second.exists()
+    # IBP_GRAPH_AB_BASE names the commit (and only it).
     done = _prepare(repo, tmp_path, IBP_GRAPH_AB_BASE=first)
-    assert (baseline / "fetch_decode.cu").read_text() == older
+    assert (baseline / "fetch_decode.cu").read_text() == older and not second.exists()
     # No earlier version with other code (one commit, then one to comments alone): said, and
     # decodeab refuses.
     alone = tmp_path / "alone"
