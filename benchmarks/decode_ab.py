@@ -1,4 +1,4 @@
-"""Versions of the fused decoder side by side: decode-only GB/s, A/B alternating.
+"""Versions of the fused decoder side by side: decode-only GB/s, the order rotating.
 
 Usage::
 

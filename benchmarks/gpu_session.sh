@@ -14,9 +14,10 @@
 #              newest committed cuda/fetch_decode.cu whose code, comments and spacing aside,
 #              differs from the working tree's, and the newest before it that differs from
 #              both; $IBP_GRAPH_AB_VERSIONS sets how many, $IBP_GRAPH_AB_BASE names one
-#              commit instead) once NVRTC shows that the package's launcher can launch them, collects wheels the GPU image lacks
-#              (none: see below), checks the 64 MiB limit, prints the carry list and the
-#              device commands (each under 2,000 characters).
+#              commit instead) once NVRTC shows that the package's launcher can launch them,
+#              collects wheels the GPU image lacks (none: see below), checks the 64 MiB
+#              limit, prints the carry list and the device commands (each under 2,000
+#              characters).
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
 #              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
@@ -274,13 +275,11 @@ for commit in subprocess.run(git, capture_output=True, text=True, check=True).st
 EOF
 }
 
-# baseline_dirs: the folders prepare_baseline fills, newest version first.
-baseline_dirs() {
-    echo "$DATA/baseline-cuda"
-    local i
-    for ((i = 2; i <= AB_VERSIONS; i++)); do echo "$DATA/baseline-cuda-$i"; done
+# baseline_dir I: the folder of the decoder's I-th previous version (1: the newest), which
+# prepare_baseline fills and the decodeab stage reads.
+baseline_dir() {
+    if [ "$1" -eq 1 ]; then echo "$DATA/baseline-cuda"; else echo "$DATA/baseline-cuda-$1"; fi
 }
-AB_VERSIONS=${IBP_GRAPH_AB_VERSIONS:-2}
 
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
 # version (fetch_decode.cu, and its commit in COMMIT) for the decodeab stage, and
@@ -288,8 +287,7 @@ AB_VERSIONS=${IBP_GRAPH_AB_VERSIONS:-2}
 # all, default 2; $IBP_GRAPH_AB_BASE names one commit instead), or nothing (said why) when
 # there is none that the package's launcher can launch as it is.
 prepare_baseline() {
-    local py=$1 dir base bases=() dirs
-    mapfile -t dirs < <(baseline_dirs)
+    local py=$1 dir base bases=()
     rm -rf "$DATA"/baseline-cuda "$DATA"/baseline-cuda-*
     if ! git rev-parse --git-dir >/dev/null 2>&1; then
         echo "baseline: not a git checkout; the decodeab stage will refuse"
@@ -298,14 +296,14 @@ prepare_baseline() {
     if [ -n "${IBP_GRAPH_AB_BASE:-}" ]; then
         bases=("$IBP_GRAPH_AB_BASE")
     else
-        mapfile -t bases < <(previous_decoders "$py" "$AB_VERSIONS")
+        mapfile -t bases < <(previous_decoders "$py" "${IBP_GRAPH_AB_VERSIONS:-2}")
     fi
     if [ "${#bases[@]}" -eq 0 ]; then
         bases=("")
     fi
     local i outcome
     for i in "${!bases[@]}"; do
-        base=${bases[$i]} dir=${dirs[$i]}
+        base=${bases[$i]} dir=$(baseline_dir $((i + 1)))
         # What a missing or refused version leaves: no decodeab, or the newer versions alone.
         outcome="the decodeab stage will refuse"
         [ "$i" -gt 0 ] && outcome="the decodeab stage compares the newer version(s) alone"
@@ -726,10 +724,12 @@ for stage in "${STAGES[@]}"; do
         sanitizers 540 "${shards[@]}" memcheck synccheck || rc=$?
         ;;
     decodeab)
-        if [ -f "$DATA/baseline-cuda/fetch_decode.cu" ]; then
+        if [ -f "$(baseline_dir 1)/fetch_decode.cu" ]; then
             baselines=()
-            for dir in "$DATA"/baseline-cuda "$DATA"/baseline-cuda-*; do
-                [ -f "$dir/fetch_decode.cu" ] && baselines+=(--baseline "$dir")
+            for ((i = 1; ; i++)); do  # newest first, as many as prepare wrote
+                dir=$(baseline_dir "$i")
+                [ -f "$dir/fetch_decode.cu" ] || break
+                baselines+=(--baseline "$dir")
             done
             run 240 decodeab.log python3 benchmarks/decode_ab.py "${baselines[@]}" \
                 --table-gb 1 --batch 100000 --rounds 6 --repeats 5 --time-budget 150 \
