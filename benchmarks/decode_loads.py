@@ -7,7 +7,7 @@ Usage::
 writes ``decode-loads-cpu.{json,md}``. No GPU is needed: for real rows of each table it counts
 the warp-wide global loads of table metadata that ``decode_row`` in ``cuda/fetch_decode.cu``
 issues (code widths, code and free-bit prefix sums, masks, column layouts, dictionaries), and
-the distinct 32-byte sectors each one touches (the unit an L1 request is served in), in four
+the distinct 32-byte sectors each one touches (the unit an L1 request is served in), in five
 versions of the kernel:
 
 - ``before``: dictionaries column-major ``(k, V, E)``, and every chunk of 32 columns read
@@ -15,13 +15,13 @@ versions of the kernel:
 - ``after``: dictionaries code-major ``(k, E, V)``; a chunk of a grouped row that holds no
   code and whose columns have no free bit written from its code-0 entries alone; a flat
   row's codes read in the payloads' pass (one load of the code widths, not two);
-- ``one_pass`` (the previous kernel): as ``after``, except for a grouped row whose cluster
-  has no free bit in any column (``decode_grouped_no_free``). Its codes' total width comes
+- ``one_pass``: as ``after``, except for a grouped row whose cluster has no free bit in any
+  column (``decode_grouped_no_free``). Its codes' total width comes
   from the code-width prefix sums at the two ends of each subgroup that holds codes (read
   before its chunks), and each chunk is then decoded in a single pass: a chunk with no
   code is its code-0 entries; a chunk with codes loads its code widths once and the
   entries of the words that do not escape, with no masks and no free-bit prefix sums;
-- ``layouts`` (the current kernel): as ``one_pass``, except in the chunks decoded through
+- ``layouts`` (the previous kernel): as ``one_pass``, except in the chunks decoded through
   the free-bit prefix sums or a warp scan of the payload widths (every chunk of a flat row;
   of a grouped row whose cluster has free bits, every chunk but those with neither a code
   nor a free bit). There a lane loads its column's layout word (``layouts``, ``(k, V)``
@@ -29,6 +29,12 @@ versions of the kernel:
   two runs) instead of its code width and its mask. The mask is loaded only to deposit a
   payload into free bits that form three runs or more: by the lanes whose word does not
   escape and whose column's free bits do, and only in chunks that have such a lane.
+- ``spans`` (the current kernel): as ``layouts``, except for rows decoded in one pass at
+  least half of whose chunks hold codes and whose output row is 16-byte aligned (rows are
+  taken as written at positions 0, 1, ... of an output array). Those are decoded 16 bytes
+  of neighbouring words a lane (`span_pass`): per 32 lanes, one 16-byte load of code-0
+  entries a lane, one load of a lane's code widths where its subgroup holds codes, and the
+  entries of words of another code than 0 that do not escape.
 
 The counts follow the kernel's loads one by one, on the codes the reference codec gives each
 word; they are a model of the access pattern, not a GPU measurement. What they leave out: the
@@ -57,15 +63,22 @@ from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
 from benchmarks.fetch import KINDS, synthetic_block  # noqa: E402
 from ibp_graph.codec import row_layout  # noqa: E402
-from ibp_graph.dtypes import rows_to_words  # noqa: E402
+from ibp_graph.dtypes import row_bytes, rows_to_words  # noqa: E402
 from ibp_graph.kernels.fetch_decode import LAYOUT_TWO_RUNS, column_layouts  # noqa: E402
 
 WARP = 32
 SECTOR = 32
 SYNTHETIC_ROW_BYTES = 512
 SYNTHETIC_ROWS = 4096
-VERSIONS = ("before", "after", "one_pass", "layouts")
-LABELS = {"before": "before", "after": "after", "one_pass": "one pass", "layouts": "layouts"}
+VERSIONS = ("before", "after", "one_pass", "layouts", "spans")
+LABELS = {
+    "before": "before",
+    "after": "after",
+    "one_pass": "one pass",
+    "layouts": "layouts",
+    "spans": "spans",
+}
+LANE_BYTES = 16  # bytes of neighbouring words a lane takes in the spans pass
 SUBS = 4  # 8-column subgroups of a 32-column chunk
 
 
@@ -101,6 +114,7 @@ class Rows:
     v: int
     e: int
     word_bytes: int
+    row_bytes: int  # output bytes of a row
     cluster: np.ndarray  # (n, 1, 1) cluster of each row
     col: np.ndarray  # (1, C, 32) column of each lane
     valid: np.ndarray  # (1, C, 32) lane < V
@@ -148,6 +162,7 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
         v=v,
         e=params.max_entries,
         word_bytes=t,
+        row_bytes=row_bytes(table.shape[1], table.dtype_name),
         cluster=cluster.reshape(-1, 1, 1),
         col=col,
         valid=col < v,
@@ -163,7 +178,7 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
 
 
 def one_pass_rows(r: Rows) -> np.ndarray:
-    """``(n, 1)``: rows that kernels ``one_pass`` and ``layouts`` decode in one pass (grouped,
+    """``(n, 1)``: rows that kernels ``one_pass`` and later decode in one pass (grouped,
     no free bit in the row's cluster)."""
     return r.grouped & ~r.cluster_free
 
@@ -174,8 +189,8 @@ def count(r: Rows, version: str) -> Loads:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     n, c = r.shape
     code_major = version != "before"
-    in_one_pass = version in ("one_pass", "layouts")
-    # Rows decoded by decode_grouped_no_free ("one_pass" and "layouts"); the others take the
+    in_one_pass = version in ("one_pass", "layouts", "spans")
+    # Rows decoded by decode_grouped_no_free ("one_pass" and later); the others take the
     # path of "after" (or "before").
     one = one_pass_rows(r) if in_one_pass else np.zeros((n, 1), bool)
     two = ~one
@@ -216,7 +231,7 @@ def count(r: Rows, version: str) -> Loads:
         for at in (np.minimum(j0 + WARP, r.v), j0):
             load("free_prefix", r.empty & r.cluster_free, 4 * (pre + at), every)
         load("bitvals", shortcut, t * (r.cluster * r.e * r.v + r.col), r.valid)
-    if version == "layouts":
+    if version in ("layouts", "spans"):
         # A layout word a lane; the mask only where a payload is deposited into free bits in
         # three runs or more (a warp load when some lane does, those lanes active).
         load("layouts", full, 4 * col0, r.valid)
@@ -248,11 +263,89 @@ def count(r: Rows, version: str) -> Loads:
                 load("code_prefix", bit.any(axis=-1), 4 * (pre + at), bit)
         # Chunk pass: a chunk with no code is its code-0 entries; one with codes loads the
         # widths of its subgroups' columns, then the entries of the words that do not escape.
-        load("bitvals", r.empty & one, t * (r.cluster * r.e * r.v + r.col), r.valid)
-        coded = ~r.empty & one
+        # "spans": so for rows with fewer than half their chunks holding codes; the others
+        # take the spans pass.
+        chunked = one
+        if version == "spans":
+            spanned = span_rows(r)
+            span_pass(r, spanned, load)
+            chunked = one & ~spanned
+        load("bitvals", r.empty & chunked, t * (r.cluster * r.e * r.v + r.col), r.valid)
+        coded = ~r.empty & chunked
         load("code_bits", coded, col0, r.valid & r.in_subgroup)
         load("bitvals", coded, t * entry, r.valid & ~r.escaped)
     return out
+
+
+def span_rows(r: Rows) -> np.ndarray:
+    """``(n, 1)``: rows that kernel ``spans`` decodes 16 bytes of words a lane: decoded in one
+    pass, at least half their chunks holding codes, the output row 16-byte aligned (row i
+    taken as written at position i)."""
+    n, c = r.shape
+    aligned = (np.arange(n) * r.row_bytes % LANE_BYTES == 0)[:, None]
+    return one_pass_rows(r) & aligned & (2 * (~r.empty).sum(axis=1, keepdims=True) >= c)
+
+
+def span_pass(r: Rows, rows: np.ndarray, load) -> None:
+    """The spans pass of kernel "spans" over rows ``rows`` (``(n, 1)`` bool; their output is
+    16-byte aligned): each lane takes K = `LANE_BYTES` / T neighbouring columns, j = 32 K s +
+    K l + i (lane l of step s, word i). Every step loads the lanes' code-0 entries: one
+    16-byte load for the lanes whose K columns are all in the row, one load a word for the
+    lane that has fewer. A step where some lane's columns have codes loads those lanes' code
+    widths (likewise one load, or one a word), then, where some lane has a word of another
+    code than 0 that does not escape, word i's entry for i = 0..K-1. ``load``: `count`'s."""
+    t = r.word_bytes
+    k = LANE_BYTES // t
+    n, c = r.shape
+    v = r.v
+    steps = -(-v // (WARP * k))
+    j = (
+        WARP * k * np.arange(steps)[None, :, None, None]
+        + k * np.arange(WARP)[None, None, :, None]
+        + np.arange(k)[None, None, None, :]
+    )  # (1, S, 32, K) the column of word i of lane l of step s
+    in_row = j < v
+    jc = np.minimum(j, c * WARP - 1)
+    rows_n = np.arange(n)[:, None, None, None]
+
+    def at(a: np.ndarray) -> np.ndarray:
+        """``(n, C, 32)`` per column, taken at the columns ``j`` (False / 0 outside the row)."""
+        flat = np.broadcast_to(a, (n, c, WARP)).reshape(n, c * WARP)
+        return np.where(in_row, flat[rows_n, jc], 0).astype(a.dtype)
+
+    coded = at(r.in_subgroup & r.valid) & in_row
+    escaped = at(r.escaped & r.valid) & in_row
+    other = (at(r.code) != 0) & ~escaped & coded
+    cluster = r.cluster.reshape(-1, 1, 1, 1)
+    step = np.broadcast_to(rows, (n, steps)) & in_row.any(axis=(-2, -1))
+    whole = np.broadcast_to(in_row.all(axis=-1), (n, steps, WARP))
+    code0 = t * (cluster * r.e * v + j)  # byte address of the column's code-0 entry
+    widths = cluster * v + j  # byte address of its code width
+    # Whole lanes load K entries (K widths) at once where the row's cluster's dictionaries
+    # (code widths) start 16-byte (K-byte) aligned.
+    vec_in = whole & (code0[..., :1, :1, 0] % 16 == 0)
+    vec_w = whole & (widths[..., :1, :1, 0] % k == 0)
+    lane_coded = coded.any(axis=-1)
+    has_code = step & lane_coded.any(axis=-1)
+    # Code-0 entries, then code widths: the lanes taking the whole-lane load, then those
+    # loading a word at a time.
+    load("bitvals", step & vec_in.any(axis=-1), code0[..., 0], vec_in)
+    scalar = ~vec_in & in_row.any(axis=-1)
+    for i in range(k):
+        load("bitvals", step & scalar.any(axis=-1), code0[..., i], scalar & in_row[..., i])
+    load(
+        "code_bits",
+        has_code & (vec_w & lane_coded).any(axis=-1),
+        widths[..., 0],
+        vec_w & lane_coded,
+    )
+    for i in range(k):
+        lanes_i = ~vec_w & coded[..., i]
+        load("code_bits", has_code & (~vec_w & lane_coded).any(axis=-1), widths[..., i], lanes_i)
+    entries = t * ((cluster * r.e + at(r.code)) * v + j)
+    voted = has_code & other.any(axis=(-2, -1))
+    for i in range(k):
+        load("bitvals", voted, entries[..., i], other[..., i])
 
 
 def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
@@ -274,6 +367,7 @@ def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
         "rows_raw": int(ids.size - encoded),
         "rows_grouped": int(r.grouped.sum()),
         "rows_one_pass": int(one_pass_rows(r).sum()),
+        "rows_spans": int(span_rows(r).sum()),
         "columns": int(params.masks.size),
         "columns_many_runs": int((layouts & LAYOUT_TWO_RUNS == 0).sum()),
         "chunks_per_row": c,
@@ -334,15 +428,15 @@ def markdown(env: dict, rows: list[dict]) -> str:
         *header_lines("Fused decoder: metadata loads per row (counted, no GPU)", env),
         "Warp-wide global loads of table metadata that `decode_row` (`cuda/fetch_decode.cu`)",
         "issues per encoded row, and the 32-byte sectors they touch, on the codes the",
-        "reference codec gives each word of real rows, in four versions of the kernel.",
+        "reference codec gives each word of real rows, in five versions of the kernel.",
         "`before`: dictionaries column-major and every chunk decoded in full. `after`:",
         "dictionaries code-major, chunks of grouped rows with no code and no free bit written",
         "from their code-0 entries, and a flat row's codes read in the payloads' pass.",
-        "`one pass` (the previous kernel): as `after`, except that a grouped row whose cluster",
+        "`one pass`: as `after`, except that a grouped row whose cluster",
         "has no free bit is decoded in a single pass over its chunks (`decode_grouped_no_free`):",
         "its codes' total width from code-width prefix sums read before its chunks, then per",
         "chunk with codes one load of code widths and one of entries, no masks and no free-bit",
-        "prefix sums. `layouts` (the current kernel): as `one pass`, except in the chunks",
+        "prefix sums. `layouts`: as `one pass`, except in the chunks",
         "decoded through free-bit prefix sums or a warp scan of the payload widths (every chunk",
         "of a flat row; of a grouped row whose cluster has free bits, every chunk but those with",
         "neither a code nor a free bit). There a lane loads its column's layout word (code",
@@ -350,25 +444,33 @@ def markdown(env: dict, rows: list[dict]) -> str:
         "instead of its code width and its mask, and a mask is loaded only for words that do",
         "not escape and whose column's free bits form three runs or more (a word of two float16",
         "values, for one: mask `0x7c007c00`); such a table still loads its masks, and its",
-        "layout words (4 bytes a column, not 1) touch more sectors than its code widths. In",
-        "parentheses: each version against the one before it.",
+        "layout words (4 bytes a column, not 1) touch more sectors than its code widths.",
+        "`spans` (the current kernel): as `layouts`, except for the rows decoded in one pass",
+        "at least half of whose chunks hold codes and whose output row is 16-byte aligned",
+        "(the rows counted taken as written at positions 0, 1, ...): there each lane takes 16",
+        "bytes of neighbouring words, and per 32 lanes loads its code-0 entries in one 16-byte",
+        "load, its code widths in one load where its subgroup holds codes, and the entries of",
+        "its words of another code than 0 that do not escape (one warp load a word).",
+        "In parentheses: each version against the one before it.",
         "A model of the kernel's access pattern, not a GPU measurement; the `profile` stage of",
         "`benchmarks/gpu_session.sh` measures instructions and sectors per row on a GPU.",
         "",
-        f"| table | ratio | chunks/row | empty chunks, no free bit | rows in one pass | {cols} |",
-        "|---|---|---|---|---|" + "---|" * (3 * len(VERSIONS)),
+        f"| table | ratio | chunks/row | empty chunks, no free bit | rows in one pass "
+        f"| rows 16 bytes a lane (`spans`) | {cols} |",
+        "|---|---|---|---|---|---|" + "---|" * (3 * len(VERSIONS)),
     ]
     for r in rows:
         encoded = r["rows_counted"] - r["rows_raw"]
         chunks = encoded * r["chunks_per_row"]
         share = r["chunks_empty_no_free"] / chunks if chunks else 0.0
         one = r["rows_one_pass"] / encoded if encoded else 0.0
+        spans = r["rows_spans"] / encoded if encoded else 0.0
         ins = [per_row(r, v, "instructions") for v in VERSIONS]
         sec = [per_row(r, v, "sectors") for v in VERSIONS]
         dic = [r[v]["sectors"].get("bitvals", 0) / encoded if encoded else 0.0 for v in VERSIONS]
         lines.append(
             f"| {r['table']} | {r['ratio']:.1f} | {r['chunks_per_row']} | {share:.0%} "
-            f"| {one:.0%} | {_compared(ins)} | {_compared(sec)} "
+            f"| {one:.0%} | {spans:.0%} | {_compared(ins)} | {_compared(sec)} "
             f"| {' | '.join(f'{d:.0f}' for d in dic)} |"
         )
     many = [

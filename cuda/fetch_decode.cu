@@ -15,10 +15,13 @@
 // decodes in one pass (decode_grouped_no_free): where its payloads start follows from the
 // prefix sums of the subgroups that hold codes, so each word is read with its code, as its
 // code's entry or, escaped, as the payload its rank among the chunk's escapes (a warp vote)
-// places. A warp vote over each 32 of its chunks lists those without a code and those with:
-// the former are stored first, four at a time (two of 8-byte words, and two in the
-// double-buffered entry points), each lane loading its words of all of them before it stores
-// any; then the latter are visited one by one. A word that does not escape is its code's
+// places. When at least half of its chunks hold codes and its output row is 16-byte aligned,
+// each lane takes 16 bytes of neighbouring words (decode_no_free_spans): one code field, one
+// 16-byte load of code-0 entries and one 16-byte store a lane, one warp scan for 128 or 64
+// columns. Otherwise a warp vote over each 32 of its chunks lists those without a code and
+// those with: the former are stored first, four at a time (two of 8-byte words, and two in
+// the double-buffered entry points), each lane loading its words of all of them before it
+// stores any; then the latter are visited one by one. A word that does not escape is its code's
 // entry with its payload deposited into the column's free bits: by two shifts when those bits
 // lie in at most two runs (every float column whose mask holds the exponent's top bits, with
 // or without the sign: `layouts`), by a loop over the runs of the mask otherwise. Rows stored
@@ -357,46 +360,63 @@ __device__ __forceinline__ void store_code0_chunks(unsigned empty, int q0,
     }
 }
 
-// Decode a grouped row `s` of cluster `c`, none of whose columns has a free bit, in one pass
-// over its chunks (the row's header read, `subs` its subgroup bits): its codes start at bit
-// `codes_at` of `buf`, and its payloads follow them (where, the prefix sums of the code widths
-// of its subgroups with codes say). A word is its code's entry, or, when its code is the
-// escape, the next payload (T * 8 bits, in column order): a ballot counts a chunk's escapes,
-// and a lane's rank among them places its payload. Of each 32 chunks, those with no code,
-// their code-0 entries, are stored first, then those with codes. The row is zeroed, and output
-// position `p` recorded in `error[1]`, when its codes or payloads run past its stored length.
+// The sum of `v` over the warp's lanes (every lane gets it): one reduction on sm_80 and newer.
+__device__ __forceinline__ u32 warp_sum(u32 v, int lane) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(FULL_MASK, v);
+#else
+    return __shfl_sync(FULL_MASK, warp_inclusive_scan(v, lane), 31);
+#endif
+}
+
+// Neighbouring columns a lane of decode_no_free_spans decodes: 16 bytes of words (four
+// 4-byte words, two 8-byte ones), so that a warp covers 32 * LaneWords columns at a time.
+template <typename W>
+struct LaneWords {
+    static constexpr int value = 16 / (int)sizeof(W);
+};
+
+// A 16-byte access at `p` is 16-byte aligned: a misaligned one faults on a GPU; the host-side
+// test harness (tests/simt/), where it would not, checks it.
+#ifndef IBP_CHECK_ALIGNED16
+#define IBP_CHECK_ALIGNED16(p)
+#endif
+
+// The K = LaneWords words of `p` (16-byte aligned): one 16-byte load.
+template <typename W, int K>
+__device__ __forceinline__ void load16(const W* __restrict__ p, W (&word)[K]) {
+    IBP_CHECK_ALIGNED16(p);
+#ifdef __CUDA_ARCH__
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+#else
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+#endif
+    memcpy(word, &v, 16);
+}
+
+// Store the K = LaneWords words at `p` (16-byte aligned): one 16-byte store.
+template <typename W, int K>
+__device__ __forceinline__ void store16(u8* p, const W (&word)[K]) {
+    IBP_CHECK_ALIGNED16(p);
+    uint4 v;
+    memcpy(&v, word, 16);
+    *reinterpret_cast<uint4*>(p) = v;
+}
+
+// The chunk pass of decode_grouped_no_free for a row with few chunks that hold codes: of each
+// 32 chunks, a warp vote lists those without a code, stored first (store_code0_chunks), and
+// those with, visited in column order. In a chunk with codes, a warp scan of the lanes' code
+// widths places each lane's code; a ballot counts the chunk's escapes, and a lane's rank among
+// them places its payload. `payloads_at` is where the payloads start, then advances; returns
+// false (and stops) when they run past the row's `len_bits`.
 template <typename W, int U>
-__device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Staged& s,
-                                       u32 codes_at, u32 base, int c,
-                                       const u8* __restrict__ code_bits,
-                                       const u32* __restrict__ code_prefix,
-                                       const W* __restrict__ bitvals, u8* out_row, int* error,
-                                       i64 p, int V, int E, int row_bytes, bool word_aligned,
-                                       int lane) {
+__device__ bool decode_no_free_chunks(const u32* buf, const u8* subs, u32 codes_at,
+                                       u32& payloads_at, u32 base, u64 len_bits,
+                                       const u8* __restrict__ widths,
+                                       const W* __restrict__ entries, u8* out_row, int V,
+                                       int row_bytes, bool word_aligned, int lane) {
     const int TB = Word<W>::BITS;
     const int C = (V + 31) >> 5;
-    const u64 len_bits = s.len * 8;
-    const u32* __restrict__ prefix = code_prefix + (size_t)c * (V + 1);
-    // Where the payloads start: past the codes of every subgroup that holds some (lane q sums
-    // chunk q's, by the prefix sums; its four subgroups' loads are in flight together).
-    u32 payloads_at = codes_at;
-    for (int q0 = 0; q0 < C; q0 += 32) {
-        const int q = q0 + lane;
-        const u32 sub = q < C ? (u32)subs[q] : 0u;
-        u32 bits = 0;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const int lo = 32 * q + 8 * t;
-            if ((sub >> t) & 1u) bits += prefix[min(lo + 8, V)] - prefix[lo];
-        }
-        payloads_at += __shfl_sync(FULL_MASK, warp_inclusive_scan(bits, lane), 31);
-    }
-    if ((u64)(payloads_at - base) > len_bits) {  // the header and codes run past the row
-        reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
-        return;
-    }
-    const u8* __restrict__ widths = held(code_bits + (size_t)c * V);
-    const W* __restrict__ entries = held(bitvals + (size_t)c * E * V);  // [e * V + j]
     const unsigned below = (1u << lane) - 1u;  // the lanes before this one
     // 32 chunks at a time, a vote lists those without a code, stored first, and those with,
     // visited in column order: the warp goes from one listed chunk to the next.
@@ -419,8 +439,7 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
             const unsigned escapes = __ballot_sync(FULL_MASK, escaped);
             const u32 n_escaped = (u32)__popc(escapes);
             if (n_escaped != 0 && (u64)(payloads_at + n_escaped * TB - base) > len_bits) {
-                reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
-                return;
+                return false;
             }
             if (j < (u32)V) {
                 const u32 at = payloads_at + (u32)__popc(escapes & below) * TB;
@@ -431,6 +450,182 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
             payloads_at += n_escaped * TB;
         }
     }
+    return true;
+}
+
+// The pass of decode_grouped_no_free for a row most of whose chunks hold codes, written to a
+// 16-byte aligned `out_row`. Each lane takes K = LaneWords neighbouring columns (of one
+// subgroup: K divides 8), so a warp covers 32 K columns a step and a lane's words are one
+// aligned 16-byte store. Each lane loads its words' code-0 entries (one 16-byte load where
+// the dictionaries are aligned); where some lane's columns hold codes (a warp vote), a warp
+// scan of the lanes' code bits places each lane's codes, read as one field, words of another
+// code load their entries, and the lanes' escape counts (at most K) place the escaped words'
+// payloads: one vote where no lane has two or more, else one a bit of the count. A lane
+// whose columns run past the row takes them word by word. `payloads_at` is where the payloads
+// start, then advances; returns false (and stops) when they run past the row's `len_bits`.
+template <typename W>
+__device__ bool decode_no_free_spans(const u32* buf, const u8* subs, u32 codes_at,
+                                     u32& payloads_at, u32 base, u64 len_bits,
+                                     const u8* __restrict__ widths,
+                                     const W* __restrict__ entries, u8* out_row, int V,
+                                     int row_bytes, bool word_aligned, int lane) {
+    constexpr int K = LaneWords<W>::value;
+    constexpr int T = (int)sizeof(W);
+    const int TB = Word<W>::BITS;
+    const unsigned below = (1u << lane) - 1u;  // the lanes before this one
+    const bool vec_in = ((size_t)entries & 15) == 0;
+    const bool vec_widths = ((size_t)widths % K) == 0;
+    const int full = row_bytes / T;  // words wholly inside the output row
+    for (int j0 = 0; j0 < V; j0 += 32 * K) {
+        const int j = j0 + K * lane;  // the lane's first column
+        const bool whole = j + K <= V;  // all K columns in the row
+        // Bit i: column j + i is in the row (`in_row`); it has a code (`coded`): the bit of
+        // its subgroup.
+        const u32 in_row = whole ? (1u << K) - 1u : j < V ? (1u << (V - j)) - 1u : 0u;
+        const u32 coded = in_row != 0 && ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u) ? in_row : 0u;
+        // The code-0 entries, loaded before the codes are read (most words are code 0).
+        W word[K];
+        if (vec_in && whole) {
+            load16<W, K>(entries + j, word);
+        } else {
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                word[i] = (in_row >> i) & 1u ? ro(entries, (u32)(j + i)) : W(0);
+            }
+        }
+        if (__ballot_sync(FULL_MASK, coded != 0) != 0) {
+            u32 w[K];  // code widths, 0 for a word without a code
+            if (vec_widths && whole) {  // the K widths in one load
+                u32 packed = 0;
+                if (coded != 0) {
+                    packed = K == 4 ? ro(reinterpret_cast<const u32*>(widths + j), 0u)
+                                    : (u32)ro(reinterpret_cast<const unsigned short*>(widths + j),
+                                              0u);
+                }
+#pragma unroll
+                for (int i = 0; i < K; ++i) {
+                    w[i] = (coded >> i) & 1u ? (packed >> (8 * i)) & 255u : 0u;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < K; ++i) {
+                    w[i] = (coded >> i) & 1u ? (u32)ro(widths, (u32)(j + i)) : 0u;
+                }
+            }
+            u32 lane_bits = 0;
+#pragma unroll
+            for (int i = 0; i < K; ++i) lane_bits += w[i];
+            const u32 incl = warp_inclusive_scan(lane_bits, lane);
+            const u32 field = read_bits(buf, codes_at + incl - lane_bits, (int)lane_bits);
+            codes_at += __shfl_sync(FULL_MASK, incl, 31);
+            u32 code[K];
+            u32 escaped = 0, other = 0;  // bit i: column j + i escapes; has another code than 0
+            u32 shift = 0;
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                const u32 all = (1u << w[i]) - 1u;
+                code[i] = (field >> shift) & all;
+                shift += w[i];
+                const bool escapes = w[i] != 0 && code[i] == all;
+                escaped |= (u32)escapes << i;
+                other |= (u32)(!escapes && code[i] != 0) << i;
+            }
+            if (__ballot_sync(FULL_MASK, other != 0) != 0) {  // their own entries
+#pragma unroll
+                for (int i = 0; i < K; ++i) {
+                    if ((other >> i) & 1u) word[i] = ro(entries, code[i] * (u32)V + (u32)(j + i));
+                }
+            }
+            // Escaped words: a lane's payloads follow those of the lanes before it, placed by
+            // the lanes' escape counts (0..K): one vote where no lane has two or more, else
+            // one a bit of the count.
+            if (__ballot_sync(FULL_MASK, escaped != 0) != 0) {
+                const u32 mine = (u32)__popc(escaped);
+                const unsigned e1 = __ballot_sync(FULL_MASK, mine & 1u);
+                unsigned e2 = 0, e4 = 0;
+                if (__ballot_sync(FULL_MASK, mine > 1u) != 0) {
+                    e2 = __ballot_sync(FULL_MASK, mine & 2u);
+                    e4 = __ballot_sync(FULL_MASK, mine & 4u);
+                }
+                const u32 total = (u32)(__popc(e1) + 2 * __popc(e2) + 4 * __popc(e4));
+                if ((u64)(payloads_at + total * TB - base) > len_bits) return false;
+                u32 at = payloads_at + (u32)(__popc(e1 & below) + 2 * __popc(e2 & below) +
+                                             4 * __popc(e4 & below)) * TB;
+#pragma unroll
+                for (int i = 0; i < K; ++i) {
+                    if ((escaped >> i) & 1u) {
+                        word[i] = read_word<W>(buf, at, TB);
+                        at += TB;
+                    }
+                }
+                payloads_at += total * TB;
+            }
+        }
+        if (j + K <= full) {
+            store16<W, K>(out_row + (size_t)j * T, word);
+        } else {
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                if ((in_row >> i) & 1u) {
+                    store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
+                }
+            }
+        }
+    }
+    return true;
+}
+
+// Decode a grouped row `s` of cluster `c`, none of whose columns has a free bit, in one pass
+// (the row's header read, `subs` its subgroup bits): its codes start at bit `codes_at` of
+// `buf`, and its payloads follow them (where, the prefix sums of the code widths of its
+// subgroups with codes say). A word is its code's entry, or, when its code is the escape, the
+// next payload (T * 8 bits, in column order). A row at least half of whose chunks hold codes
+// is decoded K neighbouring columns a lane (decode_no_free_spans), one with fewer a chunk of
+// 32 at a time, visiting only the chunks with codes (decode_no_free_chunks). The row is
+// zeroed, and output position `p` recorded in `error[1]`, when its codes or payloads run past
+// its stored length. `U` is `Code0Loads`.
+template <typename W, int U>
+__device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Staged& s,
+                                       u32 codes_at, u32 base, int c,
+                                       const u8* __restrict__ code_bits,
+                                       const u32* __restrict__ code_prefix,
+                                       const W* __restrict__ bitvals, u8* out_row, int* error,
+                                       i64 p, int V, int E, int row_bytes, bool word_aligned,
+                                       int lane) {
+    const int C = (V + 31) >> 5;
+    const u64 len_bits = s.len * 8;
+    const u32* __restrict__ prefix = held(code_prefix + (size_t)c * (V + 1));
+    // Where the payloads start: past the codes of every subgroup that holds some (lane q sums
+    // chunk q's, by the prefix sums; its four subgroups' loads are in flight together); and
+    // how many chunks hold codes.
+    u32 payloads_at = codes_at;
+    int coded_chunks = 0;
+    for (int q0 = 0; q0 < C; q0 += 32) {
+        const int q = q0 + lane;
+        const u32 sub = q < C ? (u32)subs[q] : 0u;
+        u32 bits = 0;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const u32 lo = (u32)(32 * q + 8 * t);
+            if ((sub >> t) & 1u) bits += ro(prefix, min(lo + 8u, (u32)V)) - ro(prefix, lo);
+        }
+        payloads_at += warp_sum(bits, lane);
+        coded_chunks += __popc(__ballot_sync(FULL_MASK, sub != 0));
+    }
+    if ((u64)(payloads_at - base) > len_bits) {  // the header and codes run past the row
+        reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
+        return;
+    }
+    const u8* __restrict__ widths = held(code_bits + (size_t)c * V);
+    const W* __restrict__ entries = held(bitvals + (size_t)c * E * V);  // [e * V + j]
+    const bool fits =
+        2 * coded_chunks >= C && ((size_t)out_row & 15) == 0
+            ? decode_no_free_spans<W>(buf, subs, codes_at, payloads_at, base, len_bits, widths,
+                                      entries, out_row, V, row_bytes, word_aligned, lane)
+            : decode_no_free_chunks<W, U>(buf, subs, codes_at, payloads_at, base, len_bits,
+                                          widths, entries, out_row, V, row_bytes, word_aligned,
+                                          lane);
+    if (!fits) reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
 }
 
 // Decode the staged row `s` (its span in `buf`, the warp synced) into `out_row`, or zero it
@@ -466,6 +661,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     u32 cursor = base + 1;
     if (grouped) {
         cursor += (u32)C;
+        const unsigned below = (1u << lane) - 1u;  // the lanes before this one
         for (int q0 = 0; q0 < C; q0 += 32) {
             const int q = q0 + lane;
             u32 w = 0;
@@ -473,9 +669,11 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
                 const int in_chunk = min(32, V - 32 * q);
                 w = (u32)((in_chunk + 7) >> 3);
             }
-            const u32 incl = warp_inclusive_scan(w, lane);
-            if (q < C) subs[q] = (u8)read_bits(buf, cursor + incl - w, (int)w);
-            cursor += __shfl_sync(FULL_MASK, incl, 31);
+            // Every chunk before q has 32 columns, so 4 bits where it has subgroup bits; the
+            // 32 chunks' total is where the last of them (in the row) ends.
+            const u32 before = 4u * (u32)__popc(__ballot_sync(FULL_MASK, w != 0) & below);
+            if (q < C) subs[q] = (u8)read_bits(buf, cursor + before, (int)w);
+            cursor += __shfl_sync(FULL_MASK, before + w, min(31, C - 1 - q0));
         }
         __syncwarp();
         if (no_free) {

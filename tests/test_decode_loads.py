@@ -340,6 +340,73 @@ def test_layouts_is_one_pass_on_rows_decoded_in_one_pass(tmp_path) -> None:
     table.close()
 
 
+def _one_a_chunk(tmp_path, cols: int, chunks: int):
+    """200 rows of ``cols`` float32 columns, all 0 but for one 1.0 in each of the first
+    ``chunks`` chunks of 32 columns (a different column from row to row): every column takes
+    codes (0.0 is code 0, 1.0 another) and every row is grouped, its chunks' one subgroup with
+    codes each."""
+    x = np.zeros((200, cols), np.float32)
+    for i in range(x.shape[0]):
+        for q in range(chunks):
+            x[i, 32 * q + (7 * i + 3 * q) % min(32, cols - 32 * q)] = 1
+    table = ibp_graph.compress(x, tmp_path / f"t{cols}-{chunks}.ibp", align=1)
+    params = table.params
+    assert params.free_bits.max() == 0 and int(params.code_bits.min()) > 0
+    return table, x
+
+
+def test_spans_load_a_steps_entries_and_widths_once(tmp_path) -> None:
+    """128 columns, every chunk holding codes, 512 B output rows (16-byte aligned): one step
+    of 32 lanes of four words. It loads the code-0 entries (512 contiguous bytes: 16
+    sectors), the code widths of the two lanes of each chunk's subgroup with codes (one
+    sector a chunk), and, since some lane has a word of code 1, entry i of each lane's word
+    i (four loads, the four words of code 1 active: one sector each)."""
+    table, x = _one_a_chunk(tmp_path, 128, 4)
+    n = x.shape[0]
+    r = decode_loads.lanes(table, x, np.arange(n))
+    assert decode_loads.one_pass_rows(r).all() and not r.empty.any() and not r.escaped.any()
+    spans = decode_loads.count(r, "spans")
+    layouts = decode_loads.count(r, "layouts")
+    for name in ("code_prefix", "free_prefix"):  # before the pass, as in "layouts"
+        assert spans.instructions[name] == layouts.instructions[name]
+        assert spans.sectors[name] == layouts.sectors[name]
+    assert spans.instructions["code_bits"] == n and spans.sectors["code_bits"] == 4 * n
+    assert spans.instructions["bitvals"] == n + 4 * n
+    assert spans.sectors["bitvals"] == 16 * n + 4 * n
+    # "layouts": a load of widths and one of entries a chunk.
+    assert layouts.instructions["code_bits"] == 4 * n and layouts.instructions["bitvals"] == 4 * n
+    table.close()
+
+
+def test_spans_leave_rows_of_few_coded_chunks_and_unaligned_rows_to_the_chunk_pass(
+    tmp_path,
+) -> None:
+    """Rows of which fewer than half the chunks hold codes (1 of 4 here) load what they load
+    in "layouts", and so do rows whose output is not 16-byte aligned (101 columns: 404 B
+    rows; rows are taken as written at positions 0, 1, ..., so rows 1-3 of every 4)."""
+    table, x = _one_a_chunk(tmp_path, 128, 1)
+    r = decode_loads.lanes(table, x, np.arange(x.shape[0]))
+    assert decode_loads.one_pass_rows(r).all()
+    assert decode_loads.count(r, "spans") == decode_loads.count(r, "layouts")
+    table.close()
+    table, x = _one_a_chunk(tmp_path, 101, 4)
+    r = decode_loads.lanes(table, x, np.arange(8))
+    assert r.row_bytes == 404 and decode_loads.one_pass_rows(r).all()
+    spans, layouts = decode_loads.count(r, "spans"), decode_loads.count(r, "layouts")
+    # The difference is that of rows 0 and 4, each counted alone (at position 0: aligned).
+    alone = [decode_loads.lanes(table, x, np.array([i])) for i in (0, 4)]
+    for what in ("instructions", "sectors"):
+        got, want = getattr(spans, what), getattr(layouts, what)
+        diff = {k: got[k] - want[k] for k in got}
+        assert any(diff.values())
+        for one in alone:
+            a_got = getattr(decode_loads.count(one, "spans"), what)
+            a_want = getattr(decode_loads.count(one, "layouts"), what)
+            diff = {k: diff[k] - (a_got[k] - a_want[k]) for k in diff}
+        assert not any(diff.values())
+    table.close()
+
+
 def test_markdown_compares_each_version_with_the_one_before() -> None:
     got = decode_loads._compared([22.0, 18.0, 18.0, 16.0])
     assert got == "22 | 18 (1.22x fewer) | 18 (same) | 16 (1.12x fewer)"
@@ -367,8 +434,10 @@ def test_main_writes_every_version(tmp_path) -> None:
     assert names == [f"{k}-512B" for k in decode_loads.KINDS]
     sparse = payload["results"][names.index("sparse-5pct-512B")]
     assert sum(sparse["after"]["sectors"].values()) < sum(sparse["before"]["sectors"].values())
+    assert sparse["rows_spans"] > 0  # most of its chunks hold codes; its rows are 512 B
     for r in payload["results"]:
         assert set(decode_loads.VERSIONS) <= r.keys() and "rows_one_pass" in r
+        assert 0 <= r["rows_spans"] <= r["rows_one_pass"]
         assert 0 <= r["columns_many_runs"] <= r["columns"]
         if not r["rows_one_pass"]:
             assert r["one_pass"] == r["after"]

@@ -590,6 +590,77 @@ def test_grouped_rows_without_free_bits_decode_their_escapes(
 
 
 @pytest.mark.parametrize("double_buffer", [False, True])
+@pytest.mark.parametrize(
+    "word_bytes,cols",
+    [(4, 128), (4, 130), (4, 101), (8, 256), (8, 258), (8, 101), (4, 259)],
+)
+def test_a_lanes_neighbouring_columns_decode_every_mix_of_escapes(
+    lib, tmp_path, word_bytes, cols, double_buffer
+) -> None:
+    """A grouped row without free bits at least half of whose chunks hold codes, written to a
+    16-byte aligned output row, is decoded 16 bytes of neighbouring words a lane: rows where
+    all of a lane's words escape, where one of them does, where none do, and where a lane's
+    subgroup holds codes but the lane's words are all code 0; widths whose word count is and
+    is not a multiple of the words a lane takes (the last lane word by word); 101 float32
+    columns in 8-byte words leave the last word half outside the row; one span of 32 lanes
+    and more than one. Rows written at other alignments, row 0 (no code) and row 5 (one
+    chunk of codes) take the chunk-by-chunk pass: each row is decoded at every output
+    position modulo 16 bytes."""
+    rng = np.random.default_rng(63)
+    x = _word_counts(rng, 240, cols)
+    per_word = word_bytes // x.itemsize
+    lane_cols = 16 // x.itemsize  # float32 columns in a lane's 16 bytes
+    x[0] = 0
+    x[1, :lane_cols] = [101, 103, 107, 109]  # every word of lane 0 escapes
+    x[2:4] = 0
+    x[2:4, ::32] = 1  # a code in every chunk
+    x[2, 3 * lane_cols + 1] = 113  # one escape, in lane 3
+    x[3, 2 * lane_cols + 1] = 1  # codes in the subgroup of lanes 2 and 3, none in lane 3
+    x[4, -lane_cols:] = 127  # the last 16 bytes of the row escape
+    x[5] = 0
+    x[5, 40] = 113  # codes in one chunk
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, align=4)
+    assert (table.params.free_bits == 0).all()
+    V = table.params.num_words
+    assert V == -(-cols // per_word)
+    # Rows 0..5 at each output position modulo 16 bytes, then every row, then random ones.
+    first = np.repeat(np.arange(6), 16)
+    ids = np.concatenate([first, np.arange(x.shape[0]), rng.integers(0, x.shape[0], 60)])
+    escaped = _escapes(table, x)
+    lane_words = 16 // word_bytes
+    assert escaped[1, :lane_words].all() and escaped[2].sum() == 1 and not escaped[3].any()
+    if word_bytes == 4:  # (8-byte words make some rows flat)
+        assert _row_kinds(table, np.arange(6)) == {"grouped"}
+        no_code = _chunk_bits(table, np.arange(6))
+        assert no_code[0].all() and (no_code[5].sum() == no_code.shape[1] - 1)
+        assert (2 * (~no_code[1:5]).sum(axis=1) >= no_code.shape[1]).all()
+    out, error = fetch_on_host(lib, table, ids, grid=2, warps=2, double_buffer=double_buffer)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
+@pytest.mark.parametrize("distinct,code_bits", [(200, 8), (20, 5)])
+def test_grouped_rows_with_wide_codes_decode(
+    lib, tmp_path, distinct, code_bits, double_buffer
+) -> None:
+    """Dense rows train dictionaries of up to 255 whole words (8-bit codes, so a lane's four
+    codes fill a 32-bit field), which sparse rows, grouped, then read."""
+    rng = np.random.default_rng(64)
+    values = np.arange(1, distinct + 1, dtype=np.float32)
+    x = values[rng.integers(0, distinct, (8000, 130))]
+    x[4000:][rng.random((4000, 130)) < 0.95] = 0
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=4)
+    assert (table.params.free_bits == 0).all()
+    assert int(table.params.code_bits.max()) == code_bits
+    ids = np.concatenate([np.arange(3990, 4100), rng.integers(0, x.shape[0], 60)])
+    assert "grouped" in _row_kinds(table, ids)
+    out, error = fetch_on_host(lib, table, ids, grid=2, warps=2, double_buffer=double_buffer)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
 @pytest.mark.parametrize("word_bytes,cols", [(4, 2100), (8, 2100), (8, 2101)])
 def test_wide_grouped_rows_without_free_bits_decode_past_32_chunks(
     lib, tmp_path, word_bytes, cols, double_buffer

@@ -112,6 +112,16 @@ inline thread_local char simt_warp_started = 0;
 inline unsigned char* simt_smem_base = nullptr;
 #define IBP_DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(simt_smem_base)
 
+// A kernel's 16-byte vector access must be 16-byte aligned, as on a GPU (where a misaligned
+// one faults): stop the process with a message.
+inline void simt_check_aligned16(const void* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+        std::fprintf(stderr, "simt: a 16-byte access at %p is not 16-byte aligned\n", p);
+        std::abort();
+    }
+}
+#define IBP_CHECK_ALIGNED16(p) simt_check_aligned16(p)
+
 // The running lane gives the warp's thread back its turn; returns when the lane's next turn
 // comes, after every other lane of the warp reached the same point (or ended).
 inline void simt_yield() {
@@ -172,6 +182,16 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
     exchange_barrier();
     unsigned out = 0;
     for (int i = 0; i < 32; ++i) out |= (unsigned)get_slot(i) << i;
+    exchange_barrier();
+    return out;
+}
+
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+    const int lane = threadIdx.x & 31;
+    put_slot(lane, v);
+    exchange_barrier();
+    unsigned out = 0;
+    for (int i = 0; i < 32; ++i) out += (unsigned)get_slot(i);
     exchange_barrier();
     return out;
 }
