@@ -29,12 +29,15 @@ versions of the kernel:
   two runs) instead of its code width and its mask. The mask is loaded only to deposit a
   payload into free bits that form three runs or more: by the lanes whose word does not
   escape and whose column's free bits do, and only in chunks that have such a lane.
-- ``spans`` (the current kernel): as ``layouts``, except for rows decoded in one pass at
-  least half of whose chunks hold codes and whose output row is 16-byte aligned (rows are
-  taken as written at positions 0, 1, ... of an output array). Those are decoded 16 bytes
-  of neighbouring words a lane (`span_pass`): per 32 lanes, one 16-byte load of code-0
-  entries a lane, one load of a lane's code widths where its subgroup holds codes, and the
-  entries of words of another code than 0 that do not escape.
+- ``spans`` (the current kernel): as ``layouts``, except for rows whose output row is 16-byte
+  aligned (rows are taken as written at positions 0, 1, ... of an output array) and that are
+  either decoded in one pass with at least half their chunks holding codes, or flat and of
+  more than 64 words. Those are decoded 16 bytes of neighbouring words a lane. One-pass rows
+  (`span_pass`): per 32 lanes, one 16-byte load of code-0 entries a lane, one load of a
+  lane's code widths where its subgroup holds codes, and the entries of words of another
+  code than 0 that do not escape. Flat rows (`flat_span_pass`): per 32 lanes, a lane's
+  layout words in one load, its first column's code prefix, and each word's entry (and
+  mask, for free bits in three runs or more); no free-bit prefix sums.
 
 The counts follow the kernel's loads one by one, on the codes the reference codec gives each
 word; they are a model of the access pattern, not a GPU measurement. What they leave out: the
@@ -51,6 +54,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,7 +197,9 @@ def count(r: Rows, version: str) -> Loads:
     # Rows decoded by decode_grouped_no_free ("one_pass" and later); the others take the
     # path of "after" (or "before").
     one = one_pass_rows(r) if in_one_pass else np.zeros((n, 1), bool)
-    two = ~one
+    # Flat rows decoded 16 bytes of words a lane ("spans"; `flat_span_pass`).
+    flat_lanes = flat_span_rows(r) if version == "spans" else np.zeros((n, 1), bool)
+    two = ~one & ~flat_lanes
     grouped = np.broadcast_to(r.grouped, (n, c))
     shortcut = r.empty & ~r.free & two if code_major else np.zeros((n, c), bool)
     full = ~shortcut & two
@@ -212,7 +218,7 @@ def count(r: Rows, version: str) -> Loads:
     # ("before") or with the payloads (below); a grouped row loads the widths of the columns
     # of subgroups with codes, in chunks that hold a code ("after") or in every chunk
     # ("before").
-    flat = ~grouped
+    flat = ~grouped & ~flat_lanes
     load("code_prefix", flat, 4 * (pre + r.col), r.valid)
     if version == "before":
         load("code_bits", flat, col0, r.valid)
@@ -274,16 +280,86 @@ def count(r: Rows, version: str) -> Loads:
         coded = ~r.empty & chunked
         load("code_bits", coded, col0, r.valid & r.in_subgroup)
         load("bitvals", coded, t * entry, r.valid & ~r.escaped)
+    if version == "spans":
+        flat_span_pass(r, flat_lanes, load)
     return out
+
+
+def _aligned_rows(r: Rows) -> np.ndarray:
+    """``(n, 1)``: row i's output, written at position i, starts 16-byte aligned."""
+    return (np.arange(r.shape[0]) * r.row_bytes % LANE_BYTES == 0)[:, None]
+
+
+def flat_span_rows(r: Rows) -> np.ndarray:
+    """``(n, 1)``: rows that kernel ``spans`` decodes 16 bytes of words a lane in decode_row:
+    flat, of more than 64 words, the output row 16-byte aligned (row i taken as written at
+    position i)."""
+    return ~r.grouped & (r.v > 2 * WARP) & _aligned_rows(r)
+
+
+def _lane_words(r: Rows) -> tuple[int, int, np.ndarray, np.ndarray, Callable]:
+    """The columns of the 16-byte lanes: ``(K, S, j, in_row, at)``, K words a lane and S steps
+    of 32 lanes, ``j`` ``(1, S, 32, K)`` the column of word i of lane l of step s, ``in_row``
+    where it is below V, and ``at(a)`` an ``(n, C, 32)`` per-column array taken at ``j``
+    (0 outside the row)."""
+    k = LANE_BYTES // r.word_bytes
+    n, c = r.shape
+    steps = -(-r.v // (WARP * k))
+    j = (
+        WARP * k * np.arange(steps)[None, :, None, None]
+        + k * np.arange(WARP)[None, None, :, None]
+        + np.arange(k)[None, None, None, :]
+    )
+    in_row = j < r.v
+    jc = np.minimum(j, c * WARP - 1)
+    rows_n = np.arange(n)[:, None, None, None]
+
+    def at(a: np.ndarray) -> np.ndarray:
+        flat = np.broadcast_to(a, (n, c, WARP)).reshape(n, c * WARP)
+        return np.where(in_row, flat[rows_n, jc], 0).astype(a.dtype)
+
+    return k, steps, j, in_row, at
+
+
+def flat_span_pass(r: Rows, rows: np.ndarray, load) -> None:
+    """The flat rows ``rows`` (``(n, 1)`` bool) of kernel "spans", 16 bytes of words a lane:
+    per step of 32 lanes, each lane's K layout words (one load for a lane whose K columns are
+    all in the row where the cluster's layout words are aligned, else one a word), its first
+    column's code prefix (its codes are one field), then for each word i the entry of the
+    words that do not escape and the mask of those deposited into free bits of three runs or
+    more (a warp load where some lane has one). No free-bit prefix sums: a warp scan of the
+    lanes' payload bits places them. ``load``: `count`'s."""
+    t = r.word_bytes
+    n, c = r.shape
+    v = r.v
+    k, steps, j, in_row, at = _lane_words(r)
+    cluster = r.cluster.reshape(-1, 1, 1, 1)
+    step = np.broadcast_to(rows, (n, steps)) & in_row.any(axis=(-2, -1))
+    whole = np.broadcast_to(in_row.all(axis=-1), (n, steps, WARP))
+    lane_in = np.broadcast_to(in_row.any(axis=-1), (n, steps, WARP))
+    col = cluster * v + j  # index into (k, V) arrays
+    vec = whole & (4 * col[..., :1, :1, 0] % (4 * k) == 0)
+    load("layouts", step & vec.any(axis=-1), 4 * col[..., 0], vec)
+    for i in range(k):
+        lanes_i = ~vec & in_row[..., i]
+        load("layouts", step & (~vec & lane_in).any(axis=-1), 4 * col[..., i], lanes_i)
+    pre = r.cluster * (v + 1)  # (n, 1, 1)
+    load("code_prefix", step, 4 * (pre + j[..., 0]), lane_in)
+    escaped = at(r.escaped & r.valid) & in_row
+    looped = at(r.valid & ~r.escaped & ~r.two_runs) & in_row
+    entry = t * ((cluster * r.e + at(r.code)) * v + j)
+    for i in range(k):
+        load("bitvals", step, entry[..., i], in_row[..., i] & ~escaped[..., i])
+        load("masks", step & looped[..., i].any(axis=-1), t * col[..., i], looped[..., i])
 
 
 def span_rows(r: Rows) -> np.ndarray:
     """``(n, 1)``: rows that kernel ``spans`` decodes 16 bytes of words a lane: decoded in one
     pass, at least half their chunks holding codes, the output row 16-byte aligned (row i
     taken as written at position i)."""
-    n, c = r.shape
-    aligned = (np.arange(n) * r.row_bytes % LANE_BYTES == 0)[:, None]
-    return one_pass_rows(r) & aligned & (2 * (~r.empty).sum(axis=1, keepdims=True) >= c)
+    c = r.shape[1]
+    dense = 2 * (~r.empty).sum(axis=1, keepdims=True) >= c
+    return one_pass_rows(r) & _aligned_rows(r) & dense
 
 
 def span_pass(r: Rows, rows: np.ndarray, load) -> None:
@@ -295,24 +371,9 @@ def span_pass(r: Rows, rows: np.ndarray, load) -> None:
     widths (likewise one load, or one a word), then, where some lane has a word of another
     code than 0 that does not escape, word i's entry for i = 0..K-1. ``load``: `count`'s."""
     t = r.word_bytes
-    k = LANE_BYTES // t
     n, c = r.shape
     v = r.v
-    steps = -(-v // (WARP * k))
-    j = (
-        WARP * k * np.arange(steps)[None, :, None, None]
-        + k * np.arange(WARP)[None, None, :, None]
-        + np.arange(k)[None, None, None, :]
-    )  # (1, S, 32, K) the column of word i of lane l of step s
-    in_row = j < v
-    jc = np.minimum(j, c * WARP - 1)
-    rows_n = np.arange(n)[:, None, None, None]
-
-    def at(a: np.ndarray) -> np.ndarray:
-        """``(n, C, 32)`` per column, taken at the columns ``j`` (False / 0 outside the row)."""
-        flat = np.broadcast_to(a, (n, c, WARP)).reshape(n, c * WARP)
-        return np.where(in_row, flat[rows_n, jc], 0).astype(a.dtype)
-
+    k, steps, j, in_row, at = _lane_words(r)
     coded = at(r.in_subgroup & r.valid) & in_row
     escaped = at(r.escaped & r.valid) & in_row
     other = (at(r.code) != 0) & ~escaped & coded
@@ -445,12 +506,15 @@ def markdown(env: dict, rows: list[dict]) -> str:
         "not escape and whose column's free bits form three runs or more (a word of two float16",
         "values, for one: mask `0x7c007c00`); such a table still loads its masks, and its",
         "layout words (4 bytes a column, not 1) touch more sectors than its code widths.",
-        "`spans` (the current kernel): as `layouts`, except for the rows decoded in one pass",
-        "at least half of whose chunks hold codes and whose output row is 16-byte aligned",
-        "(the rows counted taken as written at positions 0, 1, ...): there each lane takes 16",
-        "bytes of neighbouring words, and per 32 lanes loads its code-0 entries in one 16-byte",
-        "load, its code widths in one load where its subgroup holds codes, and the entries of",
-        "its words of another code than 0 that do not escape (one warp load a word).",
+        "`spans` (the current kernel): as `layouts`, except for rows whose output row is",
+        "16-byte aligned (the rows counted taken as written at positions 0, 1, ...) and that",
+        "are decoded in one pass with at least half their chunks holding codes, or flat and of",
+        "more than 64 words: there each lane takes 16 bytes of neighbouring words. Per 32",
+        "lanes, a one-pass row loads a lane's code-0 entries in one 16-byte load, its code",
+        "widths in one load where its subgroup holds codes, and the entries of its words of",
+        "another code than 0 that do not escape (one warp load a word); a flat row loads a",
+        "lane's layout words in one load, its first column's code prefix, and each word's",
+        "entry (and mask, for free bits in three runs or more), and no free-bit prefix sums.",
         "In parentheses: each version against the one before it.",
         "A model of the kernel's access pattern, not a GPU measurement; the `profile` stage of",
         "`benchmarks/gpu_session.sh` measures instructions and sectors per row on a GPU.",

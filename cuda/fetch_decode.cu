@@ -24,8 +24,10 @@
 // stores any; then the latter are visited one by one. A word that does not escape is its code's
 // entry with its payload deposited into the column's free bits: by two shifts when those bits
 // lie in at most two runs (every float column whose mask holds the exponent's top bits, with
-// or without the sign: `layouts`), by a loop over the runs of the mask otherwise. Rows stored
-// raw are copied through.
+// or without the sign: `layouts`), by a loop over the runs of the mask otherwise. A flat row of
+// more than 64 words whose output row is 16-byte aligned is decoded 16 bytes of neighbouring
+// words a lane too (decode_flat_spans): its codes one field a lane, its payloads placed by a
+// warp scan of the lanes' payload bits. Rows stored raw are copied through.
 // Decoded words are written to a row-major output of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
@@ -382,15 +384,21 @@ struct LaneWords {
 #define IBP_CHECK_ALIGNED16(p)
 #endif
 
+// A uint4 or uint2 at `p` (aligned to its size) through the read-only data cache.
+template <typename V>
+__device__ __forceinline__ V ro_vector(const void* p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(reinterpret_cast<const V*>(p));
+#else
+    return *reinterpret_cast<const V*>(p);
+#endif
+}
+
 // The K = LaneWords words of `p` (16-byte aligned): one 16-byte load.
 template <typename W, int K>
 __device__ __forceinline__ void load16(const W* __restrict__ p, W (&word)[K]) {
     IBP_CHECK_ALIGNED16(p);
-#ifdef __CUDA_ARCH__
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-#else
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-#endif
+    const uint4 v = ro_vector<uint4>(p);
     memcpy(word, &v, 16);
 }
 
@@ -628,10 +636,109 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
     if (!fits) reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
 }
 
+// The pass of decode_row for a flat (ungrouped) row written to a 16-byte aligned `out_row`,
+// K = LaneWords neighbouring columns a lane, 32 K columns a step. Every column has a code, so
+// a lane's codes are one field at its first column's code prefix (`cpre`, from `code_at`),
+// and its payloads follow one another from where a warp scan of the lanes' payload widths
+// (the free bits, or T * 8 for an escaped word) places them (from `cursor`). A word that does
+// not escape is its code's entry with its payload deposited into its column's free bits.
+// The lane loads its layout words in one 16-byte load where aligned and stores its words in
+// one. A lane whose columns run past the row takes them word by word. Returns false (and
+// stops) when the payloads run past the row's `len_bits`.
+template <typename W>
+__device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 base,
+                                  u64 len_bits, const W* __restrict__ entries,
+                                  const u32* __restrict__ cpre,
+                                  const u32* __restrict__ layout_of,
+                                  const W* __restrict__ mask_of, u8* out_row, int V,
+                                  int row_bytes, bool word_aligned, int lane) {
+    constexpr int K = LaneWords<W>::value;
+    constexpr int T = (int)sizeof(W);
+    const int TB = Word<W>::BITS;
+    const bool vec_layouts = ((size_t)layout_of % (4 * K)) == 0;
+    const int full = row_bytes / T;  // words wholly inside the output row
+    for (int j0 = 0; j0 < V; j0 += 32 * K) {
+        const int j = j0 + K * lane;  // the lane's first column
+        const bool whole = j + K <= V;  // all K columns in the row
+        const u32 in_row = whole ? (1u << K) - 1u : j < V ? (1u << (V - j)) - 1u : 0u;
+        u32 layout[K];
+        if (whole && vec_layouts) {  // K layout words in one load
+            if constexpr (K == 4) {
+                IBP_CHECK_ALIGNED16(layout_of + j);
+                const uint4 v = ro_vector<uint4>(layout_of + j);
+                layout[0] = v.x;
+                layout[1] = v.y;
+                layout[2] = v.z;
+                layout[3] = v.w;
+            } else {
+                const uint2 v = ro_vector<uint2>(layout_of + j);
+                layout[0] = v.x;
+                layout[1] = v.y;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                layout[i] = (in_row >> i) & 1u ? ro(layout_of, (u32)(j + i)) : 0u;
+            }
+        }
+        // The lane's codes, one field at its first column's code prefix.
+        u32 code_bits_total = 0;
+#pragma unroll
+        for (int i = 0; i < K; ++i) code_bits_total += (u32)layout_code_width(layout[i]);
+        const u32 field =
+            in_row != 0 ? read_bits(buf, code_at + ro(cpre, (u32)j), (int)code_bits_total) : 0u;
+        u32 code[K], esc[K];
+        u32 lane_bits = 0;  // the lane's payload bits
+        u32 shift = 0;
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            const int b = layout_code_width(layout[i]);
+            esc[i] = (1u << b) - 1u;
+            code[i] = (field >> shift) & esc[i];
+            shift += (u32)b;
+            if ((in_row >> i) & 1u) {
+                lane_bits += code[i] == esc[i] ? (u32)TB : layout_free_bits(layout[i]);
+            }
+        }
+        const u32 incl = warp_inclusive_scan(lane_bits, lane);
+        const u32 end = cursor + __shfl_sync(FULL_MASK, incl, 31);
+        if ((u64)(end - base) > len_bits) return false;  // warp-uniform
+        u32 at = cursor + incl - lane_bits;
+        W word[K];
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            word[i] = W(0);
+            if ((in_row >> i) & 1u) {
+                const bool escaped = code[i] == esc[i];
+                const int w = escaped ? TB : (int)layout_free_bits(layout[i]);
+                const W payload = read_word<W>(buf, at, w);
+                at += (u32)w;
+                word[i] = escaped ? payload
+                                  : (W)(ro(entries, code[i] * (u32)V + (u32)(j + i)) |
+                                        deposit<W>(payload, layout[i], mask_of + j + i));
+            }
+        }
+        if (j + K <= full) {
+            store16<W, K>(out_row + (size_t)j * T, word);
+        } else {
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                if ((in_row >> i) & 1u) {
+                    store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
+                }
+            }
+        }
+        cursor = end;
+    }
+    return true;
+}
+
 // Decode the staged row `s` (its span in `buf`, the warp synced) into `out_row`, or zero it
 // and record output position `p` in `error[1]` when its fields run past its stored length.
-// `codes` (V bytes) and `subs` (C bytes) are the warp's scratch; `U`, `Code0Loads`.
-template <typename W, int U>
+// `codes` (V bytes) and `subs` (C bytes) are the warp's scratch; `U`, `Code0Loads`. FLAT_SPANS:
+// a flat row written to a 16-byte aligned output row is decoded by decode_flat_spans (not in
+// the double-buffered entry points, where the next row's staging holds registers).
+template <typename W, int U, bool FLAT_SPANS>
 __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
                            const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
                            const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
@@ -713,6 +820,15 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     const u32* __restrict__ fpre = held(free_prefix + pre0);
     const u32* __restrict__ layout_of = held(layouts + col0);
     const W* __restrict__ mask_of = masks + col0;
+    // A flat row of more than two chunks, its output row 16-byte aligned: 16 bytes of words a
+    // lane (a step costs about what two chunks do, so narrower rows keep the chunks).
+    if (FLAT_SPANS && !grouped && V > 64 && ((size_t)out_row & 15) == 0) {
+        if (!decode_flat_spans<W>(buf, code_at, cursor, base, len * 8, entries, cpre, layout_of,
+                                  mask_of, out_row, V, row_bytes, word_aligned, lane)) {
+            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
+        }
+        return;
+    }
     const u32 uV = (u32)V;
     for (u32 j0 = 0; j0 < uV; j0 += 32) {
         const u32 j = j0 + (u32)lane;
@@ -837,7 +953,7 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         } else {
             __syncwarp();  // the staged bytes (and zero words) of every lane are visible
-            decode_row<W, Code0Loads<W, BUFFERS>::value>(
+            decode_row<W, Code0Loads<W, BUFFERS>::value, BUFFERS == 1>(
                 cur, codes, subs, s, cluster_ids, masks, code_bits, bitvals, code_prefix,
                 free_prefix, layouts, out_row, error, p, V, E, row_bytes, word_aligned, lane);
         }

@@ -407,6 +407,37 @@ def test_spans_leave_rows_of_few_coded_chunks_and_unaligned_rows_to_the_chunk_pa
     table.close()
 
 
+def test_flat_spans_load_a_steps_layouts_and_code_prefix_once(tmp_path) -> None:
+    """Flat rows of 128 float32 columns (512 B, so every output row 16-byte aligned): per row
+    one load of the lanes' layout words (512 bytes: 16 sectors), one of their first columns'
+    code prefixes, and four of entries (word i of every lane whose word does not escape); no
+    free-bit prefix sums and, the free bits in two runs, no masks. "layouts" loads a layout
+    word, a code prefix and entries for each of the four chunks."""
+    x = np.random.default_rng(7).standard_normal((4096, 128)).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=4)
+    r = decode_loads.lanes(table, x, np.arange(100))
+    n = r.shape[0]
+    valid = np.broadcast_to(r.valid, r.two_runs.shape)
+    assert n > 50 and not r.grouped.any() and r.two_runs[valid].all()
+    spans = decode_loads.count(r, "spans")
+    layouts = decode_loads.count(r, "layouts")
+    assert spans.instructions["layouts"] == n and spans.sectors["layouts"] == 16 * n
+    assert spans.instructions["code_prefix"] == n
+    assert spans.instructions["free_prefix"] == 0 and spans.instructions["masks"] == 0
+    assert spans.instructions["bitvals"] == 4 * n
+    assert layouts.instructions["layouts"] == 4 * n and layouts.instructions["code_prefix"] == 4 * n
+    table.close()
+
+
+def test_flat_rows_of_two_chunks_or_fewer_keep_the_chunk_pass(tmp_path) -> None:
+    x = np.random.default_rng(8).standard_normal((4096, 60)).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=4)
+    r = decode_loads.lanes(table, x, np.arange(100))
+    assert (~r.grouped).any() and r.v == 60 and r.row_bytes == 240
+    assert decode_loads.count(r, "spans") == decode_loads.count(r, "layouts")
+    table.close()
+
+
 def test_markdown_compares_each_version_with_the_one_before() -> None:
     got = decode_loads._compared([22.0, 18.0, 18.0, 16.0])
     assert got == "22 | 18 (1.22x fewer) | 18 (same) | 16 (1.12x fewer)"

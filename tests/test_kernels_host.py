@@ -182,6 +182,56 @@ def test_free_bits_in_any_number_of_runs_decode(lib, tmp_path, word_bytes, doubl
     table.close()
 
 
+@pytest.mark.parametrize("double_buffer", [False, True])
+@pytest.mark.parametrize(
+    "table,word_bytes",
+    [
+        ("dense 100", 4),
+        ("dense 128", 4),
+        ("dense 130", 4),
+        ("dense 259", 4),
+        ("dense 130", 8),
+        ("dense 259", 8),
+        ("runs 24x", 4),
+        ("runs 24x", 8),
+        ("8-bit codes 100", 4),
+        ("float16 301", 4),
+    ],
+)
+def test_flat_rows_of_more_than_two_chunks_decode_at_every_output_alignment(
+    lib, tmp_path, table, word_bytes, double_buffer
+) -> None:
+    """A flat row of more than 64 words written to a 16-byte aligned output row is decoded 16
+    bytes of neighbouring words a lane (one code field, a scan of the lanes' payload bits,
+    one 16-byte store), at other alignments a chunk at a time: every row at each output
+    position modulo 16 bytes. Dense normal rows (escapes in most chunks, free bits in two
+    runs), words whose free bits lie in any number of runs (the runs table's columns
+    repeated), 8-bit codes, float16 pairs; widths whose word count is and is not a multiple
+    of a lane's words (the last lane word by word, and a last 8-byte word half outside)."""
+    rng = np.random.default_rng(65)
+    kind, width = table.rsplit(" ", 1)
+    if kind == "dense":
+        x = rng.standard_normal((200, int(width))).astype(np.float32)
+    elif kind == "runs":
+        x = np.tile(_runs_table(rng, word_bytes, 200), (1, 24))
+    elif kind == "8-bit codes":
+        values = rng.standard_normal(250).astype(np.float32)
+        x = values[rng.integers(0, 200, (3000, int(width)))]
+    else:
+        x = rng.standard_normal((200, int(width))).astype(np.float16)
+    table_ = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, align=4)
+    assert table_.params.num_words > 64
+    if kind == "8-bit codes":
+        assert int(table_.params.code_bits.max()) == 8
+    first = rng.choice(x.shape[0], 12, replace=False)
+    ids = np.concatenate([np.repeat(first, 16), rng.integers(0, x.shape[0], 80)])
+    assert "flat" in _row_kinds(table_, first)
+    out, error = fetch_on_host(lib, table_, ids, grid=2, warps=2, double_buffer=double_buffer)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+    table_.close()
+
+
 @pytest.mark.parametrize("word_bytes", [4, 8])
 def test_8_byte_offset_variants_decode_like_the_4_byte_ones(lib, tmp_path, word_bytes) -> None:
     rng = np.random.default_rng(word_bytes)
