@@ -428,7 +428,7 @@ def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
         "rows_raw": int(ids.size - encoded),
         "rows_grouped": int(r.grouped.sum()),
         "rows_one_pass": int(one_pass_rows(r).sum()),
-        "rows_spans": int(span_rows(r).sum()),
+        "rows_spans": int(span_rows(r).sum() + flat_span_rows(r).sum()),
         "columns": int(params.masks.size),
         "columns_many_runs": int((layouts & LAYOUT_TWO_RUNS == 0).sum()),
         "chunks_per_row": c,
