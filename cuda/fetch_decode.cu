@@ -402,13 +402,25 @@ __device__ __forceinline__ void load16(const W* __restrict__ p, W (&word)[K]) {
     memcpy(word, &v, 16);
 }
 
-// Store the K = LaneWords words at `p` (16-byte aligned): one 16-byte store.
+// Store a lane's K = LaneWords words of columns j .. j + K - 1 of a 16-byte aligned `out_row`
+// (j a multiple of K): one 16-byte store when all K lie wholly inside the row, else word by
+// word those whose bit is set in `in_row`.
 template <typename W, int K>
-__device__ __forceinline__ void store16(u8* p, const W (&word)[K]) {
-    IBP_CHECK_ALIGNED16(p);
-    uint4 v;
-    memcpy(&v, word, 16);
-    *reinterpret_cast<uint4*>(p) = v;
+__device__ __forceinline__ void store_lane_words(u8* out_row, int j, u32 in_row,
+                                                 const W (&word)[K], int row_bytes,
+                                                 bool word_aligned) {
+    if ((j + K) * (int)sizeof(W) <= row_bytes) {
+        u8* p = out_row + (size_t)j * sizeof(W);
+        IBP_CHECK_ALIGNED16(p);
+        uint4 v;
+        memcpy(&v, word, 16);
+        *reinterpret_cast<uint4*>(p) = v;
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+        if ((in_row >> i) & 1u) store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
+    }
 }
 
 // The chunk pass of decode_grouped_no_free for a row with few chunks that hold codes: of each
@@ -478,12 +490,10 @@ __device__ bool decode_no_free_spans(const u32* buf, const u8* subs, u32 codes_a
                                      const W* __restrict__ entries, u8* out_row, int V,
                                      int row_bytes, bool word_aligned, int lane) {
     constexpr int K = LaneWords<W>::value;
-    constexpr int T = (int)sizeof(W);
     const int TB = Word<W>::BITS;
     const unsigned below = (1u << lane) - 1u;  // the lanes before this one
     const bool vec_in = ((size_t)entries & 15) == 0;
     const bool vec_widths = ((size_t)widths % K) == 0;
-    const int full = row_bytes / T;  // words wholly inside the output row
     for (int j0 = 0; j0 < V; j0 += 32 * K) {
         const int j = j0 + K * lane;  // the lane's first column
         const bool whole = j + K <= V;  // all K columns in the row
@@ -569,16 +579,7 @@ __device__ bool decode_no_free_spans(const u32* buf, const u8* subs, u32 codes_a
                 payloads_at += total * TB;
             }
         }
-        if (j + K <= full) {
-            store16<W, K>(out_row + (size_t)j * T, word);
-        } else {
-#pragma unroll
-            for (int i = 0; i < K; ++i) {
-                if ((in_row >> i) & 1u) {
-                    store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
-                }
-            }
-        }
+        store_lane_words<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
     }
     return true;
 }
@@ -653,10 +654,8 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
                                   const W* __restrict__ mask_of, u8* out_row, int V,
                                   int row_bytes, bool word_aligned, int lane) {
     constexpr int K = LaneWords<W>::value;
-    constexpr int T = (int)sizeof(W);
     const int TB = Word<W>::BITS;
     const bool vec_layouts = ((size_t)layout_of % (4 * K)) == 0;
-    const int full = row_bytes / T;  // words wholly inside the output row
     for (int j0 = 0; j0 < V; j0 += 32 * K) {
         const int j = j0 + K * lane;  // the lane's first column
         const bool whole = j + K <= V;  // all K columns in the row
@@ -718,16 +717,7 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
                                         deposit<W>(payload, layout[i], mask_of + j + i));
             }
         }
-        if (j + K <= full) {
-            store16<W, K>(out_row + (size_t)j * T, word);
-        } else {
-#pragma unroll
-            for (int i = 0; i < K; ++i) {
-                if ((in_row >> i) & 1u) {
-                    store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
-                }
-            }
-        }
+        store_lane_words<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
         cursor = end;
     }
     return true;
