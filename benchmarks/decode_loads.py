@@ -39,6 +39,11 @@ versions of the kernel:
   layout words in one load, its first column's code prefix, and each word's entry (and
   mask, for free bits in three runs or more); no free-bit prefix sums.
 
+For the flat rows of more than 64 4-byte words it also counts the shared-memory reads of
+their fields (codes and payloads, two warp loads of the staged row a field) in the
+chunk-at-a-time pass and in the 16-byte pass, and the wavefronts they take: a bank serves one
+distinct word a wavefront (`flat_shared_reads`).
+
 The counts follow the kernel's loads one by one, on the codes the reference codec gives each
 word; they are a model of the access pattern, not a GPU measurement. What they leave out: the
 staging of the row itself (the same in all), shared-memory traffic, and the output stores.
@@ -119,6 +124,7 @@ class Rows:
     e: int
     word_bytes: int
     row_bytes: int  # output bytes of a row
+    bit0: np.ndarray  # (n,) bit of a row's first field in its staging buffer (8 x start % 16)
     cluster: np.ndarray  # (n, 1, 1) cluster of each row
     col: np.ndarray  # (1, C, 32) column of each lane
     valid: np.ndarray  # (1, C, 32) lane < V
@@ -167,6 +173,7 @@ def lanes(table: ibp_graph.IBPTable, x: np.ndarray, ids: np.ndarray) -> Rows:
         e=params.max_entries,
         word_bytes=t,
         row_bytes=row_bytes(table.shape[1], table.dtype_name),
+        bit0=8 * (offsets[ids] * table.align % 16),
         cluster=cluster.reshape(-1, 1, 1),
         col=col,
         valid=col < v,
@@ -409,6 +416,70 @@ def span_pass(r: Rows, rows: np.ndarray, load) -> None:
         load("bitvals", voted, entries[..., i], other[..., i])
 
 
+def wavefronts(words: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """Shared-memory wavefronts of each warp load of 4-byte words: ``words`` ``(..., 32)``
+    the word each lane reads, ``active`` which lanes read. Lanes reading one word share it; a
+    bank (word % 32) serves one word a wavefront. Returns ``(...)`` counts (0: no lane)."""
+    w = np.sort(np.where(active, words, -1), axis=-1)
+    new = np.ones(w.shape, bool)
+    new[..., 1:] = w[..., 1:] != w[..., :-1]
+    banks = np.where(new & (w >= 0), w % WARP, WARP)
+    per_bank = (banks[..., None] == np.arange(WARP)).sum(axis=-2)
+    return per_bank.max(axis=-1)
+
+
+def flat_shared_reads(r: Rows, params) -> dict:
+    """The shared-memory reads of the fields of flat rows of more than 64 words, in the
+    chunk-at-a-time pass and in the 16-byte pass (``flat_span_pass``), on the same rows:
+    ``{"rows", "chunk_loads", "chunk_wavefronts", "span_loads", "span_wavefronts"}`` (totals).
+    Each field read (`read_bits`, `read_word` of 4-byte words) is two warp loads of the
+    staged words at the field's bit and 32 bits on. A chunk reads each lane's code (at the
+    column's code prefix) and payload; a step of the 16-byte pass reads each lane's codes as
+    one field (at its first column's code prefix) and its K payloads one after another. The
+    payloads follow the codes, each its column's free bits wide, or T x 8 escaped."""
+    rows = np.flatnonzero(~r.grouped[:, 0]) if r.v > 2 * WARP else np.zeros(0, int)
+    out = {"rows": int(rows.size), "chunk_loads": 0, "chunk_wavefronts": 0}
+    out.update(span_loads=0, span_wavefronts=0)
+    if rows.size == 0 or r.word_bytes != 4:
+        return out
+    v, n = r.v, rows.size
+    k = LANE_BYTES // r.word_bytes
+    cluster = r.cluster[rows, 0, 0]
+    code_w = params.code_bits[cluster].astype(np.int64)  # (n, V)
+    escaped = r.escaped[rows].reshape(n, -1)[:, :v]
+    width = np.where(escaped, 32, params.free_bits[cluster].astype(np.int64))
+    code_at = (r.bit0[rows] + 1)[:, None]  # the flat row's codes follow its grouped bit
+    code_pos = code_at + np.cumsum(code_w, axis=1) - code_w
+    payload_pos = code_at + code_w.sum(axis=1, keepdims=True) + np.cumsum(width, axis=1) - width
+
+    def reads(pos: np.ndarray, active: np.ndarray) -> tuple[int, int]:
+        """Loads and wavefronts of field reads at bit ``pos`` ``(n, L, 32)``."""
+        word = pos // 32
+        issued = active.any(axis=-1)
+        waves = wavefronts(word, active) + wavefronts(word + 1, active)
+        return int(2 * issued.sum()), int(waves.sum())
+
+    c = -(-v // WARP)
+    col = np.arange(c * WARP).reshape(c, WARP)
+    act = np.broadcast_to(col < v, (n, c, WARP))
+    colc = np.minimum(col, v - 1)
+    totals = [reads(code_pos[:, colc], act), reads(payload_pos[:, colc], act)]
+    out["chunk_loads"] = sum(t[0] for t in totals)
+    out["chunk_wavefronts"] = sum(t[1] for t in totals)
+    steps = -(-v // (WARP * k))
+    first = (WARP * k * np.arange(steps))[:, None] + k * np.arange(WARP)  # (S, 32)
+    lane_in = np.broadcast_to(first < v, (n, steps, WARP))
+    totals = [reads(code_pos[:, np.minimum(first, v - 1)], lane_in)]
+    for i in range(k):
+        coli = first + i
+        totals.append(
+            reads(payload_pos[:, np.minimum(coli, v - 1)], np.broadcast_to(coli < v, lane_in.shape))
+        )
+    out["span_loads"] = sum(t[0] for t in totals)
+    out["span_wavefronts"] = sum(t[1] for t in totals)
+    return out
+
+
 def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
     """Counts of every version for up to ``rows`` rows of table ``x`` (compressed here)."""
     table = ibp_graph.compress(x, tmp / "t.ibp", progress=False)
@@ -439,6 +510,7 @@ def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
     for version in VERSIONS:
         loads = count(r, version) if encoded else Loads.empty()
         result[version] = {"instructions": loads.instructions, "sectors": loads.sectors}
+    result["flat_shared_reads"] = flat_shared_reads(r, params)
     table.close()
     return result
 
@@ -544,6 +616,27 @@ def markdown(env: dict, rows: list[dict]) -> str:
     ]
     if many:
         lines += ["", f"Columns whose free bits form three runs or more: {', '.join(many)}."]
+    flat = [r for r in rows if r.get("flat_shared_reads", {}).get("rows")]
+    flat = [r for r in flat if r["flat_shared_reads"]["chunk_loads"]]
+    if flat:
+        lines += [
+            "",
+            "Shared-memory reads of the fields (codes and payloads) of flat rows of more than 64",
+            "4-byte words, per row, in the chunk-at-a-time pass and in the 16-byte pass on the",
+            "same rows: warp loads of the staged row, and their wavefronts (the distinct words a",
+            "bank serves; lanes reading one word share it), counted on the rows' fields.",
+            "",
+            "| table | flat rows | loads/row chunks | 16 bytes a lane | wavefronts/row chunks "
+            "| 16 bytes a lane |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in flat:
+            f = r["flat_shared_reads"]
+            m = f["rows"]
+            lines.append(
+                f"| {r['table']} | {m} | {f['chunk_loads'] / m:.1f} | {f['span_loads'] / m:.1f} "
+                f"| {f['chunk_wavefronts'] / m:.1f} | {f['span_wavefronts'] / m:.1f} |"
+            )
     lines += [
         "",
         "Rows counted per table, rows stored raw (no metadata loads; left out of the per-row",

@@ -438,6 +438,38 @@ def test_flat_rows_of_two_chunks_or_fewer_keep_the_chunk_pass(tmp_path) -> None:
     table.close()
 
 
+def test_wavefronts_count_the_distinct_words_of_the_busiest_bank() -> None:
+    lane = np.arange(32)
+    on = np.ones(32, bool)
+    assert decode_loads.wavefronts(lane, on) == 1  # 32 words, 32 banks
+    assert decode_loads.wavefronts(np.full(32, 7), on) == 1  # one word, shared
+    assert decode_loads.wavefronts(32 * (lane % 3), on) == 3  # words 0, 32, 64: bank 0
+    assert decode_loads.wavefronts(lane // 2, on) == 1  # pairs of lanes share a word
+    assert decode_loads.wavefronts(32 * lane, lane < 4) == 4
+    assert decode_loads.wavefronts(lane, np.zeros(32, bool)) == 0
+
+
+def test_flat_shared_reads_count_two_loads_a_field(tmp_path) -> None:
+    """Flat rows of 128 words: a chunk reads a code and a payload a lane (4 loads, 4 chunks);
+    the 16-byte pass reads a lane's codes once and its 4 payloads (10 loads). A load takes at
+    least one wavefront. Rows of 64 words or fewer are not counted."""
+    x = np.random.default_rng(7).standard_normal((4096, 128)).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=4)
+    r = decode_loads.lanes(table, x, np.arange(60))
+    got = decode_loads.flat_shared_reads(r, table.params)
+    n = int((~r.grouped).sum())
+    assert got["rows"] == n > 30
+    assert got["chunk_loads"] == 16 * n and got["span_loads"] == 10 * n
+    assert got["chunk_wavefronts"] >= got["chunk_loads"]
+    assert got["span_wavefronts"] >= got["span_loads"]
+    table.close()
+    x = np.random.default_rng(8).standard_normal((4096, 60)).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "n.ibp", align=4)
+    r = decode_loads.lanes(table, x, np.arange(60))
+    assert decode_loads.flat_shared_reads(r, table.params)["rows"] == 0
+    table.close()
+
+
 def test_markdown_compares_each_version_with_the_one_before() -> None:
     got = decode_loads._compared([22.0, 18.0, 18.0, 16.0])
     assert got == "22 | 18 (1.22x fewer) | 18 (same) | 16 (1.12x fewer)"
@@ -481,8 +513,12 @@ def test_main_writes_every_version(tmp_path) -> None:
     assert "loads/row before | after | one pass | layouts |" in head
     assert "dictionary sectors/row before | after | one pass | layouts |" in head
     width = head.count("|")
-    rows = [line for line in md.splitlines() if line.startswith("| ") and "-512B" in line]
+    main_table = md.split("\n\n| table | flat rows |")[0]
+    rows = [line for line in main_table.splitlines() if line.startswith("| ") and "-512B" in line]
     assert len(rows) == len(names) and all(line.count("|") == width for line in rows)
+    # The flat rows' shared-memory reads: a row for each table with flat rows of 128 words.
+    shared = md.split("| table | flat rows |")[1]
+    assert "| dense-normal-512B |" in shared
 
 
 def test_rows_must_be_positive(capsys) -> None:
