@@ -13,11 +13,11 @@
 #              previous versions to device_data/baseline-cuda/ and baseline-cuda-2/ (the
 #              newest committed cuda/fetch_decode.cu whose code, comments and spacing aside,
 #              differs from the working tree's, and the newest before it that differs from
-#              both; $IBP_GRAPH_AB_VERSIONS sets how many, $IBP_GRAPH_AB_BASE names one
-#              commit instead) once NVRTC shows that the package's launcher can launch them,
-#              collects wheels the GPU image lacks (none: see below), checks the 64 MiB
-#              limit, prints the carry list and the device commands (each under 2,000
-#              characters).
+#              both; $IBP_GRAPH_AB_VERSIONS sets how many, $IBP_GRAPH_AB_BASE names the
+#              commits instead, separated by spaces) once NVRTC shows that the package's
+#              launcher can launch them, collects wheels the GPU image lacks (none: see
+#              below), checks the 64 MiB limit, prints the carry list and the device
+#              commands (each under 2,000 characters).
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
 #              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
@@ -284,8 +284,9 @@ baseline_dir() {
 # prepare_baseline PYTHON: device_data/baseline-cuda/ holds the fused decoder's previous
 # version (fetch_decode.cu, and its commit in COMMIT) for the decodeab stage, and
 # device_data/baseline-cuda-2/ the version before that ($IBP_GRAPH_AB_VERSIONS versions in
-# all, default 2; $IBP_GRAPH_AB_BASE names one commit instead), or nothing (said why) when
-# there is none that the package's launcher can launch as it is.
+# all, default 2; $IBP_GRAPH_AB_BASE names the commits instead, newest first, separated by
+# spaces), or nothing (said why) when there is none that the package's launcher can launch
+# as it is.
 prepare_baseline() {
     local py=$1 dir base bases=()
     rm -rf "$DATA"/baseline-cuda "$DATA"/baseline-cuda-*
@@ -294,7 +295,7 @@ prepare_baseline() {
         return 0
     fi
     if [ -n "${IBP_GRAPH_AB_BASE:-}" ]; then
-        bases=("$IBP_GRAPH_AB_BASE")
+        read -r -a bases <<<"$IBP_GRAPH_AB_BASE"
     else
         mapfile -t bases < <(previous_decoders "$py" "${IBP_GRAPH_AB_VERSIONS:-2}")
     fi

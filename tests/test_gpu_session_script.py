@@ -399,9 +399,14 @@ def test_prepare_writes_the_decoders_previous_version_for_decodeab(tmp_path: Pat
     # IBP_GRAPH_AB_VERSIONS=1: the newest alone.
     done = _prepare(repo, tmp_path, IBP_GRAPH_AB_VERSIONS="1")
     assert (baseline / "fetch_decode.cu").read_text() == reworded and not second.exists()
-    # IBP_GRAPH_AB_BASE names the commit (and only it).
+    # IBP_GRAPH_AB_BASE names the commit (and only it), or several, in that order.
     done = _prepare(repo, tmp_path, IBP_GRAPH_AB_BASE=first)
     assert (baseline / "fetch_decode.cu").read_text() == older and not second.exists()
+    head = _git(repo, "rev-parse", "--short", "HEAD")
+    done = _prepare(repo, tmp_path, IBP_GRAPH_AB_BASE=f"{first} {head}")
+    assert (baseline / "COMMIT").read_text().strip() == first
+    assert (second / "COMMIT").read_text().strip() == head
+    assert (second / "fetch_decode.cu").read_text() == reworded
     # No earlier version with other code (one commit, then one to comments alone): said, and
     # decodeab refuses.
     alone = tmp_path / "alone"
