@@ -328,6 +328,21 @@ def _lane_words(r: Rows) -> tuple[int, int, np.ndarray, np.ndarray, Callable]:
     return k, steps, j, in_row, at
 
 
+def _lane_loads(
+    load, name: str, step: np.ndarray, vec: np.ndarray, words: np.ndarray, addr: np.ndarray
+) -> None:
+    """A lane's loads of ``name`` in a step of the 16-byte passes (issued where ``step``,
+    ``(n, S)``): the lanes ``vec`` (``(n, S, 32)``) load their K words in one warp load, the
+    others each word i they need (``words`` ``(n, S, 32, K)``) in a warp load of its own.
+    ``addr`` ``(n, S, 32, K)``: each word's byte address. ``load``: `count`'s."""
+    lanes = words.any(axis=-1)
+    whole = vec & lanes
+    load(name, step & whole.any(axis=-1), addr[..., 0], whole)
+    rest = ~vec & lanes
+    for i in range(addr.shape[-1]):
+        load(name, step & rest.any(axis=-1), addr[..., i], rest & words[..., i])
+
+
 def flat_span_pass(r: Rows, rows: np.ndarray, load) -> None:
     """The flat rows ``rows`` (``(n, 1)`` bool) of kernel "spans", 16 bytes of words a lane:
     per step of 32 lanes, each lane's K layout words (one load for a lane whose K columns are
@@ -346,10 +361,8 @@ def flat_span_pass(r: Rows, rows: np.ndarray, load) -> None:
     lane_in = np.broadcast_to(in_row.any(axis=-1), (n, steps, WARP))
     col = cluster * v + j  # index into (k, V) arrays
     vec = whole & (4 * col[..., :1, :1, 0] % (4 * k) == 0)
-    load("layouts", step & vec.any(axis=-1), 4 * col[..., 0], vec)
-    for i in range(k):
-        lanes_i = ~vec & in_row[..., i]
-        load("layouts", step & (~vec & lane_in).any(axis=-1), 4 * col[..., i], lanes_i)
+    words = np.broadcast_to(in_row, (n, *in_row.shape[1:]))
+    _lane_loads(load, "layouts", step, vec, words, 4 * col)
     pre = r.cluster * (v + 1)  # (n, 1, 1)
     load("code_prefix", step, 4 * (pre + j[..., 0]), lane_in)
     escaped = at(r.escaped & r.valid) & in_row
@@ -393,23 +406,11 @@ def span_pass(r: Rows, rows: np.ndarray, load) -> None:
     # (code widths) start 16-byte (K-byte) aligned.
     vec_in = whole & (code0[..., :1, :1, 0] % 16 == 0)
     vec_w = whole & (widths[..., :1, :1, 0] % k == 0)
-    lane_coded = coded.any(axis=-1)
-    has_code = step & lane_coded.any(axis=-1)
-    # Code-0 entries, then code widths: the lanes taking the whole-lane load, then those
-    # loading a word at a time.
-    load("bitvals", step & vec_in.any(axis=-1), code0[..., 0], vec_in)
-    scalar = ~vec_in & in_row.any(axis=-1)
-    for i in range(k):
-        load("bitvals", step & scalar.any(axis=-1), code0[..., i], scalar & in_row[..., i])
-    load(
-        "code_bits",
-        has_code & (vec_w & lane_coded).any(axis=-1),
-        widths[..., 0],
-        vec_w & lane_coded,
-    )
-    for i in range(k):
-        lanes_i = ~vec_w & coded[..., i]
-        load("code_bits", has_code & (~vec_w & lane_coded).any(axis=-1), widths[..., i], lanes_i)
+    has_code = step & coded.any(axis=(-2, -1))
+    # Code-0 entries, then code widths where some lane's columns have codes.
+    words = np.broadcast_to(in_row, (n, *in_row.shape[1:]))
+    _lane_loads(load, "bitvals", step, vec_in, words, code0)
+    _lane_loads(load, "code_bits", has_code, vec_w, coded, widths)
     entries = t * ((cluster * r.e + at(r.code)) * v + j)
     voted = has_code & other.any(axis=(-2, -1))
     for i in range(k):
@@ -438,8 +439,8 @@ def flat_shared_reads(r: Rows, params) -> dict:
     one field (at its first column's code prefix) and its K payloads one after another. The
     payloads follow the codes, each its column's free bits wide, or T x 8 escaped."""
     rows = np.flatnonzero(~r.grouped[:, 0]) if r.v > 2 * WARP else np.zeros(0, int)
-    out = {"rows": int(rows.size), "chunk_loads": 0, "chunk_wavefronts": 0}
-    out.update(span_loads=0, span_wavefronts=0)
+    out = dict.fromkeys(("chunk_loads", "chunk_wavefronts", "span_loads", "span_wavefronts"), 0)
+    out["rows"] = int(rows.size)
     if rows.size == 0 or r.word_bytes != 4:
         return out
     v, n = r.v, rows.size

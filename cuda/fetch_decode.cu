@@ -384,22 +384,33 @@ struct LaneWords {
 #define IBP_CHECK_ALIGNED16(p)
 #endif
 
-// A uint4 or uint2 at `p` (aligned to its size) through the read-only data cache.
-template <typename V>
-__device__ __forceinline__ V ro_vector(const void* p) {
+// The N values at `p` in one load of N * sizeof(T) bytes, 16 or 8 (`p` aligned to it),
+// through the read-only data cache.
+template <typename T, int N>
+__device__ __forceinline__ void load_vector(const T* __restrict__ p, T (&out)[N]) {
+    static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "a 16- or 8-byte load");
+    if constexpr (N * sizeof(T) == 16) {
+        IBP_CHECK_ALIGNED16(p);
 #ifdef __CUDA_ARCH__
-    return __ldg(reinterpret_cast<const V*>(p));
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
 #else
-    return *reinterpret_cast<const V*>(p);
+        const uint4 v = *reinterpret_cast<const uint4*>(p);
 #endif
+        memcpy(out, &v, 16);
+    } else {
+#ifdef __CUDA_ARCH__
+        const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+#else
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+#endif
+        memcpy(out, &v, 8);
+    }
 }
 
-// The K = LaneWords words of `p` (16-byte aligned): one 16-byte load.
-template <typename W, int K>
-__device__ __forceinline__ void load16(const W* __restrict__ p, W (&word)[K]) {
-    IBP_CHECK_ALIGNED16(p);
-    const uint4 v = ro_vector<uint4>(p);
-    memcpy(word, &v, 16);
+// Bit i: column j + i of a lane's K neighbouring columns j .. j + K - 1 is below V.
+template <int K>
+__device__ __forceinline__ u32 lane_in_row(int j, int V) {
+    return j + K <= V ? (1u << K) - 1u : j < V ? (1u << (V - j)) - 1u : 0u;
 }
 
 // Store a lane's K = LaneWords words of columns j .. j + K - 1 of a 16-byte aligned `out_row`
@@ -499,12 +510,12 @@ __device__ bool decode_no_free_spans(const u32* buf, const u8* subs, u32 codes_a
         const bool whole = j + K <= V;  // all K columns in the row
         // Bit i: column j + i is in the row (`in_row`); it has a code (`coded`): the bit of
         // its subgroup.
-        const u32 in_row = whole ? (1u << K) - 1u : j < V ? (1u << (V - j)) - 1u : 0u;
+        const u32 in_row = lane_in_row<K>(j, V);
         const u32 coded = in_row != 0 && ((subs[j >> 5] >> ((j & 31) >> 3)) & 1u) ? in_row : 0u;
         // The code-0 entries, loaded before the codes are read (most words are code 0).
         W word[K];
         if (vec_in && whole) {
-            load16<W, K>(entries + j, word);
+            load_vector<W, K>(entries + j, word);
         } else {
 #pragma unroll
             for (int i = 0; i < K; ++i) {
@@ -659,21 +670,10 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
     for (int j0 = 0; j0 < V; j0 += 32 * K) {
         const int j = j0 + K * lane;  // the lane's first column
         const bool whole = j + K <= V;  // all K columns in the row
-        const u32 in_row = whole ? (1u << K) - 1u : j < V ? (1u << (V - j)) - 1u : 0u;
+        const u32 in_row = lane_in_row<K>(j, V);
         u32 layout[K];
         if (whole && vec_layouts) {  // K layout words in one load
-            if constexpr (K == 4) {
-                IBP_CHECK_ALIGNED16(layout_of + j);
-                const uint4 v = ro_vector<uint4>(layout_of + j);
-                layout[0] = v.x;
-                layout[1] = v.y;
-                layout[2] = v.z;
-                layout[3] = v.w;
-            } else {
-                const uint2 v = ro_vector<uint2>(layout_of + j);
-                layout[0] = v.x;
-                layout[1] = v.y;
-            }
+            load_vector<u32, K>(layout_of + j, layout);
         } else {
 #pragma unroll
             for (int i = 0; i < K; ++i) {
