@@ -391,18 +391,10 @@ __device__ __forceinline__ void load_vector(const T* __restrict__ p, T (&out)[N]
     static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "a 16- or 8-byte load");
     if constexpr (N * sizeof(T) == 16) {
         IBP_CHECK_ALIGNED16(p);
-#ifdef __CUDA_ARCH__
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-#else
-        const uint4 v = *reinterpret_cast<const uint4*>(p);
-#endif
+        const uint4 v = ro(reinterpret_cast<const uint4*>(p), 0u);
         memcpy(out, &v, 16);
     } else {
-#ifdef __CUDA_ARCH__
-        const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-#else
-        const uint2 v = *reinterpret_cast<const uint2*>(p);
-#endif
+        const uint2 v = ro(reinterpret_cast<const uint2*>(p), 0u);
         memcpy(out, &v, 8);
     }
 }
