@@ -715,14 +715,15 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
     return true;
 }
 
-// Decode the staged row `s` (its span in `buf`, the warp synced) into `out_row`, or zero it
-// and record output position `p` in `error[1]` when its fields run past its stored length.
-// `codes` (V bytes) and `subs` (C bytes) are the warp's scratch; `U`, `Code0Loads`. FLAT_SPANS:
-// a flat row written to a 16-byte aligned output row is decoded by decode_flat_spans (not in
-// the double-buffered entry points, where the next row's staging holds registers).
+// Decode the staged row `s` of cluster `c` (its span in `buf`, the warp synced) into
+// `out_row`, or zero it and record output position `p` in `error[1]` when its fields run past
+// its stored length. `codes` (V bytes) and `subs` (C bytes) are the warp's scratch; `U`,
+// `Code0Loads`. FLAT_SPANS: a flat row written to a 16-byte aligned output row is decoded by
+// decode_flat_spans (not in the double-buffered entry points, where the next row's staging
+// holds registers).
 template <typename W, int U, bool FLAT_SPANS>
-__device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
-                           const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
+__device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s, int c,
+                           const W* __restrict__ masks,
                            const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
                            const u32* __restrict__ code_prefix,
                            const u32* __restrict__ free_prefix,
@@ -740,7 +741,6 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         }
         return;
     }
-    const int c = cluster_ids ? (int)cluster_ids[s.row] : 0;
     const size_t col0 = (size_t)c * V;
     const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
     const bool grouped = read_bits(buf, base, 1) != 0;
@@ -900,9 +900,13 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     // BUFFERS 2 runs a software pipeline over the warp's requests r, r + step, ...: while
     // request r decodes, the copies of r + step are in flight (its offsets were read one
     // request earlier) and so are the offsets of r + 2 step (its id read one request earlier)
-    // and the id of r + 3 step, so no dependent load waits between two decodes.
+    // and the id of r + 3 step, so no dependent load waits between two decodes. BUFFERS 1
+    // reads the id of r + step while request r is staged and decoded (`id1`), so a request
+    // waits for its offsets and its row, not for its id first; and its cluster beside its
+    // offsets, not after its row.
     Staged s = {ROW_OUT_OF_RANGE, 0, 0}, s1 = {ROW_OUT_OF_RANGE, 0, 0};
     i64 id2 = -1;
+    i64 id1 = BUFFERS == 1 && r < n ? idx[r] : -1;
     if (BUFFERS == 2) {
         if (r < n) s = locate_row(offsets, idx[r], num_rows, align, buf_words);
         if (r + step < n) s1 = locate_row(offsets, idx[r + step], num_rows, align, buf_words);
@@ -913,6 +917,7 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     for (int b = 0; r < n; r += step, b ^= (BUFFERS - 1)) {
         const u32* cur = buf + b * buf_words;
         Staged s2 = {ROW_OUT_OF_RANGE, 0, 0};
+        int c = 0;  // the row's cluster
         if (BUFFERS == 2) {
             // Stage the next request into the other buffer (the warp is done reading it: the
             // __syncwarp ending the last iteration) and read ahead, then wait for this row's
@@ -923,7 +928,9 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             id2 = r + 3 * step < n ? idx[r + 3 * step] : -1;
             copy_async_wait_one();
         } else {
-            s = locate_row(offsets, idx[r], num_rows, align, buf_words);
+            s = locate_row(offsets, id1, num_rows, align, buf_words);
+            if (cluster_ids && id1 >= 0 && id1 < num_rows) c = (int)cluster_ids[id1];
+            id1 = r + step < n ? idx[r + step] : -1;
             stage_row<false>(rows, s, buf, lane);
         }
         const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
@@ -935,8 +942,9 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         } else {
             __syncwarp();  // the staged bytes (and zero words) of every lane are visible
+            if (BUFFERS == 2 && cluster_ids) c = (int)cluster_ids[s.row];
             decode_row<W, Code0Loads<W, BUFFERS>::value, BUFFERS == 1>(
-                cur, codes, subs, s, cluster_ids, masks, code_bits, bitvals, code_prefix,
+                cur, codes, subs, s, c, masks, code_bits, bitvals, code_prefix,
                 free_prefix, layouts, out_row, error, p, V, E, row_bytes, word_aligned, lane);
         }
         __syncwarp();  // done with `cur` and the scratch before they are written again
