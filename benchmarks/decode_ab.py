@@ -362,7 +362,10 @@ def markdown(payload: dict) -> str:
         f"version (CUDA events, median of {s['repeats']} samples), the order rotating; "
         f"grid: {s['grid']}; {s['blocks']}. Compression: the table's ratio; zeros: the share "
         "of its elements that are 0. GB/s of decoded output, the median over the "
-        "rounds; current / a baseline (above 1: the current kernel is faster): the ratio of "
+        "rounds; M rows/s: the current kernel's GB/s over the row width (rows of a few "
+        "hundred bytes decode at about the same rows per second whatever their width, so a "
+        "row's fixed cost sets their rate); current / a baseline (above 1: the current "
+        "kernel is faster): the ratio of "
         "the medians, then the median [lowest, highest] of the per-round ratios. "
         "Bit-identical: every version's output against the rows, every batch. Decode-only "
         "goal: the current "
@@ -372,10 +375,10 @@ def markdown(payload: dict) -> str:
         "is for the decoder with the GPU to itself, so on a capped grid the rate stands in "
         "parentheses, not judged.",
         "",
-        "| case | row B | compression | zeros | batch rows | current GB/s | "
+        "| case | row B | compression | zeros | batch rows | current GB/s | M rows/s | "
         + "".join(f"{b} GB/s | current / {b} | per round | " for b in labels)
         + "bit-identical | decode-only goal (current) |",
-        "|---|---|---|---|---|---|" + "---|---|---|" * len(labels) + "---|---|",
+        "|---|---|---|---|---|---|---|" + "---|---|---|" * len(labels) + "---|---|",
     ]
     for r in payload["cases"]:
         fits = " (id batches fit in L2)" if r.get("pool_fits_l2") else ""
@@ -384,7 +387,7 @@ def markdown(payload: dict) -> str:
             f"| {r['zeros']:.0%} "
         )
         if r.get("skipped"):
-            lines.append(f"{lead}| {r['skipped']} |" + " |" * (3 + 3 * len(labels)))
+            lines.append(f"{lead}| {r['skipped']} |" + " |" * (4 + 3 * len(labels)))
             continue
         same = r["current_bit_identical"] and all(b["bit_identical"] for b in r["baselines"])
         cells = "".join(
@@ -393,8 +396,10 @@ def markdown(payload: dict) -> str:
             f"{b['round_ratio_max']:.3f}] "
             for b in r["baselines"]
         )
+        mrows = r["current_gbps"] * 1e3 / r["row_bytes"]  # GB/s / bytes = G rows/s
         lines.append(
-            f"{lead}| {r['batch_rows']:,} | {fetch._num(r['current_gbps'])} {cells}"
+            f"{lead}| {r['batch_rows']:,} | {fetch._num(r['current_gbps'])} "
+            f"| {fetch._num(mrows)} {cells}"
             f"| {same} | {fetch._decode_cell(r['decode_target'])} |"
         )
     lines += ["", target_summary(payload["cases"]), "", f"Real tables: {s['real_note']}.", ""]

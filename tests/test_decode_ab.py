@@ -280,6 +280,9 @@ def test_a_run_times_both_versions_and_checks_both(monkeypatch, tmp_path, nvrtc)
     assert sparse["ratio"] == pytest.approx(float(table.ratio))  # the compression
     assert f"| sparse-5pct-256B | 256 | {sparse['ratio']:.3f}x | 95% |" in md  # compression
     assert f"| {sparse['baselines'][0]['current_over']:.3f}x |" in md
+    # Rows a second beside the GB/s: the same rate over the row width.
+    mrows = sparse["current_gbps"] * 1e9 / 256 / 1e6
+    assert f"| {fetch._num(sparse['current_gbps'])} | {fetch._num(mrows)} | " in md
     assert "| random-bits-256B | 256 | 1.000x |" in md
     # The current kernel against the decode-only goal of its table's class.
     assert sparse["decode_target"]["table_class"] == "sparse"
