@@ -37,6 +37,12 @@ rows bit for bit (every batch of the pool, after the timing). The launches are t
 the current stream, its grid (``--max-blocks`` caps it, in blocks per SM) and its blocks
 (``--block-warps``). At the full grid (no ``--max-blocks``) the current kernel's rate is also
 judged against the decode-only goal of its table's class (`fetch.decode_goal`).
+
+``--double-buffer`` adds the current source's double-buffered entry points as one more version
+(`DB_LABEL`): each warp stages its next row while it decodes the current one, which is what a
+table's ``double_buffer=True`` launches. Timed and checked like a baseline (current / db above
+1: the one-buffer kernel is faster); where a case's rows are too wide for two staging buffers
+it is left out of that case, with the reason.
 """
 
 from __future__ import annotations
@@ -201,6 +207,10 @@ def tile(case: fetch.Case, table: ibp_graph.IBPTable, table_bytes: int, l2: int,
     return Tiled(case, times, rows, codec, sizes)
 
 
+#: The label of the current source's double-buffered kernel (``--double-buffer``).
+DB_LABEL = "current-db"
+
+
 def versions(
     launch: Callable[[torch.Tensor], None], baselines: dict[str, Path]
 ) -> dict[str, Callable[[torch.Tensor], None]]:
@@ -287,6 +297,18 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
     cap = grid_cap(args.max_blocks, device)
     launch = fetch.fused_launch(t.codec, False, out, error, cap, block_warps=args.block_warps)
     launches = versions(launch, dict(zip(args.baseline_labels, args.baselines, strict=True)))
+    db_note = ""
+    if args.double_buffer:
+        db = fetch.fused_launch(
+            t.codec, False, out, error, cap, double_buffer=True, block_warps=args.block_warps
+        )
+        try:
+            db(pool[0])  # rows too wide for two staging buffers are refused before launching
+            launches[DB_LABEL] = db
+        except ValueError as exc:
+            if "one buffer" not in str(exc):
+                raise
+            db_note = str(exc)
     timers = {
         name: (lambda fn=fn: fetch.gpu_seconds(
             fetch.rotating(fn, pool), args.repeats, guard, device
@@ -306,6 +328,8 @@ def measure_case(args, case: fetch.Case, tmp: Path, device, guard) -> dict[str, 
     result["current_bit_identical"] = identical["current"]
     for b in result["baselines"]:
         b["bit_identical"] = identical[b["label"]]
+    if db_note:
+        result["double_buffer_note"] = db_note
     return result | {
         "batch_rows": n,
         "id_batches": len(pool),
@@ -344,14 +368,22 @@ def target_summary(cases: list[dict]) -> str:
 def markdown(payload: dict) -> str:
     """The results page: the settings, then one row a case."""
     s = payload["settings"]
-    labels = s["baseline_labels"]
+    labels = s["baseline_labels"] + ([DB_LABEL] if s.get("double_buffer") else [])
     lines = header_lines("Fused decoder, versions side by side (decode only)", payload)
-    same = [label for label, same in zip(labels, s["same_text"], strict=True) if same]
+    sources = s["baseline_labels"]
+    same = [label for label, same in zip(sources, s["same_text"], strict=True) if same]
+    db_text = (
+        f" {DB_LABEL}: the current source's double-buffered entry points (each warp stages its "
+        "next row while it decodes the current one; above 1, current / it says the one-buffer "
+        "kernel is faster)."
+        if s.get("double_buffer")
+        else ""
+    )
     lines += [
         f"current: `cuda/{SOURCE}` at commit {payload['git_commit']}; "
-        f"baseline{'s' if len(labels) > 1 else ''}: `{SOURCE}` at {', '.join(labels)} (the "
+        f"baseline{'s' if len(sources) > 1 else ''}: `{SOURCE}` at {', '.join(sources)} (the "
         "same entry points and parameters, checked on their PTX"
-        f"{'; the same text: ' + ', '.join(same) if same else ''}).",
+        f"{'; the same text: ' + ', '.join(same) if same else ''}).{db_text}",
         "",
         f"Compressed rows tiled in GPU memory to stand for {s['table_gb']:g} GiB of raw rows, "
         f"and at least to {fetch.L2_POOL_FACTOR} x L2 of stored rows (decoded from GPU "
@@ -390,11 +422,14 @@ def markdown(payload: dict) -> str:
             lines.append(f"{lead}| {r['skipped']} |" + " |" * (4 + 3 * len(labels)))
             continue
         same = r["current_bit_identical"] and all(b["bit_identical"] for b in r["baselines"])
+        by_label = {b["label"]: b for b in r["baselines"]}
         cells = "".join(
             f"| {fetch._num(b['gbps'])} | {b['current_over']:.3f}x "
             f"| {b['round_ratio_median']:.3f}x [{b['round_ratio_min']:.3f}, "
             f"{b['round_ratio_max']:.3f}] "
-            for b in r["baselines"]
+            if (b := by_label.get(label))
+            else "| n/a | n/a | n/a "  # not launched: rows too wide for two staging buffers
+            for label in labels
         )
         mrows = r["current_gbps"] * 1e3 / r["row_bytes"]  # GB/s / bytes = G rows/s
         lines.append(
@@ -402,7 +437,15 @@ def markdown(payload: dict) -> str:
             f"| {fetch._num(mrows)} {cells}"
             f"| {same} | {fetch._decode_cell(r['decode_target'])} |"
         )
-    lines += ["", target_summary(payload["cases"]), "", f"Real tables: {s['real_note']}.", ""]
+    lines += ["", target_summary(payload["cases"])]
+    unbuffered = [r["case"] for r in payload["cases"] if r.get("double_buffer_note")]
+    if unbuffered:
+        lines += [
+            "",
+            "Not double-buffered (rows too wide for two staging buffers): "
+            f"{', '.join(unbuffered)}.",
+        ]
+    lines += ["", f"Real tables: {s['real_note']}.", ""]
     return "\n".join(lines)
 
 
@@ -459,6 +502,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--block-warps", type=block_warps_arg, default=None,
         help="warps per block (default: the library's)",
     )  # fmt: skip
+    p.add_argument(
+        "--double-buffer", action="store_true",
+        help=f"also time the current source's double-buffered kernel (as {DB_LABEL})",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, default=300.0, help="seconds; no case starts after")
     p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
@@ -486,11 +533,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             f"{len(args.baselines)} --baseline folders: once per baseline, or not at all"
         )
     if len(set(args.baseline_labels)) != len(args.baseline_labels) or (
-        "current" in args.baseline_labels
+        {"current", DB_LABEL} & set(args.baseline_labels)
     ):
         p.error(
             f"the baselines' labels ({', '.join(args.baseline_labels)}) must differ from "
-            "each other and from 'current' (name them with --baseline-label)"
+            f"each other and from 'current' and '{DB_LABEL}' (name them with --baseline-label)"
         )
     args.table_bytes = int(args.table_gb * GIB)
     args.max_batch_bytes = int(args.max_batch_gb * GIB)
@@ -520,6 +567,7 @@ def settings(args: argparse.Namespace, sources: list[dict], real_note: str) -> d
         if args.max_blocks is None
         else f"{args.max_blocks:g} blocks per SM",
         "blocks": block_label(None if args.block_warps is None else [args.block_warps]),
+        "double_buffer": args.double_buffer,
         "real_note": real_note,
     }
 

@@ -46,7 +46,8 @@
 #              their stored rows tiled past 4x the L2:
 #              6 rounds, each timing every version on the same ids, the order rotating; each
 #              version's GB/s, the current one's ratio to each, every output checked bit for
-#              bit; no case starts after 150 s.
+#              bit; no case starts after 150 s. With --double-buffer: the current source's
+#              double-buffered kernel too, at the same full grid (current-db).
 #   fetch      about 5-6 min: benchmarks/fetch.py, 4 GiB tables, 16 synthetic cases and the
 #              real tables, with --sort-ids (raw and ibp also with the ids sorted, beside the
 #              unsorted ones: the tables' sort_ids) and --double-buffer (ibp and decode-only
@@ -734,7 +735,7 @@ for stage in "${STAGES[@]}"; do
             done
             run 240 decodeab.log python3 benchmarks/decode_ab.py "${baselines[@]}" \
                 --table-gb 1 --batch 100000 --rounds 6 --repeats 5 --time-budget 150 \
-                --out "$OUT" || rc=$?
+                --double-buffer --out "$OUT" || rc=$?
         else
             echo "decodeab: needs $DATA/baseline-cuda/fetch_decode.cu (run 'prepare' on the" \
                 "CPU machine, carry $DATA)" | tee "$OUT/decodeab.log"

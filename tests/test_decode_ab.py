@@ -403,3 +403,61 @@ def test_dry_run_compares_the_sources_and_builds_the_cases(tmp_path, capsys, nvr
     assert payload["settings"]["same_text"] == [True]
     assert "sparse-5pct-256B: ratio" in capsys.readouterr().err
     assert not list(tmp_path.glob("decode-ab-*"))  # a dry run writes no results
+
+
+def test_double_buffer_times_the_current_sources_double_buffered_kernel(
+    monkeypatch, tmp_path, nvrtc
+) -> None:
+    """--double-buffer: the current source's double-buffered kernel is one more version."""
+    buffered: list[bool] = []
+
+    def launch(codec, idx, out, error, **kw) -> None:
+        buffered.append(bool(kw.get("double_buffer")) and runtime._SOURCES.get() is None)
+        numpy_fetch_decode(codec, idx, out, error, **kw)
+        if kw.get("double_buffer"):
+            out.view(torch.uint8)[0, 0] ^= 1  # the db version gets one bit wrong
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", launch)
+    payload = _run(tmp_path, ["--kinds", "sparse-5pct", "--double-buffer"])
+    assert any(buffered) and payload["settings"]["double_buffer"] is True
+    (r,) = payload["cases"]
+    assert [b["label"] for b in r["baselines"]] == ["abc1234", decode_ab.DB_LABEL]
+    db = r["baselines"][1]
+    assert len(db["gbps_rounds"]) == 3 and not db["bit_identical"]  # checked like a baseline
+    assert r["current_bit_identical"] and r["baselines"][0]["bit_identical"]
+    md = (tmp_path / "decode-ab-cpu.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| case |"))
+    assert f"| current / {decode_ab.DB_LABEL} |" in header
+    row = next(line for line in md.splitlines() if line.startswith("| sparse-5pct-256B"))
+    assert row.count("|") == header.count("|") and f"| {db['current_over']:.3f}x |" in row
+    assert f"{decode_ab.DB_LABEL}: the current source's double-buffered entry points" in md
+
+
+def test_double_buffer_leaves_out_rows_too_wide_for_two_buffers(
+    monkeypatch, tmp_path, nvrtc
+) -> None:
+    def launch(codec, idx, out, error, **kw) -> None:
+        if kw.get("double_buffer"):
+            raise ValueError("rows of 9,999 B are too wide for a raw gather or one buffer")
+        numpy_fetch_decode(codec, idx, out, error, **kw)
+
+    monkeypatch.setattr(cuda_table, "fetch_decode", launch)
+    payload = _run(tmp_path, ["--kinds", "sparse-5pct,dense-normal", "--double-buffer"])
+    for r in payload["cases"]:
+        assert [b["label"] for b in r["baselines"]] == ["abc1234"]
+        assert "one buffer" in r["double_buffer_note"]
+    md = (tmp_path / "decode-ab-cpu.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| case |"))
+    row = next(line for line in md.splitlines() if line.startswith("| dense-normal-256B"))
+    assert row.count("|") == header.count("|") and "| n/a | n/a | n/a |" in row
+    assert (
+        "Not double-buffered (rows too wide for two staging buffers): sparse-5pct-256B, "
+        "dense-normal-256B." in md
+    )
+
+
+def test_a_baseline_may_not_take_the_double_buffered_label(tmp_path, capsys) -> None:
+    argv = ["--baseline", str(_baseline(tmp_path)), "--baseline-label", decode_ab.DB_LABEL]
+    with pytest.raises(SystemExit):
+        decode_ab.parse_args(argv)
+    assert f"from 'current' and '{decode_ab.DB_LABEL}'" in capsys.readouterr().err

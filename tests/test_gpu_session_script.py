@@ -184,6 +184,7 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     assert ab.kinds == ["dense-normal", "sparse-5pct"] and ab.widths == [512]
     assert ab.rounds >= 4 and ab.rounds % 2 == 0  # each order as often
     assert ab.max_blocks is None and ab.block_warps is None and ab.time_budget <= 200
+    assert ab.double_buffer  # the current source's double-buffered kernel beside the rest
     driver, again, summarise = (profile_fetch.parse_args(c) for c in cmds["profile_fetch"])
     for run in (driver, again):  # with the extra metrics, then with the sections alone
         assert str(run.manifest) == "/tmp/o/profile-manifest.json" and not run.dry_run
