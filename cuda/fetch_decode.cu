@@ -900,19 +900,21 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     // BUFFERS 2 runs a software pipeline over the warp's requests r, r + step, ...: while
     // request r decodes, the copies of r + step are in flight (its offsets were read one
     // request earlier) and so are the offsets of r + 2 step (its id read one request earlier)
-    // and the id of r + 3 step, so no dependent load waits between two decodes. BUFFERS 1
-    // reads the id of r + step while request r is staged and decoded (`id1`), so a request
-    // waits for its offsets and its row, not for its id first; and its cluster beside its
-    // offsets, not after its row.
+    // and the id of r + 3 step, so no dependent load waits between two decodes; the cluster
+    // of r + step is read while r decodes (`c1`). BUFFERS 1 reads the id of r + step while
+    // request r is staged and decoded (`id1`), so a request waits for its offsets and its
+    // row, not for its id first; and its cluster beside its offsets, not after its row.
     Staged s = {ROW_OUT_OF_RANGE, 0, 0}, s1 = {ROW_OUT_OF_RANGE, 0, 0};
     i64 id2 = -1;
     i64 id1 = BUFFERS == 1 && r < n ? idx[r] : -1;
+    int c1 = 0;  // BUFFERS 2: the cluster of the row staged next (then of the current one)
     if (BUFFERS == 2) {
         if (r < n) s = locate_row(offsets, idx[r], num_rows, align, buf_words);
         if (r + step < n) s1 = locate_row(offsets, idx[r + step], num_rows, align, buf_words);
         if (r + 2 * step < n) id2 = idx[r + 2 * step];
         stage_row<true>(rows, s, buf, lane);
         copy_async_commit();
+        if (cluster_ids && s.row >= 0) c1 = (int)cluster_ids[s.row];
     }
     for (int b = 0; r < n; r += step, b ^= (BUFFERS - 1)) {
         const u32* cur = buf + b * buf_words;
@@ -924,6 +926,8 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             // copies: every group but the one just committed.
             stage_row<true>(rows, s1, buf + (b ^ 1) * buf_words, lane);
             copy_async_commit();
+            c = c1;
+            c1 = cluster_ids && s1.row >= 0 ? (int)cluster_ids[s1.row] : 0;
             if (r + 2 * step < n) s2 = locate_row(offsets, id2, num_rows, align, buf_words);
             id2 = r + 3 * step < n ? idx[r + 3 * step] : -1;
             copy_async_wait_one();
@@ -942,7 +946,6 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         } else {
             __syncwarp();  // the staged bytes (and zero words) of every lane are visible
-            if (BUFFERS == 2 && cluster_ids) c = (int)cluster_ids[s.row];
             decode_row<W, Code0Loads<W, BUFFERS>::value, BUFFERS == 1>(
                 cur, codes, subs, s, c, masks, code_bits, bitvals, code_prefix,
                 free_prefix, layouts, out_row, error, p, V, E, row_bytes, word_aligned, lane);
