@@ -248,12 +248,13 @@ __device__ __forceinline__ void copy_async_wait_one() {
 }
 #endif
 
-// Where a requested row's stored bytes sit: `row` < 0 when nothing is staged, ROW_OUT_OF_RANGE
-// for an out-of-range id, ROW_TOO_LONG for a row longer than the staging buffer.
+// Where a requested row's stored bytes sit, and its cluster: `cluster` < 0 when nothing is
+// staged, ROW_OUT_OF_RANGE for an out-of-range id, ROW_TOO_LONG for a row longer than the
+// staging buffer (four registers: the double-buffered entry points hold three).
 struct Staged {
-    i64 row;
-    u64 start;  // byte offset in the row section
-    u64 len;    // stored bytes
+    u64 start;    // byte offset in the row section
+    u32 len;      // stored bytes (of a row that fits the staging buffer)
+    int cluster;  // the row's cluster, or ROW_OUT_OF_RANGE / ROW_TOO_LONG
 };
 #define ROW_OUT_OF_RANGE (-1)
 #define ROW_TOO_LONG (-2)
@@ -263,19 +264,23 @@ __device__ __forceinline__ u64 row_chunks(u64 start, u64 len) {
     return ((start & 15ull) + len + 15) >> 4;
 }
 
-// The stored span of row `id` (its two offsets read): row ROW_OUT_OF_RANGE when `id` is out
-// of range, ROW_TOO_LONG when its chunks and two zero words do not fit a staging buffer of
-// `buf_words` u32. The host sizes the buffers for the table's longest row, so a row longer
-// than that (offsets that do not match what the host was told) is refused, not staged past
-// the buffer.
+// The stored span of row `id` (its two offsets read) and its cluster (read beside them; 0
+// without `cluster_ids`): cluster ROW_OUT_OF_RANGE when `id` is out of range, ROW_TOO_LONG
+// when its chunks and two zero words do not fit a staging buffer of `buf_words` u32. The
+// host sizes the buffers for the table's longest row, so a row longer than that (offsets
+// that do not match what the host was told) is refused, not staged past the buffer.
 template <typename O>
-__device__ __forceinline__ Staged locate_row(const O* __restrict__ offsets, i64 id,
+__device__ __forceinline__ Staged locate_row(const O* __restrict__ offsets,
+                                             const u8* __restrict__ cluster_ids, i64 id,
                                              i64 num_rows, int align, int buf_words) {
-    Staged s = {ROW_OUT_OF_RANGE, 0, 0};
+    Staged s = {0, 0, ROW_OUT_OF_RANGE};
     if (id >= 0 && id < num_rows) {
-        s.start = (u64)offsets[id] * (u64)align;
-        s.len = (u64)offsets[id + 1] * (u64)align - s.start;
-        s.row = row_chunks(s.start, s.len) * 4 + 2 > (u64)buf_words ? ROW_TOO_LONG : id;
+        const int cluster = cluster_ids ? (int)cluster_ids[id] : 0;
+        const u64 start = (u64)offsets[id] * (u64)align;
+        const u64 len = (u64)offsets[id + 1] * (u64)align - start;
+        s.start = start;
+        s.len = (u32)len;
+        s.cluster = row_chunks(start, len) * 4 + 2 > (u64)buf_words ? ROW_TOO_LONG : cluster;
     }
     return s;
 }
@@ -286,7 +291,7 @@ __device__ __forceinline__ Staged locate_row(const O* __restrict__ offsets, i64 
 template <bool ASYNC>
 __device__ __forceinline__ void stage_row(const u8* __restrict__ rows, const Staged& s,
                                           u32* buf, int lane) {
-    if (s.row < 0) return;
+    if (s.cluster < 0) return;
     const u64 first = s.start & ~15ull;
     const int chunks = (int)row_chunks(s.start, s.len);
     const uint4* src = reinterpret_cast<const uint4*>(rows + first);
@@ -605,7 +610,7 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
                                        i64 p, int V, int E, int row_bytes, bool word_aligned,
                                        int lane) {
     const int C = (V + 31) >> 5;
-    const u64 len_bits = s.len * 8;
+    const u64 len_bits = (u64)s.len * 8;
     const u32* __restrict__ prefix = held(code_prefix + (size_t)c * (V + 1));
     // Where the payloads start: past the codes of every subgroup that holds some (lane q sums
     // chunk q's, by the prefix sums; its four subgroups' loads are in flight together); and
@@ -715,14 +720,12 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
     return true;
 }
 
-// Decode the staged row `s` of cluster `c` (its span in `buf`, the warp synced) into
+// Decode the staged row `s` (its span in `buf`, the warp synced; of cluster `s.cluster`) into
 // `out_row`, or zero it and record output position `p` in `error[1]` when its fields run past
 // its stored length. `codes` (V bytes) and `subs` (C bytes) are the warp's scratch; `U`,
-// `Code0Loads`. FLAT_SPANS: a flat row written to a 16-byte aligned output row is decoded by
-// decode_flat_spans (not in the double-buffered entry points, where the next row's staging
-// holds registers).
-template <typename W, int U, bool FLAT_SPANS>
-__device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s, int c,
+// `Code0Loads`.
+template <typename W, int U>
+__device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
                            const W* __restrict__ masks,
                            const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
                            const u32* __restrict__ code_prefix,
@@ -741,6 +744,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
         }
         return;
     }
+    const int c = s.cluster;
     const size_t col0 = (size_t)c * V;
     const size_t pre0 = (size_t)c * (V + 1);  // this cluster's prefix sums
     const bool grouped = read_bits(buf, base, 1) != 0;
@@ -804,7 +808,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     const W* __restrict__ mask_of = masks + col0;
     // A flat row of more than two chunks, its output row 16-byte aligned: 16 bytes of words a
     // lane (a step costs about what two chunks do, so narrower rows keep the chunks).
-    if (FLAT_SPANS && !grouped && V > 64 && ((size_t)out_row & 15) == 0) {
+    if (!grouped && V > 64 && ((size_t)out_row & 15) == 0) {
         if (!decode_flat_spans<W>(buf, code_at, cursor, base, len * 8, entries, cpre, layout_of,
                                   mask_of, out_row, V, row_bytes, word_aligned, lane)) {
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
@@ -898,57 +902,54 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
     i64 r = (i64)blockIdx.x * warps + warp;
 
     // BUFFERS 2 runs a software pipeline over the warp's requests r, r + step, ...: while
-    // request r decodes, the copies of r + step are in flight (its offsets were read one
-    // request earlier) and so are the offsets of r + 2 step (its id read one request earlier)
-    // and the id of r + 3 step, so no dependent load waits between two decodes; the cluster
-    // of r + step is read while r decodes (`c1`). BUFFERS 1 reads the id of r + step while
-    // request r is staged and decoded (`id1`), so a request waits for its offsets and its
-    // row, not for its id first; and its cluster beside its offsets, not after its row.
-    Staged s = {ROW_OUT_OF_RANGE, 0, 0}, s1 = {ROW_OUT_OF_RANGE, 0, 0};
+    // request r decodes, the copies of r + step are in flight (its offsets and cluster were
+    // read one request earlier) and so are the offsets and cluster of r + 2 step (its id read
+    // one request earlier) and the id of r + 3 step, so no dependent load waits between two
+    // decodes. BUFFERS 1 reads the id of r + step while request r is staged and decoded
+    // (`id1`), so a request waits for its offsets and cluster, then its row.
+    Staged s = {0, 0, ROW_OUT_OF_RANGE}, s1 = {0, 0, ROW_OUT_OF_RANGE};
     i64 id2 = -1;
     i64 id1 = BUFFERS == 1 && r < n ? idx[r] : -1;
-    int c1 = 0;  // BUFFERS 2: the cluster of the row staged next (then of the current one)
     if (BUFFERS == 2) {
-        if (r < n) s = locate_row(offsets, idx[r], num_rows, align, buf_words);
-        if (r + step < n) s1 = locate_row(offsets, idx[r + step], num_rows, align, buf_words);
+        if (r < n) s = locate_row(offsets, cluster_ids, idx[r], num_rows, align, buf_words);
+        if (r + step < n) {
+            s1 = locate_row(offsets, cluster_ids, idx[r + step], num_rows, align, buf_words);
+        }
         if (r + 2 * step < n) id2 = idx[r + 2 * step];
         stage_row<true>(rows, s, buf, lane);
         copy_async_commit();
-        if (cluster_ids && s.row >= 0) c1 = (int)cluster_ids[s.row];
     }
     for (int b = 0; r < n; r += step, b ^= (BUFFERS - 1)) {
         const u32* cur = buf + b * buf_words;
-        Staged s2 = {ROW_OUT_OF_RANGE, 0, 0};
-        int c = 0;  // the row's cluster
+        Staged s2 = {0, 0, ROW_OUT_OF_RANGE};
         if (BUFFERS == 2) {
             // Stage the next request into the other buffer (the warp is done reading it: the
             // __syncwarp ending the last iteration) and read ahead, then wait for this row's
             // copies: every group but the one just committed.
             stage_row<true>(rows, s1, buf + (b ^ 1) * buf_words, lane);
             copy_async_commit();
-            c = c1;
-            c1 = cluster_ids && s1.row >= 0 ? (int)cluster_ids[s1.row] : 0;
-            if (r + 2 * step < n) s2 = locate_row(offsets, id2, num_rows, align, buf_words);
+            if (r + 2 * step < n) {
+                s2 = locate_row(offsets, cluster_ids, id2, num_rows, align, buf_words);
+            }
             id2 = r + 3 * step < n ? idx[r + 3 * step] : -1;
             copy_async_wait_one();
         } else {
-            s = locate_row(offsets, id1, num_rows, align, buf_words);
-            if (cluster_ids && id1 >= 0 && id1 < num_rows) c = (int)cluster_ids[id1];
+            s = locate_row(offsets, cluster_ids, id1, num_rows, align, buf_words);
             id1 = r + step < n ? idx[r + step] : -1;
             stage_row<false>(rows, s, buf, lane);
         }
         const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
         u8* out_row = out + p * (i64)row_bytes;
-        if (s.row == ROW_OUT_OF_RANGE) {
+        if (s.cluster == ROW_OUT_OF_RANGE) {
             if (lane == 0) record_first(&error[0], p);
             zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
-        } else if (s.row == ROW_TOO_LONG) {
+        } else if (s.cluster == ROW_TOO_LONG) {
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         } else {
             __syncwarp();  // the staged bytes (and zero words) of every lane are visible
-            decode_row<W, Code0Loads<W, BUFFERS>::value, BUFFERS == 1>(
-                cur, codes, subs, s, c, masks, code_bits, bitvals, code_prefix,
-                free_prefix, layouts, out_row, error, p, V, E, row_bytes, word_aligned, lane);
+            decode_row<W, Code0Loads<W, BUFFERS>::value>(
+                cur, codes, subs, s, masks, code_bits, bitvals, code_prefix, free_prefix,
+                layouts, out_row, error, p, V, E, row_bytes, word_aligned, lane);
         }
         __syncwarp();  // done with `cur` and the scratch before they are written again
         s = s1;
