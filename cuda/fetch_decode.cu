@@ -26,8 +26,9 @@
 // lie in at most two runs (every float column whose mask holds the exponent's top bits, with
 // or without the sign: `layouts`), by a loop over the runs of the mask otherwise. A flat row of
 // more than 64 words whose output row is 16-byte aligned is decoded 16 bytes of neighbouring
-// words a lane too (decode_flat_spans): its codes one field a lane, its payloads placed by a
-// warp scan of the lanes' payload bits. Rows stored raw are copied through.
+// words a lane too (decode_flat_spans), and one of more than 32 4-byte words whose output row
+// is 8-byte aligned 8 bytes a lane: its codes one field a lane, its payloads placed by a warp
+// scan of the lanes' payload bits. Rows stored raw are copied through.
 // Decoded words are written to a row-major output of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
@@ -383,10 +384,10 @@ struct LaneWords {
     static constexpr int value = 16 / (int)sizeof(W);
 };
 
-// A 16-byte access at `p` is 16-byte aligned: a misaligned one faults on a GPU; the host-side
-// test harness (tests/simt/), where it would not, checks it.
-#ifndef IBP_CHECK_ALIGNED16
-#define IBP_CHECK_ALIGNED16(p)
+// An access of `n` bytes (8 or 16) at `p` is n-byte aligned: a misaligned one faults on a
+// GPU; the host-side test harness (tests/simt/), where it would not, checks it.
+#ifndef IBP_CHECK_ALIGNED
+#define IBP_CHECK_ALIGNED(p, n)
 #endif
 
 // The N values at `p` in one load of N * sizeof(T) bytes, 16 or 8 (`p` aligned to it),
@@ -394,8 +395,8 @@ struct LaneWords {
 template <typename T, int N>
 __device__ __forceinline__ void load_vector(const T* __restrict__ p, T (&out)[N]) {
     static_assert(N * sizeof(T) == 16 || N * sizeof(T) == 8, "a 16- or 8-byte load");
+    IBP_CHECK_ALIGNED(p, N * sizeof(T));
     if constexpr (N * sizeof(T) == 16) {
-        IBP_CHECK_ALIGNED16(p);
         const uint4 v = ro(reinterpret_cast<const uint4*>(p), 0u);
         memcpy(out, &v, 16);
     } else {
@@ -410,19 +411,26 @@ __device__ __forceinline__ u32 lane_in_row(int j, int V) {
     return j + K <= V ? (1u << K) - 1u : j < V ? (1u << (V - j)) - 1u : 0u;
 }
 
-// Store a lane's K = LaneWords words of columns j .. j + K - 1 of a 16-byte aligned `out_row`
-// (j a multiple of K): one 16-byte store when all K lie wholly inside the row, else word by
+// Store a lane's K words of columns j .. j + K - 1 (16 or 8 bytes) of an `out_row` aligned to
+// that size (j a multiple of K): one store when all K lie wholly inside the row, else word by
 // word those whose bit is set in `in_row`.
 template <typename W, int K>
 __device__ __forceinline__ void store_lane_words(u8* out_row, int j, u32 in_row,
                                                  const W (&word)[K], int row_bytes,
                                                  bool word_aligned) {
+    static_assert(K * sizeof(W) == 16 || K * sizeof(W) == 8, "a 16- or 8-byte store");
     if ((j + K) * (int)sizeof(W) <= row_bytes) {
         u8* p = out_row + (size_t)j * sizeof(W);
-        IBP_CHECK_ALIGNED16(p);
-        uint4 v;
-        memcpy(&v, word, 16);
-        *reinterpret_cast<uint4*>(p) = v;
+        IBP_CHECK_ALIGNED(p, K * sizeof(W));
+        if constexpr (K * sizeof(W) == 16) {
+            uint4 v;
+            memcpy(&v, word, 16);
+            *reinterpret_cast<uint4*>(p) = v;
+        } else {
+            uint2 v;
+            memcpy(&v, word, 8);
+            *reinterpret_cast<uint2*>(p) = v;
+        }
         return;
     }
 #pragma unroll
@@ -645,23 +653,22 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
     if (!fits) reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
 }
 
-// The pass of decode_row for a flat (ungrouped) row written to a 16-byte aligned `out_row`,
-// K = LaneWords neighbouring columns a lane, 32 K columns a step. Every column has a code, so
+// The pass of decode_row for a flat (ungrouped) row, K neighbouring columns a lane (16 or 8
+// bytes of words; `out_row` aligned to that), 32 K columns a step. Every column has a code, so
 // a lane's codes are one field at its first column's code prefix (`cpre`, from `code_at`),
 // and its payloads follow one another from where a warp scan of the lanes' payload widths
 // (the free bits, or T * 8 for an escaped word) places them (from `cursor`). A word that does
 // not escape is its code's entry with its payload deposited into its column's free bits.
-// The lane loads its layout words in one 16-byte load where aligned and stores its words in
-// one. A lane whose columns run past the row takes them word by word. Returns false (and
-// stops) when the payloads run past the row's `len_bits`.
-template <typename W>
+// The lane loads its layout words in one load where aligned and stores its words in one. A
+// lane whose columns run past the row takes them word by word. Returns false (and stops)
+// when the payloads run past the row's `len_bits`.
+template <typename W, int K>
 __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 base,
                                   u64 len_bits, const W* __restrict__ entries,
                                   const u32* __restrict__ cpre,
                                   const u32* __restrict__ layout_of,
                                   const W* __restrict__ mask_of, u8* out_row, int V,
                                   int row_bytes, bool word_aligned, int lane) {
-    constexpr int K = LaneWords<W>::value;
     const int TB = Word<W>::BITS;
     const bool vec_layouts = ((size_t)layout_of % (4 * K)) == 0;
     for (int j0 = 0; j0 < V; j0 += 32 * K) {
@@ -807,13 +814,27 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     const u32* __restrict__ layout_of = held(layouts + col0);
     const W* __restrict__ mask_of = masks + col0;
     // A flat row of more than two chunks, its output row 16-byte aligned: 16 bytes of words a
-    // lane (a step costs about what two chunks do, so narrower rows keep the chunks).
-    if (!grouped && V > 64 && ((size_t)out_row & 15) == 0) {
-        if (!decode_flat_spans<W>(buf, code_at, cursor, base, len * 8, entries, cpre, layout_of,
-                                  mask_of, out_row, V, row_bytes, word_aligned, lane)) {
-            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
+    // lane (a step of 128 columns costs about what two chunks do, so narrower rows do not). A
+    // flat row of more than one chunk of 4-byte words, its output row 8-byte aligned: 8 bytes
+    // a lane, 64 columns a step.
+    if (!grouped) {
+        const bool spans16 = V > 64 && ((size_t)out_row & 15) == 0;
+        const bool spans8 = !spans16 && sizeof(W) == 4 && V > 32 && ((size_t)out_row & 7) == 0;
+        bool fits = true;
+        if (spans16) {
+            fits = decode_flat_spans<W, LaneWords<W>::value>(buf, code_at, cursor, base, len * 8,
+                                                             entries, cpre, layout_of, mask_of,
+                                                             out_row, V, row_bytes,
+                                                             word_aligned, lane);
+        } else if constexpr (sizeof(W) == 4) {
+            if (spans8) {
+                fits = decode_flat_spans<W, 2>(buf, code_at, cursor, base, len * 8, entries,
+                                               cpre, layout_of, mask_of, out_row, V, row_bytes,
+                                               word_aligned, lane);
+            }
         }
-        return;
+        if (!fits) reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
+        if (spans16 || spans8) return;
     }
     const u32 uV = (u32)V;
     for (u32 j0 = 0; j0 < uV; j0 += 32) {

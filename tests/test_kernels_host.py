@@ -214,6 +214,13 @@ def test_free_bits_in_any_number_of_runs_decode(lib, tmp_path, word_bytes, doubl
         ("runs 24x", 8),
         ("8-bit codes 100", 4),
         ("float16 301", 4),
+        ("dense 33", 4),
+        ("dense 45", 4),
+        ("dense 64", 4),
+        ("runs 6x", 4),
+        ("8-bit codes 40", 4),
+        ("float16 100", 4),
+        ("dense 100", 8),
     ],
 )
 def test_flat_rows_of_more_than_two_chunks_decode_at_every_output_alignment(
@@ -221,11 +228,13 @@ def test_flat_rows_of_more_than_two_chunks_decode_at_every_output_alignment(
 ) -> None:
     """A flat row of more than 64 words written to a 16-byte aligned output row is decoded 16
     bytes of neighbouring words a lane (one code field, a scan of the lanes' payload bits,
-    one 16-byte store), at other alignments a chunk at a time: every row at each output
-    position modulo 16 bytes. Dense normal rows (escapes in most chunks, free bits in two
-    runs), words whose free bits lie in any number of runs (the runs table's columns
-    repeated), 8-bit codes, float16 pairs; widths whose word count is and is not a multiple
-    of a lane's words (the last lane word by word, and a last 8-byte word half outside)."""
+    one 16-byte store); a flat row of 4-byte words that is not, of more than 32 words,
+    written to an 8-byte aligned output row, 8 bytes a lane (64 columns a step); other rows
+    a chunk at a time: every row at each output position modulo 16 bytes. Dense normal rows
+    (escapes in most chunks, free bits in two runs), words whose free bits lie in any number
+    of runs (the runs table's columns repeated), 8-bit codes, float16 pairs; widths whose
+    word count is and is not a multiple of a lane's words (the last lane word by word, and a
+    last 8-byte word half outside); 8-byte words of 33-64 columns (a chunk at a time)."""
     rng = np.random.default_rng(65)
     kind, width = table.rsplit(" ", 1)
     if kind == "dense":
@@ -238,7 +247,7 @@ def test_flat_rows_of_more_than_two_chunks_decode_at_every_output_alignment(
     else:
         x = rng.standard_normal((200, int(width))).astype(np.float16)
     table_ = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, align=4)
-    assert table_.params.num_words > 64
+    assert table_.params.num_words > 32
     if kind == "8-bit codes":
         assert int(table_.params.code_bits.max()) == 8
     first = rng.choice(x.shape[0], 12, replace=False)

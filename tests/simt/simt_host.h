@@ -112,15 +112,15 @@ inline thread_local char simt_warp_started = 0;
 inline unsigned char* simt_smem_base = nullptr;
 #define IBP_DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(simt_smem_base)
 
-// A kernel's 16-byte vector access must be 16-byte aligned, as on a GPU (where a misaligned
+// A kernel's vector access of n bytes must be n-byte aligned, as on a GPU (where a misaligned
 // one faults): stop the process with a message.
-inline void simt_check_aligned16(const void* p) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-        std::fprintf(stderr, "simt: a 16-byte access at %p is not 16-byte aligned\n", p);
+inline void simt_check_aligned(const void* p, unsigned n) {
+    if (reinterpret_cast<uintptr_t>(p) % n != 0) {
+        std::fprintf(stderr, "simt: a %u-byte access at %p is not %u-byte aligned\n", n, p, n);
         std::abort();
     }
 }
-#define IBP_CHECK_ALIGNED16(p) simt_check_aligned16(p)
+#define IBP_CHECK_ALIGNED(p, n) simt_check_aligned(p, n)
 
 // The running lane gives the warp's thread back its turn; returns when the lane's next turn
 // comes, after every other lane of the warp reached the same point (or ended).
