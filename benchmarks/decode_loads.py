@@ -32,12 +32,13 @@ versions of the kernel:
 - ``spans`` (the current kernel): as ``layouts``, except for rows whose output row is 16-byte
   aligned (rows are taken as written at positions 0, 1, ... of an output array) and that are
   either decoded in one pass with at least half their chunks holding codes, or flat and of
-  more than 64 words. Those are decoded 16 bytes of neighbouring words a lane. One-pass rows
-  (`span_pass`): per 32 lanes, one 16-byte load of code-0 entries a lane, one load of a
-  lane's code widths where its subgroup holds codes, and the entries of words of another
-  code than 0 that do not escape. Flat rows (`flat_span_pass`): per 32 lanes, a lane's
-  layout words in one load, its first column's code prefix, and each word's entry (and
-  mask, for free bits in three runs or more); no free-bit prefix sums.
+  more than 64 words. Those are decoded 16 bytes of neighbouring words a lane; so are flat
+  rows of more than 32 four-byte words at an 8-byte aligned output row, 8 bytes (two words)
+  a lane. One-pass rows (`span_pass`): per 32 lanes, one 16-byte load of code-0 entries a
+  lane, one load of a lane's code widths where its subgroup holds codes, and the entries of
+  words of another code than 0 that do not escape. Flat rows (`flat_span_pass`): per 32
+  lanes, a lane's layout words in one load, its first column's code prefix, and each word's
+  entry (and mask, for free bits in three runs or more); no free-bit prefix sums.
 
 For the flat rows of more than 64 4-byte words it also counts the shared-memory reads of
 their fields (codes and payloads, two warp loads of the staged row a field) in the
@@ -204,9 +205,11 @@ def count(r: Rows, version: str) -> Loads:
     # Rows decoded by decode_grouped_no_free ("one_pass" and later); the others take the
     # path of "after" (or "before").
     one = one_pass_rows(r) if in_one_pass else np.zeros((n, 1), bool)
-    # Flat rows decoded 16 bytes of words a lane ("spans"; `flat_span_pass`).
-    flat_lanes = flat_span_rows(r) if version == "spans" else np.zeros((n, 1), bool)
-    two = ~one & ~flat_lanes
+    # Flat rows decoded 16 or 8 bytes of words a lane ("spans"; `flat_span_pass`).
+    none = np.zeros((n, 1), bool)
+    flat_lanes = flat_span_rows(r) if version == "spans" else none
+    flat_lanes8 = flat_span8_rows(r) if version == "spans" else none
+    two = ~one & ~flat_lanes & ~flat_lanes8
     grouped = np.broadcast_to(r.grouped, (n, c))
     shortcut = r.empty & ~r.free & two if code_major else np.zeros((n, c), bool)
     full = ~shortcut & two
@@ -225,7 +228,7 @@ def count(r: Rows, version: str) -> Loads:
     # ("before") or with the payloads (below); a grouped row loads the widths of the columns
     # of subgroups with codes, in chunks that hold a code ("after") or in every chunk
     # ("before").
-    flat = ~grouped & ~flat_lanes
+    flat = ~grouped & ~flat_lanes & ~flat_lanes8
     load("code_prefix", flat, 4 * (pre + r.col), r.valid)
     if version == "before":
         load("code_bits", flat, col0, r.valid)
@@ -289,12 +292,13 @@ def count(r: Rows, version: str) -> Loads:
         load("bitvals", coded, t * entry, r.valid & ~r.escaped)
     if version == "spans":
         flat_span_pass(r, flat_lanes, load)
+        flat_span_pass(r, flat_lanes8, load, 8)
     return out
 
 
-def _aligned_rows(r: Rows) -> np.ndarray:
-    """``(n, 1)``: row i's output, written at position i, starts 16-byte aligned."""
-    return (np.arange(r.shape[0]) * r.row_bytes % LANE_BYTES == 0)[:, None]
+def _aligned_rows(r: Rows, size: int = LANE_BYTES) -> np.ndarray:
+    """``(n, 1)``: row i's output, written at position i, starts ``size``-byte aligned."""
+    return (np.arange(r.shape[0]) * r.row_bytes % size == 0)[:, None]
 
 
 def flat_span_rows(r: Rows) -> np.ndarray:
@@ -304,12 +308,23 @@ def flat_span_rows(r: Rows) -> np.ndarray:
     return ~r.grouped & (r.v > 2 * WARP) & _aligned_rows(r)
 
 
-def _lane_words(r: Rows) -> tuple[int, int, np.ndarray, np.ndarray, Callable]:
-    """The columns of the 16-byte lanes: ``(K, S, j, in_row, at)``, K words a lane and S steps
-    of 32 lanes, ``j`` ``(1, S, 32, K)`` the column of word i of lane l of step s, ``in_row``
-    where it is below V, and ``at(a)`` an ``(n, C, 32)`` per-column array taken at ``j``
-    (0 outside the row)."""
-    k = LANE_BYTES // r.word_bytes
+def flat_span8_rows(r: Rows) -> np.ndarray:
+    """``(n, 1)``: rows that kernel ``spans`` decodes 8 bytes of words a lane in decode_row:
+    flat, of more than 32 four-byte words, the output row 8-byte aligned, and not taken by the
+    16-byte pass (`flat_span_rows`)."""
+    if r.word_bytes != 4:
+        return np.zeros((r.shape[0], 1), bool)
+    return ~r.grouped & (r.v > WARP) & _aligned_rows(r, 8) & ~flat_span_rows(r)
+
+
+def _lane_words(
+    r: Rows, lane_bytes: int = LANE_BYTES
+) -> tuple[int, int, np.ndarray, np.ndarray, Callable]:
+    """The columns of lanes of ``lane_bytes`` (16 or 8) of words: ``(K, S, j, in_row, at)``,
+    K words a lane and S steps of 32 lanes, ``j`` ``(1, S, 32, K)`` the column of word i of
+    lane l of step s, ``in_row`` where it is below V, and ``at(a)`` an ``(n, C, 32)``
+    per-column array taken at ``j`` (0 outside the row)."""
+    k = lane_bytes // r.word_bytes
     n, c = r.shape
     steps = -(-r.v // (WARP * k))
     j = (
@@ -343,9 +358,10 @@ def _lane_loads(
         load(name, step & rest.any(axis=-1), addr[..., i], rest & words[..., i])
 
 
-def flat_span_pass(r: Rows, rows: np.ndarray, load) -> None:
-    """The flat rows ``rows`` (``(n, 1)`` bool) of kernel "spans", 16 bytes of words a lane:
-    per step of 32 lanes, each lane's K layout words (one load for a lane whose K columns are
+def flat_span_pass(r: Rows, rows: np.ndarray, load, lane_bytes: int = LANE_BYTES) -> None:
+    """The flat rows ``rows`` (``(n, 1)`` bool) of kernel "spans", ``lane_bytes`` (16 or 8) of
+    words a lane: per step of 32 lanes, each lane's K layout words (one load for a lane whose
+    K columns are
     all in the row where the cluster's layout words are aligned, else one a word), its first
     column's code prefix (its codes are one field), then for each word i the entry of the
     words that do not escape and the mask of those deposited into free bits of three runs or
@@ -354,7 +370,7 @@ def flat_span_pass(r: Rows, rows: np.ndarray, load) -> None:
     t = r.word_bytes
     n, c = r.shape
     v = r.v
-    k, steps, j, in_row, at = _lane_words(r)
+    k, steps, j, in_row, at = _lane_words(r, lane_bytes)
     cluster = r.cluster.reshape(-1, 1, 1, 1)
     step = np.broadcast_to(rows, (n, steps)) & in_row.any(axis=(-2, -1))
     whole = np.broadcast_to(in_row.all(axis=-1), (n, steps, WARP))
@@ -500,7 +516,7 @@ def measure(name: str, x: np.ndarray, tmp: Path, rows: int, seed: int) -> dict:
         "rows_raw": int(ids.size - encoded),
         "rows_grouped": int(r.grouped.sum()),
         "rows_one_pass": int(one_pass_rows(r).sum()),
-        "rows_spans": int(span_rows(r).sum() + flat_span_rows(r).sum()),
+        "rows_spans": int(span_rows(r).sum() + flat_span_rows(r).sum() + flat_span8_rows(r).sum()),
         "columns": int(params.masks.size),
         "columns_many_runs": int((layouts & LAYOUT_TWO_RUNS == 0).sum()),
         "chunks_per_row": c,

@@ -429,12 +429,53 @@ def test_flat_spans_load_a_steps_layouts_and_code_prefix_once(tmp_path) -> None:
     table.close()
 
 
-def test_flat_rows_of_two_chunks_or_fewer_keep_the_chunk_pass(tmp_path) -> None:
+def test_flat_rows_of_two_chunks_load_a_steps_layouts_8_bytes_a_lane(tmp_path) -> None:
+    """Flat rows of 60 float32 columns (240 B: every output row 8-byte aligned): 8 bytes of
+    words a lane, one step of 30 lanes: one load of the lanes' layout words (240 bytes: 8
+    sectors), one of their code prefixes, two of entries (word 0 and word 1 of every lane
+    whose word does not escape), no free-bit prefix sums; "layouts" loads a layout word and a
+    code prefix for each of the two chunks."""
     x = np.random.default_rng(8).standard_normal((4096, 60)).astype(np.float32)
     table = ibp_graph.compress(x, tmp_path / "t.ibp", align=4)
     r = decode_loads.lanes(table, x, np.arange(100))
-    assert (~r.grouped).any() and r.v == 60 and r.row_bytes == 240
-    assert decode_loads.count(r, "spans") == decode_loads.count(r, "layouts")
+    flat = ~r.grouped[:, 0]
+    assert flat.sum() > 50 and r.v == 60 and r.row_bytes == 240
+    assert (decode_loads.flat_span8_rows(r)[:, 0] == flat).all()
+    assert not decode_loads.flat_span_rows(r).any()
+    one = decode_loads.lanes(table, x, np.flatnonzero(flat))
+    valid = np.broadcast_to(one.valid, one.two_runs.shape)
+    assert one.two_runs[valid].all()
+    n = one.shape[0]
+    spans, layouts = decode_loads.count(one, "spans"), decode_loads.count(one, "layouts")
+    assert spans.instructions["layouts"] == n and spans.sectors["layouts"] == 8 * n
+    assert spans.instructions["code_prefix"] == n and spans.instructions["bitvals"] == 2 * n
+    assert spans.instructions["free_prefix"] == 0 and spans.instructions["masks"] == 0
+    assert layouts.instructions["layouts"] == 2 * n and layouts.instructions["code_prefix"] == 2 * n
+    table.close()
+
+
+def test_flat_rows_of_one_chunk_8_byte_words_and_unaligned_rows_keep_the_chunk_pass(
+    tmp_path,
+) -> None:
+    """32 float32 columns (one chunk), 60 float32 columns in 8-byte words (30 words), and 61
+    columns (244 B: only every other output row 8-byte aligned, and the others take the
+    chunks)."""
+    rng = np.random.default_rng(8)
+    for width, word_bytes in ((32, 4), (60, 8)):
+        x = rng.standard_normal((4096, width)).astype(np.float32)
+        table = ibp_graph.compress(x, tmp_path / "t.ibp", align=4, word_bytes=word_bytes)
+        r = decode_loads.lanes(table, x, np.arange(100))
+        assert (~r.grouped).any() and r.v <= 32
+        assert decode_loads.count(r, "spans") == decode_loads.count(r, "layouts")
+        table.close()
+    x = rng.standard_normal((4096, 61)).astype(np.float32)
+    table = ibp_graph.compress(x, tmp_path / "u.ibp", align=4)
+    r = decode_loads.lanes(table, x, np.arange(100))
+    taken = decode_loads.flat_span8_rows(r)[:, 0]
+    flat = ~r.grouped[:, 0]
+    assert (taken == (flat & (np.arange(r.shape[0]) % 2 == 0))).all() and (flat & ~taken).any()
+    odd = decode_loads.lanes(table, x, np.arange(1, 100, 2))  # output rows 4 or 12 mod 16
+    assert odd.row_bytes == 244 and not decode_loads.flat_span8_rows(odd)[1::2].any()
     table.close()
 
 
