@@ -817,24 +817,24 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     // lane (a step of 128 columns costs about what two chunks do, so narrower rows do not). A
     // flat row of more than one chunk of 4-byte words, its output row 8-byte aligned: 8 bytes
     // a lane, 64 columns a step.
-    if (!grouped) {
-        const bool spans16 = V > 64 && ((size_t)out_row & 15) == 0;
-        const bool spans8 = !spans16 && sizeof(W) == 4 && V > 32 && ((size_t)out_row & 7) == 0;
-        bool fits = true;
-        if (spans16) {
-            fits = decode_flat_spans<W, LaneWords<W>::value>(buf, code_at, cursor, base, len * 8,
-                                                             entries, cpre, layout_of, mask_of,
-                                                             out_row, V, row_bytes,
-                                                             word_aligned, lane);
-        } else if constexpr (sizeof(W) == 4) {
-            if (spans8) {
-                fits = decode_flat_spans<W, 2>(buf, code_at, cursor, base, len * 8, entries,
-                                               cpre, layout_of, mask_of, out_row, V, row_bytes,
-                                               word_aligned, lane);
-            }
+    if (!grouped && V > 64 && ((size_t)out_row & 15) == 0) {
+        if (!decode_flat_spans<W, LaneWords<W>::value>(buf, code_at, cursor, base, len * 8,
+                                                       entries, cpre, layout_of, mask_of,
+                                                       out_row, V, row_bytes, word_aligned,
+                                                       lane)) {
+            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
         }
-        if (!fits) reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
-        if (spans16 || spans8) return;
+        return;
+    }
+    if constexpr (sizeof(W) == 4) {
+        if (!grouped && V > 32 && ((size_t)out_row & 7) == 0) {
+            if (!decode_flat_spans<W, 2>(buf, code_at, cursor, base, len * 8, entries, cpre,
+                                         layout_of, mask_of, out_row, V, row_bytes,
+                                         word_aligned, lane)) {
+                reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
+            }
+            return;
+        }
     }
     const u32 uV = (u32)V;
     for (u32 j0 = 0; j0 < uV; j0 += 32) {
