@@ -115,7 +115,11 @@ def test_e2e_targets_respect_where_they_apply(tmp_path: Path) -> None:
         analysis = {"target_check": check(t_ibp, goal, at_least=False), "target_applies": applies}
         analysis["speedup_target_check"] = check(1.9, 1.74)
         analysis["speedup_target_applies"] = applies
-        modes = [{"mode": "ibp", "pipeline_check": check(1.05, 1.1, at_least=False)}]
+        modes = [
+            {"mode": "ibp", "pipeline_check": check(1.5, 1.1, at_least=False)},
+            {"mode": "ibp-thread", "pipeline_check": check(1.05, 1.1, at_least=False),
+             "prefetch_thread": True},
+        ]  # fmt: skip
         return {"name": name, "modes": modes, "analysis": analysis}
 
     small = graph("corasu-small", 5.0, 3.0, False)  # a scaled-down graph: not the target's
@@ -127,8 +131,18 @@ def test_e2e_targets_respect_where_they_apply(tmp_path: Path) -> None:
         "met in 1 of 1; closest: corasu 2 (goal <= 3)"
     )
     assert _row(board, "CoraSU epochs", "CoraSU (ogbn-products-sized)")["verdict"] == "met"
-    assert _row(board, "prefetching loader", "CoraSU")["detail"].startswith("met in 2 of 2")
+    pipeline = _row(board, "prefetching loader", "CoraSU")  # judged with the prefetch thread
+    assert pipeline["verdict"] == "met" and pipeline["detail"].startswith("met in 2 of 2")
+    assert (
+        "(every configuration: met in 2 of 4; furthest: corasu-small ibp 1.5"
+        in (pipeline["detail"])
+    )
     assert _row(board, "epoch breakdown chart", "CoraSU")["verdict"] == "not measured"
+    small["modes"] = small["modes"][:1]  # no mode with the prefetch thread
+    _write(tmp_path, f"corasu/e2e-{SLUG}.json", {"graphs": [small]})
+    pipeline = _row(scoreboard.scoreboard(tmp_path), "prefetching loader", "CoraSU")
+    assert pipeline["verdict"] == "not measured"
+    assert pipeline["detail"].startswith("none in the loaders' default configuration (every")
 
 
 def test_sampling_verdict_is_the_loaders_configuration_with_every_one_in_the_detail(
