@@ -386,6 +386,7 @@ np.save('$DATA/facebook-svd100-float32.npy', r.load_facebook_svd()[1])
         echo "  # $(plan $stages)"
         echo "  run(command='$cmd', carry=['$DATA'], timeout_s=600)"
     done
+    echo "then, with the results copied into benchmarks/results/: python benchmarks/scoreboard.py"
 }
 
 if [ $# -eq 0 ]; then usage; fi

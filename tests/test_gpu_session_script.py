@@ -324,6 +324,8 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
     # A minute of the GIL's cost to a launch-bound step, then CoraSU (never run) in the second
     # call, then the profile: its counts per source line steer the decoder's next changes.
     assert stages_of[1] == ["gil", "corasu"] and stages_of[2] == ["profile"]
+    # and, once the results are back, the verdicts they give
+    assert done.stdout.rstrip().endswith("python benchmarks/scoreboard.py")
     assert "prepare" in script("prepare", "smoke").stderr
 
 
