@@ -4,8 +4,10 @@ Reads the results files under ``benchmarks/results`` (or ``--results``) and writ
 ``targets.md`` and ``targets.json`` there (or in ``--out``): for each GPU whose results are
 present, each performance target with its verdict (`_targets.verdict`: ``met``, the gap, or
 ``not measured`` where no result holds it), the cases behind it and the file, commit and date
-it comes from; then the CPU sampler's target. Nothing is measured here: run it after the
-benchmarks (``python benchmarks/scoreboard.py``); it needs no GPU.
+it comes from, and the results behind them, absent or oldest first, with the stage of
+``benchmarks/gpu_session.sh`` that measures each anew; then the CPU sampler's target.
+Nothing is measured here: run it after the benchmarks (``python benchmarks/scoreboard.py``);
+it needs no GPU.
 
 A target is judged on the configuration the library uses by default where a result times
 several (the loaders' fetch grid, the hop kernels on a GPU, the prefetch thread); the detail
@@ -257,6 +259,28 @@ CPU_TARGETS: list[tuple[str, str, str, Callable]] = [
 ]  # fmt: skip
 
 
+#: The stage of ``benchmarks/gpu_session.sh`` that writes each results kind a target reads.
+SESSION_STAGES = {
+    "fetch": "fetch", "fetch/grid": "grid", "decode-ab": "decodeab", "overlap": "overlap",
+    "e2e": "e2e", "synthetic/e2e": "synthetic", "corasu/e2e": "corasu", "sampling": "sampling",
+}  # fmt: skip
+
+
+def freshness(kinds: dict[str, tuple[Path, dict]], results: Path) -> list[dict]:
+    """The results the GPU targets read, those absent first, then the oldest first: each
+    kind's file, commit and date, and the `gpu_session.sh` stage that writes it anew."""
+    out = []
+    for kind in dict.fromkeys(k for _, _, k, _ in GPU_TARGETS):
+        entry = {"kind": kind, "stage": SESSION_STAGES[kind], "file": None, "commit": None,
+                 "date": None}  # fmt: skip
+        if kind in kinds:
+            path, payload = kinds[kind]
+            entry |= {"file": path.relative_to(results).as_posix(),
+                      "commit": payload.get("git_commit"), "date": payload.get("date")}  # fmt: skip
+        out.append(entry)
+    return sorted(out, key=lambda e: (e["file"] is not None, str(e["date"] or "")))
+
+
 def line(target: str, scope: str, found: tuple[Path, dict] | None, cases: Callable,
          results: Path) -> dict:  # fmt: skip
     """One scoreboard line: the verdict of ``cases`` on the results ``found`` (None: absent)."""
@@ -309,12 +333,17 @@ def scoreboard(results: Path = RESULTS) -> dict:
         any_payload = next(iter(kinds.values()))[1]
         about = f"{any_payload['gpu']}, PCIe {any_payload.get('pcie', '?')}"
         rows = [line(t, s, kinds.get(k), f, results) for t, s, k, f in _carried(GPU_TARGETS)]
-        board["gpus"][gpu] = {"device": about, "rows": rows}
+        board["gpus"][gpu] = {"device": about, "rows": rows, "results": freshness(kinds, results)}
     for t, s, name, f in CPU_TARGETS:
         path = results / name
         payload = load(path)
         board["cpu"].append(line(t, s, None if payload is None else (path, payload), f, results))
     return board
+
+
+def _fresh_row(e: dict) -> str:
+    file = e["file"] or f"{e['kind']}: none"
+    return f"| {file} | {e['commit'] or '-'} | {e['date'] or '-'} | `{e['stage']}` |"
 
 
 def markdown(board: dict) -> str:
@@ -332,11 +361,11 @@ def markdown(board: dict) -> str:
         "| target | scope | verdict | detail | results (commit, date) |",
         "|---|---|---|---|---|",
     ]
-    sections = [(f"## {g['device']}", g["rows"]) for g in board["gpus"].values()]
-    sections.append(("## CPU", board["cpu"]))
+    sections = [(f"## {g['device']}", g["rows"], g["results"]) for g in board["gpus"].values()]
+    sections.append(("## CPU", board["cpu"], []))
     if not board["gpus"]:
         out += ["No GPU results are present: every GPU target is not measured.", ""]
-    for title, rows in sections:
+    for title, rows, fresh in sections:
         out += [title, "", *head]
         last = None
         for r in rows:
@@ -344,6 +373,16 @@ def markdown(board: dict) -> str:
             v = r["verdict"] if r["verdict"] in ("met", "not measured") else f"**{r['verdict']}**"
             out.append(f"| {target} | {r['scope']} | {v} | {r['detail']} | {r['source']} |")
         out.append("")
+        if fresh:
+            out += [
+                "The results behind these lines, absent or oldest first, and the stage of "
+                "`benchmarks/gpu_session.sh` that measures each anew:",
+                "",
+                "| results | commit | date | stage |",
+                "|---|---|---|---|",
+                *(_fresh_row(e) for e in fresh),
+                "",
+            ]
     return "\n".join(out)
 
 

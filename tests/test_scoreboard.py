@@ -193,3 +193,25 @@ def test_the_committed_scoreboard_matches_the_committed_results(tmp_path: Path) 
         assert (tmp_path / name).read_text() == (results / name).read_text(), (
             f"benchmarks/results/{name} is stale: run python benchmarks/scoreboard.py"
         )
+
+
+def test_freshness_lists_absent_results_first_then_the_oldest(tmp_path: Path) -> None:
+    _write(tmp_path, f"fetch-{SLUG}.json", {"cases": [], "date": "2026-01-02 10:00 UTC"})
+    _write(tmp_path, f"overlap-{SLUG}.json", {"cases": [], "date": "2026-01-01 09:00 UTC"})
+    board = scoreboard.scoreboard(tmp_path)
+    fresh = board["gpus"][SLUG]["results"]
+    kinds = [e["kind"] for e in fresh]
+    assert kinds[-2:] == ["overlap", "fetch"]  # present, oldest first, after every absent kind
+    assert set(kinds) == set(scoreboard.SESSION_STAGES) and len(kinds) == len(set(kinds))
+    assert fresh[-1] == {"kind": "fetch", "stage": "fetch", "file": f"fetch-{SLUG}.json",
+                         "commit": "abc1234", "date": "2026-01-02 10:00 UTC"}  # fmt: skip
+    page = scoreboard.markdown(board)
+    assert "| corasu/e2e: none | - | - | `corasu` |" in page
+
+
+def test_every_session_stage_named_is_one_of_the_script() -> None:
+    script = (Path(scoreboard.__file__).parent / "gpu_session.sh").read_text()
+    stages = script.split("\nALL_STAGES=(", 1)[1].split(")", 1)[0].split()
+    assert set(scoreboard.SESSION_STAGES.values()) <= set(stages)
+    kinds = {k for _, _, k, _ in scoreboard.GPU_TARGETS}
+    assert kinds == set(scoreboard.SESSION_STAGES)
