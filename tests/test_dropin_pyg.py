@@ -242,8 +242,11 @@ def test_use_ddp_on_a_world_of_one_is_the_plain_loader(data, tmp_path) -> None:
         {"num_workers": 2},
         {"num_workers": 2, "persistent_workers": True, "disjoint": True},
         {"num_workers": 1, "filter_per_worker": False, "subgraph_type": "bidirectional"},
+        # the default start method on Linux from Python 3.14: the loader and its memory-mapped
+        # table are pickled into the worker instead of shared by fork
+        {"num_workers": 1, "multiprocessing_context": "forkserver"},
     ],
-    ids=["workers", "persistent-disjoint", "main-join-bidirectional"],
+    ids=["workers", "persistent-disjoint", "main-join-bidirectional", "forkserver"],
 )
 def test_workers_give_the_same_batches_with_an_ibp_table(data, table, kwargs) -> None:
     kw = {"input_nodes": data.train_mask, "batch_size": 32, "shuffle": True, "seed": 3}
