@@ -71,6 +71,7 @@ from benchmarks._env import (  # noqa: E402
     block_warps_arg,
     blocks_per_sm,
     environment,
+    finite,
     grid_cap,
     header_lines,
     result_name,
@@ -598,7 +599,7 @@ def run(args: argparse.Namespace, device: torch.device, env: dict) -> dict:
             payload["cases"].append(r)
             fetch.log(f"{case.name}: {summary_text(r)}")
             # After every case, so that a run cut off keeps what it measured.
-            write_json(name, fetch.finite(payload), args.out)
+            write_json(name, finite(payload), args.out)
             (args.out / f"{name}.md").write_text(markdown(payload))
     return payload
 

@@ -119,7 +119,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import statistics
 import sys
@@ -142,6 +141,7 @@ from benchmarks._env import (  # noqa: E402
     block_label,
     block_warps_arg,
     environment,
+    finite,
     header_lines,
     result_name,
 )
@@ -1101,17 +1101,6 @@ def graph_result(
 # --------------------------------------------------------------------------------------------
 
 
-def _clean(obj: Any) -> Any:
-    """JSON-ready: NaN and infinities become None."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
 def _mb(n: float) -> str:
     return f"{n / 1e6:,.2f} MB"
 
@@ -1474,7 +1463,7 @@ def write_results(payload: dict, out: Path, name: str) -> dict:
         log(f"e2e: the chart failed ({type(exc).__name__}: {exc}); writing the results")
         png = None
     payload["plot"] = png.name if png is not None else None
-    payload = _clean(payload)
+    payload = finite(payload)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
     (out / f"{name}.md").write_text(markdown(payload))
     return payload

@@ -162,6 +162,7 @@ from benchmarks._env import (  # noqa: E402
     block_warps_arg,
     blocks_per_sm,
     environment,
+    finite,
     grid_cap,
     header_lines,
     slug,
@@ -875,17 +876,6 @@ def capacity_lines(rows: list[dict]) -> list[str]:
         f"- decode capacity not measured, {CAPACITY_FULL} (decode only is the decoder's "
         f"capacity): {which}"
     ]
-
-
-def finite(obj: Any) -> Any:
-    """JSON-ready: NaN and infinities become None."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
 
 
 def write_results(payload: dict, out: Path, name: str) -> tuple[Path, Path]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -27,11 +26,11 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._env import slug  # noqa: E402
-from benchmarks._targets import check, measured, verdict  # noqa: E402
+from benchmarks._env import finite, slug, write_json  # noqa: E402
+from benchmarks._targets import AT_LEAST, check, measured, verdict  # noqa: E402
+from benchmarks.overlap import TARGET_SLOWDOWN  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-STEP_SLOWDOWN_GOAL = 1.10  # a training step beside a fetch, over its time alone
 
 Case = tuple[str, dict]  # (what the case is, its check: `_targets.check`'s dict)
 
@@ -77,9 +76,13 @@ def summarise(cases: Iterable[Case]) -> tuple[str, str]:
     missed = [(name, t) for name, t in judged if not t["met"]]
     detail = f"met in {len(judged) - len(missed)} of {len(judged)}"
     if not missed:
-        best = max(judged, key=lambda c: _margin(c[1]))
-        return "met", f"{detail}; closest: {_case(*min(judged, key=lambda c: _margin(c[1])))}" + (
-            f"; best: {_case(*best)}" if len(judged) > 1 else ""
+
+        def margin(c: Case) -> float:
+            return _margin(c[1])
+
+        detail += f"; closest: {_case(*min(judged, key=margin))}"
+        return "met", detail + (
+            f"; best: {_case(*max(judged, key=margin))}" if len(judged) > 1 else ""
         )
     name, worst = max(missed, key=lambda c: c[1]["gap"])
     return verdict(worst), f"{detail}; furthest: {_case(name, worst)}"
@@ -90,7 +93,7 @@ def _margin(t: dict) -> float:
     goal, value = t["goal"], t["value"]
     if not goal:
         return 0.0
-    return (value - goal) / abs(goal) if t["comparison"] == ">=" else (goal - value) / abs(goal)
+    return (value - goal if t["comparison"] == AT_LEAST else goal - value) / abs(goal)
 
 
 def _case(name: str, t: dict) -> str:
@@ -150,7 +153,7 @@ def overlap_cases(default: bool) -> Callable[[dict], list[Case]]:
             if not default:
                 name += f", grid {c['grid_cap']}, chunks {c.get('chunk_rows') or '-'}"
                 name += f", {c.get('train_stream')} stream"
-            out.append((name, check(c.get("slowdown"), STEP_SLOWDOWN_GOAL, at_least=False)))
+            out.append((name, check(c.get("slowdown"), TARGET_SLOWDOWN, at_least=False)))
         return out
 
     return cases
@@ -314,17 +317,6 @@ def _carried(targets: list[tuple[str, str, str, Callable]]) -> list[tuple[str, s
     return out
 
 
-def _finite(o):
-    """``o`` with every non-finite float as None (JSON has no NaN or infinity)."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [_finite(v) for v in o]
-    return o
-
-
 def scoreboard(results: Path = RESULTS) -> dict:
     """Every target's line, for each GPU with results and for the CPU."""
     gpus = gpu_results(results)
@@ -395,9 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.results.is_dir():
         ap.error(f"--results {args.results}: not a folder")
     out = args.out or args.results
-    out.mkdir(parents=True, exist_ok=True)
     board = scoreboard(args.results)
-    (out / "targets.json").write_text(json.dumps(_finite(board), indent=1, allow_nan=False) + "\n")
+    write_json("targets", finite(board), out)
     (out / "targets.md").write_text(markdown(board))
     counts = [r["verdict"].split()[0] for g in board["gpus"].values() for r in g["rows"]]
     print(
