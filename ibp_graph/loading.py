@@ -22,7 +22,8 @@ Reproducibility (the same for every loader): with ``seed`` set, epoch ``e`` of a
 built with the same arguments yields the same batches, whatever ``num_workers``, the prefetch
 depth or earlier epochs did. The shuffle order of epoch ``e`` comes from
 ``numpy.random.SeedSequence([seed, e])`` (``[ddp_seed, e]`` under ``use_ddp``, identical on
-every rank), and the neighbor draws of its batch ``b`` from ``SeedSequence([seed, e, b,
+every rank; ``[ddp_seed, e, rank]`` for a loader whose ranks take contiguous blocks, each
+shuffled within itself), and the neighbor draws of its batch ``b`` from ``SeedSequence([seed, e, b,
 rank])``, so no batch depends on which process samples it. With ``seed=None`` the base seed
 is drawn from ``generator`` if given, else from torch's global generator, at construction (so
 ``torch.manual_seed`` fixes it, as for torch's ``DataLoader``). CPU and CUDA draws differ for
@@ -46,7 +47,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from .distributed import rank_share, share_size
+from .distributed import rank_block, rank_share, share_size
 from .errors import IBPInputError, check_bool, check_choice
 from .graph import CSRGraph
 from .kernels import runtime
@@ -442,6 +443,10 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
     stats: LoaderStats
     #: Join features in the workers (True) or in the loading process (False).
     _fetch_in_worker: bool = True
+    #: Under ``use_ddp``, each rank takes a contiguous block of the seeds, shuffled within it
+    #: (`ibp_graph.distributed.rank_block`, DGL's rule), instead of every ``world_size``-th
+    #: seed of an order shuffled alike on every rank (`rank_share`, torch's rule).
+    _ddp_blocks: bool = False
 
     @property
     def sampler_backend(self) -> str:
@@ -624,9 +629,10 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
             raise IBPInputError(f"epoch must be an int >= 0, got {epoch!r}")
         self._epoch = int(epoch)
 
-    def _order_seed(self, epoch: int) -> int:
+    def _order_seed(self, epoch: int, *rank: int) -> int:
         base = self.ddp_seed if self.use_ddp else self.seed
-        return int(np.random.SeedSequence([base, epoch]).generate_state(1, np.uint64)[0])
+        key = [base, epoch, *rank]
+        return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
 
     def _batch_seed(self, epoch: int, index: int) -> int:
         """The sampler seed of batch ``index`` of ``epoch``."""
@@ -652,17 +658,23 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         if self._user_batch_sampler is not None:
             return [self._positions(b, "batch_sampler") for b in self._user_batch_sampler]
         n = self.input_nodes.numel()
+        blocks = self.use_ddp and self._ddp_blocks
+        shuffle = self.shuffle and self._user_sampler is None
         if self._user_sampler is not None:
             order = self._positions(self._user_sampler, "sampler")
-        elif self.shuffle:
+        elif shuffle and not blocks:
             gen = torch.Generator().manual_seed(self._order_seed(epoch))
             order = torch.randperm(n, generator=gen)
         else:
             order = torch.arange(n)
-        if self.use_ddp and order.numel():
-            order = rank_share(
-                order, rank=self._rank, world_size=self._world_size, drop_last=self.drop_last
-            )
+        share = {"rank": self._rank, "world_size": self._world_size, "drop_last": self.drop_last}
+        if blocks and order.numel():
+            gen = None
+            if shuffle:
+                gen = torch.Generator().manual_seed(self._order_seed(epoch, self._rank))
+            order = rank_block(order, generator=gen, **share)
+        elif self.use_ddp and order.numel():
+            order = rank_share(order, **share)
         bs = self.batch_size
         return [order[b * bs : (b + 1) * bs] for b in range(len(self))]
 

@@ -103,9 +103,12 @@ argument                    what happens
 ``device``                  as DGL: where sampling runs and the blocks land
 ``batch_size``,             as DGL
 ``drop_last``, ``shuffle``
-``use_ddp``, ``ddp_seed``   as DGL: each rank gets its share of the shuffled seeds every
-                            epoch (torch's ``DistributedSampler`` rule); all ranks shuffle
-                            with ``ddp_seed`` when ``seed`` is None
+``use_ddp``, ``ddp_seed``   as DGL: rank ``r`` takes the ``r``-th contiguous block of the
+                            seeds, the same every epoch, shuffled within itself; the last
+                            block padded with its own first seeds
+                            (`ibp_graph.distributed.rank_block`); the shuffle is seeded by
+                            ``ddp_seed``, the epoch and the rank (DGL's draws from NumPy's
+                            global generator)
 ``use_uva``                 with a CUDA ``device``: the graph stays in pinned host memory and
                             is sampled over UVA (``graph_memory="uva"``); on the CPU: a
                             one-time warning, the graph is sampled in host memory
@@ -243,10 +246,9 @@ class DataLoader(BaseNodeLoader):
         device: where sampling runs and blocks land (default: the sampler's
             ``output_device``, else the DGL graph's device when it is a GPU, else where
             ``features`` delivers rows, else the CPU).
-        use_ddp: each rank of ``torch.distributed`` iterates over its share of the seeds
-            (default: False).
-        ddp_seed: the seed of the shuffle order under ``use_ddp``, the same on every rank
-            (default: 0).
+        use_ddp: each rank of ``torch.distributed`` iterates over its contiguous block of
+            the seeds, as DGL's does (`ibp_graph.distributed.rank_block`) (default: False).
+        ddp_seed: the base seed of each rank's shuffle under ``use_ddp`` (default: 0).
         batch_size: seeds per batch (default: 1).
         drop_last: drop the last, smaller batch (default: False).
         shuffle: reshuffle the seeds every epoch (default: False).
@@ -299,6 +301,8 @@ class DataLoader(BaseNodeLoader):
             ``sampler_backend``, or ``use_ddp`` without ``torch.distributed``.
         IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
+
+    _ddp_blocks = True  # DGL's contiguous block per rank
 
     def __init__(
         self,

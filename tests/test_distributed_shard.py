@@ -1,4 +1,4 @@
-"""Each rank's share of an epoch's seed order (DistributedSampler's rule)."""
+"""Each rank's share of an epoch's seed order: DistributedSampler's rule, or DGL's blocks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ibp_graph.distributed import rank_share, share_size
+from ibp_graph.distributed import rank_block, rank_share, share_size
 from ibp_graph.errors import IBPInputError
 
 
@@ -55,8 +55,54 @@ def test_bad_rank_or_world_size_is_one_line(kwargs, match) -> None:
         rank_share(torch.arange(4), **kwargs)
 
 
-def test_bad_order_is_one_line() -> None:
+@pytest.mark.parametrize("share", [rank_share, rank_block])
+def test_bad_order_is_one_line(share) -> None:
     with pytest.raises(IBPInputError, match="1-D tensor"):
-        rank_share(torch.zeros(2, 2), rank=0, world_size=1)
+        share(torch.zeros(2, 2), rank=0, world_size=1)
+    with pytest.raises(IBPInputError, match="rank must be an int in"):
+        share(torch.arange(4), rank=-1, world_size=2)
     empty = torch.zeros(0, dtype=torch.long)
     assert rank_share(empty, rank=1, world_size=2).numel() == 0  # nothing to share, no padding
+
+
+@given(
+    n=st.integers(1, 200),
+    world=st.integers(1, 9),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+)
+def test_blocks_are_contiguous_equal_and_cover_the_order(n, world, drop_last, shuffle) -> None:
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(n)) + 1000
+    size = share_size(n, world, drop_last=drop_last)
+    blocks = []
+    for r in range(world):
+        gen = torch.Generator().manual_seed(r) if shuffle else None
+        block = rank_block(order, rank=r, world_size=world, drop_last=drop_last, generator=gen)
+        assert block.numel() == size
+        own = order[r * size : (r + 1) * size]  # DGL's rank r: positions [r * size, (r + 1) * size)
+        if own.numel():
+            # its own seeds, each once, then (the last block) its own seeds again
+            assert sorted(block[: own.numel()].tolist()) == sorted(own.tolist())
+            assert set(block.tolist()) == set(own.tolist())
+            if not shuffle:
+                assert torch.equal(block[: own.numel()], own)
+        blocks.append(block)
+    seen = torch.cat(blocks).tolist()
+    if drop_last:
+        assert len(set(seen)) == len(seen)  # disjoint, the tail cut
+        if not shuffle:
+            assert seen == order[: world * size].tolist()
+    else:
+        assert set(seen) == set(order.tolist())
+
+
+def test_a_short_block_repeats_its_own_start_after_the_shuffle() -> None:
+    order = torch.arange(10)
+    assert rank_block(order, rank=3, world_size=4).tolist() == [9, 9, 9]
+    assert rank_block(torch.arange(5), rank=1, world_size=2).tolist() == [3, 4, 3]
+    gen = torch.Generator().manual_seed(3)
+    block = rank_block(torch.arange(11), rank=1, world_size=2, generator=gen)
+    assert sorted(block[:5].tolist()) == [6, 7, 8, 9, 10] and block[5] == block[0]
+    # a rank past the end (more ranks than seeds) repeats the order from its start
+    assert [rank_block(torch.arange(9), rank=3, world_size=4).tolist()] == [[0, 1, 2]]
+    assert rank_block(torch.tensor([7, 8]), rank=0, world_size=3, drop_last=True).numel() == 0

@@ -78,6 +78,12 @@ def first_batch(loader):
         return next(iter(loader))
 
 
+def one_epoch(loader) -> list:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(loader)
+
+
 # --------------------------------------------------------------------------------------------
 # Samplers: names, sample / sample_blocks
 # --------------------------------------------------------------------------------------------
@@ -329,23 +335,35 @@ def test_persistent_workers_serve_the_graphs_data_as_it_is_now() -> None:
             assert torch.equal(blocks[-1].dstdata["label"], output_nodes + epoch)
 
 
-def test_use_ddp_gives_each_rank_its_share(monkeypatch) -> None:
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_use_ddp_gives_each_rank_dgls_block(monkeypatch, shuffle, drop_last) -> None:
     g = small_graph()
+    indices = torch.arange(101, 0, -1)
     monkeypatch.setattr(torch.distributed, "is_available", lambda: True)
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 2)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *a, **k: 3)
+    args = {"use_ddp": True, "batch_size": 10, "shuffle": shuffle, "drop_last": drop_last}
     seen = []
-    for rank in range(2):
+    for rank in range(3):
         monkeypatch.setattr(torch.distributed, "get_rank", lambda *a, rank=rank, **k: rank)
-        loader = DataLoader(
-            g, torch.arange(50), NeighborSampler([2]), use_ddp=True, ddp_seed=7,
-            batch_size=10, shuffle=True,
-        )  # fmt: skip
-        assert loader.use_ddp and loader.ddp_seed == 7 and len(loader) == 3
-        seen.append(torch.cat([out for _, out, _ in loader]))
-    assert seen[0].numel() == seen[1].numel() == 25
-    assert not set(seen[0].tolist()) & set(seen[1].tolist())
-    assert sorted(seen[0].tolist() + seen[1].tolist()) == list(range(50))
+        loader = DataLoader(g, indices, NeighborSampler([2]), ddp_seed=7, **args)
+        theirs = dgl_loader(g, dgl.dataloading.NeighborSampler([2]), indices, **args)
+        assert loader.use_ddp and loader.ddp_seed == 7 and len(loader) == len(theirs)
+        for _epoch in range(2):
+            ours = torch.cat([out for _, out, _ in loader])
+            dgls = torch.cat([out for _, out, _ in one_epoch(theirs)])
+            assert ours.numel() == dgls.numel() == (30 if drop_last else 34)
+            if shuffle:  # the same seeds every epoch (DGL shuffles within the block)
+                size = 33 if drop_last else 34  # ceil or floor of 101 / 3
+                block = set(indices[rank * size : (rank + 1) * size].tolist())
+                assert set(ours.tolist()) <= block and set(dgls.tolist()) <= block
+            else:  # DGL's contiguous run, in order
+                assert torch.equal(ours, dgls)
+        seen.append(set(ours.tolist()))
+    assert not (seen[0] & seen[1] or seen[0] & seen[2] or seen[1] & seen[2])
+    if not drop_last:
+        assert set().union(*seen) == set(indices.tolist())
 
 
 def test_use_ddp_without_torch_distributed_is_a_clear_error() -> None:

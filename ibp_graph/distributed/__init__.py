@@ -3,7 +3,7 @@
 Each concern is one module:
 
 - `ibp_graph.distributed.shard`: each rank's share of an epoch's seed order
-  (``DistributedSampler`` semantics);
+  (``DistributedSampler``'s semantics, or DGL's contiguous blocks);
 - `ibp_graph.distributed.shm`: POSIX shared-memory segments (create, attach, cleanup on any
   exit) and the ``/dev/shm`` / locked-memory checks;
 - `ibp_graph.distributed.shared_table` and `ibp_graph.distributed.shared_graph`: a
@@ -17,6 +17,6 @@ Each concern is one module:
 Only `shard` is imported here; the others load torch.distributed when imported.
 """
 
-from .shard import rank_share, share_size
+from .shard import rank_block, rank_share, share_size
 
-__all__ = ["rank_share", "share_size"]
+__all__ = ["rank_block", "rank_share", "share_size"]
