@@ -178,15 +178,31 @@ def unsupported(name: str, value: object, why: str) -> NotImplementedError:
     return NotImplementedError(f"{name}={value!r} is not supported by ibp_graph's loader: {why}")
 
 
+def as_int(value: object) -> int | None:
+    """``value`` as a Python int, or None if it is not an integer.
+
+    Integers are ints, NumPy integers and 0-d integer tensors or arrays (as DGL takes them);
+    bools are not.
+    """
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.ndim != 0 or value.dtype in (torch.bool, np.bool_):
+            return None
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
 def check_batch_size(batch_size: object) -> int:
-    """``batch_size`` if it is an int >= 1.
+    """``batch_size`` as an int if it is an integer >= 1 (see `as_int`).
 
     Raises:
         IBPInputError: it is not.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    size = as_int(batch_size)
+    if size is None or size < 1:
         raise IBPInputError(f"batch_size must be a positive int, got {batch_size!r}")
-    return batch_size
+    return size
 
 
 def check_prefetch(prefetch: object) -> int:

@@ -99,7 +99,9 @@ DGL's loader arguments, and what happens to each here:
 argument                    what happens
 ==========================  ================================================================
 ``graph``, ``indices``,     as DGL (homogeneous graphs; ``indices`` a tensor, array, list or
-``graph_sampler``           boolean mask; DGL's ``NeighborSampler`` is read and sampled by us)
+``graph_sampler``           boolean mask, or ``{ntype: ids}`` on a graph with one node type;
+                            DGL's ``NeighborSampler`` is read and sampled by us; blocks and
+                            ids have the graph's ``idtype`` and type names)
 ``device``                  as DGL: where sampling runs and the blocks land
 ``batch_size``,             as DGL
 ``drop_last``, ``shuffle``
@@ -132,6 +134,7 @@ other ``**kwargs``          as without workers, for a ``seed``); the blocks and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,12 +153,13 @@ from ibp_graph.loading import (
 )
 from ibp_graph.sampler import SampledBatch
 
-from .dgl_blocks import to_blocks
+from .dgl_blocks import node_ids, to_blocks
 from .dgl_import import GRAPHBOLT_PLACEHOLDER, dgl_supports, import_dgl
 from .dgl_sampler import (
     MultiLayerFullNeighborSampler,
     MultiLayerNeighborSampler,
     NeighborSampler,
+    structure,
     to_csr,
 )
 
@@ -239,7 +243,9 @@ class DataLoader(BaseNodeLoader):
     Args:
         graph: a homogeneous ``dgl.DGLGraph``, or an ibp-graph `CSRGraph` (then ``features``
             and ``labels`` are passed explicitly). Use `from_ogb` for an OGB dataset.
-        indices: seed node ids (tensor, array, list), or a boolean mask over the nodes.
+        indices: seed node ids (tensor, array, list), or a boolean mask over the nodes; or
+            ``{ntype: ids}`` where the graph's one node type is ``ntype`` (then, as in DGL,
+            each ``output_nodes`` is ``{ntype: ids}``).
         graph_sampler: `NeighborSampler` (or `MultiLayerNeighborSampler`,
             `MultiLayerFullNeighborSampler`), or DGL's ``dgl.dataloading.NeighborSampler``
             (its settings are read; the sampling is ibp-graph's, per block).
@@ -353,12 +359,24 @@ class DataLoader(BaseNodeLoader):
         csr = to_csr(graph)  # checks the graph's type first
         num_nodes = csr.num_nodes
         self.graph = graph
+        self._structure = structure(graph)
         self.graph_sampler = settings
         self.indices = indices
         self.use_uva = use_uva
         self.use_alternate_streams = use_alternate_streams
         self.pin_prefetcher = pin_prefetcher
         self.gpu_cache = gpu_cache
+        # DGL takes {ntype: ids} on a graph whose one node type is named: its output_nodes
+        # are then {ntype: ids} too (input_nodes stay a tensor).
+        self._output_ntype = None
+        if is_dgl and isinstance(indices, Mapping):
+            if list(indices) != graph.ntypes:
+                raise IBPInputError(
+                    f"indices names the node types {list(indices)}, the graph has one: "
+                    f"{graph.ntypes[0]!r}"
+                )
+            self._output_ntype = graph.ntypes[0]
+            indices = indices[self._output_ntype]
         self.input_nodes, self._input_id = input_nodes(indices, num_nodes, name="indices")
 
         ndata = graph.ndata if is_dgl else {}
@@ -549,6 +567,12 @@ class DataLoader(BaseNodeLoader):
         """``(input_nodes, output_nodes, blocks)``, the blocks taking ``g``'s data as it is now."""
         sampled = batch.sampled
         graph = self.graph if isinstance(self.graph, dgl.DGLGraph) else None
+        if structure(self.graph) is not self._structure:
+            raise IBPInputError(
+                "the graph's nodes or edges were changed after the DataLoader was built "
+                "(add_edges, remove_nodes, ...): its batches would be stale; build a new "
+                "DataLoader"
+            )
         missing = self._first_missing(graph) if graph is not None else None
         if missing is not None:
             raise IBPInputError(
@@ -568,7 +592,10 @@ class DataLoader(BaseNodeLoader):
             blocks[0].srcdata[self.feat_key] = rows
         if batch.labels is not None:
             blocks[-1].dstdata[self.label_key] = batch.labels
-        return sampled.node, sampled.node[: sampled.batch_size], blocks
+        input_nodes, output_nodes = node_ids(graph, sampled)
+        if self._output_ntype is not None:
+            return input_nodes, {self._output_ntype: output_nodes}, blocks
+        return input_nodes, output_nodes, blocks
 
     def __repr__(self) -> str:
         return (

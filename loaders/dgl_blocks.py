@@ -1,8 +1,11 @@
 """DGL blocks (message flow graphs) from a `SampledBatch`, with the graph's data as DGL adds it.
 
 `to_blocks` turns one sampled subgraph into DGL's list of blocks, ``blocks[0]`` the outermost
-hop. Each block carries what ``dgl.to_block`` gives the blocks of DGL's own
-``NeighborSampler`` on a DGL graph: every ``g.ndata`` field on its ``srcdata`` and
+hop, with the graph's id type (``int32`` or ``int64``) and its node and edge type names (a
+homogeneous graph may name its one type, e.g. ``("paper", "cites", "paper")``), as DGL's
+sampler gives them; `node_ids` gives the batch's node ids in that id type. Each block
+carries what ``dgl.to_block`` gives the blocks of DGL's own ``NeighborSampler`` on a DGL
+graph: every ``g.ndata`` field on its ``srcdata`` and
 ``dstdata`` and every ``g.edata`` field on its ``edata``, as lazy slices (DGL's
 ``Frame.subframe``: a field is gathered only when read), plus ``dgl.NID`` / ``dgl.EID``. The
 fields are those of ``g`` when the batch is built, so replacing or deleting a field of ``g``
@@ -19,7 +22,7 @@ from ibp_graph.sampler import SampledBatch
 
 from .dgl_import import dgl
 
-__all__ = ["DRAWS", "to_blocks"]
+__all__ = ["DRAWS", "node_ids", "to_blocks"]
 
 #: The values of the ``draw`` argument: DGL's per-block draw, or PyG's draw once per batch.
 DRAWS = ("per_hop", "once")
@@ -30,6 +33,15 @@ def _prefix_sums(counts: list[int]) -> list[int]:
     for c in counts:
         out.append(out[-1] + c)
     return out
+
+
+def node_ids(graph: Any, sampled: SampledBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_nodes, output_nodes)`` of ``sampled``, in ``graph``'s id type.
+
+    That is a DGL graph's ``idtype``, or int64 when ``graph`` is None.
+    """
+    node = sampled.node if graph is None else sampled.node.to(graph.idtype)
+    return node, node[: sampled.batch_size]
 
 
 def to_blocks(graph: Any, sampled: SampledBatch, *, draw: str = "per_hop") -> list[Any]:
@@ -52,22 +64,28 @@ def to_blocks(graph: Any, sampled: SampledBatch, *, draw: str = "per_hop") -> li
             reached, and later blocks reuse them) (default: ``"per_hop"``).
 
     Returns:
-        The blocks, on the device of ``sampled``'s tensors.
+        The blocks, on the device of ``sampled``'s tensors, with ``graph``'s ``idtype`` and
+        type names (int64 and DGL's default names when ``graph`` is None).
     """
-    node, row, col, edge = sampled.node, sampled.row, sampled.col, sampled.edge
+    frames = graph is not None
+    idtype = graph.idtype if frames else torch.int64
+    etype = graph.canonical_etypes[0] if frames else ("_N", "_E", "_N")
+    node, row, col, edge = (
+        t.to(idtype) for t in (sampled.node, sampled.row, sampled.col, sampled.edge)
+    )
     nodes_upto = _prefix_sums(sampled.num_sampled_nodes)
     edges_upto = _prefix_sums(sampled.num_sampled_edges)
     hops = len(sampled.num_sampled_edges)
-    frames = graph is not None
     blocks = []
     for hop in range(hops - 1, -1, -1):
         first = 0 if draw == "once" else edges_upto[hop]
         last = edges_upto[hop + 1]
         num_dst, num_src = nodes_upto[hop + 1], nodes_upto[hop + 2]
         block = dgl.create_block(
-            (row[first:last], col[first:last]),
-            num_src_nodes=num_src,
-            num_dst_nodes=num_dst,
+            {etype: (row[first:last], col[first:last])},
+            num_src_nodes={etype[0]: num_src},
+            num_dst_nodes={etype[2]: num_dst},
+            idtype=idtype,
             device=node.device,
         )
         src_ids, dst_ids, edge_ids = node[:num_src], node[:num_dst], edge[first:last]

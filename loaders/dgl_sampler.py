@@ -38,16 +38,17 @@ import torch
 
 from ibp_graph.errors import IBPInputError, check_bool, check_choice
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import resolve_seed, type_name, unsupported
+from ibp_graph.loading import as_int, resolve_seed, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
 
-from .dgl_blocks import DRAWS, to_blocks
+from .dgl_blocks import DRAWS, node_ids, to_blocks
 from .dgl_import import dgl
 
 __all__ = [
     "MultiLayerFullNeighborSampler",
     "MultiLayerNeighborSampler",
     "NeighborSampler",
+    "structure",
     "to_csr",
 ]
 
@@ -87,22 +88,34 @@ def to_csr(graph: Any, *, indices_dtype: torch.dtype = torch.int64) -> CSRGraph:
     )
 
 
+def structure(graph: Any) -> Any:
+    """What changes when nodes or edges are added to a DGL graph or removed from it.
+
+    DGL's ``add_nodes``, ``add_edges``, ``remove_nodes`` and ``remove_edges`` give the
+    graph a new graph index (``g._graph``); the CSR built from the old one is stale then.
+    None for anything else (a `CSRGraph` cannot change).
+    """
+    return getattr(graph, "_graph", None) if isinstance(graph, dgl.DGLGraph) else None
+
+
 def _check_fanouts(fanouts: object) -> list[int]:
-    if not isinstance(fanouts, (list, tuple)):
+    if isinstance(fanouts, (torch.Tensor, np.ndarray)) and fanouts.ndim == 1:
+        fanouts = list(fanouts)
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
         raise IBPInputError(f"fanouts must be a list of ints, got '{type_name(fanouts)}'")
     if not fanouts:
         raise IBPInputError("fanouts must be a non-empty list of ints (one per layer)")
     out = []
-    for i, k in enumerate(fanouts):
-        if isinstance(k, Mapping):
+    for i, value in enumerate(fanouts):
+        if isinstance(value, Mapping):
             raise unsupported(
                 "fanouts", fanouts, "per-edge-type fanouts belong to heterogeneous graphs"
             )
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        k = as_int(value)
+        if k is None:
             raise IBPInputError(
-                f"fanouts must be a list of ints, got '{type_name(k)}' at index {i}"
+                f"fanouts must be a list of ints, got '{type_name(value)}' at index {i}"
             )
-        k = int(k)
         if k < -1:
             raise IBPInputError(f"fanouts[{i}] must be >= -1 (-1: all neighbors), got {k}")
         out.append(k)
@@ -194,7 +207,7 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
         self.replace = replace
         self.fused = fused
         self.draw = check_choice("draw", draw, DRAWS)
-        self._graph: Any = None
+        self._graph: tuple[Any, Any] | None = None  # (graph, its `structure`) sampled
         self._sampler: CSRNeighborSampler | None = None
 
     @classmethod
@@ -202,18 +215,28 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
         """The same settings as a ``dgl.dataloading.NeighborSampler`` (or ours, as is).
 
         Raises:
-            NotImplementedError: ``sampler`` is another kind of DGL sampler, or uses an
-                option we do not support (see `NeighborSampler`).
+            NotImplementedError: ``sampler`` is another kind of DGL sampler, a subclass
+                that overrides ``sample`` or ``sample_blocks``, or uses an option we do not
+                support (see `NeighborSampler`).
         """
-        if isinstance(sampler, NeighborSampler):
-            return sampler
-        if not isinstance(sampler, dgl.dataloading.NeighborSampler):
+        ours = isinstance(sampler, NeighborSampler)
+        if not ours and not isinstance(sampler, dgl.dataloading.NeighborSampler):
             raise NotImplementedError(
                 f"graph_sampler={type_name(sampler)} is not supported by ibp_graph's "
                 "DataLoader: pass ibp_graph.loaders.dgl.NeighborSampler (or "
                 "MultiLayerNeighborSampler, MultiLayerFullNeighborSampler) or DGL's "
                 "NeighborSampler"
             )
+        base = NeighborSampler if ours else dgl.dataloading.NeighborSampler
+        for method in ("sample", "sample_blocks"):
+            if getattr(type(sampler), method) is not getattr(base, method):
+                raise NotImplementedError(
+                    f"graph_sampler={type_name(sampler)} overrides {method}(), which "
+                    "ibp_graph's DataLoader would not call (it samples with its own "
+                    "sampler): use it with dgl.dataloading.DataLoader"
+                )
+        if ours:
+            return sampler
         if getattr(sampler, "prob", None) is not None:
             raise unsupported("prob (or mask)", sampler.prob, "sampling is uniform")
         return cls(
@@ -247,9 +270,9 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
     ) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
         """``(input_nodes, output_nodes, blocks)`` for ``seed_nodes``, as DGL's sampler gives.
 
-        The first call on a graph builds its CSR (kept for later calls on the same graph)
-        and a generator seeded from torch's global one (so ``torch.manual_seed`` fixes the
-        draws).
+        The first call on a graph builds its CSR (kept for later calls on the same graph,
+        until nodes or edges are added to it or removed from it) and a generator seeded from
+        torch's global one (so ``torch.manual_seed`` fixes the draws).
 
         Args:
             g: a homogeneous ``dgl.DGLGraph``.
@@ -269,14 +292,15 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
             raise unsupported(
                 "seed_nodes", type_name(seed_nodes), "node types belong to heterogeneous graphs"
             )
-        if self._graph is not g:
+        built = self._graph
+        if built is None or built[0] is not g or built[1] is not structure(g):
             csr = to_csr(g).to(g.device)
             self._sampler = self.csr_sampler(csr, seed=resolve_seed(None))
-            self._graph = g
+            self._graph = (g, structure(g))
         seeds = torch.as_tensor(seed_nodes)
         sampled = self._sampler.sample(seeds)
         blocks = to_blocks(g, sampled, draw=self.draw)
-        input_nodes, output_nodes = sampled.node, sampled.node[: sampled.batch_size]
+        input_nodes, output_nodes = node_ids(g, sampled)
         if self.output_device is not None:
             device = torch.device(self.output_device)
             blocks = [b.to(device) for b in blocks]
@@ -312,6 +336,7 @@ class MultiLayerFullNeighborSampler(NeighborSampler):
     """
 
     def __init__(self, num_layers: int, **kwargs: Any) -> None:
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        layers = as_int(num_layers)
+        if layers is None or layers < 1:
             raise IBPInputError(f"num_layers must be an int >= 1, got {num_layers!r}")
-        super().__init__([-1] * num_layers, **kwargs)
+        super().__init__([-1] * layers, **kwargs)

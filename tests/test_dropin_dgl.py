@@ -131,6 +131,106 @@ def test_sample_blocks_refuses_what_it_would_get_wrong() -> None:
         NeighborSampler([2]).sample_blocks(g, {"_N": torch.tensor([0])})
 
 
+def test_a_subclass_that_overrides_sampling_is_refused_not_skipped() -> None:
+    class Marked(dgl.dataloading.NeighborSampler):
+        def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+            return super().sample_blocks(g, seed_nodes, exclude_eids)
+
+    class Ours(NeighborSampler):
+        def sample(self, g, seed_nodes, exclude_eids=None):
+            return super().sample(g, seed_nodes, exclude_eids)
+
+    class Plain(dgl.dataloading.NeighborSampler):  # settings only: ours samples it
+        pass
+
+    g = small_graph()
+    with pytest.raises(NotImplementedError, match=r"Marked overrides sample_blocks\(\).*dgl\."):
+        DataLoader(g, torch.arange(4), Marked([2]))
+    with pytest.raises(NotImplementedError, match=r"Ours overrides sample\(\)"):
+        DataLoader(g, torch.arange(4), Ours([2]))
+    assert sum(o.numel() for _, o, _ in DataLoader(g, torch.arange(4), Plain([2]))) == 4
+    # in DGL's own loader the override runs
+    assert first_batch(dgl_loader(g, Ours([2]), torch.arange(4)))[1].numel() == 1
+
+
+@pytest.mark.parametrize("loader_kind", ["ours", "dgl"])
+def test_int32_graphs_give_int32_blocks_and_ids_as_dgl(loader_kind) -> None:
+    g = small_graph().int()
+    seeds = torch.arange(10, dtype=torch.int32)
+    make = DataLoader if loader_kind == "ours" else dgl_loader
+    args = (g, seeds, NeighborSampler([3, 3])) if loader_kind == "ours" else (
+        g, NeighborSampler([3, 3]), seeds
+    )  # fmt: skip
+    input_nodes, output_nodes, blocks = first_batch(make(*args, batch_size=10))
+    theirs = first_batch(
+        dgl_loader(g, dgl.dataloading.NeighborSampler([3, 3]), seeds, batch_size=10)
+    )
+    assert input_nodes.dtype == output_nodes.dtype == theirs[0].dtype == torch.int32
+    for block, their in zip(blocks, theirs[2], strict=True):
+        assert block.idtype == their.idtype == torch.int32
+        assert block.srcdata[dgl.NID].dtype == block.edata[dgl.EID].dtype == torch.int32
+    # what the blocks' ids are then used for, as with DGL's
+    assert torch.equal(g.in_degrees(output_nodes), g.in_degrees(theirs[1]))
+    assert g.subgraph(input_nodes).num_nodes() == input_nodes.unique().numel()
+
+
+def test_a_named_single_type_graph_keeps_its_names() -> None:
+    src, dst = torch.randint(0, 40, (2, 200), generator=torch.Generator().manual_seed(0))
+    g = dgl.heterograph({("paper", "cites", "paper"): (src, dst)}, {"paper": 40})
+    g.ndata["feat"] = torch.randn(40, 3)
+    theirs = first_batch(dgl_loader(g, dgl.dataloading.NeighborSampler([2]), torch.arange(8)))
+    for indices in (torch.arange(8), {"paper": torch.arange(8)}):
+        input_nodes, output_nodes, blocks = first_batch(
+            DataLoader(g, indices, NeighborSampler([2]), batch_size=8)
+        )
+        assert blocks[0].canonical_etypes == theirs[2][0].canonical_etypes
+        assert blocks[0].srctypes == blocks[0].dsttypes == ["paper"]
+        assert torch.equal(blocks[0].srcnodes["paper"].data["feat"], g.ndata["feat"][input_nodes])
+        if isinstance(indices, dict):  # DGL: output_nodes keyed by the type, input_nodes not
+            assert list(output_nodes) == ["paper"] and isinstance(input_nodes, torch.Tensor)
+            assert torch.equal(output_nodes["paper"], torch.arange(8))
+        else:
+            assert torch.equal(output_nodes, torch.arange(8))
+    with pytest.raises(IBPInputError, match=r"names the node types \['author'\].*'paper'"):
+        DataLoader(g, {"author": torch.arange(8)}, NeighborSampler([2]))
+
+
+def test_changing_the_graphs_edges_is_an_error_not_stale_batches() -> None:
+    g = dgl.graph((torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0])))
+    g.edata["w"] = torch.tensor([10.0, 20.0, 30.0])
+    loader = DataLoader(g, torch.tensor([0]), MultiLayerFullNeighborSampler(1))
+    sampler = MultiLayerFullNeighborSampler(1)
+    assert sorted(first_batch(loader)[2][0].edata["w"].tolist()) == [10.0, 20.0, 30.0]
+    assert sampler.sample(g, torch.tensor([0]))[2][0].num_edges() == 3
+    g.remove_edges(torch.tensor([0]))
+    g.add_edges(torch.tensor([3]), torch.tensor([0]), data={"w": torch.tensor([99.0])})
+    with pytest.raises(IBPInputError, match="nodes or edges were changed.*build a new"):
+        first_batch(loader)
+    # the sampler on its own samples the graph as it is now, as DGL's does
+    blocks = sampler.sample(g, torch.tensor([0]))[2]
+    assert sorted(blocks[0].edata["w"].tolist()) == [20.0, 30.0, 99.0]
+    g.add_nodes(1)
+    assert sampler.sample(g, torch.tensor([0]))[2][0].num_edges() == 3
+
+
+def test_integers_as_dgl_takes_them() -> None:
+    import numpy as np
+
+    g = small_graph()
+    assert NeighborSampler(np.array([3, 2])).fanouts == [3, 2]
+    assert NeighborSampler(torch.tensor([3, 2])).fanouts == [3, 2]
+    assert NeighborSampler((np.int64(4),)).fanouts == [4]
+    assert MultiLayerFullNeighborSampler(np.int64(2)).fanouts == [-1, -1]
+    for size in (np.int64(4), torch.tensor(4)):
+        assert len(DataLoader(g, torch.arange(10), NeighborSampler([2]), batch_size=size)) == 3
+    for bad in ([2.0], np.array([1.5]), "22", [True], torch.ones(1, 1, dtype=torch.long)):
+        with pytest.raises(IBPInputError, match="fanouts must be a list of ints"):
+            NeighborSampler(bad)
+    for bad in (torch.tensor(True), 4.0, torch.tensor([4]), np.int64(0)):
+        with pytest.raises(IBPInputError, match="batch_size must be a positive int"):
+            DataLoader(g, torch.arange(10), NeighborSampler([2]), batch_size=bad)
+
+
 def test_replace_draws_exactly_fanout_with_repeats() -> None:
     g = small_graph()
     g = dgl.graph(g.edges(), num_nodes=g.num_nodes())  # bare
