@@ -30,6 +30,7 @@ that draw, as PyG's ``NeighborLoader`` does: fewer edges per block, not DGL's di
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,11 +54,19 @@ __all__ = [
 ]
 
 
+#: For each DGL graph, weak references to the last CSR built from it and to the graph index
+#: (`structure`) it was built from, with its indices dtype: loaders over one graph share one
+#: CSR while any of them holds it, as DGL's loaders share the graph's own formats.
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def to_csr(graph: Any, *, indices_dtype: torch.dtype = torch.int64) -> CSRGraph:
     """The in-neighbor `CSRGraph` of a homogeneous ``dgl.DGLGraph`` (or a `CSRGraph` as is).
 
     The CSR's edge ids are DGL's edge ids, so sampled edges index ``g.edata`` and
     ``g.find_edges``. In-edges are what DGL's ``NeighborSampler`` samples (``edge_dir="in"``).
+    A CSR built from a graph is returned again for that graph while it is alive and the
+    graph's nodes and edges have not changed (a `CSRGraph` is immutable).
 
     Args:
         graph: a homogeneous ``dgl.DGLGraph`` (not a block), on any device; or a `CSRGraph`,
@@ -82,10 +91,17 @@ def to_csr(graph: Any, *, indices_dtype: torch.dtype = torch.int64) -> CSRGraph:
             f"graph is heterogeneous ({len(graph.ntypes)} node types, {len(graph.etypes)} edge "
             "types): ibp_graph's DGL samplers sample homogeneous graphs only"
         )
+    built = _BUILT.get(graph)
+    if built is not None and built[1]() is structure(graph) and built[2] == indices_dtype:
+        csr = built[0]()
+        if csr is not None:
+            return csr
     src, dst = graph.edges(order="eid")
-    return CSRGraph.from_edge_index(
+    csr = CSRGraph.from_edge_index(
         torch.stack([src, dst]), graph.num_nodes(), indices_dtype=indices_dtype
     )
+    _BUILT[graph] = (weakref.ref(csr), weakref.ref(structure(graph)), indices_dtype)
+    return csr
 
 
 def structure(graph: Any) -> Any:

@@ -213,6 +213,18 @@ def test_changing_the_graphs_edges_is_an_error_not_stale_batches() -> None:
     assert sampler.sample(g, torch.tensor([0]))[2][0].num_edges() == 3
 
 
+def test_loaders_over_one_graph_share_its_csr_until_it_changes() -> None:
+    g = small_graph()
+    first = DataLoader(g, torch.arange(10), NeighborSampler([2]))
+    second = DataLoader(g, torch.arange(20), MultiLayerFullNeighborSampler(2))
+    assert second.csr is first.csr  # built once, as DGL's loaders share the graph's formats
+    g.add_edges(torch.tensor([0]), torch.tensor([1]))
+    third = DataLoader(g, torch.arange(10), NeighborSampler([2]))
+    assert third.csr is not first.csr and third.csr.num_edges == first.csr.num_edges + 1
+    other = small_graph()  # an equal graph is another graph
+    assert DataLoader(other, torch.arange(10), NeighborSampler([2])).csr is not third.csr
+
+
 def test_integers_as_dgl_takes_them() -> None:
     import numpy as np
 
