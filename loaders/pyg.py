@@ -50,6 +50,7 @@ Importing this module needs ``torch_geometric`` (the ``pyg`` extra).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -59,7 +60,8 @@ import torch
 
 try:
     from torch_geometric.data import Data, FeatureStore, HeteroData, TensorAttr
-    from torch_geometric.sampler import NodeSamplerInput
+    from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
+    from torch_geometric.sampler import NodeSamplerInput, SamplerOutput
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "ibp_graph.loaders.pyg needs PyTorch Geometric: pip install 'ibp-graph[pyg]'"
@@ -69,7 +71,7 @@ from ibp_graph import loading
 from ibp_graph.errors import IBPInputError, check_bool, check_choice
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import BaseNodeLoader, type_name, unsupported, warn_ignored
+from ibp_graph.loading import BaseNodeLoader, type_name, unsupported, warn_ignored, warn_once
 from ibp_graph.pinned import to_device
 from ibp_graph.sampler import SUBGRAPH_TYPES, NeighborSampler, SampledBatch
 
@@ -92,7 +94,52 @@ def _subgraph_type(value: Any, directed: bool) -> str:
     return check_choice("subgraph_type", value, SUBGRAPH_TYPES)
 
 
-class NeighborLoader(BaseNodeLoader):
+def _tuple_input_nodes(nodes: Any) -> Any:
+    """A tuple ``input_nodes`` as PyG reads it on a ``Data``: node ids, as a list of ints.
+
+    PyG's ``get_input_nodes`` turns any ``input_nodes`` of a ``Data`` that is not a tensor
+    into ``torch.tensor(nodes, dtype=torch.long)``. A tuple whose first entry is a string or
+    None is PyG's ``(node_type, ids)`` of heterogeneous graphs: it is returned as it is, for
+    `ibp_graph.loading.input_nodes` to refuse. Anything else is returned as it is.
+
+    Raises:
+        IBPInputError: an entry is not an integer (PyG would read a bool as the id 0 or 1).
+    """
+    if not isinstance(nodes, tuple) or (nodes and (nodes[0] is None or isinstance(nodes[0], str))):
+        return nodes
+    ids = []
+    for i, value in enumerate(nodes):
+        k = loading.as_int(value)
+        if k is None:
+            hint = (
+                " (a mask must be a boolean tensor)" if isinstance(value, (bool, np.bool_)) else ""
+            )
+            raise IBPInputError(
+                f"input_nodes is a tuple of node ids, got '{type_name(value)}' at index {i}{hint}"
+            )
+        ids.append(k)
+    return ids
+
+
+def _sampler_output(sampled: SampledBatch) -> SamplerOutput:
+    """``sampled`` as the ``SamplerOutput`` PyG's ``NeighborSampler`` gives a ``NodeLoader``.
+
+    Its ``metadata`` is ``(input_id, seed_time)``, ``seed_time`` None (no temporal sampling).
+    """
+    nodes, edges = sampled.num_sampled_nodes, sampled.num_sampled_edges
+    return SamplerOutput(
+        node=sampled.node,
+        row=sampled.row,
+        col=sampled.col,
+        edge=sampled.edge,
+        batch=sampled.batch,
+        num_sampled_nodes=None if nodes is None else list(nodes),
+        num_sampled_edges=None if edges is None else list(edges),
+        metadata=(sampled.input_id, None),
+    )
+
+
+class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
     """PyG's ``NeighborLoader`` for homogeneous graphs, with compressed features and prefetch.
 
     Uniform neighbor sampling by `ibp_graph.sampler.NeighborSampler` with PyG's semantics and
@@ -111,6 +158,12 @@ class NeighborLoader(BaseNodeLoader):
     positions of the seeds, ``loader.collate_fn(positions)`` returns their batch, and every
     ``DataLoader`` keyword is accepted (``**kwargs``). On the CPU, ``num_workers > 0`` samples
     and fetches in torch's worker processes; the batches are those of ``num_workers=0``.
+
+    It is also a ``torch_geometric.loader.NeighborLoader`` (PyG's ``__init__`` is not run, and
+    PyG's sampling and joining methods are replaced by ours), so PyG code that checks for
+    one takes it: ``BasicGNN.inference(loader)`` (with ``cache=True`` too), ``ZipLoader``
+    (through `filter_fn`), and PyG's worker helpers ``enable_cpu_affinity``,
+    ``enable_multithreading`` and ``enable_memory_log``.
 
     Where things run (``device`` defaults to where ``features`` delivers rows):
 
@@ -151,9 +204,9 @@ class NeighborLoader(BaseNodeLoader):
     Args:
         data: the graph, a ``torch_geometric.data.Data`` with ``edge_index``.
         num_neighbors: neighbors sampled per node, one int per hop (``-1``: all).
-        input_nodes: seed nodes: None (all nodes), a boolean mask or an index tensor. As in
-            PyG, ``input_id`` holds positions in an index, node ids for a mask
-            (default: None).
+        input_nodes: seed nodes: None (all nodes), a boolean mask or an index tensor (a
+            list or tuple of ints is an index, as in PyG). As in PyG, ``input_id`` holds
+            positions in an index, node ids for a mask (default: None).
         input_time: temporal sampling: must be None (raises otherwise).
         replace: sample with replacement (default: False).
         subgraph_type: ``"directional"``, ``"bidirectional"`` or ``"induced"`` (or PyG's
@@ -165,9 +218,13 @@ class NeighborLoader(BaseNodeLoader):
         weight_attr: weighted sampling: must be None (raises otherwise).
         transform: called on every batch (``Data``) before it is handed over
             (default: None).
-        transform_sampler_output: called on every sampled subgraph (a `SampledBatch`, laid
-            out like PyG's ``SamplerOutput``) before it is joined with its features
-            (default: None).
+        transform_sampler_output: called on every sampled subgraph, as PyG's
+            ``SamplerOutput`` (``node``, ``row``, ``col``, ``edge``, ``batch``,
+            ``num_sampled_nodes``, ``num_sampled_edges``, ``metadata=(input_id, None)``),
+            before it is joined with its features; it returns a ``SamplerOutput`` (the one it
+            was given, edited, or a new one: without ``metadata`` the batch keeps its
+            ``input_id``; ``edge=None`` drops ``e_id`` and the edge attributes; ``orig_row``
+            and ``orig_col`` give ``_orig_edge_index``, as in PyG) (default: None).
         is_sorted: accepted; no effect (the CSR graph is built once, whatever the order of
             ``edge_index``) (default: False).
         filter_per_worker: with workers, join features in the workers (None or True) or in
@@ -226,10 +283,10 @@ class NeighborLoader(BaseNodeLoader):
             ``(FeatureStore, GraphStore)`` data (naming it).
         TypeError: a keyword that neither this loader nor torch's ``DataLoader`` takes.
         IBPInputError: a bad argument, found at construction: ``num_neighbors`` not a list
-            of ints, ``input_nodes`` out of range, features with another row count than
-            ``data.num_nodes``, a CUDA ``device`` without a usable GPU, or a
-            ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with a CPU
-            ``device``, or an unknown ``sampler_backend`` or ``subgraph_type``, or
+            of ints, ``input_nodes`` out of range or a tuple of anything but ints, features
+            with another row count than ``data.num_nodes``, a CUDA ``device`` without a usable
+            GPU, or a ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with
+            a CPU ``device``, or an unknown ``sampler_backend`` or ``subgraph_type``, or
             ``use_ddp`` without an initialised ``torch.distributed``.
         IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
@@ -327,11 +384,14 @@ class NeighborLoader(BaseNodeLoader):
         self.transform_sampler_output = transform_sampler_output
         # PyG names node types by a string or a (type, ids) tuple; a mapping is just a bad
         # argument here (DGL's {ntype: ids} is refused as unsupported by the shared default).
+        # Any other tuple holds node ids, as PyG reads it on a Data.
         self.input_nodes, self._input_id = loading.input_nodes(
-            input_nodes, num_nodes, node_types=(str, tuple)
+            _tuple_input_nodes(input_nodes), num_nodes, node_types=(str, tuple)
         )
         if input_id is not None:
             self._input_id = self._check_input_id(input_id)
+        # The attributes PyG's NodeLoader.__init__ sets, which is not run.
+        self.input_time, self.custom_cls, self.input_id = None, custom_cls, input_id
         self.input_data = NodeSamplerInput(
             input_id=self._input_id, node=self.input_nodes, time=None, input_type=None
         )
@@ -512,18 +572,67 @@ class NeighborLoader(BaseNodeLoader):
 
     # -- batches -----------------------------------------------------------------------
     def _fetch(self, sampled: SampledBatch, stream: torch.cuda.Stream | None) -> Any:
-        """Join a sampled subgraph with its features and attributes: one PyG ``Data``."""
-        if self.transform_sampler_output is not None:
-            sampled = self.transform_sampler_output(sampled)
+        """Join a sampled subgraph with its features and attributes: one PyG ``Data``.
+
+        With ``transform_sampler_output``, the subgraph goes through it as PyG's
+        ``SamplerOutput`` first (without it, nothing is converted).
+        """
+        if self.transform_sampler_output is None:
+            return self._join(sampled, sampled.input_id, sampled.batch_size, None, stream)
+        out = self.transform_sampler_output(_sampler_output(sampled))
+        return self._join_output(out, sampled, stream)
+
+    def _join_output(
+        self, out: Any, received: SampledBatch | None, stream: torch.cuda.Stream | None
+    ) -> Any:
+        """Join what ``transform_sampler_output`` returned: a ``SamplerOutput``.
+
+        Its ``metadata`` gives ``input_id`` and ``batch_size`` as in PyG (``input_id``'s
+        length); without ``metadata``, those of ``received`` are kept.
+
+        Raises:
+            IBPInputError: ``out`` is not a ``SamplerOutput`` (or a `SampledBatch`), or its
+                ``metadata`` is not ``(input_id, seed_time)`` (None only with ``received``).
+        """
+        if isinstance(out, SampledBatch):
+            return self._join(out, out.input_id, out.batch_size, None, stream)
+        if not isinstance(out, SamplerOutput):
+            raise IBPInputError(
+                "transform_sampler_output must return a torch_geometric.sampler.SamplerOutput, "
+                f"got '{type_name(out)}'"
+            )
+        meta = out.metadata
+        if meta is None and received is not None:
+            return self._join(out, received.input_id, received.batch_size, None, stream)
+        if not isinstance(meta, (tuple, list)) or not meta or not isinstance(meta[0], torch.Tensor):
+            got = type_name(meta)
+            if isinstance(meta, (tuple, list)):
+                got = f"({', '.join(type_name(m) for m in meta)})"
+            raise IBPInputError(
+                "SamplerOutput.metadata must be (input_id, seed_time) with input_id a tensor, "
+                f"as PyG's NodeLoader gives it, got {got}"
+            )
+        seed_time = meta[1] if len(meta) > 1 else None
+        return self._join(out, meta[0], int(meta[0].size(0)), seed_time, stream)
+
+    def _join(
+        self,
+        sampled: SampledBatch | SamplerOutput,
+        input_id: torch.Tensor | None,
+        batch_size: int,
+        seed_time: Any,
+        stream: torch.cuda.Stream | None,
+    ) -> Any:
+        """The ``Data`` of a sampled subgraph, joined with its features and attributes."""
         node, edge = sampled.node, sampled.edge
         out = copy.copy(self._base)
         for key, (value, dim) in self._node_attrs.items():
             out[key] = _select(value, node, dim)
         for key, (value, dim) in self._edge_attrs.items():
-            out[key] = _select(value, edge, dim)
+            out[key] = None if edge is None else _select(value, edge, dim)  # None: dropped
         if self._has_num_nodes:
             out.num_nodes = node.numel()
-        out.edge_index = sampled.edge_index
+        out.edge_index = torch.stack([sampled.row, sampled.col])
         src = self.features
         if src is not None:
             out.x = src.gather(node, stream=stream)
@@ -531,7 +640,7 @@ class NeighborLoader(BaseNodeLoader):
             self.stats.add_fetch(rows, src.stored_bytes(node), rows * src.row_bytes)
         if "n_id" not in out:
             out.n_id = node
-        if "e_id" not in out:
+        if edge is not None and "e_id" not in out:
             out.e_id = edge
         if sampled.batch is not None:
             out.batch = sampled.batch
@@ -539,11 +648,114 @@ class NeighborLoader(BaseNodeLoader):
             out.num_sampled_nodes = list(sampled.num_sampled_nodes)
         if sampled.num_sampled_edges is not None:
             out.num_sampled_edges = list(sampled.num_sampled_edges)
-        out.input_id = to_device(sampled.input_id, self.device)
-        out.batch_size = sampled.batch_size
+        orig_row, orig_col = getattr(sampled, "orig_row", None), getattr(sampled, "orig_col", None)
+        if orig_row is not None and orig_col is not None:
+            out._orig_edge_index = torch.stack([orig_row, orig_col])
+        out.input_id = to_device(input_id, self.device)
+        if seed_time is not None:
+            out.seed_time = seed_time
+        out.batch_size = batch_size
         if self.transform is not None:
             out = self.transform(out)
         return out
+
+    def _deliver(self, batch: Any) -> Any:
+        """The batch, its ``_orig_edge_index`` (if any) recorded on the consumer's stream.
+
+        ``to_bidirectional(keep_orig_edges=True)`` in ``transform_sampler_output`` gives it;
+        it is an attribute of the ``Data`` object, outside the store that the prefetcher's
+        `ibp_graph.prefetch.record_stream` walks, so on a GPU it is recorded here, on the
+        stream current when the batch is handed over.
+        """
+        orig = vars(batch).get("_orig_edge_index") if isinstance(batch, Data) else None
+        if isinstance(orig, torch.Tensor) and orig.is_cuda:
+            orig.record_stream(torch.cuda.current_stream(orig.device))
+        return batch
+
+    def filter_fn(self, out: Any) -> Any:
+        """PyG's ``NodeLoader.filter_fn``: the batch of what ``collate_fn`` returned.
+
+        ``collate_fn`` returns the joined batch already, so a ``Data`` comes back as it is
+        (PyG's ``ZipLoader`` calls ``collate_fn`` and then ``filter_fn``). A PyG
+        ``SamplerOutput`` (``metadata=(input_id, seed_time)``) is joined as PyG does:
+        through ``transform_sampler_output``, then with its features, then ``transform``.
+
+        Raises:
+            TypeError: ``out`` is neither a ``Data`` nor a ``SamplerOutput``.
+        """
+        if isinstance(out, Data):
+            return out
+        if not isinstance(out, SamplerOutput):
+            raise TypeError(
+                "filter_fn takes a Data (a batch of this loader) or a "
+                f"torch_geometric.sampler.SamplerOutput, got '{type_name(out)}'"
+            )
+        if self.transform_sampler_output is not None:
+            out = self.transform_sampler_output(out)
+        return self._deliver(self._join_output(out, None, None))
+
+    def _get_iterator(self) -> Any:
+        """Torch's iterator over the workers' results, not PyG's ``NodeLoader`` one.
+
+        PyG's wraps it to call ``filter_fn`` on every result; here the results are our
+        workers' (`ibp_graph.workers.WorkerResult`), which the base class joins itself.
+        """
+        return torch.utils.data.DataLoader._get_iterator(self)
+
+    # -- PyG's worker helpers ------------------------------------------------------------
+    def _no_workers(self, helper: str, *, always: bool = False) -> bool:
+        """Whether ``helper`` cannot apply, as no worker processes run (warned once).
+
+        With ``num_workers=0`` only when ``always`` (PyG's own check raises otherwise).
+        """
+        if self._use_workers or not (self.num_workers or always):
+            return False
+        why = f"sampling and fetching run on {self.device}" if self.num_workers else "num_workers=0"
+        warn_once(f"loader.{helper}() has no effect: no worker processes run ({why})")
+        return True
+
+    def enable_cpu_affinity(
+        self, loader_cores: list[int] | list[list[int]] | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """PyG's ``enable_cpu_affinity``: pin each worker process to its cores.
+
+        As PyG's (``loader_cores``: one core, or a list of cores, per worker; default: NUMA
+        node 0's). Where ``num_workers > 0`` starts no workers (a CUDA ``device``) it warns
+        once and changes nothing.
+
+        Raises:
+            ValueError: on entering, with ``num_workers=0``, or ``loader_cores`` not one
+                entry per worker (PyG's checks).
+        """
+        if self._no_workers("enable_cpu_affinity"):
+            return contextlib.nullcontext()
+        return super().enable_cpu_affinity(loader_cores)
+
+    def enable_multithreading(
+        self, worker_threads: int | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """PyG's ``enable_multithreading``: ``worker_threads`` torch threads per worker.
+
+        As PyG's (it needs the ``"spawn"`` start method). Where ``num_workers > 0`` starts
+        no workers (a CUDA ``device``) it warns once and changes nothing.
+
+        Raises:
+            ValueError: on entering, with ``num_workers=0``, too many threads, or another
+                start method than ``"spawn"`` (PyG's checks).
+        """
+        if self._no_workers("enable_multithreading"):
+            return contextlib.nullcontext()
+        return super().enable_multithreading(worker_threads)
+
+    def enable_memory_log(self) -> contextlib.AbstractContextManager[None]:
+        """PyG's ``enable_memory_log``: each worker logs its memory (``logging.debug``).
+
+        Without worker processes (``num_workers=0``, or a CUDA ``device``) it warns once and
+        changes nothing.
+        """
+        if self._no_workers("enable_memory_log", always=True):
+            return contextlib.nullcontext()
+        return super().enable_memory_log()
 
     def __repr__(self) -> str:
         return (

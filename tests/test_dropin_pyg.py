@@ -4,16 +4,21 @@
 ``batch.n_id``), ``examples/hierarchical_sampling.py`` (``num_sampled_nodes`` /
 ``num_sampled_edges`` for trimming) and ``examples/ogbn_train.py`` (``disjoint=True`` and
 ``batch.batch``) each rely on a handful of arguments, attributes and batch fields; each is
-tested here. PyG's own sampler cannot run here (no pyg-lib or torch-sparse), so the modes
-are checked against their definitions, and the fields against PyG's ``NodeLoader`` in
-``test_loader_pyg.py``.
+tested here, as are PyG's helpers that take a ``NeighborLoader`` (``BasicGNN.inference``,
+``ZipLoader``, ``enable_cpu_affinity`` and the other worker helpers). PyG's own sampler
+cannot run here (no pyg-lib or torch-sparse), so the modes are checked against their
+definitions, and the fields against PyG's ``NodeLoader`` in ``test_loader_pyg.py``.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import logging
+import multiprocessing
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,9 +26,13 @@ pytest.importorskip("torch_geometric", reason="the pyg extra is not installed")
 
 from conftest import homophilous_graph  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
+from torch_geometric.loader import NeighborLoader as PyGNeighborLoader  # noqa: E402
+from torch_geometric.loader import NodeLoader, ZipLoader  # noqa: E402
+from torch_geometric.loader.base import DataLoaderIterator  # noqa: E402
+from torch_geometric.loader.utils import get_input_nodes  # noqa: E402
 from torch_geometric.nn.models import GraphSAGE  # noqa: E402
 from torch_geometric.sampler import NeighborSampler as PyGNeighborSampler  # noqa: E402
-from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
+from torch_geometric.sampler import NodeSamplerInput, SamplerOutput  # noqa: E402
 
 import ibp_graph  # noqa: E402
 from ibp_graph import loading  # noqa: E402
@@ -94,6 +103,165 @@ def test_loader_attributes_scripts_read(data) -> None:
     assert batch.num_sampled_nodes[0] == batch.batch_size  # ogbn_train.py's test() reads it
     again = loader(torch.tensor([0, 2]))  # PyG's __call__, with a tensor of positions
     assert torch.equal(again.n_id[:2], sub.node)
+
+
+def test_it_is_a_pyg_neighbor_loader_that_runs_our_methods(data) -> None:
+    loader = NeighborLoader(data, [3], batch_size=64)
+    assert isinstance(loader, PyGNeighborLoader) and isinstance(loader, NodeLoader)
+    for name in ("__init__", "__call__", "__iter__", "__len__", "__repr__", "filter_fn"):
+        owner = next(c for c in type(loader).__mro__ if name in vars(c))
+        assert owner.__module__.startswith("ibp_graph"), (name, owner)
+    assert "collate_fn" in vars(loader)  # ours, not NodeLoader's method
+    # PyG's NodeLoader wraps torch's iterator to call filter_fn on every result; ours is torch's
+    assert not isinstance(loader._get_iterator(), DataLoaderIterator)
+    assert repr(loader).startswith("NeighborLoader(num_nodes=300, num_neighbors=[3]")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"cache": True}, {"num_workers": 2}],
+    ids=["plain", "cache", "workers"],
+)
+def test_basic_gnn_layerwise_inference_equals_the_full_graph_forward(data, kwargs) -> None:
+    """PyG's BasicGNN.inference(loader) takes our loader, as reddit.py's layer-wise eval does."""
+    torch.manual_seed(0)
+    model = GraphSAGE(24, hidden_channels=16, out_channels=5, num_layers=2).eval()
+    loader_kw = {k: v for k, v in kwargs.items() if k != "cache"}
+    loader = NeighborLoader(data, [-1], batch_size=64, **loader_kw)
+    out = model.inference(loader, cache=kwargs.get("cache", False))
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(data.x, data.edge_index))
+
+
+@pytest.mark.parametrize("filter_per_worker", [None, False])
+def test_pygs_zip_loader_zips_our_loaders(data, filter_per_worker) -> None:
+    a = NeighborLoader(data, [3], input_nodes=data.train_mask, seed=0)
+    b = NeighborLoader(data, [2, 2], input_nodes=torch.arange(100, 200), seed=1)
+    zipped = ZipLoader([a, b], batch_size=16, filter_per_worker=filter_per_worker)
+    n = min(len(a.dataset), len(b.dataset))
+    batches = list(zipped)
+    assert len(batches) == len(zipped) == -(-n // 16)
+    for i, pair in enumerate(batches):
+        positions = torch.arange(i * 16, min(i * 16 + 16, n))
+        for loader, batch in zip((a, b), pair, strict=True):
+            assert isinstance(batch, Data) and batch.batch_size == positions.numel()
+            assert torch.equal(batch.n_id[: batch.batch_size], loader.input_nodes[positions])
+            assert torch.equal(batch.x, data.x[batch.n_id])
+            check_edges_are_graph_edges(batch, data)
+
+
+def _record_worker(folder):
+    """A worker_init_fn writing the worker's CPU affinity and torch threads to a file."""
+    import psutil
+
+    def record(worker_id: int) -> None:
+        state = {"cores": psutil.Process().cpu_affinity(), "threads": torch.get_num_threads()}
+        (folder / f"worker{worker_id}.json").write_text(json.dumps(state))
+
+    return record
+
+
+def _worker_states(folder, n: int) -> list[dict]:
+    return [json.loads((folder / f"worker{i}.json").read_text()) for i in range(n)]
+
+
+def test_pygs_enable_cpu_affinity_pins_our_workers(data, tmp_path) -> None:
+    import psutil
+
+    cores = sorted(psutil.Process().cpu_affinity())[:2]
+    if len(cores) < 2:
+        pytest.skip("needs two CPU cores")
+    kw = {"input_nodes": data.train_mask, "batch_size": 32, "shuffle": True, "seed": 3}
+    want = list(NeighborLoader(data, [3, 2], **kw))
+    loader = NeighborLoader(
+        data, [3, 2], num_workers=2, worker_init_fn=_record_worker(tmp_path), **kw
+    )
+    with loader.enable_cpu_affinity(cores):
+        got = list(loader)
+    assert [s["cores"] for s in _worker_states(tmp_path, 2)] == [[c] for c in cores]
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+    with pytest.raises(ValueError, match="number of loader cores"):  # PyG's own check
+        with loader.enable_cpu_affinity([0]):
+            pass
+
+
+def test_pygs_enable_multithreading_sets_our_workers_threads(data, tmp_path, monkeypatch):
+    if torch.get_num_threads() < 2:
+        pytest.skip("needs two torch threads")
+    loader = NeighborLoader(
+        data, [3], batch_size=100, num_workers=1, worker_init_fn=_record_worker(tmp_path)
+    )
+    if torch.multiprocessing.get_context()._name != "spawn":
+        with pytest.raises(ValueError, match="'spawn' multiprocessing context"):  # PyG's check
+            with loader.enable_multithreading(2):
+                pass
+    # PyG checks the default start method; the workers here fork, which is quicker
+    spawn = multiprocessing.get_context("spawn")
+    monkeypatch.setattr(torch.multiprocessing, "get_context", lambda method=None: spawn)
+    with loader.enable_multithreading(2):
+        assert len(list(loader)) == 3
+    assert _worker_states(tmp_path, 1)[0]["threads"] == 2  # torch's workers start with 1
+
+
+def test_pygs_enable_memory_log_logs_from_our_workers(data, tmp_path) -> None:
+    log = tmp_path / "memory.log"
+    handler = logging.FileHandler(log)
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        loader = NeighborLoader(
+            data, [3], batch_size=100, num_workers=2, worker_init_fn=_record_worker(tmp_path)
+        )
+        with loader.enable_memory_log():
+            assert len(list(loader)) == 3
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
+    text = log.read_text()
+    assert "Worker 0 @ PID" in text and "Worker 1 @ PID" in text
+    assert len(_worker_states(tmp_path, 2)) == 2  # the user's worker_init_fn still runs
+
+
+def test_pygs_worker_helpers_without_workers_warn_once(data, fresh_warnings, monkeypatch):
+    loader = NeighborLoader(data, [3], batch_size=100)
+    with pytest.raises(ValueError, match="at least one worker"):  # PyG's own check
+        with loader.enable_cpu_affinity():
+            pass
+    with pytest.warns(ArgumentIgnoredWarning, match="no worker processes run .num_workers=0"):
+        with loader.enable_memory_log():
+            assert len(list(loader)) == 3
+    # num_workers > 0 where no workers start (a CUDA device): every helper warns, once
+    monkeypatch.setattr(loading, "uses_workers", lambda device, num_workers: False)
+    with pytest.warns(ArgumentIgnoredWarning, match="num_workers=2: workers are not used"):
+        loader = NeighborLoader(data, [3], batch_size=100, num_workers=2)
+    for helper in ("enable_cpu_affinity", "enable_multithreading", "enable_memory_log"):
+        with pytest.warns(ArgumentIgnoredWarning, match=f"loader.{helper}.. has no effect") as rec:
+            with getattr(loader, helper)():
+                assert len(list(loader)) == 3
+        assert rec[0].filename == __file__
+        assert loader.worker_init_fn is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ArgumentIgnoredWarning)
+            with getattr(loader, helper)():
+                pass
+
+
+def test_input_nodes_tuple_of_ints_is_an_index_as_in_pyg(data) -> None:
+    ids = (5, 7, 9, 11)
+    _, nodes, input_id = get_input_nodes(data, ids)  # PyG's reading of it
+    assert input_id is None
+    mixed = (5, np.int64(7), torch.tensor(9), 11)
+    loader = NeighborLoader(data, [2], input_nodes=mixed, batch_size=2, seed=0)
+    assert torch.equal(loader.input_nodes, nodes)
+    as_index = NeighborLoader(data, [2], input_nodes=nodes, batch_size=2, seed=0)
+    for a, b in zip(loader, as_index, strict=True):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.input_id, b.input_id)
+    assert torch.cat([b.input_id for b in loader]).tolist() == [0, 1, 2, 3]
+    assert len(NeighborLoader(data, [2], input_nodes=())) == 0
 
 
 def test_explicit_input_id(data) -> None:
@@ -283,6 +451,41 @@ def test_transform_sampler_output_sees_the_sampled_subgraph(data) -> None:
     )
     for batch in loader:
         assert batch.edge_index.size(1) == seen[-1][0]
+
+
+def test_transform_sampler_output_gets_and_returns_pygs_sampler_output(data) -> None:
+    """PyG-style callbacks: read metadata, build a new SamplerOutput, to_bidirectional()."""
+    kw = {"input_nodes": data.train_mask, "batch_size": 40, "seed": 2}
+    plain = list(NeighborLoader(data, [3, 3], **kw))
+    seen = []
+
+    def rebuild(o):
+        assert type(o) is SamplerOutput
+        seen.append(o.metadata)
+        return SamplerOutput(  # no metadata: the batch keeps its input_id
+            node=o.node,
+            row=o.row,
+            col=o.col,
+            edge=o.edge,
+            batch=o.batch,
+            num_sampled_nodes=o.num_sampled_nodes,
+            num_sampled_edges=o.num_sampled_edges,
+        )
+
+    rebuilt = list(NeighborLoader(data, [3, 3], transform_sampler_output=rebuild, **kw))
+    for a, b, (input_id, seed_time) in zip(plain, rebuilt, seen, strict=True):
+        assert sorted(a.keys()) == sorted(b.keys())
+        for key in a.keys():  # noqa: SIM118 - Data.keys() is a method
+            va, vb = a[key], b[key]
+            assert torch.equal(va, vb) if isinstance(va, torch.Tensor) else va == vb
+        assert torch.equal(input_id, a.input_id) and seed_time is None
+    bidirectional = NeighborLoader(
+        data, [3, 3], transform_sampler_output=lambda o: o.to_bidirectional(), **kw
+    )
+    for a, b in zip(plain, bidirectional, strict=True):
+        assert set(pairs(b)) == set(pairs(a)) | {(t, s) for s, t in pairs(a)}
+        check_edges_are_graph_edges(b, data, either_way=True)
+        assert "num_sampled_nodes" not in b
 
 
 def test_neighbor_samplers_ours_or_pygs(data, fresh_warnings) -> None:

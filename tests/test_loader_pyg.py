@@ -250,41 +250,54 @@ MODES = {
 }
 
 
+class OurSampler(BaseSampler):
+    """Our sampler behind PyG's ``BaseSampler`` interface, seeded as a loader seeds batches.
+
+    Its ``SamplerOutput`` is what PyG's ``NeighborSampler`` gives a ``NodeLoader``.
+    """
+
+    def __init__(self, sampler: NeighborSampler, seed_of) -> None:
+        self.sampler, self.seed_of, self.calls = sampler, seed_of, 0
+
+    def sample_from_nodes(self, inputs, **kwargs) -> SamplerOutput:
+        self.sampler.manual_seed(self.seed_of(self.calls))
+        self.calls += 1
+        b = self.sampler.sample(inputs.node, inputs.input_id)
+        return SamplerOutput(
+            node=b.node,
+            row=b.row,
+            col=b.col,
+            edge=b.edge,
+            batch=b.batch,
+            num_sampled_nodes=b.num_sampled_nodes,
+            num_sampled_edges=b.num_sampled_edges,
+            metadata=(inputs.input_id, inputs.time),
+        )
+
+    def sample_from_edges(self, inputs, neg_sampling=None):
+        raise NotImplementedError
+
+
+def pygs_node_loader(ours: NeighborLoader, **kwargs) -> NodeLoader:
+    """PyG's ``NodeLoader`` around `OurSampler`, giving epoch 0 of ``ours`` the PyG way."""
+    kw = {"replace": ours.replace, "disjoint": ours.disjoint}
+    ref_sampler = NeighborSampler(
+        ours.graph, list(ours.num_neighbors), subgraph_type=ours.subgraph_type, **kw
+    )
+    ref = OurSampler(ref_sampler, lambda b: ours._batch_seed(0, b))
+    return NodeLoader(ours.data, ref, batch_size=ours.batch_size, **kwargs)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_fields_are_exactly_pygs_node_loader_fields(rand_data, rand_table, mode) -> None:
     """PyG's own NodeLoader around the same sampler gives the same Data, key for key."""
     kw = MODES[mode]
-
-    class OurSampler(BaseSampler):
-        def __init__(self, sampler: NeighborSampler, seed_of) -> None:
-            self.sampler, self.seed_of, self.calls = sampler, seed_of, 0
-
-        def sample_from_nodes(self, inputs, **kwargs) -> SamplerOutput:
-            self.sampler.manual_seed(self.seed_of(self.calls))
-            self.calls += 1
-            b = self.sampler.sample(inputs.node, inputs.input_id)
-            return SamplerOutput(
-                node=b.node,
-                row=b.row,
-                col=b.col,
-                edge=b.edge,
-                batch=b.batch,
-                num_sampled_nodes=b.num_sampled_nodes,
-                num_sampled_edges=b.num_sampled_edges,
-                metadata=(inputs.input_id, inputs.time),
-            )
-
-        def sample_from_edges(self, inputs, neg_sampling=None):
-            raise NotImplementedError
-
     data = rand_data
     for input_nodes in (data.train_mask, torch.arange(10, 200, 3), None):
         ours = NeighborLoader(
             data, [4, 4], input_nodes=input_nodes, batch_size=50, features=rand_table, seed=5, **kw
         )
-        ref_sampler = NeighborSampler(ours.graph, [4, 4], **kw)
-        ref = OurSampler(ref_sampler, lambda b, ours=ours: ours._batch_seed(0, b))
-        theirs = NodeLoader(data, ref, input_nodes=input_nodes, batch_size=50)
+        theirs = pygs_node_loader(ours, input_nodes=input_nodes)
         pairs = list(zip(ours, theirs, strict=True))
         assert len(pairs) == len(theirs)
         for a, b in pairs:
@@ -294,6 +307,115 @@ def test_fields_are_exactly_pygs_node_loader_fields(rand_data, rand_table, mode)
             assert "batch" in pairs[0][0]
         if kw.get("subgraph_type", "directional") != "directional":
             assert "num_sampled_nodes" not in pairs[0][0]
+
+
+def _rebuilt(out: SamplerOutput) -> SamplerOutput:
+    """A new ``SamplerOutput`` with the fields and metadata of ``out``."""
+    return SamplerOutput(
+        node=out.node,
+        row=out.row,
+        col=out.col,
+        edge=out.edge,
+        batch=out.batch,
+        num_sampled_nodes=out.num_sampled_nodes,
+        num_sampled_edges=out.num_sampled_edges,
+        metadata=out.metadata,
+    )
+
+
+def _first_hop_in_place(out: SamplerOutput) -> SamplerOutput:
+    k = out.num_sampled_edges[0]
+    out.row, out.col, out.edge = out.row[:k], out.col[:k], out.edge[:k]
+    return out
+
+
+def _no_edge_ids(out: SamplerOutput) -> SamplerOutput:
+    out.edge = None
+    return out
+
+
+def _with_seed_time(out: SamplerOutput) -> SamplerOutput:
+    input_id = out.metadata[0]
+    out.metadata = (input_id, torch.full((input_id.numel(),), 7))
+    return out
+
+
+SAMPLER_OUTPUT_TRANSFORMS = {
+    "rebuilt": _rebuilt,
+    "in-place": _first_hop_in_place,
+    "to_bidirectional": lambda out: out.to_bidirectional(),
+    "keep-orig-edges": lambda out: out.to_bidirectional(keep_orig_edges=True),
+    "no-edge-ids": _no_edge_ids,
+    "seed-time": _with_seed_time,
+}
+
+
+@pytest.mark.parametrize("how", SAMPLER_OUTPUT_TRANSFORMS)
+def test_transform_sampler_output_gives_pygs_node_loader_fields(rand_data, rand_table, how):
+    """The same transform_sampler_output in PyG's NodeLoader and ours: the same Data."""
+    fn = SAMPLER_OUTPUT_TRANSFORMS[how]
+    mask = rand_data.train_mask
+    for kw in ({}, {"disjoint": True}):
+        ours = NeighborLoader(
+            rand_data,
+            [4, 3],
+            input_nodes=mask,
+            batch_size=50,
+            features=rand_table,
+            seed=5,
+            transform_sampler_output=fn,
+            **kw,
+        )
+        theirs = pygs_node_loader(ours, input_nodes=mask, transform_sampler_output=fn)
+        for a, b in zip(ours, theirs, strict=True):
+            assert same_batch(a, b), (a, b)
+            orig = getattr(b, "_orig_edge_index", None)
+            assert (orig is None) == (getattr(a, "_orig_edge_index", None) is None)
+            assert orig is None or torch.equal(a._orig_edge_index, orig)
+        assert ("e_id" in a) == (how != "no-edge-ids") == ("edge_attr" in a)
+        assert ("seed_time" in a) == (how == "seed-time")
+
+
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        (lambda out: None, "must return a torch_geometric.sampler.SamplerOutput, got 'NoneType'"),
+        (lambda out: Data(), "must return a torch_geometric.sampler.SamplerOutput, got 'Data'"),
+        (
+            lambda out: SamplerOutput(out.node, out.row, out.col, out.edge, metadata=("a", 1)),
+            "SamplerOutput.metadata must be (input_id, seed_time) with input_id a tensor, as "
+            "PyG's NodeLoader gives it, got (str, int)",
+        ),
+    ],
+    ids=["none", "data", "metadata"],
+)
+def test_transform_sampler_output_must_return_a_sampler_output(rand_data, fn, match) -> None:
+    loader = NeighborLoader(rand_data, [3], batch_size=64, transform_sampler_output=fn)
+    with pytest.raises(IBPInputError, match=re.escape(match)):
+        next(iter(loader))
+
+
+def test_without_transform_sampler_output_nothing_is_converted(rand_data, monkeypatch) -> None:
+    def fail(sampled):
+        raise AssertionError("converted to a SamplerOutput without transform_sampler_output")
+
+    monkeypatch.setattr(pyg_loaders, "_sampler_output", fail)
+    assert len(list(NeighborLoader(rand_data, [3], batch_size=100))) == 3
+
+
+def test_filter_fn_joins_a_sampler_output_as_pyg_and_passes_batches(rand_data, rand_table):
+    mask = rand_data.train_mask
+    ours = NeighborLoader(rand_data, [4, 3], input_nodes=mask, batch_size=50, features=rand_table)
+    theirs = pygs_node_loader(ours, input_nodes=mask, filter_per_worker=False)
+    n = len(ours.dataset)
+    for b, batch in enumerate(ours):  # epoch 0, in order: PyG's sampler replays its draws
+        out = theirs.collate_fn(list(range(b * 50, min(b * 50 + 50, n))))
+        assert isinstance(out, SamplerOutput)
+        joined = ours.filter_fn(out)
+        assert same_batch(joined, theirs.filter_fn(out)) and same_batch(joined, batch)
+        assert ours.filter_fn(batch) is batch  # collate_fn's batches are joined already
+    with pytest.raises(TypeError, match="filter_fn takes a Data .* got 'int'"):
+        ours.filter_fn(3)
 
 
 def test_explicit_num_nodes_and_transform(rand_data) -> None:
@@ -527,6 +649,7 @@ def test_module_docstring_example_runs(tmp_path, monkeypatch, capsys) -> None:
         ({"time_attr": "time"}, "time_attr='time'"),
         ({"weight_attr": "w"}, "weight_attr='w'"),
         ({"input_nodes": ("paper", None)}, "input_nodes="),
+        ({"input_nodes": (None, torch.arange(3))}, "node types belong to heterogeneous graphs"),
     ],
 )
 def test_options_that_would_change_the_batches_raise(rand_data, kwargs, match) -> None:
@@ -558,6 +681,13 @@ def test_hetero_and_store_inputs_are_not_supported(rand_data) -> None:
             "mask of 299 entries, the graph has 300",
         ),
         ({"input_nodes": torch.tensor([0.5])}, "integers or bools"),
+        ({"input_nodes": (5, 1.5)}, "input_nodes is a tuple of node ids, got 'float' at index 1"),
+        (
+            {"input_nodes": (True, False)},
+            "got 'bool' at index 0 (a mask must be a boolean tensor)",
+        ),
+        ({"input_nodes": (3, torch.arange(2))}, "got 'Tensor' at index 1"),
+        ({"input_nodes": (5, 300)}, "input_nodes[1] = 300 is out of range"),
         ({"features": torch.zeros(299, 4)}, "features have 299 rows, the graph has 300 nodes"),
         ({"features": "x.ibp"}, "features must be an IBPTable, CudaIBPTable"),
         ({"batch_size": 0}, "batch_size must be a positive int"),
@@ -873,6 +1003,33 @@ def test_gpu_loader_batches_match_the_cpu_rows(rand_data, rand_table, kind) -> N
             assert s.pcie_bytes > 0 and s.ratio > 1.0
         elif kind == "tensor":
             assert s.pcie_bytes == s.decoded_bytes  # CPU tensor copied to the GPU
+
+
+@gpu
+@needs_gpu
+def test_gpu_orig_edge_index_is_recorded_on_the_consumer_stream(rand_data, monkeypatch) -> None:
+    """``_orig_edge_index`` lives outside the Data store the prefetcher records."""
+    recorded = []
+    real = torch.Tensor.record_stream
+
+    def spy(self, stream):
+        recorded.append((self.data_ptr(), stream))
+        return real(self, stream)
+
+    monkeypatch.setattr(torch.Tensor, "record_stream", spy)
+    loader = NeighborLoader(
+        rand_data,
+        [3, 2],
+        batch_size=64,
+        device="cuda",
+        transform_sampler_output=lambda o: o.to_bidirectional(keep_orig_edges=True),
+    )
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # the consumer's stream, not the default one
+        for batch in loader:
+            assert batch._orig_edge_index.is_cuda
+            assert (batch._orig_edge_index.data_ptr(), side) in recorded
+            assert (batch.edge_index.data_ptr(), side) in recorded
 
 
 @gpu
