@@ -33,21 +33,29 @@ AUTO_ALIGNMENTS = (16, 8, 4, 2, 1)
 PROGRESS_MIN_BYTES = 64 << 20
 
 
+def _is_int(value: Any) -> bool:
+    """Whether ``value`` is a Python ``int`` (a bool is not, nor is a float such as ``4.0``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_options(
-    clusters: Any, threshold: Any, word_bytes: Any, align: Any, sample: Any
+    clusters: Any, threshold: Any, word_bytes: Any, align: Any, sample: Any, seed: Any
 ) -> float | str:
-    if isinstance(clusters, bool) or not isinstance(clusters, int) or not 1 <= clusters <= 255:
+    """Check every option before any work; return the threshold as a float or ``"auto"``."""
+    if not _is_int(clusters) or not 1 <= clusters <= 255:
         raise IBPInputError(f"clusters must be an integer in 1..255, got {clusters!r}")
-    if word_bytes not in (4, 8):
+    if not _is_int(word_bytes) or word_bytes not in (4, 8):
         raise IBPInputError(f"word_bytes must be 4 or 8, got {word_bytes!r}")
-    if align != "auto" and align not in ALIGNMENTS:
+    if align != "auto" and (not _is_int(align) or align not in ALIGNMENTS):
         raise IBPInputError(f"align must be 'auto' or one of {ALIGNMENTS}, got {align!r}")
-    if sample is not None and (
-        isinstance(sample, bool) or not isinstance(sample, int) or sample < 0
-    ):
+    if sample is not None and (not _is_int(sample) or sample < 0):
         raise IBPInputError(f"sample must be a row count >= 0 (0 = all rows), got {sample!r}")
+    if not _is_int(seed) or seed < 0:
+        raise IBPInputError(f"seed must be an integer >= 0, got {seed!r}")
     if threshold == "auto":
         return "auto"
+    if isinstance(threshold, (bool, np.bool_)):
+        raise IBPInputError(f"threshold must be 'auto' or a number, got {threshold!r}")
     try:
         th = float(threshold)
     except (TypeError, ValueError):
@@ -144,13 +152,14 @@ def compress(
         threshold: ``"auto"`` sweeps 0.70..0.95 (and a per-column choice) scored by the exact
             encoded size of the sample; a number fixes the invariance threshold (default:
             ``"auto"``).
-        word_bytes: codec word size T, 4 or 8 (default: 4).
+        word_bytes: codec word size T, the integer 4 or 8 (default: 4).
         sample: rows used to fit the parameters; None picks up to 65,536 seeded random rows,
             0 uses every row (default: None).
         align: byte alignment of each stored row: 1, 2, 4, 8, 16 or 32, or ``"auto"`` for
             the largest of 16..1 that costs at most 1% more space than 1 on the sample
             (default: ``"auto"``).
-        seed: seed of the sample and of the cluster initialisation (default: 0).
+        seed: seed of the sample and of the cluster initialisation, an integer >= 0
+            (default: 0).
         progress: show a progress bar; None shows one for tables of 64 MiB or more on a
             terminal (default: None).
         device: ``"cpu"`` encodes with NumPy; ``"cuda"`` (or ``"cuda:N"``) encodes the rows on
@@ -162,12 +171,15 @@ def compress(
 
     Raises:
         IBPInputError: ``data`` is not a dense 2-D table of a supported dtype (a sparse
-            tensor, a pickled file, ...), an option is out of range, ``path`` would replace
-            the input or something other than a regular file, or its folder is missing.
+            tensor, a pickled file, ...), an option has the wrong type or is out of range
+            (checked before any work), ``path`` is empty, would replace the input or
+            something other than a regular file, or its folder is missing.
         OSError: writing failed (a full disk); the message names ``path`` and nothing is
             left behind.
     """
-    th = _check_options(clusters, threshold, word_bytes, align, sample)
+    th = _check_options(clusters, threshold, word_bytes, align, sample, seed)
+    if isinstance(path, str) and not path:
+        raise IBPInputError("path is empty; name the .ibp file to write")
     to_device, from_device, on_device = _encoder_device(device)
     if isinstance(data, (str, os.PathLike)):
         data = open_source(data)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import ibp_graph
+from ibp_graph.cli._common import human_bytes
 from ibp_graph.cli.main import main
 from ibp_graph.errors import IBPInputError
 
@@ -95,7 +96,7 @@ def test_npy_round_trip(capsys, tmp_path: Path, arr: np.ndarray) -> None:
     n, d = arr.shape
     assert re.fullmatch(
         rf"wrote {re.escape(str(ibp))}: {n} x {d} {arr.dtype.name}, \S+ \S*B -> \S+ \S*B "
-        r"\(ratio \d+\.\d\dx, align \d+, \d+ rows raw\)\n",
+        r"\(ratio \d+\.\d\dx, align \d+, \d+ rows raw\), file \S+ \S*B\n",
         err,
     ), err
     assert sha256(src) == before  # the input is never modified
@@ -122,6 +123,19 @@ def test_options_round_trip(capsys, tmp_path: Path, npy_table) -> None:
     assert table.num_clusters <= 3
     assert run_cli(capsys, "decompress", ibp, "-o", back)[0] == 0
     assert same_bits(np.load(back), arr)
+
+
+def test_summary_gives_the_file_size_on_disk(capsys, tmp_path: Path) -> None:
+    # A small table: the payload shrinks, but the 4 KiB-aligned file is larger than the input.
+    src, ibp = tmp_path / "a.npy", tmp_path / "a.ibp"
+    np.save(src, sparse_table(200, 16))
+    code, _, err = run_cli(capsys, "compress", src, "-o", ibp)
+    assert code == 0, err
+    table = ibp_graph.open(ibp)
+    size = ibp.stat().st_size
+    assert size > table.raw_bytes > table.stored_bytes
+    assert f"-> {human_bytes(table.stored_bytes)} (ratio {table.ratio:.2f}x" in err
+    assert err.endswith(f"rows raw), file {human_bytes(size)}\n"), err
 
 
 def test_quiet_prints_only_the_path(capsys, tmp_path: Path, npy_table) -> None:
@@ -319,6 +333,10 @@ def test_output_overwriting_input(capsys, npy_table) -> None:
         (["--clusters", "256"], "--clusters"),
         (["--align", "3"], "--align"),
         (["--sample", "-1"], "--sample"),
+        (["--seed", "-5", "--sample", "10"], "--seed"),
+        (["--seed", "1.5"], "--seed"),
+        (["--device", "gpu"], "--device"),
+        (["--device", "cuda:x"], "--device"),
         (["--root", "dataset"], "--root"),
         (["--key", "x"], "--key"),
     ],
@@ -327,6 +345,54 @@ def test_usage_errors(capsys, tmp_path: Path, npy_table, args: list[str], needle
     code, out, err = run_cli(capsys, "compress", npy_table[0], "-o", tmp_path / "o.ibp", *args)
     assert_one_line_error(code, err, 2, needle)
     assert out == "" and not (tmp_path / "o.ibp").exists()
+
+
+@pytest.mark.parametrize("command", ["compress", "decompress", "train"])
+def test_empty_output_path_is_a_usage_error(capsys, npy_table, ibp_file, command: str) -> None:
+    argv = {
+        "compress": ["compress", npy_table[0], "-o", ""],
+        "decompress": ["decompress", ibp_file, "-o", ""],
+        "train": ["train", "--config", "cora-sage", "--json", ""],
+    }[command]
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, 2, "-o/--output" if command != "train" else "--json", "empty")
+    assert out == ""
+
+
+BAD_OPTION_TYPES = {
+    "seed -1, sampled": ({"seed": -1, "sample": 10}, "seed must be an integer >= 0, got -1"),
+    "seed 1.5": ({"seed": 1.5}, "seed must be an integer >= 0, got 1.5"),
+    "seed 'a'": ({"seed": "a"}, "seed must be an integer >= 0, got 'a'"),
+    "seed True": ({"seed": True}, "seed must be an integer >= 0, got True"),
+    "seed None": ({"seed": None}, "seed must be an integer >= 0, got None"),
+    "word_bytes 4.0": ({"word_bytes": 4.0}, "word_bytes must be 4 or 8, got 4.0"),
+    "word_bytes True": ({"word_bytes": True}, "word_bytes must be 4 or 8, got True"),
+    "threshold True": ({"threshold": True}, "threshold must be 'auto' or a number, got True"),
+    "threshold np.True_": ({"threshold": np.True_}, "threshold must be 'auto' or a number"),
+    "align 4.0": ({"align": 4.0}, "align must be 'auto' or one of (1, 2, 4, 8, 16, 32), got 4.0"),
+    "align True": (
+        {"align": True},
+        "align must be 'auto' or one of (1, 2, 4, 8, 16, 32), got True",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OPTION_TYPES))
+def test_api_checks_option_types_up_front(tmp_path: Path, case: str) -> None:
+    # A bad seed used to fail deep in NumPy only when rows were sampled (10 of 100 here) and
+    # to pass unchecked otherwise; a float word_bytes crashed mid-encoding.
+    kwargs, needle = BAD_OPTION_TYPES[case]
+    with pytest.raises(IBPInputError) as info:
+        ibp_graph.compress(sparse_table(100, 8), tmp_path / "x.ibp", **kwargs)
+    assert str(info.value).startswith(needle)
+    assert os.listdir(tmp_path) == []
+
+
+def test_api_empty_path(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(IBPInputError, match=r"^path is empty; name the \.ibp file to write$"):
+        ibp_graph.compress(sparse_table(10, 4), "")
+    assert os.listdir(tmp_path) == []
 
 
 def test_usage_misc(capsys, tmp_path: Path, npy_table, ibp_file: Path) -> None:

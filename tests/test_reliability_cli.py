@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -134,6 +136,125 @@ def test_force_never_overwrites_the_input(capsys, table) -> None:
     code, _, err = run_cli(capsys, "compress", npy, "-o", npy, "--force")
     assert_one_line_error(code, err, 1, "overwrite the input")
     assert sha256(npy) == before
+
+
+class _FakeResult:
+    """What ``train`` returns, without training."""
+
+    def summary(self) -> str:
+        return "== summary =="
+
+    def to_dict(self) -> dict[str, object]:
+        return {"losses": [1.0]}
+
+
+def test_train_json_is_replaced_only_with_force(capsys, monkeypatch, tmp_path: Path) -> None:
+    runs: list[object] = []
+    monkeypatch.setattr(
+        "ibp_graph.train.run.train", lambda cfg, log: runs.append(cfg) or _FakeResult()
+    )
+    keep = tmp_path / "keep.json"
+    keep.write_text("precious")
+    argv = ["train", "--config", "cora-sage", "--set", "epochs=1", "--json", keep]
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, 1, str(keep), "already exists", "pass --force")
+    assert out == "" and keep.read_text() == "precious" and runs == []  # before training
+    code, out, err = run_cli(capsys, *argv, "--force")
+    assert code == 0 and out == "== summary ==\n", err
+    assert json.loads(keep.read_text()) == {"losses": [1.0]} and len(runs) == 1
+    folder = tmp_path / "dir.json"
+    folder.mkdir()
+    code, _, err = run_cli(capsys, *argv[:-1], folder, "-f")
+    assert_one_line_error(code, err, 1, str(folder), "directory")
+    assert folder.is_dir() and len(runs) == 1
+    _no_temporaries(tmp_path)
+
+
+def test_train_passes_force_to_its_ranks(capsys, monkeypatch, tmp_path: Path) -> None:
+    launched: list[list[str]] = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(
+        "ibp_graph.distributed.launch.launch_local", lambda argv, n: launched.append(argv)
+    )
+    keep = tmp_path / "keep.json"
+    keep.write_text("old")
+    argv = ["train", "--config", "cora-sage", "--json", keep, "--nproc-per-node", "2"]
+    code, _, err = run_cli(capsys, *argv, "--force")
+    assert code == 0, err
+    assert launched == [["train", "--config", "cora-sage", "--json", str(keep), "--force"]]
+
+
+# -- 3. a run stopped by SIGTERM (kill, timeout, a batch scheduler) leaves nothing behind -------
+_SLOW_CLI = """
+import sys, time
+import ibp_graph.cli.decompress, ibp_graph.compress
+from ibp_graph.cli.main import main
+from ibp_graph.container import IBPWriter
+from ibp_graph.table import IBPTable
+
+def slow(f):
+    def wrapper(*args, **kwargs):
+        time.sleep(0.05)
+        return f(*args, **kwargs)
+    return wrapper
+
+# Many small steps, each 50 ms longer: the run is still writing when the signal arrives.
+ibp_graph.compress.ENCODE_BATCH_WORDS = 256
+ibp_graph.cli.decompress.CHUNK_BYTES = 4096
+IBPWriter.write_rows = slow(IBPWriter.write_rows)
+IBPTable.read = slow(IBPTable.read)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["compress", "decompress"])
+def test_sigterm_removes_the_temporaries(tmp_path: Path, command: str) -> None:
+    arr = np.random.default_rng(0).standard_normal((3000, 40)).astype(np.float32)
+    if command == "compress":
+        src = tmp_path / "in.npy"
+        np.save(src, arr)
+    else:
+        src = tmp_path / "in.ibp"
+        ibp_graph.compress(arr, src).close()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    out = folder / ("x.ibp" if command == "compress" else "x.npy")
+    env = {k: v for k, v in os.environ.items() if k != "IBP_GRAPH_DEBUG"}
+    argv = [sys.executable, "-c", _SLOW_CLI, command, str(src), "-o", str(out)]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(folder.iterdir()):  # the hidden temporary file is being written
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no temporary file appeared"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert (stdout, stderr) == ("", "ibp-graph: terminated\n")
+    assert list(folder.iterdir()) == []
+
+
+def test_sigterm_handler_is_set_only_while_a_command_runs(capsys, monkeypatch, table) -> None:
+    npy, _, _ = table
+    seen: list[object] = []
+
+    def fake_compress(*args: object, **kwargs: object) -> None:
+        seen.append(signal.getsignal(signal.SIGTERM))
+        raise IBPInputError("stop here")
+
+    monkeypatch.setattr("ibp_graph.cli.compress.compress", fake_compress)
+    before = signal.getsignal(signal.SIGTERM)
+    code, _, err = run_cli(capsys, "compress", npy, "-o", npy.with_name("o.ibp"))
+    assert_one_line_error(code, err, 1, "stop here")
+    assert seen != [before] and callable(seen[0])
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 # -- 5/6. one line, naming the user's file ------------------------------------------------------

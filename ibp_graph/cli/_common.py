@@ -13,10 +13,14 @@ import argparse
 import contextlib
 import errno
 import os
+import re
 import secrets
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from ..codec import ALIGNMENTS
 from ..container import named_os_error, resolve_output
@@ -28,6 +32,8 @@ DEBUG_ENV = "IBP_GRAPH_DEBUG"
 RUNTIME_ERRORS: tuple[type[BaseException], ...] = (IBPError, OSError, MemoryError, ImportError)
 #: Exit status of a successful run, of a data or runtime error, and of a usage error.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+#: Exit status after Ctrl-C (SIGINT) and after SIGTERM: 128 + the signal number, as a shell.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 PROG = "ibp-graph"
 
 
@@ -36,6 +42,41 @@ class UsageError(Exception):
 
     The message names the option and says how to fix it.
     """
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (``kill``, ``timeout``, a batch scheduler) while a command ran.
+
+    Raised in the main thread by the handler of :func:`sigterm_raises`. Like
+    ``KeyboardInterrupt`` it is not an ``Exception``, so only ``finally`` blocks and context
+    managers see it on the way out: they remove the temporary files.
+    """
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated`, as Ctrl-C raises ``KeyboardInterrupt``.
+
+    The previous handler is put back when the block exits, and already when the first SIGTERM
+    arrives, so a second one takes the previous action (by default: end at once). Signal
+    handlers can only be set from the main thread; elsewhere the block runs unchanged.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None:  # installed outside Python: it cannot be put back, use the default
+        previous = signal.SIG_DFL
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, previous)
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def debug_enabled() -> bool:
@@ -131,7 +172,7 @@ def align_arg(text: str) -> int | str:
 
 
 def count_arg(text: str) -> int:
-    """A non-negative integer (``--sample``)."""
+    """A non-negative integer (``--sample``, ``--seed``)."""
     try:
         n = int(text)
     except ValueError:
@@ -139,6 +180,21 @@ def count_arg(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return n
+
+
+def device_arg(text: str) -> str:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N``."""
+    device = text.strip()
+    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", device):
+        raise argparse.ArgumentTypeError(f"must be 'cpu', 'cuda' or 'cuda:N', got {text!r}")
+    return device
+
+
+def output_arg(text: str) -> str:
+    """An output file option (``-o``, ``--json``): any path but an empty one."""
+    if not text:
+        raise argparse.ArgumentTypeError("must name the file to write, got an empty path")
+    return text
 
 
 def add_no_progress(parser: argparse.ArgumentParser) -> None:

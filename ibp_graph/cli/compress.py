@@ -11,8 +11,10 @@ Usage::
 The input is a 2-D table: a ``.npy`` file (memory-mapped and encoded in streamed chunks, so
 it may be larger than RAM), a ``.pt`` file holding a tensor or a dict of tensors, or
 ``ogb:NAME`` read from OGB's on-disk layout under ``--root`` (nothing is downloaded). stdout
-gets only the output path; a one-line summary goes to stderr unless ``--quiet``. An existing
-output file is replaced only with ``--force``, and only if it is a regular file.
+gets only the output path; a one-line summary goes to stderr unless ``--quiet``: the table's
+size -> the size of its encoded rows (their ratio), and the file's size on disk, which also
+holds the header and the parameters, each section aligned to 4 KiB. An existing output file
+is replaced only with ``--force``, and only if it is a regular file.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from ._common import (
     check_output_dir,
     clusters_arg,
     count_arg,
+    device_arg,
     human_bytes,
+    output_arg,
     same_file,
     say,
     threshold_arg,
@@ -63,7 +67,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="a .npy file (memory-mapped), a .pt file, or ogb:NAME (e.g. ogb:ogbn-arxiv)",
     )
     p.add_argument(
-        "-o", "--output", required=True, metavar="OUT.ibp", help="the .ibp file to write"
+        "-o",
+        "--output",
+        type=output_arg,
+        required=True,
+        metavar="OUT.ibp",
+        help="the .ibp file to write",
     )
     p.add_argument(
         "--clusters",
@@ -114,11 +123,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help=f"dict key of the tensor in a .pt file (default: the first of {', '.join(PT_KEYS)})",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the sample and of clustering (default: 0)"
+        "--seed",
+        type=count_arg,
+        default=0,
+        metavar="N",
+        help="seed of the sample and of clustering, an integer >= 0 (default: 0)",
     )
     p.add_argument(
         "--device",
+        type=device_arg,
         default="cpu",
+        metavar="cpu|cuda[:N]",
         help="encode the rows on 'cpu' (NumPy) or 'cuda[:N]' (CuPy, same bytes) (default: cpu)",
     )
     p.add_argument(
@@ -164,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         say(
             f"wrote {out}: {n} x {d} {table.dtype_name}, {human_bytes(table.raw_bytes)} -> "
             f"{human_bytes(table.stored_bytes)} (ratio {table.ratio:.2f}x, align {table.align}, "
-            f"{rows_raw} rows raw)"
+            f"{rows_raw} rows raw), file {human_bytes(table.header.file_size)}"
         )
     table.close()
     print(out)

@@ -36,6 +36,7 @@ from ._common import (
     add_no_progress,
     atomic_output,
     check_output_dir,
+    output_arg,
     preallocate,
     same_file,
 )
@@ -66,6 +67,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "-o",
         "--output",
+        type=output_arg,
         required=True,
         metavar="OUT.npy|OUT.pt",
         help="the file to write; its suffix picks the format",

@@ -9,27 +9,38 @@ Usage::
 
 Exit status: 0 on success, 1 for a data or runtime error (one line on stderr,
 ``ibp-graph: error: <file>: <what>``; set ``IBP_GRAPH_DEBUG=1`` for the traceback), 2 for a
-usage error. stdout carries only data (output paths, reports); logs and bars go to stderr.
+usage error, 130 after Ctrl-C and 143 after SIGTERM (``compress`` and ``decompress`` remove
+their temporary files first). stdout carries only data (output paths, reports); logs and bars
+go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 
 from .. import __version__
 from . import compress, decompress, inspect, train
 from ._common import (
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     EXIT_USAGE,
     PROG,
     RUNTIME_ERRORS,
+    Terminated,
     UsageError,
     debug_enabled,
     report_error,
+    sigterm_raises,
 )
 
 COMMANDS = (compress, decompress, inspect, train)
+#: Commands that SIGTERM stops as Ctrl-C does, removing their temporary files: those that
+#: write through temporaries. ``train`` keeps the default action, so that a data-parallel
+#: rank waiting in a collective (where no Python code runs) still ends at once.
+SIGTERM_CLEANS_UP = ("compress", "decompress")
 
 EXAMPLES = """\
 examples:
@@ -76,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     Known runtime errors (:class:`~ibp_graph.errors.IBPError`, ``OSError``, ``MemoryError``,
     ``ImportError`` of an optional extra)
     print one line to stderr and return 1, or re-raise when ``IBP_GRAPH_DEBUG=1``; usage
-    errors return 2; any other exception is a bug and propagates with its traceback.
+    errors return 2; Ctrl-C returns 130 and, during the commands of `SIGTERM_CLEANS_UP`,
+    SIGTERM returns 143, each after one line to stderr (or re-raise under the same setting);
+    any other exception is a bug and propagates with its traceback.
     """
     parser = build_parser()
     try:
@@ -86,19 +99,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    on_sigterm = sigterm_raises() if args.command in SIGTERM_CLEANS_UP else nullcontext()
     try:
-        return int(args.run(args))
+        with on_sigterm:
+            return int(args.run(args))
     except UsageError as exc:
         try:
             args.parser.error(str(exc))
         except SystemExit as usage:
             return _status(usage)
         return EXIT_USAGE  # pragma: no cover - error() always exits
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as exc:
         if debug_enabled():
             raise
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        terminated = isinstance(exc, Terminated)
+        print(f"{PROG}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except RUNTIME_ERRORS as exc:
         if debug_enabled():
             raise

@@ -8,6 +8,7 @@ Usage::
     ibp-graph train --config cora-gat --set backend=dgl
     ibp-graph train --config ogbn-products-sage --set root=/data/ogb fanouts=[10,10,5]
     ibp-graph train --config my-run.yaml --json result.json
+    ibp-graph train --config my-run.yaml --json result.json --force
     ibp-graph train --config cora-sage --nproc-per-node 2
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \
         -m ibp_graph train --config ogbn-products-sage
@@ -20,7 +21,9 @@ parsed by its type (``epochs=5``, ``lr=1e-3``, ``ibp=false``, ``fanouts=[10,5]``
 ibp-graph's ``NeighborLoader``, the default) or ``dgl`` (DGL's ``SAGEConv`` / ``GATConv`` and
 ibp-graph's DGL ``DataLoader``; the ``dgl`` extra, on the CPU with DGL's PyPI build). The
 config is echoed, then one line per epoch, on stderr; the summary block (accuracy, epoch
-time, per-stage time, bytes over PCIe with and without IBP, ratio) goes to stdout.
+time, per-stage time, bytes over PCIe with and without IBP, ratio) goes to stdout. An
+existing ``--json`` file is checked before training and replaced only with ``--force``, and
+only if it is a regular file; it is written whole or not at all.
 
 Data-parallel: ``--nproc-per-node N`` starts N ranks on this host through torch's launcher
 (``torch.distributed.run``); under ``torchrun`` every rank runs this command. The model is
@@ -42,7 +45,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._common import UsageError, check_output_dir, positive_int_arg, say
+from ._common import (
+    UsageError,
+    add_force,
+    atomic_output,
+    check_output_dir,
+    output_arg,
+    positive_int_arg,
+    say,
+)
 
 EXAMPLES = """\
 examples:
@@ -51,6 +62,7 @@ examples:
   ibp-graph train --config cora-sage-dgl        # DGL models and loader (the dgl extra)
   ibp-graph train --config ogbn-products-sage --set root=/data/ogb device=cuda
   ibp-graph train --config cora-sage --json cora.json   # the full result as JSON
+  ibp-graph train --config cora-sage --json cora.json --force   # replace cora.json
   ibp-graph train --config cora-sage --nproc-per-node 2  # 2 data-parallel ranks (gloo on CPU)
   torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \
       -m ibp_graph train --config cora-sage               # on each of 2 hosts
@@ -89,10 +101,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--json",
+        type=output_arg,
         metavar="OUT.json",
         default=None,
         help="also write the full result (config, per-epoch rows, summary values) as JSON",
     )
+    add_force(p)
     p.add_argument(
         "--nproc-per-node",
         type=positive_int_arg,
@@ -124,6 +138,8 @@ def _launch(args: argparse.Namespace) -> int:
         child += ["--set", *args.overrides]
     if args.json is not None:
         child += ["--json", args.json]
+    if args.force:
+        child += ["--force"]
     launch_local(child, args.nproc_per_node)
     return 0
 
@@ -149,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     out = Path(args.json) if args.json is not None else None
     if out is not None:
-        check_output_dir(out)  # before a possibly long run
+        check_output_dir(out, force=args.force)  # before a possibly long run
     if args.nproc_per_node is not None:
         return _launch(args)
     from ..train.run import train
@@ -159,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(result.summary(), flush=True)
     if out is not None:
-        out.write_text(json.dumps(_json_ready(result.to_dict()), indent=2) + "\n")
+        with atomic_output(out) as tmp:
+            tmp.write_text(json.dumps(_json_ready(result.to_dict()), indent=2) + "\n")
         say(f"wrote {out}")
     return 0
