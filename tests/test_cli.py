@@ -444,6 +444,20 @@ def test_subprocess_success(tmp_path: Path, npy_table) -> None:
     assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith(f"wrote {ibp}: ")
 
 
+@pytest.mark.parametrize("command", ["inspect", "inspect --json"])
+def test_a_reader_gone_from_stdout_ends_it_quietly(ibp_file: Path, command: str) -> None:
+    """``ibp-graph inspect f.ibp | head -2``: the pipe's reader is gone before the output."""
+    read, write = os.pipe()
+    os.close(read)  # every write to the pipe now fails (EPIPE), as after head has exited
+    env = {k: v for k, v in os.environ.items() if k != "IBP_GRAPH_DEBUG"}
+    argv = [sys.executable, "-m", "ibp_graph", *command.split(), str(ibp_file)]
+    try:
+        proc = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, env=env, timeout=120)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, b"")
+
+
 def test_subprocess_error(tmp_path: Path) -> None:
     src = tmp_path / "missing.npy"
     proc = _subprocess("compress", src, "-o", tmp_path / "p.ibp")

@@ -32,8 +32,10 @@ DEBUG_ENV = "IBP_GRAPH_DEBUG"
 RUNTIME_ERRORS: tuple[type[BaseException], ...] = (IBPError, OSError, MemoryError, ImportError)
 #: Exit status of a successful run, of a data or runtime error, and of a usage error.
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-#: Exit status after Ctrl-C (SIGINT) and after SIGTERM: 128 + the signal number, as a shell.
+#: Exit status after Ctrl-C (SIGINT), after SIGTERM, and when stdout's reader has gone
+#: (SIGPIPE): 128 + the signal number, as a shell reports a program the signal ended.
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 PROG = "ibp-graph"
 
 

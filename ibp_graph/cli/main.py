@@ -10,19 +10,21 @@ Usage::
 Exit status: 0 on success, 1 for a data or runtime error (one line on stderr,
 ``ibp-graph: error: <file>: <what>``; set ``IBP_GRAPH_DEBUG=1`` for the traceback), 2 for a
 usage error, 130 after Ctrl-C and 143 after SIGTERM (``compress`` and ``decompress`` remove
-their temporary files first). stdout carries only data (output paths, reports); logs and bars
-go to stderr.
+their temporary files first), 141, quietly, when whoever reads stdout has gone (``| head``).
+stdout carries only data (output paths, reports); logs and bars go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import nullcontext
 
 from .. import __version__
 from . import compress, decompress, inspect, train
 from ._common import (
+    EXIT_BROKEN_PIPE,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
@@ -89,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     print one line to stderr and return 1, or re-raise when ``IBP_GRAPH_DEBUG=1``; usage
     errors return 2; Ctrl-C returns 130 and, during the commands of `SIGTERM_CLEANS_UP`,
     SIGTERM returns 143, each after one line to stderr (or re-raise under the same setting);
-    any other exception is a bug and propagates with its traceback.
+    a reader of stdout that has gone returns 141 without a word; any other exception is a
+    bug and propagates with its traceback.
     """
     parser = build_parser()
     try:
@@ -102,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     on_sigterm = sigterm_raises() if args.command in SIGTERM_CLEANS_UP else nullcontext()
     try:
         with on_sigterm:
-            return int(args.run(args))
+            status = int(args.run(args))
+        sys.stdout.flush()  # a reader of stdout that has gone shows here, not at exit
+        return status
     except UsageError as exc:
         try:
             args.parser.error(str(exc))
@@ -115,11 +120,29 @@ def main(argv: list[str] | None = None) -> int:
         terminated = isinstance(exc, Terminated)
         print(f"{PROG}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Whoever read stdout has gone (`ibp-graph inspect f.ibp | head -2`): stop quietly,
+        # as a program ended by SIGPIPE does.
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
     except RUNTIME_ERRORS as exc:
         if debug_enabled():
             raise
         report_error(exc)
         return EXIT_ERROR
+
+
+def _drop_stdout() -> None:
+    """Point stdout at ``/dev/null``, so that flushing it at exit does not fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover
