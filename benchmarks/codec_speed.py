@@ -23,6 +23,7 @@ NumPy loads: apart from the THREADS column, per-core numbers.
 
 from __future__ import annotations
 
+import argparse
 import os
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -196,16 +197,20 @@ def markdown(env: dict, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the results")
+    args = p.parse_args(argv)
     env = environment()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, array in tables():
             print(f"{name} ...", file=sys.stderr, flush=True)
             rows.append(measure(name, array, Path(tmp)))
-    write_json("codec_speed-cpu", {**env, "results": rows})
-    (RESULTS / "codec_speed-cpu.md").write_text(markdown(env, rows))
-    print((RESULTS / "codec_speed-cpu.md").read_text())
+    write_json("codec_speed-cpu", {**env, "results": rows}, args.out)
+    page = args.out / "codec_speed-cpu.md"
+    page.write_text(markdown(env, rows))
+    print(page.read_text())
 
 
 if __name__ == "__main__":

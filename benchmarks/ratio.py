@@ -14,6 +14,7 @@ Every compressed table is decoded and checked bit for bit.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -95,7 +96,10 @@ def markdown(env: dict, rows: list[dict], notes: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the results")
+    args = p.parse_args(argv)
     if not real_tables.available():
         raise SystemExit(f"datasets not found under {real_tables.SHARED_DATASETS}")
     env = environment()
@@ -105,9 +109,10 @@ def main() -> None:
             print(f"{name} {array.shape} ...", file=sys.stderr, flush=True)
             rows.append(measure(name, array, Path(tmp)))
             notes[name] = note
-    write_json("ratio", {**env, "tables": rows, "notes": notes})
-    (RESULTS / "ratio.md").write_text(markdown(env, rows, notes))
-    print((RESULTS / "ratio.md").read_text())
+    write_json("ratio", {**env, "tables": rows, "notes": notes}, args.out)
+    page = args.out / "ratio.md"
+    page.write_text(markdown(env, rows, notes))
+    print(page.read_text())
 
 
 if __name__ == "__main__":
