@@ -19,6 +19,7 @@ __all__ = [
     "IBPFormatError",
     "IBPIndexError",
     "IBPInputError",
+    "Terminated",
     "check_bool",
     "check_choice",
 ]
@@ -50,6 +51,16 @@ class IBPIndexError(IBPInputError, IndexError):
 
 class IBPDeviceError(IBPError, RuntimeError):
     """The GPU path cannot run here (no CUDA device, or the device cannot do what is asked)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (``kill``, ``timeout``, a batch scheduler) while a command ran.
+
+    Raised in the main thread where SIGTERM is turned into an exception (the CLI's
+    ``compress`` and ``decompress``, and a data-parallel launcher). Like ``KeyboardInterrupt``
+    it is not an ``Exception``, so only ``finally`` blocks and context managers see it on the
+    way out: they remove temporary files and shared segments.
+    """
 
 
 def check_bool(name: str, value: object) -> bool:

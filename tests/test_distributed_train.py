@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +24,8 @@ import torch
 
 import ibp_graph
 from ibp_graph.distributed import shm
+from ibp_graph.distributed.ddp import PEER_EXIT
+from ibp_graph.errors import IBPInputError
 
 pytest.importorskip("torch_geometric")
 pytestmark = [
@@ -234,7 +237,7 @@ def test_a_failed_rank_stops_the_others_with_a_clear_error(tmp_path, how) -> Non
     assert codes[0] == 1, errors[0][-2000:]
     assert codes[1] == (-9 if how == "kill" else 1)
     rank0 = json.loads((tmp_path / "rank-0.json").read_text())
-    assert rank0["type"] == "DistributedError", rank0
+    assert rank0["type"] == "PeerFailed", rank0  # a DistributedError
     assert rank0["error"].startswith("rank 0 of 2: another rank failed")
     assert waited < 100, f"rank 0 took {waited:.0f} s to stop"
     assert _leftovers(run_id) == []
@@ -335,6 +338,17 @@ def test_nproc_per_node_usage_errors_start_nothing(monkeypatch, capsys) -> None:
     # A bad config is reported before any rank starts.
     assert main(["train", "--config", "cora-sage", "--nproc-per-node", "2", "--set", "x=1"]) == 2
     assert "unknown key 'x'" in capsys.readouterr().err
+    # So is a backend the ranks could not use (ranks check it too, under torchrun).
+    nccl = ["--set", "dist_backend=nccl", "device=cpu"]
+    assert main(["train", "--config", "cora-sage", "--nproc-per-node", "2", *nccl]) == 2
+    assert "dist_backend: nccl connects GPUs, and this run trains on cpu" in (
+        capsys.readouterr().err
+    )
+    from ibp_graph.distributed.ddp import check_backend
+
+    check_backend("gloo", torch.device("cpu"))  # no error
+    with pytest.raises(IBPInputError, match="nccl connects GPUs"):
+        check_backend("nccl", torch.device("cpu"))
 
 
 @pytest.mark.slow
@@ -347,9 +361,81 @@ def test_launcher_reports_a_failed_rank_in_one_line(tmp_path) -> None:
     )
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("ibp-graph: error: rank ") and "of 2 failed (exit code 1)" in last
+    assert last.startswith("ibp-graph: error: rank ")
+    assert last.endswith(" of 2 failed (exit code 1; its error is above)")
+    # above it, the failed rank's own line, naming it
+    blamed = last.removeprefix("ibp-graph: error: ").split(" failed")[0]
+    assert any(
+        line.startswith(f"ibp-graph: error: {blamed}: ") for line in proc.stderr.splitlines()
+    )
     assert proc.stdout == ""
     assert _leftovers(run_id) == []
+
+
+def _failure(exitcode: int, timestamp: int):
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    failure = ProcessFailure(0, 1, exitcode, "/nonexistent")
+    failure.timestamp = timestamp
+    return failure
+
+
+@pytest.mark.parametrize(
+    ("failures", "blamed"),
+    [
+        # rank 0 saw rank 1 fail and stopped first, in the same second: rank 1 is named
+        ({0: (PEER_EXIT, 5), 1: (1, 5)}, "rank 1 of 2 failed (exit code 1; its error is above)"),
+        ({0: (PEER_EXIT, 5), 1: (-9, 6)}, "rank 1 of 2 failed (killed by SIGKILL)"),
+        ({0: (1, 6), 1: (1, 5)}, "rank 1 of 2 failed (exit code 1; its error is above)"),
+        # every rank timed out: the first of them
+        (
+            {0: (PEER_EXIT, 5), 1: (PEER_EXIT, 5)},
+            "rank 0 of 2 failed (exit code 3; its error is above)",
+        ),
+    ],
+)
+def test_the_launcher_names_the_rank_that_failed_first_of_its_own_accord(
+    monkeypatch, capsys, failures, blamed
+) -> None:
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from ibp_graph.cli.main import main
+
+    def run(config):
+        raise ChildFailedError("ibp_graph", {r: _failure(*f) for r, f in failures.items()})
+
+    monkeypatch.setattr(torch_run, "run", run)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["train", "--config", "cora-sage", "--nproc-per-node", "2"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == f"ibp-graph: error: {blamed}"
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "said"), [(2, 130, "interrupted"), (15, 143, "terminated")]
+)
+def test_ctrl_c_or_sigterm_to_the_launcher_is_one_line(monkeypatch, capsys, signum, code, said):
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from ibp_graph.cli.main import main
+
+    def run(config):
+        raise SignalException(f"Process 1 got signal: {signum}", sigval=signal.Signals(signum))
+
+    monkeypatch.setattr(torch_run, "run", run)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["train", "--config", "cora-sage", "--nproc-per-node", "2"]) == code
+    assert capsys.readouterr().err == f"ibp-graph: {said}\n"
+
+
+def test_a_ranks_own_error_line_names_it(monkeypatch, capsys) -> None:
+    from ibp_graph.cli.main import main
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["inspect", "/nonexistent/x.ibp"]) == 1
+    assert capsys.readouterr().err.startswith("ibp-graph: error: rank 1 of 2: /nonexistent/x.ibp")
 
 
 def test_too_small_dev_shm_stops_a_run_with_one_line(tmp_path, monkeypatch, capsys) -> None:

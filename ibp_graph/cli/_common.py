@@ -24,7 +24,7 @@ from types import FrameType
 
 from ..codec import ALIGNMENTS
 from ..container import named_os_error, resolve_output
-from ..errors import IBPError, IBPInputError
+from ..errors import IBPError, IBPInputError, Terminated
 
 #: Environment variable that makes runtime errors raise with their traceback.
 DEBUG_ENV = "IBP_GRAPH_DEBUG"
@@ -43,15 +43,6 @@ class UsageError(Exception):
     """A usage problem found after parsing (e.g. conflicting options); exits with status 2.
 
     The message names the option and says how to fix it.
-    """
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived (``kill``, ``timeout``, a batch scheduler) while a command ran.
-
-    Raised in the main thread by the handler of :func:`sigterm_raises`. Like
-    ``KeyboardInterrupt`` it is not an ``Exception``, so only ``finally`` blocks and context
-    managers see it on the way out: they remove the temporary files.
     """
 
 
@@ -99,9 +90,15 @@ def error_message(exc: BaseException) -> str:
     return " ".join(message.split())
 
 
-def report_error(exc: BaseException) -> None:
-    """Print ``ibp-graph: error: <message>`` to stderr (plus the debug hint on a terminal)."""
-    print(f"{PROG}: error: {error_message(exc)}", file=sys.stderr)
+def report_error(exc: BaseException, *, who: str = "") -> None:
+    """Print ``ibp-graph: error: <message>`` to stderr (plus the debug hint on a terminal).
+
+    ``who`` (e.g. ``"rank 1 of 2"``) starts the message unless it starts with it already.
+    """
+    message = error_message(exc)
+    if who and not message.startswith(who):
+        message = f"{who}: {message}"
+    print(f"{PROG}: error: {message}", file=sys.stderr)
     if sys.stderr.isatty():
         print(f"(set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
 

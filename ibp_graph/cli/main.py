@@ -22,6 +22,7 @@ import sys
 from contextlib import nullcontext
 
 from .. import __version__
+from ..errors import Terminated
 from . import compress, decompress, inspect, train
 from ._common import (
     EXIT_BROKEN_PIPE,
@@ -31,7 +32,6 @@ from ._common import (
     EXIT_USAGE,
     PROG,
     RUNTIME_ERRORS,
-    Terminated,
     UsageError,
     debug_enabled,
     report_error,
@@ -128,8 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     except RUNTIME_ERRORS as exc:
         if debug_enabled():
             raise
-        report_error(exc)
-        return EXIT_ERROR
+        report_error(exc, who=_rank())
+        return int(getattr(exc, "exit_status", EXIT_ERROR))
+
+
+def _rank() -> str:
+    """``"rank R of W"`` in a rank of a data-parallel run, else ``""``.
+
+    torch's launcher sets ``RANK`` and ``WORLD_SIZE`` in every rank.
+    """
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None or world == "1":
+        return ""
+    return f"rank {rank} of {world}"
 
 
 def _drop_stdout() -> None:

@@ -155,6 +155,18 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
+def _check_backend(cfg: Any) -> None:
+    """A usage error for a process-group backend the ranks could not use."""
+    from ..distributed.ddp import check_backend
+    from ..errors import IBPInputError
+    from ..train.run import resolve_device
+
+    try:
+        check_backend(cfg.dist_backend, resolve_device(cfg.device))
+    except IBPInputError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the config, train, print the summary to stdout (and write ``--json``)."""
     from ..train.config import ConfigError, load_config
@@ -167,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         check_output_dir(out, force=args.force)  # before a possibly long run
     if args.nproc_per_node is not None:
+        _check_backend(cfg)  # before any rank starts
         return _launch(args)
     from ..train.run import train
 

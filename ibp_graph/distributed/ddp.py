@@ -40,8 +40,22 @@ RUN_ID_ENV = "IBP_GRAPH_RUN_ID"
 _BACKENDS = ("auto", "gloo", "nccl")
 
 
+#: Exit status of a rank that stops because another rank failed (`PeerFailed`): the
+#: launcher then names a rank that failed first of its own accord.
+PEER_EXIT = 3
+
+
 class DistributedError(IBPError, RuntimeError):
     """Another rank failed, or the process group timed out; the message names this rank."""
+
+    #: The CLI's exit status for it.
+    exit_status = 1
+
+
+class PeerFailed(DistributedError):
+    """This rank stops because another rank failed or did not answer in time."""
+
+    exit_status = PEER_EXIT
 
 
 def _env_int(name: str, default: int | None = None) -> int:
@@ -166,7 +180,7 @@ class DistContext:
                 raise
             first = " ".join(str(exc).split())[:300] or type(exc).__name__
             self.failed = True
-            raise DistributedError(
+            raise PeerFailed(
                 f"rank {self.rank} of {self.world_size}: another rank failed or did not answer "
                 f"within the process group's timeout ({self.timeout_s:g} s); stopping ({first})"
             ) from None
@@ -231,6 +245,22 @@ def _pick(device: str, local_rank: int, local_world: int) -> tuple[torch.device,
     return torch.device("cuda", index), local_world <= count and dev.index is None
 
 
+def check_backend(backend: str, device: torch.device) -> None:
+    """Refuse a process-group ``backend`` that cannot serve ranks training on ``device``.
+
+    Raises:
+        IBPInputError: ``nccl`` for ranks on the CPU, or in a torch built without NCCL.
+    """
+    if backend != "nccl":
+        return
+    if device.type != "cuda":
+        raise IBPInputError(
+            f"dist_backend: nccl connects GPUs, and this run trains on {device}; use gloo or auto"
+        )
+    if not dist.is_nccl_available():
+        raise IBPInputError("dist_backend: nccl is not built into this torch; use gloo or auto")
+
+
 def init_from_env(
     device: str = "auto", *, timeout_s: float = 300.0, backend: str = "auto"
 ) -> DistContext | None:
@@ -244,7 +274,8 @@ def init_from_env(
             or ``nccl``.
 
     Raises:
-        IBPInputError: a bad backend or timeout, or an inconsistent environment.
+        IBPInputError: a bad backend (`check_backend`) or timeout, or an inconsistent
+            environment.
         DistributedError: the process group cannot be formed.
     """
     backend = check_choice("backend", backend, _BACKENDS)
@@ -255,6 +286,7 @@ def init_from_env(
         return None
     rank, size, local_rank, local_world, node = world
     dev, own_gpu = _pick(device, local_rank, local_world)
+    check_backend(backend, dev)
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" and own_gpu else "gloo"
     if dev.type == "cuda":

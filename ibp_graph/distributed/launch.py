@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from ..errors import IBPInputError
-from .ddp import RUN_ID_ENV, DistributedError
+from ..errors import IBPInputError, Terminated
+from .ddp import PEER_EXIT, RUN_ID_ENV, DistributedError
 from .shm import SHM_DIR
 
 __all__ = ["launch_local", "leftover_segments"]
@@ -28,6 +30,18 @@ __all__ = ["launch_local", "leftover_segments"]
 def leftover_segments(run_id: str, shm_dir: str | os.PathLike[str] = SHM_DIR) -> list[Path]:
     """Segments of run ``run_id`` still in ``shm_dir``."""
     return sorted(Path(shm_dir).glob(f"ibp-graph-{run_id}-*"))
+
+
+def _culprit(exc: Any) -> tuple[int, Any]:
+    """``(rank, failure)`` of the rank that failed first of its own accord.
+
+    Ranks that stopped because another had (exit status `PEER_EXIT`) may have exited first;
+    they count only when no other rank failed. torch's ``get_first_failure`` would take the
+    earliest by whole-second timestamps, ties by rank.
+    """
+    failures = sorted(exc.failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+    culprits = [item for item in failures if item[1].exitcode != PEER_EXIT]
+    return (culprits or failures)[0]
 
 
 def launch_local(args: Sequence[str], nproc_per_node: int, *, run_id: str | None = None) -> None:
@@ -41,13 +55,17 @@ def launch_local(args: Sequence[str], nproc_per_node: int, *, run_id: str | None
 
     Raises:
         IBPInputError: ``nproc_per_node`` is not an int >= 1.
-        DistributedError: a rank failed (naming it, its exit code or signal).
+        DistributedError: a rank failed (naming it, its exit code or signal): the first to
+            fail of those that did not stop because another rank had (`PEER_EXIT`).
+        KeyboardInterrupt: Ctrl-C (SIGINT) reached the launcher; the ranks are stopped.
+        Terminated: SIGTERM reached the launcher; the ranks are stopped.
     """
     if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int):
         raise IBPInputError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node!r}")
     if nproc_per_node < 1:
         raise IBPInputError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node}")
     from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     run_id = run_id or os.environ.get(RUN_ID_ENV) or secrets.token_hex(4)
@@ -66,15 +84,18 @@ def launch_local(args: Sequence[str], nproc_per_node: int, *, run_id: str | None
     try:
         torch_run.run(config)
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        how = (
-            f"killed by {failure.signal_name()}"
-            if failure.exitcode < 0
-            else f"exit code {failure.exitcode}"
-        )
-        raise DistributedError(
-            f"rank {rank} of {nproc_per_node} failed ({how}); its error is above"
-        ) from None
+        rank, failure = _culprit(exc)
+        if failure.exitcode < 0:
+            how = f"killed by {failure.signal_name()}"
+        else:
+            how = f"exit code {failure.exitcode}; its error is above"
+        raise DistributedError(f"rank {rank} of {nproc_per_node} failed ({how})") from None
+    except SignalException as exc:  # torch's agent turns SIGINT and SIGTERM into this
+        if exc.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        if exc.sigval == signal.SIGTERM:
+            raise Terminated from None
+        raise
     finally:
         if previous is None:
             os.environ.pop(RUN_ID_ENV, None)
