@@ -98,7 +98,10 @@ def report_error(exc: BaseException, *, who: str = "") -> None:
     message = error_message(exc)
     if who and not message.startswith(who):
         message = f"{who}: {message}"
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    # One write: the ranks of a data-parallel run share stderr, and print() writes the line
+    # and its end apart, so two ranks' lines could run into each other.
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.flush()
     if sys.stderr.isatty():
         print(f"(set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
 
