@@ -229,6 +229,17 @@ def test_inspect_text(capsys, ibp_file: Path) -> None:
         assert re.search(rf"^\s+{name}\s+[\d,]+\s+[\d,]+", out, re.M), name
 
 
+def test_inspect_text_escapes_what_would_drive_the_terminal(capsys, tmp_path: Path) -> None:
+    odd = tmp_path / "red\x1b[31m\nfake line.npy"  # the source names the input file
+    np.save(odd, np.ones((20, 4), dtype=np.float32))
+    code, _, err = run_cli(capsys, "compress", odd, "-o", tmp_path / "t.ibp", "--quiet")
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "inspect", tmp_path / "t.ibp")
+    assert (code, err) == (0, "")
+    assert "\x1b" not in out and "red\\x1b[31m\\nfake line.npy" in out
+    assert not any(line.startswith("fake line") for line in out.splitlines())
+
+
 def test_inspect_json(capsys, ibp_file: Path) -> None:
     code, out, err = run_cli(capsys, "inspect", ibp_file, "--json")
     assert (code, err) == (0, "")

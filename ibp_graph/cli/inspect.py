@@ -182,7 +182,7 @@ def format_report(info: dict[str, Any]) -> str:
         ("column kinds", kinds_text),
     ]
     if info["source"] is not None:
-        fields.insert(1, ("source", str(info["source"])))
+        fields.insert(1, ("source", _printable(str(info["source"]))))
     width = max(len(k) for k, _ in fields)
     lines = [f"{k.ljust(width)}  {v}" for k, v in fields]
 
@@ -218,6 +218,14 @@ def format_report(info: dict[str, Any]) -> str:
         rows.append([s["name"], f"{s['offset']:,}", f"{s['nbytes']:,}", s["dtype"], shape])
     lines += _table(rows, "lrrll")
     return "\n".join(lines)
+
+
+def _printable(text: str) -> str:
+    """``text`` with each character that is not printable written as its escape sequence.
+
+    A newline or a terminal escape in a file's metadata must not drive the terminal.
+    """
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def run(args: argparse.Namespace) -> int:
