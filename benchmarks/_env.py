@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
+
+from ibp_graph.cli._common import json_ready
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -155,15 +155,8 @@ def environment() -> dict:
     }
 
 
-def finite(obj: Any) -> Any:
-    """JSON-ready: NaN and infinities become None."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
+#: JSON-ready: NaN and infinities become None (the CLI's own helper).
+finite = json_ready
 
 
 def write_json(name: str, payload: dict, out: Path = RESULTS) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import math
 import os
 import re
 import secrets
@@ -21,6 +22,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from ..codec import ALIGNMENTS
 from ..container import named_os_error, resolve_output
@@ -104,6 +106,20 @@ def report_error(exc: BaseException, *, who: str = "") -> None:
     sys.stderr.flush()
     if sys.stderr.isatty():
         print(f"(set {DEBUG_ENV}=1 for the traceback)", file=sys.stderr)
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with NaN and infinities as None, in dicts, lists and tuples too.
+
+    The JSON written from it is then strict (the CLI's ``--json``, the benchmarks' results).
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
 
 
 def human_bytes(n: int | float) -> str:

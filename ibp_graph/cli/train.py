@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from ._common import (
     add_force,
     atomic_output,
     check_output_dir,
+    json_ready,
     output_arg,
     positive_int_arg,
     say,
@@ -144,17 +144,6 @@ def _launch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_ready(value: Any) -> Any:
-    """NaN / infinity as None, so that the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    return value
-
-
 def _check_backend(cfg: Any) -> None:
     """A usage error for a process-group backend the ranks could not use."""
     from ..distributed.ddp import check_backend
@@ -189,6 +178,6 @@ def run(args: argparse.Namespace) -> int:
     print(result.summary(), flush=True)
     if out is not None:
         with atomic_output(out) as tmp:
-            tmp.write_text(json.dumps(_json_ready(result.to_dict()), indent=2) + "\n")
+            tmp.write_text(json.dumps(json_ready(result.to_dict()), indent=2) + "\n")
         say(f"wrote {out}")
     return 0
