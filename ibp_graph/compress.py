@@ -1,4 +1,7 @@
-"""Compressing a table into an ``.ibp`` file: sample, fit, then encode in streamed chunks."""
+"""Compressing a table into an ``.ibp`` file: sample, fit, then encode in streamed chunks.
+
+Both the fit and the encoding show a progress bar on stderr (see `compress`'s ``progress``).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from .codec import ALIGNMENTS, best_clusters, encode, stored_sizes
 from .container import IBPWriter, resolve_output
 from .dtypes import as_table, rows_to_words, words_per_row
 from .errors import IBPInputError
-from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit
+from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit, fit_work
 from .sources import TableSource, open_source
 from .table import IBPTable
 
@@ -76,6 +79,19 @@ def sample_ids(num_rows: int, num_words: int, sample: int | None, seed: int) -> 
         return np.arange(num_rows, dtype=np.int64)
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(num_rows, size=count, replace=False)).astype(np.int64)
+
+
+def _bar(total: int, desc: str, show: bool | None) -> tqdm:
+    """A bar of ``total`` rows on stderr: always (True), never (False) or on a terminal (None)."""
+    return tqdm(
+        total=total,
+        unit="row",
+        unit_scale=True,
+        desc=desc,
+        disable=show is False if show is not None else None,
+        file=sys.stderr,
+        leave=False,
+    )
 
 
 def _identity(a: Any) -> Any:
@@ -160,8 +176,11 @@ def compress(
             (default: ``"auto"``).
         seed: seed of the sample and of the cluster initialisation, an integer >= 0
             (default: 0).
-        progress: show a progress bar; None shows one for tables of 64 MiB or more on a
-            terminal (default: None).
+        progress: show progress bars on stderr, one while the parameters are fitted (its
+            count is sample rows passed through a step of the fit, the alignment choice
+            included) and one while the rows are encoded; True always, False never, None
+            for tables of 64 MiB or more on a terminal. The bars change nothing that is
+            written (default: None).
         device: ``"cpu"`` encodes with NumPy; ``"cuda"`` (or ``"cuda:N"``) encodes the rows on
             that GPU with the same code through CuPy, giving the same bytes (the parameters
             are always fitted on the CPU, on the sample) (default: ``"cpu"``).
@@ -195,20 +214,36 @@ def compress(
     n, d = array.shape
     v = words_per_row(d, name, word_bytes)
     ids = sample_ids(n, v, sample, seed)
-    sample_words = rows_to_words(np.asarray(array[ids]), name, word_bytes)
-    fit_align = 1 if align == "auto" else align
-    fitted = fit(
-        sample_words, name, clusters=clusters, threshold=th, align=fit_align, seed=seed, num_rows=n
-    )
-    params = fitted.params
-    k = params.num_clusters
-    if align == "auto":
-        align = choose_alignment(best_clusters(sample_words, params)[1], v, word_bytes)
-
     raw_bytes = array.shape[0] * array.shape[1] * array.dtype.itemsize
     show = (
         progress if progress is not None else (None if raw_bytes >= PROGRESS_MIN_BYTES else False)
     )
+    sample_words = rows_to_words(np.asarray(array[ids]), name, word_bytes)
+    s = sample_words.shape[0]
+    fit_align = 1 if align == "auto" else align
+    # align="auto" encodes the sample once more, with each of the fitted clusters.
+    align_work = min(clusters, s) * s if align == "auto" else 0
+    total = fit_work(s, word_bytes, clusters=clusters, threshold=th) + align_work
+    with _bar(total, f"fit {out.name} ({s:,}-row sample)", show) as bar:
+        fitted = fit(
+            sample_words,
+            name,
+            clusters=clusters,
+            threshold=th,
+            align=fit_align,
+            seed=seed,
+            num_rows=n,
+            bar=bar,
+        )
+        params = fitted.params
+        k = params.num_clusters
+        if align == "auto":
+            if k * s < align_work:  # fewer clusters were kept than asked for
+                bar.total -= align_work - k * s
+                bar.refresh()
+            align = choose_alignment(best_clusters(sample_words, params)[1], v, word_bytes)
+            bar.update(k * s)
+
     batch_words = ENCODE_BATCH_WORDS if from_device is _identity else GPU_ENCODE_BATCH_WORDS
     per_batch = max(1, batch_words // v)
     sizes = np.empty(n, dtype=np.int64)
@@ -216,15 +251,7 @@ def compress(
     raw_rows = np.zeros(n, dtype=bool)
     with (
         IBPWriter(out) as writer,
-        tqdm(
-            total=n,
-            unit="row",
-            unit_scale=True,
-            desc=f"compress {out.name}",
-            disable=show is False if show is not None else None,
-            file=sys.stderr,
-            leave=False,
-        ) as bar,
+        _bar(n, f"compress {out.name}", show) as bar,
         on_device,
     ):
         for s in range(0, n, per_batch):

@@ -8,11 +8,18 @@ takes the candidate with the fewest expected bits. Whole-table options (one thre
 columns, or the best candidate per column) are then scored by the exact encoded size of the
 sample, alignment and headers included, and the smallest wins. With k clusters, rows are
 seeded by k-means++ on Hamming distance and refined Lloyd-style by exact encoded size.
+
+The fit can advance a progress bar (a ``tqdm``) over its work, counted in sample rows passed
+through a step: a bit census or a candidate's dictionary over a cluster's rows, a distance to
+a k-means++ seed, the exact encoding of the sample with one cluster's parameters. `fit_work`
+gives the most it can be; work that turns out not to be needed (Lloyd iterations after
+convergence, narrower dictionary caps than the widest code) is taken off the bar's total.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -102,10 +109,34 @@ class _Census:
     fixed: list[_Candidate] = field(default_factory=list)
 
 
-def _census(words: np.ndarray, dtype_name: str, grid: tuple[float, ...]) -> _Census:
+class _Work:
+    """Reports the fit's work, in sample rows passed through a step, to an optional bar."""
+
+    def __init__(self, bar: Any | None) -> None:
+        self.bar = bar
+
+    def done(self, rows: int) -> None:
+        if self.bar is not None and rows:
+            self.bar.update(rows)
+
+    def skip(self, rows: int) -> None:
+        """Take planned work that turned out not to be needed off the bar's total."""
+        if self.bar is not None and rows:
+            self.bar.total -= rows
+            self.bar.refresh()
+
+
+#: Steps of a census besides one per threshold of the grid: the bit census, the two
+#: exponent-field candidates and the full-word candidate.
+_CENSUS_FIXED_STEPS = 4
+
+
+def _census(words: np.ndarray, dtype_name: str, grid: tuple[float, ...], work: _Work) -> _Census:
+    """Candidates of ``words``; reports ``len(grid) + 4`` steps of ``len(words)`` rows."""
     s, v = words.shape
     wd = words.dtype
     ones = bit_census(words)
+    work.done(s)
     by_th: dict[float, _Candidate] = {}
     seen: dict[bytes, _Candidate] = {}
     for th in grid:
@@ -114,13 +145,16 @@ def _census(words: np.ndarray, dtype_name: str, grid: tuple[float, ...]) -> _Cen
         if key not in seen:
             seen[key] = _Candidate(m, *top_values(words, m), kind=0)
         by_th[th] = seen[key]
+        work.done(s)
     fixed = []
     for with_sign in (True, False):
         fmask = field_mask_word(dtype_name, wd.itemsize, np.arange(v), with_sign=with_sign)
         if fmask.any():
             fixed.append(_Candidate(fmask, *top_values(words, fmask), kind=1))
+        work.done(s)
     full = np.full(v, np.iinfo(wd).max, dtype=wd)
     fixed.append(_Candidate(full, *top_values(words, full), kind=2))
+    work.done(s)
     return _Census(rows=s, by_threshold=by_th, fixed=fixed)
 
 
@@ -205,18 +239,26 @@ class FitResult:
     code_bits_hist: dict[str, int]
 
 
-def _kmeanspp(words: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """k-means++ seeding on Hamming distance; returns the nearest seed of each row."""
+def _kmeanspp(words: np.ndarray, k: int, rng: np.random.Generator, work: _Work) -> np.ndarray:
+    """k-means++ seeding on Hamming distance; returns the nearest seed of each row.
+
+    Reports ``2 k`` steps of ``len(words)`` rows (a distance to each seed, twice).
+    """
     s = words.shape[0]
     seeds = [int(rng.integers(s))]
     dist = popcount(words ^ words[seeds[0]]).sum(axis=1).astype(np.float64)
+    work.done(s)
     for _ in range(1, k):
         total = dist.sum()
         nxt = int(rng.choice(s, p=dist / total)) if total > 0 else int(rng.integers(s))
         seeds.append(nxt)
         dist = np.minimum(dist, popcount(words ^ words[nxt]).sum(axis=1))
-    d = np.stack([popcount(words ^ words[i]).sum(axis=1) for i in seeds])
-    return np.argmin(d, axis=0)
+        work.done(s)
+    rows = []
+    for i in seeds:
+        rows.append(popcount(words ^ words[i]).sum(axis=1))
+        work.done(s)
+    return np.argmin(np.stack(rows), axis=0)
 
 
 class _Fitter:
@@ -234,8 +276,10 @@ class _Fitter:
         grid: tuple[float, ...],
         align: int,
         num_rows: int,
+        work: _Work,
     ):
         self.sample = sample
+        self.work = work
         self.dtype_name = dtype_name
         self.k = k
         self.grid = grid
@@ -249,7 +293,9 @@ class _Fitter:
         out: list[_Census | None] = []
         for c in range(self.k):
             rows = self.sample[assign == c]
-            out.append(_census(rows, self.dtype_name, self.grid) if rows.shape[0] else None)
+            out.append(
+                _census(rows, self.dtype_name, self.grid, self.work) if rows.shape[0] else None
+            )
         return out
 
     def choose(
@@ -278,20 +324,67 @@ class _Fitter:
         return out
 
     def score(self, choices: list[ColumnChoice]) -> tuple[float, int, np.ndarray, CodecParams]:
-        """``(expected table bytes, sample row bytes, best cluster per row, params)``."""
+        """``(expected table bytes, sample row bytes, best cluster per row, params)``.
+
+        Reports ``k`` steps of the sample's rows (at once when the score is memoised).
+        """
         params = _params(choices, self.word_bytes)
         key = params.masks.tobytes() + params.code_bits.tobytes() + params.bitvals.tobytes()
-        if key not in self._scores:
-            s, v = self.sample.shape
-            bits = np.stack(
-                [encoded_bits(self.sample, params, np.full(s, c)) for c in range(self.k)]
-            )
+        s, v = self.sample.shape
+        if key in self._scores:
+            self.work.done(self.k * s)
+        else:
+            per_cluster = []
+            for c in range(self.k):
+                per_cluster.append(encoded_bits(self.sample, params, np.full(s, c)))
+                self.work.done(s)
+            bits = np.stack(per_cluster)
             best = np.argmin(bits, axis=0)
             sizes, _ = stored_sizes(bits.min(axis=0), v, self.word_bytes, self.align)
             rows = int(sizes.sum())
             meta = params.masks.nbytes + params.code_bits.nbytes + params.bitvals.nbytes
             self._scores[key] = (rows * self.scale + meta, rows, best, params)
         return self._scores[key]
+
+
+def _sweep(threshold: float | str) -> tuple[tuple[float, ...], list[tuple[float, ...]]]:
+    """The thresholds to census, and the whole-table options to score."""
+    if threshold == "auto":
+        return THRESHOLDS, [(t,) for t in THRESHOLDS] + [THRESHOLDS]
+    th = float(threshold)
+    if not 0.5 < th <= 1.0:
+        raise ValueError(f"threshold must be 'auto' or a number in (0.5, 1], got {threshold}")
+    return (th,), [(th,)]
+
+
+def _cluster_work(s: int, k: int, grid_size: int, num_options: int, max_bits: int) -> int:
+    """The most work of `_fit_clusters`, in sample rows passed through a step."""
+    census = (grid_size + _CENSUS_FIXED_STEPS) * s
+    work = census  # the first census
+    if k > 1:
+        work += 2 * k * s  # k-means++ seeding
+        work += LLOYD_ITERATIONS * (k * s + census)  # score, then census again
+    work += num_options * k * s  # one score per option
+    work += s  # code presence, over each cluster's rows
+    work += max_bits * k * s  # the presence-weighted score, then one per narrower cap
+    return work
+
+
+def fit_work(
+    sample_rows: int, word_bytes: int, *, clusters: int = 1, threshold: float | str = "auto"
+) -> int:
+    """The most work `fit` reports to its ``bar``, in sample rows passed through a step.
+
+    The total of a bar given to `fit` should include it; `fit` takes off what it does not need.
+    """
+    grid, options = _sweep(threshold)
+    s = sample_rows
+    k = max(1, min(int(clusters), s))
+    max_bits = max_code_bits(word_bytes)
+    work = _cluster_work(s, k, len(grid), len(options), max_bits)
+    if k > 1:
+        work += _cluster_work(s, 1, len(grid), len(options), max_bits)
+    return work
 
 
 def fit(
@@ -303,8 +396,14 @@ def fit(
     align: int = 16,
     seed: int = 0,
     num_rows: int | None = None,
+    bar: Any | None = None,
 ) -> FitResult:
     """Choose codec parameters from ``(s, V)`` sample words.
+
+    Example, with a progress bar on stderr:
+        >>> total = fit_work(len(words), 4, clusters=4)             # doctest: +SKIP
+        >>> with tqdm(total=total, unit="row", unit_scale=True) as bar:  # doctest: +SKIP
+        ...     fitted = fit(words, "float32", clusters=4, bar=bar)
 
     Args:
         sample: sample rows as words (uint32 or uint64).
@@ -316,6 +415,10 @@ def fit(
         seed: seed of the cluster initialisation.
         num_rows: rows of the whole table (default: the sample's), to weigh the parameters'
             own bytes against the rows'.
+        bar: a progress bar (a ``tqdm``, or anything with ``update(n)``, ``total`` and
+            ``refresh()``) advanced over the fit's work, in sample rows passed through a step
+            (see `fit_work`); work that turns out not to be needed is taken off its total. It
+            changes nothing that is computed (default: None, no bar).
     """
     if sample.dtype not in (np.dtype("<u4"), np.dtype("<u8")) or sample.ndim != 2:
         raise ValueError(f"sample must be 2-D uint32 or uint64 words, got {sample.dtype}")
@@ -323,19 +426,12 @@ def fit(
     if s == 0:
         raise ValueError("the sample has no rows")
     k = max(1, min(int(clusters), s))
-    if threshold == "auto":
-        grid = THRESHOLDS
-        options: list[tuple[float, ...]] = [(t,) for t in THRESHOLDS] + [THRESHOLDS]
-    else:
-        th = float(threshold)
-        if not 0.5 < th <= 1.0:
-            raise ValueError(f"threshold must be 'auto' or a number in (0.5, 1], got {threshold}")
-        grid = (th,)
-        options = [grid]
-    best = _fit_clusters(sample, dtype_name, k, grid, options, align, seed, num_rows)
+    grid, options = _sweep(threshold)
+    work = _Work(bar)
+    best = _fit_clusters(sample, dtype_name, k, grid, options, align, seed, num_rows, work)
     if k > 1:
         # Clusters must pay for their own parameters: keep one if that stores less.
-        single = _fit_clusters(sample, dtype_name, 1, grid, options, align, seed, num_rows)
+        single = _fit_clusters(sample, dtype_name, 1, grid, options, align, seed, num_rows, work)
         if single.expected_bytes <= best.expected_bytes:
             best = single
     return best
@@ -350,20 +446,25 @@ def _fit_clusters(
     align: int,
     seed: int,
     num_rows: int | None,
+    work: _Work,
 ) -> FitResult:
+    """Fit ``k`` clusters; reports at most `_cluster_work`, and takes off the rest."""
     s, v = sample.shape
-    fitter = _Fitter(sample, dtype_name, k, grid, align, max(num_rows or s, s))
+    fitter = _Fitter(sample, dtype_name, k, grid, align, max(num_rows or s, s), work)
+    census_work = (len(grid) + _CENSUS_FIXED_STEPS) * s
     assign = np.zeros(s, dtype=np.intp)
     if k > 1:
-        assign = _kmeanspp(sample, k, np.random.default_rng(seed))
+        assign = _kmeanspp(sample, k, np.random.default_rng(seed), work)
     censuses = fitter.census(assign)
 
     choices: list[ColumnChoice] | None = None
     if k > 1:
-        for _ in range(LLOYD_ITERATIONS):
+        for it in range(LLOYD_ITERATIONS):
             choices = fitter.choose(censuses, grid, fallback=choices)
             new_assign = fitter.score(choices)[2]
             if np.array_equal(new_assign, assign):
+                # Converged: no census this iteration, and no further iterations.
+                work.skip(census_work + (LLOYD_ITERATIONS - 1 - it) * (k * s + census_work))
                 break
             assign = new_assign
             censuses = fitter.census(assign)
@@ -383,13 +484,15 @@ def _fit_clusters(
         if best is not before:
             best_opt = opt
     # Weigh code bits by how often codes are actually written.
-    presence = [
-        code_presence(sample[assign == c], best[3], c) if censuses[c] else np.ones(v)
-        for c in range(k)
-    ]
+    presence = []
+    for c in range(k):
+        rows = sample[assign == c]
+        presence.append(code_presence(rows, best[3], c) if censuses[c] else np.ones(v))
+        work.done(rows.shape[0])
     better(fitter.choose(censuses, best_opt, presence, fallback=best_choice))
     # Dictionaries are stored (k, V, 2**max(b) - 1): try narrower caps on the widest code.
     widest = int(best[3].code_bits.max())
+    work.skip((fitter.max_bits - widest) * k * s)
     for cap in range(widest - 1, 0, -1):
         fitter.max_bits = cap
         better(fitter.choose(censuses, best_opt, presence, fallback=best_choice))

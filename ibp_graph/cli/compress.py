@@ -13,8 +13,10 @@ it may be larger than RAM), a ``.pt`` file holding a tensor or a dict of tensors
 ``ogb:NAME`` read from OGB's on-disk layout under ``--root`` (nothing is downloaded). stdout
 gets only the output path; a one-line summary goes to stderr unless ``--quiet``: the table's
 size -> the size of its encoded rows (their ratio), and the file's size on disk, which also
-holds the header and the parameters, each section aligned to 4 KiB. An existing output file
-is replaced only with ``--force``, and only if it is a regular file.
+holds the header and the parameters, each section aligned to 4 KiB. On a terminal, a table
+of 64 MiB or more shows progress bars on stderr, one while the parameters are fitted on the
+sample and one while the rows are encoded, unless ``--quiet`` or ``--no-progress``. An
+existing output file is replaced only with ``--force``, and only if it is a regular file.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "-q",
         "--quiet",
         action="store_true",
-        help="print only the output path (no summary, no progress bar)",
+        help="print only the output path (no summary, no progress bars)",
     )
     add_force(p)
     add_no_progress(p)
