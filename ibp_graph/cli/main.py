@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         _drop_stdout()
         return EXIT_BROKEN_PIPE
     except RUNTIME_ERRORS as exc:
+        _stop_if_launcher_gone()
         if debug_enabled():
             raise
         report_error(exc, who=_rank())
@@ -141,6 +142,17 @@ def _rank() -> str:
     if rank is None or world is None or world == "1":
         return ""
     return f"rank {rank} of {world}"
+
+
+def _stop_if_launcher_gone() -> None:
+    """In a rank whose launcher is gone, say that (not the error it caused) and exit.
+
+    A rank may see another rank stop before its own watch sees the launcher gone
+    (`ibp_graph.distributed.orphan`); the launcher is what failed.
+    """
+    orphan = sys.modules.get("ibp_graph.distributed.orphan")  # loaded when a watch started
+    if orphan is not None:
+        orphan.stop_if_launcher_gone()
 
 
 def _drop_stdout() -> None:

@@ -29,7 +29,10 @@ Data-parallel: ``--nproc-per-node N`` starts N ranks on this host through torch'
 (``torch.distributed.run``); under ``torchrun`` every rank runs this command. The model is
 wrapped in ``DistributedDataParallel``, each rank takes its share of the training seeds
 every epoch, the compressed rows sit once per host in shared memory, and only rank 0 prints
-and writes ``--json``; the summary names the world size.
+and writes ``--json``; the summary names the world size. A rank that torch's launcher
+started stops when the launcher is gone, even killed with SIGKILL (``ibp-graph: error: rank R
+of W: the launcher (pid P) is gone; stopping``, exit status 1), and the host's shared
+segments of the run are removed.
 
 Exit status: 0 ok; 1 a data or runtime error (missing dataset files, an unusable GPU, the
 backend's framework not installed); 2 a bad config (unknown key, wrong type or value, no
@@ -158,6 +161,10 @@ def _check_backend(cfg: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the config, train, print the summary to stdout (and write ``--json``)."""
+    if args.nproc_per_node is None:
+        from ..distributed.orphan import watch_launcher
+
+        watch_launcher()  # a rank of torch's launcher stops if the launcher is killed
     from ..train.config import ConfigError, load_config
 
     try:

@@ -12,7 +12,9 @@ Each concern is one module:
 - `ibp_graph.distributed.ddp`: the process group, this rank's device, reductions, and a
   clear error when another rank fails;
 - `ibp_graph.distributed.launch`: ``ibp-graph train --nproc-per-node N`` through torch's
-  launcher.
+  launcher;
+- `ibp_graph.distributed.orphan`: a rank stops when its launcher is gone (even killed with
+  SIGKILL) instead of training on as an orphan.
 
 Only `shard` is imported here; the others load torch.distributed when imported.
 """

@@ -24,6 +24,7 @@ import contextlib
 import datetime
 import os
 import secrets
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,8 +107,11 @@ _GROUP_WORDS = ("gloo", "nccl", "c10d")
 #: group, whose destructor joins the group's worker thread while holding the GIL. Right after
 #: a failed collective that thread may still be freeing the failed work, which takes the GIL:
 #: the two wait for each other and the rank hangs instead of stopping (seen in 2 of 39 runs
-#: of a killed peer on a loaded 2-core machine). Kept here, the group is freed at exit, long
-#: after.
+#: of a killed peer on a loaded 2-core machine). The same happens when an exception leaves a
+#: collective behind, such as Ctrl-C (the SIGINT that torch's elastic agent passes on to its
+#: ranks): a rank printed "interrupted" and hung until the agent killed it 30 s later, in 5
+#: of 34 runs. Kept here, the group is freed at exit, long after (a rank that torch's agent
+#: started even exits without the interpreter's teardown, see ``ibp_graph/__main__.py``).
 _KEPT_AFTER_FAILURE: list[Any] = []
 
 
@@ -218,14 +222,15 @@ class DistContext:
     def hold(self, obj: Any) -> None:
         """Keep ``obj``, which holds the process group (a DDP model), until `close`.
 
-        After a failed collective, `close` keeps it until the interpreter exits (see
-        `_KEPT_AFTER_FAILURE`), so that the rank stops instead of hanging.
+        After a failed collective, or when `close` runs while an exception is on its way out,
+        `close` keeps it until the interpreter exits (see `_KEPT_AFTER_FAILURE`), so that the
+        rank stops instead of hanging.
         """
         self._holders.append(obj)
 
     def close(self) -> None:
         """Leave the process group (when we joined it); let go of what `hold` kept."""
-        if self.failed:
+        if self.failed or sys.exc_info()[0] is not None:  # called from a finally on the way out
             _KEPT_AFTER_FAILURE.extend(self._holders)
         self._holders.clear()
         if self.owns_group and dist.is_initialized():

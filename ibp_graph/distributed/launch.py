@@ -7,7 +7,9 @@ the rest set; a rank that fails makes the agent stop the others. Across hosts, r
 ``torchrun --nnodes M --nproc-per-node N -m ibp_graph train ...`` on every host instead.
 
 It also owns the run's shared segments: it names the run (``IBP_GRAPH_RUN_ID``) and removes
-anything of that run left in ``/dev/shm`` when the ranks are gone.
+anything of that run left in ``/dev/shm`` when the ranks are gone. It tells the ranks its pid
+(``IBP_GRAPH_LAUNCHER_PID``): if it is killed (SIGKILL, where none of this runs), each rank
+stops by itself and local rank 0 removes the segments (`ibp_graph.distributed.orphan`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from ..errors import IBPInputError, Terminated
 from .ddp import PEER_EXIT, RUN_ID_ENV, DistributedError
+from .orphan import LAUNCHER_PID_ENV
 from .shm import SHM_DIR
 
 __all__ = ["launch_local", "leftover_segments"]
@@ -79,8 +82,9 @@ def launch_local(args: Sequence[str], nproc_per_node: int, *, run_id: str | None
             *args,
         ]
     )
-    previous = os.environ.get(RUN_ID_ENV)
+    previous = {name: os.environ.get(name) for name in (RUN_ID_ENV, LAUNCHER_PID_ENV)}
     os.environ[RUN_ID_ENV] = run_id
+    os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the ranks stop if it goes (orphan.py)
     try:
         torch_run.run(config)
     except ChildFailedError as exc:
@@ -97,10 +101,11 @@ def launch_local(args: Sequence[str], nproc_per_node: int, *, run_id: str | None
             raise Terminated from None
         raise
     finally:
-        if previous is None:
-            os.environ.pop(RUN_ID_ENV, None)
-        else:
-            os.environ[RUN_ID_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         for path in leftover_segments(run_id):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
