@@ -328,8 +328,10 @@ def launch_batch(
         graph: the CSR graph (its tensors on the kernels' device).
         local: the sampler's dense map, holding the seeds (`ibp_graph.sample_index.dense_seed`).
         seeds: ``(B,)`` int64 global ids of the seeds, local ids ``0 .. B - 1``.
-        fanouts: neighbors per node and hop, one or more: ``0`` (none), ``-1`` (all), or a
-            count; counts above ``KERNEL_MAX_K`` run as ``torch_hop``.
+        fanouts: neighbors per node and hop: ``0`` (none), ``-1`` (all), or a count; counts
+            above ``KERNEL_MAX_K`` run as ``torch_hop``. No fanouts (no hops) launch nothing:
+            the batch is the seeds (`ibp_graph.sampler.NeighborSampler` does not call this
+            then).
         replace: draw with replacement.
         per_hop: expand every node so far at each hop (``draw="per_hop"``), not the last hop's.
         keys: ``(len(fanouts),)`` int64 random keys, one per hop, on the device.
@@ -396,5 +398,7 @@ def finish_batch(
         added per hop (the seeds first) and edges per hop.
     """
     nodes, edges, num_nodes, num_edges = batch.cut()
-    row, col, edge = torch.cat(edges, dim=1).unbind()
+    # no hops: no edges (a batch of the seeds alone)
+    edges = torch.cat(edges, dim=1) if edges else nodes[0].new_empty((3, 0))
+    row, col, edge = edges.unbind()
     return torch.cat(nodes), row, col, edge, num_nodes, num_edges

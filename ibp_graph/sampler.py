@@ -16,6 +16,8 @@ The default semantics follow PyG's ``NeighborLoader`` (pyg-lib's ``neighbor_samp
   a node that occurs several times among the seeds is referred to by its first position.
 - A node with at most ``fanout`` in-neighbors (or any node with ``fanout = -1``) contributes
   all of them; otherwise ``fanout`` distinct ones, every such subset equally likely.
+- No hops (``num_neighbors=[]``) give the seeds alone, without edges, as PyG does: nothing is
+  drawn and no hop runs, on any backend.
 
 The other modes of `NeighborSampler` (``replace``, ``disjoint``, ``subgraph_type``, ``draw``)
 change one rule each; its docstring states them.
@@ -158,8 +160,6 @@ def _check_num_neighbors(num_neighbors: object) -> tuple[int, ...]:
         raise IBPInputError(
             f"num_neighbors must be a list of ints, got '{type(num_neighbors).__name__}'"
         )
-    if not num_neighbors:
-        raise IBPInputError("num_neighbors must be a non-empty list of ints (one per hop)")
     out = []
     for i, k in enumerate(num_neighbors):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
@@ -228,6 +228,9 @@ class NeighborSampler:
       ``draw="once"`` (the default, PyG) draws a node's neighbors only in the hop after the one
       that discovered it.
 
+    ``num_neighbors=[]`` (no hops) gives the seeds alone in every mode, as PyG does (see
+    `sample`).
+
     ``disjoint=True`` with ``subgraph_type="induced"`` (refused by PyG too), and
     ``draw="per_hop"`` with a ``subgraph_type`` other than ``"directional"`` (whose edges no
     longer form blocks), raise `IBPInputError`.
@@ -259,7 +262,8 @@ class NeighborSampler:
     (`ibp_graph.sample_replay`): the same batches, with one launch from Python instead of the
     hops' launches and most of their torch ops (for 3 hops, 9 launches and 29 ops). It
     applies to batches whose hops all draw (``draw="once"``, every fanout in
-    ``[0, MAX_K]``, not ``disjoint``); others run as without it. Each graph keeps its
+    ``[0, MAX_K]``, not ``disjoint``); others run as without it, and batches of no hops
+    launch nothing, so they are never captured. Each graph keeps its
     buffers in GPU memory (at most 56 bytes a slot: for 1,024 seeds and fanouts
     ``[15, 10, 5]``, 936,960 slots, about 52 MB). With torch before 2.12 only the main thread
     captures (`ibp_graph.sample_replay.cuda_capture`): on other threads batches run eagerly,
@@ -269,7 +273,7 @@ class NeighborSampler:
     Args:
         graph: the graph; sampling runs on its device.
         num_neighbors: in-neighbors to sample per node, one entry per hop; ``-1`` takes all of
-            them, ``0`` none.
+            them, ``0`` none; ``[]`` gives the seeds only, as PyG (see `sample`).
         seed: seed of the generator (default: None, a non-deterministic seed).
         backend: ``"torch"`` or ``"kernel"`` (default: ``"torch"``).
         cuda_graph: replay captured launches, per batch size (``backend="kernel"`` only)
@@ -535,6 +539,13 @@ class NeighborSampler:
     def sample(self, seeds: torch.Tensor, input_id: torch.Tensor | None = None) -> SampledBatch:
         """Sample the multi-hop in-neighborhood of ``seeds``.
 
+        Without hops (``num_neighbors=[]``) the batch is the seeds, as PyG gives it: ``node``
+        a copy of ``seeds`` (repeats kept), no edges, ``num_sampled_nodes == [len(seeds)]``
+        and ``num_sampled_edges == []`` (None for ``"bidirectional"`` and ``"induced"``),
+        ``batch`` ``0 .. len(seeds) - 1`` with ``disjoint=True``; ``"induced"`` has the
+        graph's edges between the seeds. Nothing is drawn from the generator and no hop
+        kernel or hop op runs.
+
         Args:
             seeds: 1-D integer tensor of global node ids in ``[0, num_nodes)``; duplicates are
                 distinct seeds.
@@ -556,7 +567,9 @@ class NeighborSampler:
                 f"input_id must be a tensor of the seeds' shape {tuple(seeds.shape)}, got "
                 f"{getattr(input_id, 'shape', type(input_id).__name__)}"
             )
-        if self.disjoint:
+        if not self.num_neighbors:
+            out = self._sample_seeds(seeds)
+        elif self.disjoint:
             out = self._sample_disjoint(seeds)
         else:
             out = self._sample_shared(seeds)
@@ -585,8 +598,9 @@ class NeighborSampler:
 
         Returns:
             Those of ``sizes`` that replay from a CUDA graph now (none without
-            ``cuda_graph=True``, or with ``disjoint=True`` or ``draw="per_hop"``: such batches
-            are never captured, and none is sampled here).
+            ``cuda_graph=True``, or with ``disjoint=True``, ``draw="per_hop"`` or no hops
+            (``num_neighbors=[]``): such batches are never captured, and none is sampled
+            here).
 
         Raises:
             IBPInputError: ``sizes`` is not an iterable of ints, or holds a negative one
@@ -600,8 +614,8 @@ class NeighborSampler:
                 raise IBPInputError(f"sizes must hold ints >= 0, got {size!r}")
         if not self.cuda_graph or self._hop_kernels is None:
             return []
-        if self.disjoint or self.draw == "per_hop":  # batches never captured
-            return []
+        if self.disjoint or self.draw == "per_hop" or not self.num_neighbors:
+            return []  # batches never captured (without hops there are no launches)
         if self._replay is None:
             self._replay = BatchReplay()
         replay, device = self._replay, self.graph.device
@@ -615,6 +629,41 @@ class NeighborSampler:
                     break
                 self._sample_shared(torch.arange(size, device=device), keys)
         return [size for size in sizes if size in replay.graphs]
+
+    def _sample_seeds(self, seeds: torch.Tensor) -> SampledBatch:
+        """The batch of no hops (``num_neighbors=[]``): the seeds, and nothing drawn.
+
+        ``"induced"`` takes the graph's edges between the seeds (each position of a repeated
+        seed is a target of its own, as after hops); the other modes have no edges.
+        """
+        batch_size = seeds.numel()
+        node = seeds.clone()  # the batch's own tensor, as after hops
+        row, col, edge = (seeds.new_empty(0) for _ in range(3))
+        induced = self.subgraph_type == "induced"
+        if induced:
+            local = self._scratch()
+            ok = False
+            try:
+                dense_seed(local, node, self._iota(batch_size))
+                row, col, edge = induced_edges(self.graph, *self._hop_entries(node, -1, 0), local)
+                ok = True
+            finally:
+                if ok:
+                    dense_clear(local, node)
+                    self._note_map_cleared()
+                else:
+                    self._map = None  # a fresh one next time
+                    self._replay = None  # as in `_sample_shared`
+        return SampledBatch(
+            node=node,
+            row=row,
+            col=col,
+            edge=edge,
+            batch_size=batch_size,
+            num_sampled_nodes=None if induced else [batch_size],
+            num_sampled_edges=None if induced else [],
+            batch=torch.arange(batch_size, device=node.device) if self.disjoint else None,
+        )
 
     def _compiled_hop(self) -> bool:
         """Whether hops run in `ibp_graph.sample_cpu` (CPU graph, Numba, torch backend)."""

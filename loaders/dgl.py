@@ -56,7 +56,11 @@ are ``blocks[i]``'s destination nodes; ``srcdata[dgl.NID]``, ``dstdata[dgl.NID]`
 ``edata[dgl.EID]`` hold the global node and edge ids. As in DGL, every block draws fresh
 in-neighbors for all its destination nodes (``draw="per_hop"``); the sampler's
 ``draw="once"`` draws each node's neighbors once per batch and reuses them in later blocks,
-as PyG does. With ``-1`` fanouts both give exactly DGL's edges.
+as PyG does. With ``-1`` fanouts both give exactly DGL's edges. A fanout of ``0`` gives a
+block without edges whose source nodes are its destination nodes, as DGL's unfused sampler
+does (DGL's fused one, its default on a CPU with more than one thread, leaves that block
+without source nodes); ``fanouts=[]``, no blocks at all, is refused when the loader is built,
+as DGL's loader fails on it at its first batch.
 
 Every ``g.ndata`` field is on every block's ``srcdata`` / ``dstdata`` and every ``g.edata``
 field on its ``edata``, as DGL's loader gives them on the CPU, read from ``g`` when the batch
@@ -304,7 +308,8 @@ class DataLoader(BaseNodeLoader):
             features or labels with another row count than the graph has nodes, prefetch
             names missing from ``g.ndata``/``g.edata``, a CUDA ``device`` without a usable
             GPU or with a DGL build that has no CUDA, a bad ``graph_memory`` or
-            ``sampler_backend``, or ``use_ddp`` without ``torch.distributed``.
+            ``sampler_backend``, ``use_ddp`` without ``torch.distributed``, or a sampler
+            with ``fanouts=[]`` (no blocks: DGL's loader fails on it at its first batch).
         IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
 
@@ -337,6 +342,12 @@ class DataLoader(BaseNodeLoader):
         **kwargs: Any,
     ) -> None:
         settings = NeighborSampler.from_dgl(graph_sampler)
+        if not settings.fanouts:
+            raise IBPInputError(
+                "fanouts=[] gives no blocks to carry a batch's features and labels (DGL's "
+                "DataLoader fails on it too, at its first batch): use fanouts=[0] for one "
+                "block of the seeds without edges"
+            )
         self._set_loop_args(
             batch_size=batch_size,
             shuffle=shuffle,

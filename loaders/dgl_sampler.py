@@ -9,7 +9,10 @@ loader alike: ``sample(g, seed_nodes)`` / ``sample_blocks(g, seed_nodes)`` retur
 argument                 what happens
 =======================  ===================================================================
 ``fanouts``              as DGL: ``fanouts[i]`` in-neighbors per node for ``blocks[i]``,
-                         ``-1`` all of them
+                         ``-1`` all of them; ``[]``: no blocks, ``sample_blocks`` gives
+                         ``(seeds, seeds, [])`` as DGL's (DGL's ``sample`` and loader
+                         then fail on ``blocks[0]``: our ``sample`` does too, our
+                         ``DataLoader`` refuses ``[]`` when built)
 ``edge_dir``             ``"in"`` as DGL; ``"out"`` raises ``NotImplementedError``
 ``prob``, ``mask``       raise ``NotImplementedError`` (sampling is uniform; ignoring them
                          would silently change what is sampled)
@@ -119,8 +122,6 @@ def _check_fanouts(fanouts: object) -> list[int]:
         fanouts = list(fanouts)
     if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
         raise IBPInputError(f"fanouts must be a list of ints, got '{type_name(fanouts)}'")
-    if not fanouts:
-        raise IBPInputError("fanouts must be a non-empty list of ints (one per layer)")
     out = []
     for i, value in enumerate(fanouts):
         if isinstance(value, Mapping):
@@ -165,7 +166,8 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
 
     Args:
         fanouts: in-neighbors per node for each layer, ``fanouts[0]`` the first (outermost)
-            layer's; ``-1`` takes all of them.
+            layer's; ``-1`` takes all of them; ``[]``: no layers, the seeds only (see
+            `sample_blocks`).
         edge_dir: ``"in"`` (default: ``"in"``).
         prob: must be None: sampling is uniform (default: None).
         mask: must be None: sampling is uniform over all edges (default: None).
@@ -183,8 +185,8 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
         NotImplementedError: ``edge_dir="out"``, ``prob`` or ``mask`` (sampling them
             uniformly would silently give other batches), or per-type (heterogeneous)
             fanouts or names.
-        IBPInputError: ``fanouts`` not a non-empty list of ints >= -1, names not lists of
-            str, an unknown ``draw``, or a ``replace`` that is not a bool.
+        IBPInputError: ``fanouts`` not a list of ints >= -1, names not lists of str, an
+            unknown ``draw``, or a ``replace`` that is not a bool.
     """
 
     def __init__(
@@ -290,6 +292,9 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
         until nodes or edges are added to it or removed from it) and a generator seeded from
         torch's global one (so ``torch.manual_seed`` fixes the draws).
 
+        With ``fanouts=[]`` it gives ``(seeds, seeds, [])``, the seeds in their own dtype, as
+        DGL's does (the seeds are checked; nothing is drawn).
+
         Args:
             g: a homogeneous ``dgl.DGLGraph``.
             seed_nodes: the seeds' node ids (a 1-D integer tensor).
@@ -316,7 +321,10 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
         seeds = torch.as_tensor(seed_nodes)
         sampled = self._sampler.sample(seeds)
         blocks = to_blocks(g, sampled, draw=self.draw)
-        input_nodes, output_nodes = node_ids(g, sampled)
+        if blocks:
+            input_nodes, output_nodes = node_ids(g, sampled)
+        else:  # no layers: DGL hands the seeds back as they came
+            input_nodes = output_nodes = sampled.node.to(seeds.dtype)
         if self.output_device is not None:
             device = torch.device(self.output_device)
             blocks = [b.to(device) for b in blocks]

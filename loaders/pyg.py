@@ -203,7 +203,9 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
 
     Args:
         data: the graph, a ``torch_geometric.data.Data`` with ``edge_index``.
-        num_neighbors: neighbors sampled per node, one int per hop (``-1``: all).
+        num_neighbors: neighbors sampled per node, one int per hop (``-1``: all); ``[]``
+            gives the seeds only, as PyG: no edges, ``num_sampled_nodes == [batch_size]``,
+            ``num_sampled_edges == []``, ``x`` the seeds' rows.
         input_nodes: seed nodes: None (all nodes), a boolean mask or an index tensor (a
             list or tuple of ints is an index, as in PyG). As in PyG, ``input_id`` holds
             positions in an index, node ids for a mask (default: None).

@@ -515,7 +515,6 @@ def test_module_docstring_example_runs(tmp_path, monkeypatch, capsys) -> None:
         ({"fanouts": [3, 2.0]}, IBPInputError, "got 'float' at index 1"),
         ({"fanouts": [True]}, IBPInputError, "got 'bool' at index 0"),
         ({"fanouts": [-2]}, IBPInputError, "fanouts[0] must be >= -1"),
-        ({"fanouts": []}, IBPInputError, "non-empty list"),
         ({"fanouts": [{("a", "r", "b"): 3}]}, NotImplementedError, "heterogeneous"),
         ({"edge_dir": "out"}, NotImplementedError, "edge_dir='out'"),
         ({"prob": "p"}, NotImplementedError, "prob='p'"),

@@ -467,7 +467,6 @@ def test_neighbor_frequencies_uniform(monkeypatch, sort_cost):
         ("15,10", "num_neighbors must be a list of ints, got 'str'"),
         (5, "num_neighbors must be a list of ints, got 'int'"),
         ({"a": [1]}, "got 'dict'"),
-        ([], "non-empty"),
         ([3, 1.5], "got 'float' at index 1"),
         ([True], "got 'bool' at index 0"),
         ([3, -2], r"num_neighbors\[1\] must be >= -1"),
