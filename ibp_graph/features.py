@@ -1,4 +1,4 @@
-"""Where node features come from: one interface over tensors, IBP tables and pinned tables.
+"""Where node features come from: one interface over tensors, arrays, IBP and pinned tables.
 
 A loader asks a `FeatureSource` for the rows of the sampled nodes and never cares how they
 are stored. `as_feature_source` picks the implementation, and where the rows land:
@@ -8,6 +8,8 @@ are stored. `as_feature_source` picks the implementation, and where the rows lan
 ============================  ===============  ===========================================
 tensor (CPU or CUDA)          None             gathered where the tensor is
 CPU tensor                    ``"cuda"``       gathered on the CPU, then copied to the GPU
+2-D NumPy array (or memmap)   None / ``"cpu"`` gathered on the CPU (only those rows read)
+2-D NumPy array (or memmap)   ``"cuda"``       gathered on the CPU, then copied to the GPU
 `IBPTable` (CPU)              None / ``"cpu"`` decoded on the CPU (NumPy)
 `IBPTable` (CPU)              ``"cuda"``       the file is opened as a `CudaIBPTable`
 `CudaIBPTable`                None / its GPU   fetched and decoded by the GPU over UVA
@@ -30,12 +32,14 @@ import numpy as np
 import torch
 
 from .cuda_table import CudaIBPTable, PinnedRawTable
+from .dtypes import SUPPORTED_DTYPES, torch_dtype
 from .errors import IBPInputError
 from .table import IBPTable
 
 __all__ = [
     "FeatureSource",
     "IBPFeatures",
+    "NumpyFeatures",
     "RawPinnedFeatures",
     "TensorFeatures",
     "as_feature_source",
@@ -209,6 +213,146 @@ class TensorFeatures(FeatureSource):
         )
 
 
+#: NumPy element types a feature array may have (NumPy has no bfloat16).
+_NUMPY_DTYPES = tuple(name for name in SUPPORTED_DTYPES if name != "bfloat16")
+
+
+def _numpy_dtype(array: np.ndarray) -> torch.dtype:
+    """The torch dtype of a NumPy feature table, checking its type, shape and dtype.
+
+    Raises:
+        IBPInputError: ``array`` is masked, not 2-D, or of a dtype `NumpyFeatures` does not
+            take (the message names the shape or dtype).
+    """
+    if isinstance(array, np.ma.MaskedArray):
+        raise IBPInputError(
+            "features: a masked NumPy array's mask would be ignored; pass array.filled(value)"
+        )
+    if array.ndim != 2:
+        raise IBPInputError(
+            f"features: a NumPy array must be 2-D (rows x features), got shape {array.shape}"
+        )
+    dt = array.dtype
+    supported = ", ".join(_NUMPY_DTYPES)
+    if dt.kind == "O":
+        raise IBPInputError(
+            "features: a NumPy array of dtype object holds Python objects, not numbers; "
+            f"convert it to one of {supported}"
+        )
+    if dt.kind in "USV":
+        raise IBPInputError(
+            f"features: a NumPy array of dtype {dt} holds strings, bytes or records, not "
+            f"numbers; supported: {supported}"
+        )
+    if dt.kind == "c":
+        raise IBPInputError(
+            f"features: complex dtype {dt} is not supported (supported: {supported}); store "
+            "the real and imaginary parts as separate columns"
+        )
+    if dt.name not in _NUMPY_DTYPES:
+        hint = "; for bfloat16 pass a torch tensor" if dt.name == "bfloat16" else ""
+        raise IBPInputError(
+            f"features: unsupported NumPy dtype {dt} (supported: {supported}){hint}"
+        )
+    return torch_dtype(dt.name)
+
+
+class NumpyFeatures(FeatureSource):
+    """A 2-D NumPy array, in memory or memory-mapped, of which only the rows asked for are read.
+
+    A table in a ``.npy`` file larger than host memory works as
+    ``np.load(path, mmap_mode="r")``: `gather` reads the rows of the ids with ``np.take`` and
+    nothing copies, loads or writes the whole array (read-only arrays are fine, and no torch
+    tensor ever aliases the array). Rows come back as `TensorFeatures` gives them for a CPU
+    tensor: a new contiguous tensor of the matching torch dtype (in native byte order), and
+    out-of-range ids raise torch's ``IndexError``.
+
+    Args:
+        array: the table, ``(rows, features)``, of dtype float32, float16, float64, int8,
+            int16, int32, int64 or uint8 (any byte order and strides).
+        device: where results land (default: the CPU). With a CUDA device the rows are
+            gathered on the CPU into pinned memory, then copied to the GPU.
+
+    Raises:
+        IBPInputError: ``array`` is not a NumPy array, is masked, is not 2-D or has a dtype
+            not listed above; the message names the type, shape or dtype. ``device`` is a
+            CUDA device and no GPU is usable.
+    """
+
+    def __init__(self, array: np.ndarray, device: str | torch.device | None = None) -> None:
+        if not isinstance(array, np.ndarray):
+            raise IBPInputError(f"array must be a NumPy array, got '{type(array).__name__}'")
+        self._dtype = _numpy_dtype(array)
+        self.array = array
+        self._device = resolve_device(device) or torch.device("cpu")
+        # A stand-in with the table's rows and no memory (stride 0), on which index_select
+        # checks ids with the checks and errors of a tensor of the table's shape.
+        n, d = array.shape
+        self._ids_check = torch.zeros((), dtype=torch.uint8).expand(n, min(d, 1))
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows."""
+        return self.array.shape[0]
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """``(num_features,)``."""
+        return (self.array.shape[1],)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype matching the array's."""
+        return self._dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Where results land."""
+        return self._device
+
+    @property
+    def index_device(self) -> torch.device:
+        """The CPU, where the rows are read."""
+        return torch.device("cpu")
+
+    def gather(self, ids: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+        """``array[ids]`` as a tensor on `device`, reading only those rows.
+
+        The rows are written by ``np.take`` straight into the tensor returned or, bound for a
+        GPU, into a pinned buffer copied on ``stream`` without blocking the host (see
+        `TensorFeatures.gather`).
+
+        Raises:
+            IndexError: ``ids`` is not 1-D, or an id is out of range (torch's errors).
+        """
+        with _stream_context(stream):
+            idx = ids.to("cpu", torch.int64)
+            self._ids_check.index_select(0, idx)
+            to_gpu = self._device.type == "cuda"
+            shape = (idx.numel(), *self.row_shape)
+            out = (
+                _pinned_empty(shape, self._dtype)
+                if to_gpu
+                else torch.empty(shape, dtype=self._dtype)
+            )
+            # mode="clip" writes into ``out`` directly (mode="raise" goes through a buffer);
+            # the ids are in range, checked above, so nothing is clipped.
+            np.take(self.array, idx.numpy(), axis=0, out=out.numpy(), mode="clip")
+            # Asynchronous only towards a GPU: a CPU result must be complete when returned.
+            return out.to(self._device, non_blocking=to_gpu)
+
+    def stored_bytes(self, ids: torch.Tensor) -> int:
+        """0 when rows land on the CPU, else the raw bytes of the rows (as `TensorFeatures`)."""
+        return 0 if self._device.type == "cpu" else ids.numel() * self.row_bytes
+
+    def __repr__(self) -> str:
+        kind = "memmap" if isinstance(self.array, np.memmap) else "ndarray"
+        return (
+            f"NumpyFeatures({kind}, shape={self.array.shape}, dtype={self.array.dtype}, "
+            f"device={self._device})"
+        )
+
+
 class _TableFeatures(FeatureSource):
     """A source backed by a 2-D table object with ``.shape`` and ``.dtype``."""
 
@@ -328,16 +472,18 @@ def as_feature_source(
     """The `FeatureSource` for ``obj``, delivering rows on ``device`` (see the module table).
 
     Args:
-        obj: an `IBPTable`, `CudaIBPTable`, `PinnedRawTable`, tensor or `FeatureSource`;
-            None takes ``data.x``.
+        obj: an `IBPTable`, `CudaIBPTable`, `PinnedRawTable`, tensor, 2-D NumPy array
+            (memory-mapped ones included, see `NumpyFeatures`) or `FeatureSource`; None
+            takes ``data.x``.
         device: where rows must land (default: where ``obj`` delivers them).
         data: the graph whose ``x`` is used when ``obj`` is None.
         check: CUDA tables: check ids on every gather (see `IBPFeatures`).
 
     Raises:
         IBPInputError: ``obj`` is none of the above, ``obj`` is None and ``data`` has no
-            ``x``, ``device`` is a CUDA device and no GPU is usable, or ``obj`` is a GPU table
-            and ``device`` another device.
+            ``x``, ``obj`` is a NumPy array that is not 2-D or of an unsupported dtype,
+            ``device`` is a CUDA device and no GPU is usable, or ``obj`` is a GPU table and
+            ``device`` another device.
     """
     dev = resolve_device(device)
     if obj is None:
@@ -348,6 +494,8 @@ def as_feature_source(
             raise IBPInputError(f"data.x must be a torch.Tensor, got '{type(obj).__name__}'")
     if isinstance(obj, torch.Tensor):
         return TensorFeatures(obj, dev)
+    if isinstance(obj, np.ndarray):
+        return NumpyFeatures(obj, dev)
     if isinstance(obj, FeatureSource):
         if dev is not None and obj.device != dev:
             raise IBPInputError(f"the feature source delivers rows on {obj.device}, not {dev}")
@@ -368,6 +516,6 @@ def as_feature_source(
             return IBPFeatures(obj, check=check)
         return RawPinnedFeatures(obj, check=check)
     raise IBPInputError(
-        "features must be an IBPTable, CudaIBPTable, PinnedRawTable, torch.Tensor or "
-        f"FeatureSource, got '{type(obj).__name__}'"
+        "features must be an IBPTable, CudaIBPTable, PinnedRawTable, torch.Tensor, 2-D NumPy "
+        f"array or FeatureSource, got '{type(obj).__name__}'"
     )

@@ -392,6 +392,39 @@ class IBPTable:
             tensor = tensor.view(torch.int16).view(torch.bfloat16)
         return tensor
 
+    # -- interchange -------------------------------------------------------------------
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[Any, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """The whole table, decoded, as a DLPack capsule: ``torch.as_tensor(table)`` works.
+
+        ``torch.as_tensor``, ``torch.tensor`` and ``torch.from_dlpack`` read an object that is
+        not a tensor or an ndarray through this method (torch ignores ``__array__``; through
+        ``len`` and ``table[i]`` they would fail on the row tensors). Every call decodes all
+        the rows in one pass into a new CPU tensor of the original dtype, ``table[:]`` bit
+        for bit, which the capsule hands over: nothing is shared with the table.
+
+        Raises:
+            BufferError: ``copy=False``: decoding always makes new memory, there is none to
+                share.
+            IBPInputError: the table is closed.
+        """
+        if copy is False:
+            raise BufferError(
+                f"{self.path}: an IBPTable holds compressed rows: exporting it decodes them "
+                "into new memory, which copy=False forbids"
+            )
+        return self[:].__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(1, 0)``: DLPack's CPU device (``kDLCPU``), where `__dlpack__` decodes the rows."""
+        return (1, 0)
+
     # -- lifetime ----------------------------------------------------------------------
     def close(self) -> None:
         """Drop the mapping of the file; the table cannot be read afterwards."""

@@ -277,8 +277,8 @@ class DataLoader(BaseNodeLoader):
         gpu_cache: a one-time warning when given: there is no GPU feature cache
             (default: None).
         features: ours: the node features for ``blocks[0].srcdata[feat]``: an `IBPTable`,
-            `CudaIBPTable`, `PinnedRawTable`, tensor or `FeatureSource` (default: None,
-            ``g.ndata[feat]`` read when each batch is built).
+            `CudaIBPTable`, `PinnedRawTable`, tensor, 2-D NumPy array (a memmap too) or
+            `FeatureSource` (default: None, ``g.ndata[feat]`` read when each batch is built).
         labels: ours: the node labels for ``blocks[-1].dstdata[label]``, one row per node
             (default: None, ``g.ndata[label]`` read when each batch is built).
         prefetch: ours: batches prepared ahead of the one being consumed (default: 2).

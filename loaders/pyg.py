@@ -241,8 +241,8 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
         shuffle: reshuffle the seeds every epoch (default: False).
         drop_last: drop the last, smaller batch (default: False).
         features: the node features: an `IBPTable`, `CudaIBPTable`, `PinnedRawTable`,
-            tensor or `FeatureSource` (default: ``data.x`` as it is when each epoch starts;
-            without it, batches have no ``x``).
+            tensor, 2-D NumPy array (a memmap too) or `FeatureSource` (default: ``data.x``
+            as it is when each epoch starts; without it, batches have no ``x``).
         device: where batches land and sampling runs (default: the features' device).
         prefetch: batches prepared ahead of the one being consumed, without workers
             (default: 2).
@@ -789,7 +789,7 @@ class IBPFeatureStore(FeatureStore):
     Args:
         features: one table (stored as ``(None, "x")``), or a mapping from ``attr_name`` or
             ``(group_name, attr_name)`` to tables; each an `IBPTable`, `CudaIBPTable`,
-            `PinnedRawTable`, tensor or `FeatureSource`.
+            `PinnedRawTable`, tensor, 2-D NumPy array or `FeatureSource`.
         device: where rows land (default: each source's own device).
     """
 
