@@ -393,6 +393,30 @@ class IBPTable:
         return tensor
 
     # -- interchange -------------------------------------------------------------------
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """The whole table, decoded in one pass: ``np.asarray(table)`` (`read` with no index).
+
+        Without it NumPy would read the table as a sequence, decoding one row per call.
+
+        Raises:
+            ValueError: ``copy=False``: decoding always makes new memory, there is none to
+                share.
+            IBPInputError: a ``bfloat16`` table (NumPy has no such dtype: ``table[:]`` gives a
+                bfloat16 tensor, `read` its uint16 bits), or the table is closed.
+        """
+        if copy is False:
+            raise ValueError(
+                f"{self.path}: an IBPTable holds compressed rows: converting it decodes them "
+                "into new memory, which copy=False forbids"
+            )
+        if self._dtype_name == "bfloat16":
+            raise IBPInputError(
+                f"{self.path}: NumPy has no bfloat16; use table[:] for a bfloat16 tensor or "
+                "table.read() for the values' uint16 bits"
+            )
+        rows = self.read()
+        return rows if dtype is None else rows.astype(dtype, copy=False)
+
     def __dlpack__(
         self,
         *,

@@ -465,3 +465,36 @@ def test_dlpack_export_refuses_copy_false_and_a_closed_table(tmp_path) -> None:
     t.close()
     with pytest.raises(IBPInputError, match="the table is closed"):
         torch.as_tensor(t)
+
+
+# --------------------------------------------------------------------------------------------
+# np.asarray of an IBPTable
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8"])
+def test_np_asarray_of_an_ibp_table_decodes_it_in_one_pass(tmp_path, monkeypatch, dtype) -> None:
+    x = table(dtype, n=300, d=9)
+    t = ibp_graph.compress(x, tmp_path / "x.ibp", progress=False)
+    calls = []
+    decode_words = t.decode_words
+    monkeypatch.setattr(t, "decode_words", lambda ids: calls.append(len(ids)) or decode_words(ids))
+    got = np.asarray(t)
+    assert calls == [300]  # one request for every row, not one per row
+    assert got.dtype == x.dtype and np.array_equal(got.view(np.uint8), x.view(np.uint8))
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    assert np.array(t).flags.writeable and np.array(t, copy=True).shape == x.shape
+
+
+def test_np_asarray_of_an_ibp_table_refuses_copy_false_bfloat16_and_a_closed_table(
+    tmp_path,
+) -> None:
+    t = ibp_graph.compress(table("float32"), tmp_path / "x.ibp", progress=False)
+    with pytest.raises(ValueError, match="copy=False forbids"):
+        np.asarray(t, copy=False)
+    t.close()
+    with pytest.raises(IBPInputError, match="the table is closed"):
+        np.asarray(t)
+    b = ibp_graph.compress(torch.randn(8, 4).bfloat16(), tmp_path / "b.ibp", progress=False)
+    with pytest.raises(IBPInputError, match="NumPy has no bfloat16"):
+        np.asarray(b)
