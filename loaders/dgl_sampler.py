@@ -352,15 +352,15 @@ class MultiLayerFullNeighborSampler(NeighborSampler):
     """DGL's ``MultiLayerFullNeighborSampler``: every in-neighbor, ``num_layers`` blocks.
 
     Args:
-        num_layers: the number of blocks (layers).
+        num_layers: the number of blocks (layers); ``0`` is ``fanouts=[]``, as DGL's.
         **kwargs: `NeighborSampler`'s keyword arguments.
 
     Raises:
-        IBPInputError: ``num_layers`` is not an int >= 1.
+        IBPInputError: ``num_layers`` is not an int >= 0 (DGL reads a negative one as 0).
     """
 
     def __init__(self, num_layers: int, **kwargs: Any) -> None:
         layers = as_int(num_layers)
-        if layers is None or layers < 1:
-            raise IBPInputError(f"num_layers must be an int >= 1, got {num_layers!r}")
+        if layers is None or layers < 0:
+            raise IBPInputError(f"num_layers must be an int >= 0, got {num_layers!r}")
         super().__init__([-1] * layers, **kwargs)

@@ -94,8 +94,13 @@ def test_multi_layer_names_are_exported() -> None:
     full = MultiLayerFullNeighborSampler(2, prefetch_node_feats=["feat"])
     assert full.fanouts == [-1, -1] and full.prefetch_node_feats == ["feat"]
     assert isinstance(full, dgl.dataloading.BlockSampler)
-    with pytest.raises(IBPInputError, match="num_layers must be an int >= 1, got 0"):
-        MultiLayerFullNeighborSampler(0)
+    assert (
+        MultiLayerFullNeighborSampler(0).fanouts
+        == dgl.dataloading.MultiLayerFullNeighborSampler(0).fanouts
+        == []
+    )
+    with pytest.raises(IBPInputError, match="num_layers must be an int >= 0, got -1"):
+        MultiLayerFullNeighborSampler(-1)
 
 
 @pytest.mark.parametrize("method", ["sample", "sample_blocks"])
