@@ -372,9 +372,14 @@ class IBPTable:
 
         Args:
             index: rows to decode, with torch's rules for the first dimension of a 2-D
-                tensor: an int (negative counts from the end), a slice, a range, a list, an
-                integer array or tensor of any shape (the result has its shape plus the
-                column dimension) or a 1-D boolean mask; all rows if None (default: None).
+                tensor, but for None: an int (negative counts from the end), a slice, a
+                range, a list, an integer array (an ``np.matrix`` as the 2-D array it holds)
+                or dense tensor of any shape (the result has its shape plus the column
+                dimension) or a 1-D boolean mask. None (the default) reads every row, like
+                ``:``, where torch and NumPy would add a dimension instead. A
+                ``torch.uint8`` tensor is refused as ambiguous (torch reads it as a
+                deprecated mask): pass ``index.bool()`` or ``index.long()``; so are
+                floating-point, sparse and meta tensors and masked arrays.
 
         Raises:
             IBPIndexError: the index is not a row selection or an id is out of range.
@@ -385,7 +390,11 @@ class IBPTable:
         return rows.reshape(*shape, self._shape[1])
 
     def __getitem__(self, index: RowIndex) -> torch.Tensor:
-        """Decode rows to a CPU torch tensor of the original dtype (see :meth:`read`)."""
+        """Decode rows to a CPU torch tensor of the original dtype.
+
+        The index rules of :meth:`read`: ``table[None]`` is every row, and a ``torch.uint8``
+        tensor is refused as ambiguous.
+        """
         arr = self.read(index)
         tensor = torch.from_numpy(np.ascontiguousarray(arr))
         if self._dtype_name == "bfloat16":

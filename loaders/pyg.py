@@ -71,6 +71,7 @@ from ibp_graph import loading
 from ibp_graph.errors import IBPInputError, check_bool, check_choice
 from ibp_graph.features import FeatureSource, as_feature_source, resolve_device
 from ibp_graph.graph import CSRGraph
+from ibp_graph.indexing import normalize_index_tensor
 from ibp_graph.loading import BaseNodeLoader, type_name, unsupported, warn_ignored, warn_once
 from ibp_graph.pinned import to_device
 from ibp_graph.sampler import SUBGRAPH_TYPES, NeighborSampler, SampledBatch
@@ -797,7 +798,9 @@ class IBPFeatureStore(FeatureStore):
         super().__init__()
         items = features.items() if isinstance(features, Mapping) else [((None, "x"), features)]
         sources: dict[FeatureKey, FeatureSource] = {}
+        given: dict[FeatureKey, Any] = {}
         for key, obj in items:
+            spelled = key
             if isinstance(key, str):
                 key = (None, key)
             if (
@@ -809,6 +812,11 @@ class IBPFeatureStore(FeatureStore):
                 raise IBPInputError(
                     f"feature keys must be attr_name or (group_name, attr_name), got {key!r}"
                 )
+            if key in given:
+                raise IBPInputError(
+                    f"duplicate feature key {key!r}: given as {given[key]!r} and as {spelled!r}"
+                )
+            given[key] = spelled
             if obj is None:
                 raise IBPInputError(f"the features of {key!r} are None")
             sources[key] = as_feature_source(obj, device)
@@ -826,35 +834,13 @@ class IBPFeatureStore(FeatureStore):
             ) from None
 
     @staticmethod
-    def _ids(index: Any, src: FeatureSource) -> tuple[torch.Tensor, bool]:
-        """Checked int64 row ids of a TensorAttr index, and whether it was a single int."""
-        n = src.num_rows
-        if index is None:
-            return torch.arange(n, device=src.index_device), False
-        if isinstance(index, slice):
-            return torch.arange(*index.indices(n), device=src.index_device), False
-        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
-            i = int(index)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of range for {n} rows")
-            return torch.tensor([i % n], device=src.index_device), True
-        if isinstance(index, np.ndarray):
-            index = torch.from_numpy(index)
-        if not isinstance(index, torch.Tensor) or index.dim() != 1:
-            raise IBPInputError(f"index must be None, an int, a slice or a 1-D tensor: {index!r}")
-        if index.dtype == torch.bool:
-            if index.numel() != n:
-                raise IBPInputError(f"boolean index has {index.numel()} entries, rows: {n}")
-            index = index.nonzero().view(-1)
-        elif index.dtype.is_floating_point or index.dtype.is_complex:
-            raise IBPInputError(f"index must hold integers or bools, got dtype {index.dtype}")
-        index = index.to(src.index_device, torch.int64)
-        if index.numel():
-            lo, hi = (int(v) for v in torch.aminmax(index))
-            if lo < 0 or hi >= n:
-                bad = int(((index < 0) | (index >= n)).nonzero()[0, 0])
-                raise IndexError(f"index[{bad}] = {int(index[bad])} is out of range for {n} rows")
-        return index, False
+    def _ids(index: Any, src: FeatureSource) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """Checked int64 row ids of a TensorAttr index, on the source's `index_device`.
+
+        With the leading shape of the result (``()`` for one row); the tables' indexing
+        rules (`normalize_index_tensor`).
+        """
+        return normalize_index_tensor(index, src.num_rows, src.index_device)
 
     # -- FeatureStore hooks --------------------------------------------------------------
     def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
@@ -870,23 +856,23 @@ class IBPFeatureStore(FeatureStore):
 
     def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
         src = self._source(attr)
-        ids, scalar = self._ids(attr.index, src)
-        rows = src.gather(ids)
-        return rows[0] if scalar else rows
+        ids, shape = self._ids(attr.index, src)
+        return src.gather(ids).reshape(*shape, *src.row_shape)
 
     def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[torch.Tensor]:
         """One ``gather`` per source for all the attributes that read it."""
-        groups: dict[FeatureKey, list[tuple[int, torch.Tensor, bool]]] = {}
+        groups: dict[FeatureKey, list[tuple[int, torch.Tensor, tuple[int, ...]]]] = {}
         for i, attr in enumerate(attrs):
             src = self._source(attr)
-            ids, scalar = self._ids(attr.index, src)
-            groups.setdefault((attr.group_name, attr.attr_name), []).append((i, ids, scalar))
+            ids, shape = self._ids(attr.index, src)
+            groups.setdefault((attr.group_name, attr.attr_name), []).append((i, ids, shape))
         out: list[Any] = [None] * len(attrs)
         for key, parts in groups.items():
-            rows = self._sources[key].gather(torch.cat([ids for _, ids, _ in parts]))
+            src = self._sources[key]
+            rows = src.gather(torch.cat([ids for _, ids, _ in parts]))
             pieces = rows.split([ids.numel() for _, ids, _ in parts])
-            for (i, _, scalar), piece in zip(parts, pieces, strict=True):
-                out[i] = piece[0] if scalar else piece
+            for (i, _, shape), piece in zip(parts, pieces, strict=True):
+                out[i] = piece.reshape(*shape, *src.row_shape)
         return out
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...] | None:
@@ -895,8 +881,8 @@ class IBPFeatureStore(FeatureStore):
             return None
         if attr.index is None or not attr.is_set("index"):
             return (src.num_rows, *src.row_shape)
-        ids, scalar = self._ids(attr.index, src)
-        return src.row_shape if scalar else (ids.numel(), *src.row_shape)
+        _, shape = self._ids(attr.index, src)
+        return (*shape, *src.row_shape)
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
         """One ``TensorAttr(group_name, attr_name)`` per source."""
