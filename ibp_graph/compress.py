@@ -6,19 +6,21 @@ Both the fit and the encoding show a progress bar on stderr (see `compress`'s ``
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from .codec import ALIGNMENTS, best_clusters, encode, stored_sizes
-from .container import IBPWriter, resolve_output
+from .container import IBPWriter, path_text, resolve_output
 from .dtypes import as_table, rows_to_words, words_per_row
-from .errors import IBPInputError
+from .errors import IBPInputError, as_int, check_bool
 from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit, fit_work
 from .sources import TableSource, open_source
 from .table import IBPTable
@@ -36,36 +38,78 @@ AUTO_ALIGNMENTS = (16, 8, 4, 2, 1)
 PROGRESS_MIN_BYTES = 64 << 20
 
 
-def _is_int(value: Any) -> bool:
-    """Whether ``value`` is a Python ``int`` (a bool is not, nor is a float such as ``4.0``)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+def _shown(value: Any) -> str:
+    """``value`` for a one-line message: the repr of a scalar or a string, else its type."""
+    if value is None or isinstance(value, (bool, int, float, str, np.generic, torch.device)):
+        return repr(value)
+    return f"'{type(value).__name__}'"
+
+
+class _Options(NamedTuple):
+    clusters: int
+    threshold: float | str
+    word_bytes: int
+    align: int | str
+    sample: int | None
+    seed: int
 
 
 def _check_options(
     clusters: Any, threshold: Any, word_bytes: Any, align: Any, sample: Any, seed: Any
-) -> float | str:
-    """Check every option before any work; return the threshold as a float or ``"auto"``."""
-    if not _is_int(clusters) or not 1 <= clusters <= 255:
-        raise IBPInputError(f"clusters must be an integer in 1..255, got {clusters!r}")
-    if not _is_int(word_bytes) or word_bytes not in (4, 8):
-        raise IBPInputError(f"word_bytes must be 4 or 8, got {word_bytes!r}")
-    if align != "auto" and (not _is_int(align) or align not in ALIGNMENTS):
-        raise IBPInputError(f"align must be 'auto' or one of {ALIGNMENTS}, got {align!r}")
-    if sample is not None and (not _is_int(sample) or sample < 0):
-        raise IBPInputError(f"sample must be a row count >= 0 (0 = all rows), got {sample!r}")
-    if not _is_int(seed) or seed < 0:
-        raise IBPInputError(f"seed must be an integer >= 0, got {seed!r}")
-    if threshold == "auto":
-        return "auto"
-    if isinstance(threshold, (bool, np.bool_)):
-        raise IBPInputError(f"threshold must be 'auto' or a number, got {threshold!r}")
-    try:
+) -> _Options:
+    """Check every option before any work; return them as plain Python values.
+
+    The integer options take ints, NumPy integers and 0-d integer tensors or arrays (see
+    `~ibp_graph.errors.as_int`); ``threshold`` takes ``"auto"`` or a real number (an int, a
+    float or a NumPy number), not a bool or a tensor.
+    """
+    k = as_int(clusters)
+    if k is None or not 1 <= k <= 255:
+        got = _shown(clusters if k is None else k)
+        raise IBPInputError(f"clusters must be an integer in 1..255, got {got}")
+    t = as_int(word_bytes)
+    if t not in (4, 8):
+        got = _shown(word_bytes if t is None else t)
+        raise IBPInputError(f"word_bytes must be 4 or 8, got {got}")
+    a = align if isinstance(align, str) and align == "auto" else as_int(align)
+    if a not in (*ALIGNMENTS, "auto"):
+        got = _shown(align if a is None else a)
+        raise IBPInputError(f"align must be 'auto' or one of {ALIGNMENTS}, got {got}")
+    rows = None if sample is None else as_int(sample)
+    if sample is not None and (rows is None or rows < 0):
+        got = _shown(sample if rows is None else rows)
+        raise IBPInputError(f"sample must be a row count >= 0 (0 = all rows), got {got}")
+    s = as_int(seed)
+    if s is None or s < 0:
+        got = _shown(seed if s is None else s)
+        raise IBPInputError(f"seed must be an integer >= 0, got {got}")
+    if isinstance(threshold, str) and threshold == "auto":
+        th: float | str = "auto"
+    elif isinstance(threshold, numbers.Real) and not isinstance(threshold, (bool, np.bool_)):
         th = float(threshold)
-    except (TypeError, ValueError):
-        raise IBPInputError(f"threshold must be 'auto' or a number, got {threshold!r}") from None
-    if not 0.5 < th <= 1.0:
-        raise IBPInputError(f"threshold must be in (0.5, 1], got {th}")
-    return th
+        if not 0.5 < th <= 1.0:
+            raise IBPInputError(f"threshold must be in (0.5, 1], got {th}")
+    else:
+        raise IBPInputError(f"threshold must be 'auto' or a number, got {_shown(threshold)}")
+    return _Options(k, th, t, a, rows, s)
+
+
+def check_device(device: Any) -> torch.device:
+    """``device`` as a `torch.device` if it names the CPU or a CUDA device.
+
+    Whether that GPU exists is not checked here.
+
+    Raises:
+        IBPInputError: it names anything else, e.g. ``"device must be 'cpu' or 'cuda[:N]',
+            got 'tpu'"``.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {_shown(device)}")
+    return dev
 
 
 def sample_ids(num_rows: int, num_words: int, sample: int | None, seed: int) -> np.ndarray:
@@ -104,16 +148,9 @@ def _encoder_device(device: str) -> tuple[Any, Any, AbstractContextManager[Any]]
     CuPy allocates and launches on its current device, so the parameters, the temporaries and
     the kernels of ``cuda:N`` follow the words onto device N only inside that scope.
     """
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}") from None
+    dev = check_device(device)
     if dev.type == "cpu":
         return _identity, _identity, contextlib.nullcontext()
-    if dev.type != "cuda":
-        raise IBPInputError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
     from .kernels.runtime import cupy, device_index, require_cuda
 
     require_cuda("compress(device='cuda')")
@@ -160,14 +197,16 @@ def compress(
             bfloat16, float64, int8..int64 or uint8), a path to a ``.npy`` / ``.pt`` file or
             ``ogb:NAME``, or a :class:`~ibp_graph.sources.TableSource` from
             :func:`~ibp_graph.sources.open_source`. Never modified.
-        path: the ``.ibp`` file to write; an existing regular file there is replaced
-            atomically when done, anything else (a directory, a device, a FIFO) is refused.
+        path: the ``.ibp`` file to write (a str, an ``os.PathLike`` or bytes); an existing
+            regular file there is replaced atomically when done, anything else (a directory,
+            a device, a FIFO) is refused, as is a path ending in a separator.
         clusters: the most mask clusters k; each row uses the one that stores it smallest,
             and a single cluster is kept when k do not pay for their own parameters
-            (default: 1).
+            (default: 1). This and the other integer options also take NumPy integers and
+            0-d integer tensors or arrays.
         threshold: ``"auto"`` sweeps 0.70..0.95 (and a per-column choice) scored by the exact
-            encoded size of the sample; a number fixes the invariance threshold (default:
-            ``"auto"``).
+            encoded size of the sample; a real number (an int, a float or a NumPy number, not
+            a bool or a tensor) fixes the invariance threshold (default: ``"auto"``).
         word_bytes: codec word size T, the integer 4 or 8 (default: 4).
         sample: rows used to fit the parameters; None picks up to 65,536 seeded random rows,
             0 uses every row (default: None).
@@ -179,8 +218,8 @@ def compress(
         progress: show progress bars on stderr, one while the parameters are fitted (its
             count is sample rows passed through a step of the fit, the alignment choice
             included) and one while the rows are encoded; True always, False never, None
-            for tables of 64 MiB or more on a terminal. The bars change nothing that is
-            written (default: None).
+            for tables of 64 MiB or more on a terminal (a bool or None, nothing else). The
+            bars change nothing that is written (default: None).
         device: ``"cpu"`` encodes with NumPy; ``"cuda"`` (or ``"cuda:N"``) encodes the rows on
             that GPU with the same code through CuPy, giving the same bytes (the parameters
             are always fitted on the CPU, on the sample) (default: ``"cpu"``).
@@ -190,15 +229,23 @@ def compress(
 
     Raises:
         IBPInputError: ``data`` is not a dense 2-D table of a supported dtype (a sparse
-            tensor, a pickled file, ...), an option has the wrong type or is out of range
-            (checked before any work), ``path`` is empty, would replace the input or
-            something other than a regular file, or its folder is missing.
+            tensor, a pickled file, a tensor on the ``meta`` device, ...) or is empty (0 rows
+            or 0 columns: ``"input: the table is empty (shape (0, 8))"``), an option has the
+            wrong type or is out of range (checked before any work), ``device`` is not
+            ``"cpu"`` or ``"cuda[:N]"``, ``path`` is not a str, an ``os.PathLike`` or bytes,
+            is empty, names a directory, would replace the input or something other than a
+            regular file, or its folder is missing.
+        IBPDeviceError: ``device`` is a CUDA device and no GPU is usable.
         OSError: writing failed (a full disk); the message names ``path`` and nothing is
             left behind.
     """
-    th = _check_options(clusters, threshold, word_bytes, align, sample, seed)
-    if isinstance(path, str) and not path:
+    opts = _check_options(clusters, threshold, word_bytes, align, sample, seed)
+    clusters, th, word_bytes, align, sample, seed = opts
+    progress = None if progress is None else check_bool("progress", progress)
+    text = path_text("path", path)
+    if not text:
         raise IBPInputError("path is empty; name the .ibp file to write")
+    resolve_output(text)  # refuses a directory name, a missing folder, a device... early
     to_device, from_device, on_device = _encoder_device(device)
     if isinstance(data, (str, os.PathLike)):
         data = open_source(data)
@@ -207,8 +254,7 @@ def compress(
     else:
         array, name = as_table(data)
         what = f"{type(data).__module__}.{type(data).__name__}"
-    out = Path(path)
-    resolve_output(out)  # refuses a missing folder, a device, a FIFO... before any work
+    out = Path(text)
     if isinstance(data, TableSource) and data.path is not None and out.resolve() == data.path:
         raise IBPInputError(f"{out}: the output would overwrite the input")
     n, d = array.shape

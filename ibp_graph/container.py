@@ -58,6 +58,7 @@ __all__ = [
     "SectionInfo",
     "load_section",
     "named_os_error",
+    "path_text",
     "read_header",
     "read_section",
     "resolve_output",
@@ -255,6 +256,18 @@ def _parse_json(path: str, raw: bytes) -> dict[str, Any]:
     return obj
 
 
+def path_text(name: str, path: object) -> str:
+    """``path`` as a str: a str, an ``os.PathLike`` or bytes (decoded as ``os.fsdecode`` does).
+
+    Raises:
+        IBPInputError: it is none of these, e.g. ``"path must be a str, bytes or os.PathLike, got
+            'int'"``.
+    """
+    if isinstance(path, (str, bytes, os.PathLike)):
+        return os.fsdecode(path)
+    raise IBPInputError(f"{name} must be a str, bytes or os.PathLike, got '{type(path).__name__}'")
+
+
 def read_header(path: str | os.PathLike[str]) -> IBPHeader:
     """Reads and validates the header of an ``.ibp`` file without reading any section data.
 
@@ -263,7 +276,7 @@ def read_header(path: str | os.PathLike[str]) -> IBPHeader:
     last section ends exactly at the end of the file, which detects truncation.
 
     Args:
-        path: The ``.ibp`` file.
+        path: The ``.ibp`` file (a str, an ``os.PathLike`` or bytes, see `path_text`).
 
     Returns:
         The validated header.
@@ -271,8 +284,9 @@ def read_header(path: str | os.PathLike[str]) -> IBPHeader:
     Raises:
         IBPFormatError: The file is missing, not an ``.ibp`` file, from a newer format version,
             malformed or truncated. The message starts with ``path`` and names the bad field.
+        IBPInputError: ``path`` is not a path.
     """
-    path = os.fspath(path)
+    path = path_text("path", path)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -823,16 +837,19 @@ def resolve_output(path: str | os.PathLike[str]) -> str:
     directory with a regular file would destroy something that is not ours.
 
     Args:
-        path: The output path as the user gave it.
+        path: The output path as the user gave it (a str, an ``os.PathLike`` or bytes).
 
     Returns:
         The absolute, symlink-free path to write.
 
     Raises:
-        IBPInputError: Something other than a regular file exists at ``path``, or the folder
+        IBPInputError: ``path`` is not a path or names a directory (it ends in a separator,
+            ``.`` or ``..``), something other than a regular file exists there, or the folder
             that would hold it does not exist or is not a folder. The message names ``path``.
     """
-    text = os.fspath(path)
+    text = path_text("path", path)
+    if os.path.basename(text) in ("", ".", ".."):
+        raise IBPInputError(f"{text}: names a directory; give a file name")
     target = os.path.realpath(text)
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):

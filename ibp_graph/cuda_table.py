@@ -408,6 +408,7 @@ class CudaIBPTable(_CudaTableBase):
         block_warps: int | None = None,
     ):
         self.double_buffer = check_bool("double_buffer", double_buffer)
+        progress = None if progress is None else check_bool("progress", progress)
         chunk_rows = check_chunk_rows(chunk_rows)
         block_warps = check_block_warps(block_warps)
         dev = _device(device)
@@ -537,6 +538,7 @@ class PinnedRawTable(_CudaTableBase):
         chunk_rows: int | None = None,
         block_warps: int | None = None,
     ):
+        progress = None if progress is None else check_bool("progress", progress)
         chunk_rows = check_chunk_rows(chunk_rows)
         block_warps = check_block_warps(block_warps)
         dev = _device(device)

@@ -101,7 +101,8 @@ def as_table(data: Any, *, what: str = "input") -> tuple[np.ndarray, str]:
 
     Raises:
         IBPInputError: ``data`` (named ``what``) is not a non-empty 2-D table of a supported
-            dtype, or is a sparse tensor.
+            dtype, is a sparse tensor, or is a tensor whose data cannot be copied to the host
+            (one on the ``meta`` device).
     """
     if isinstance(data, torch.Tensor):
         if data.layout != torch.strided:
@@ -112,7 +113,13 @@ def as_table(data: Any, *, what: str = "input") -> tuple[np.ndarray, str]:
         name = _named(data.dtype, what)
         tensor = data.detach()
         if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
+            try:
+                tensor = tensor.cpu()
+            except NotImplementedError:  # a meta tensor has no data to copy
+                raise IBPInputError(
+                    f"{what}: a tensor on device '{tensor.device}' has no data the host can "
+                    f"read; pass a CPU or CUDA tensor"
+                ) from None
         if name == "bfloat16":
             tensor = tensor.view(torch.int16)
         array = tensor.numpy()

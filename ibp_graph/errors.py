@@ -4,7 +4,8 @@ Every exception raised on purpose by the package derives from :class:`IBPError`,
 catch all of them at once. The two concrete kinds also derive from :class:`ValueError`, which keeps
 ``except ValueError`` working for code that does not know about ibp-graph. `check_bool` and
 `check_choice` are the one check of a flag argument and of a named choice that every layer
-shares, so each kind of mistake is reported in one format.
+shares, so each kind of mistake is reported in one format; `as_int` is the one reading of an
+integer argument (a NumPy integer or a 0-d integer tensor counts).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import enum
 
 import numpy as np
+import torch
 
 __all__ = [
     "IBPDeviceError",
@@ -20,6 +22,7 @@ __all__ = [
     "IBPIndexError",
     "IBPInputError",
     "Terminated",
+    "as_int",
     "check_bool",
     "check_choice",
 ]
@@ -72,6 +75,21 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise IBPInputError(f"{name} must be a bool, got '{type(value).__name__}'")
     return bool(value)
+
+
+def as_int(value: object) -> int | None:
+    """``value`` as a Python int, or None if it is not an integer.
+
+    Integers are ints, NumPy integers and 0-d integer tensors or arrays (as DGL takes them);
+    bools are not.
+    """
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.ndim != 0 or value.dtype in (torch.bool, np.bool_):
+            return None
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
 
 
 def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:

@@ -48,7 +48,7 @@ import torch
 import torch.utils.data
 
 from .distributed import rank_block, rank_share, share_size
-from .errors import IBPInputError, check_bool, check_choice
+from .errors import IBPInputError, as_int, check_bool, check_choice
 from .graph import CSRGraph
 from .kernels import runtime
 from .prefetch import LoaderStats, Prefetcher
@@ -70,6 +70,7 @@ __all__ = [
     "TORCH_LOADER_KEYWORDS",
     "ArgumentIgnoredWarning",
     "BaseNodeLoader",
+    "as_int",
     "check_batch_size",
     "check_bool",
     "check_choice",
@@ -176,21 +177,6 @@ def type_name(x: object) -> str:
 def unsupported(name: str, value: object, why: str) -> NotImplementedError:
     """The error for an option a loader accepts for compatibility but does not implement."""
     return NotImplementedError(f"{name}={value!r} is not supported by ibp_graph's loader: {why}")
-
-
-def as_int(value: object) -> int | None:
-    """``value`` as a Python int, or None if it is not an integer.
-
-    Integers are ints, NumPy integers and 0-d integer tensors or arrays (as DGL takes them);
-    bools are not.
-    """
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        if value.ndim != 0 or value.dtype in (torch.bool, np.bool_):
-            return None
-        value = value.item()
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        return None
-    return int(value)
 
 
 def check_batch_size(batch_size: object) -> int:

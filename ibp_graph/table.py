@@ -13,7 +13,7 @@ import torch
 from .codec import ALIGNMENTS, MAX_CODE_BITS, CodecError, CodecParams, decode
 from .container import ChunkCheck, IBPHeader, load_section, read_elements, read_header, read_section
 from .dtypes import SUPPORTED_DTYPES, WORD_DTYPES, storage_dtype, torch_dtype, words_to_rows
-from .errors import IBPFormatError, IBPInputError
+from .errors import IBPFormatError, IBPInputError, check_bool
 from .indexing import RowIndex, normalize_index
 
 #: Words decoded per batch: small enough for the temporaries to stay in cache.
@@ -138,9 +138,13 @@ class IBPTable:
     Raises:
         IBPFormatError: The file is missing, not an ``.ibp`` file, malformed, truncated or
             corrupt; the message starts with the path and names what is wrong.
+        IBPInputError: ``path`` is not a str, an ``os.PathLike`` or bytes, or ``mmap`` or
+            ``verify`` is not a bool (a NumPy bool counts).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = True):
+        mmap = check_bool("mmap", mmap)
+        verify = check_bool("verify", verify)
         header = read_header(path)
         p = header.path
         meta = header.meta
@@ -290,7 +294,7 @@ class IBPTable:
 
     @functools.cached_property
     def stored_row_range(self) -> tuple[int, int]:
-        """The shortest and the longest stored row, in bytes ((0, 0) for a table of no rows).
+        """The shortest and the longest stored row, in bytes (every table has at least one row).
 
         Computed once from the offsets (a pass over them), then kept.
         """

@@ -370,6 +370,21 @@ def test_empty_output_path_is_a_usage_error(capsys, npy_table, ibp_file, command
     assert out == ""
 
 
+@pytest.mark.parametrize("tail", ["/", "/.", "/.."])
+@pytest.mark.parametrize("command", ["compress", "train"])
+def test_a_folder_as_output_is_a_usage_error(
+    capsys, tmp_path: Path, npy_table, command: str, tail: str
+) -> None:
+    target = f"{tmp_path / 'newdir'}{tail}"
+    argv = {
+        "compress": ["compress", npy_table[0], "-o", target],
+        "train": ["train", "--config", "cora-sage", "--json", target],
+    }[command]
+    code, out, err = run_cli(capsys, *argv)
+    assert_one_line_error(code, err, 2, "must name the file to write, got a folder")
+    assert out == "" and not (tmp_path / "newdir").exists()
+
+
 BAD_OPTION_TYPES = {
     "seed -1, sampled": ({"seed": -1, "sample": 10}, "seed must be an integer >= 0, got -1"),
     "seed 1.5": ({"seed": 1.5}, "seed must be an integer >= 0, got 1.5"),

@@ -209,9 +209,15 @@ def device_arg(text: str) -> str:
 
 
 def output_arg(text: str) -> str:
-    """An output file option (``-o``, ``--json``): any path but an empty one."""
+    """An output file option (``-o``, ``--json``): any path but an empty one or a folder's.
+
+    A folder's path (ending in a separator, ``.`` or ``..``) is refused as given: a `Path`
+    would drop the trailing separator and write a file named like the folder.
+    """
     if not text:
         raise argparse.ArgumentTypeError("must name the file to write, got an empty path")
+    if os.path.basename(text) in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(f"must name the file to write, got a folder: {text!r}")
     return text
 
 
