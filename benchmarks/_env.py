@@ -20,6 +20,17 @@ from ibp_graph.cli._common import json_ready
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def add_out(parser: argparse.ArgumentParser) -> None:
+    """Add ``--out``, the folder a benchmark writes its results to: by default `RESULTS`, the
+    committed results (pass a folder elsewhere for a trial run)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        help="folder for the results (default: benchmarks/results/, the committed results)",
+    )
+
+
 def slug(device_name: str) -> str:
     """A file-name-safe form of a device name ("NVIDIA H100 80GB HBM3" -> nvidia-h100-...)."""
     return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "gpu"

@@ -21,6 +21,7 @@ CSR nonzero pattern of the exact float32 table (``x_indptr``, ``x_indices``, ``x
 Run once, from the repository root::
 
     .venv/bin/python -m benchmarks.bundle_planetoid
+    .venv/bin/python benchmarks/bundle_planetoid.py      # the same
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks import real_tables
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script, the repository root is not on the path
+
+from benchmarks import real_tables  # noqa: E402
+
 OUT_DIR = REPO / "ibp_graph" / "data"
 COMMAND = ".venv/bin/python -m benchmarks.bundle_planetoid"
 
@@ -270,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         default=real_tables.SHARED_DATASETS / "planetoid",
         help="folder with the ind.NAME.* files (default: ../shared/datasets/planetoid)",
     )
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output folder")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=OUT_DIR,
+        help="folder for the .npz files (default: ibp_graph/data/, the bundled data)",
+    )
     args = parser.parse_args(argv)
     for prefix in DATASETS:
         path = build(prefix, args.src, args.out)

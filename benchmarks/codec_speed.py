@@ -44,7 +44,7 @@ torch.set_num_threads(1)
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
 from ibp_graph import decode_cpu  # noqa: E402
 from ibp_graph.codec import encode  # noqa: E402
 from ibp_graph.compress import ENCODE_BATCH_WORDS  # noqa: E402
@@ -199,7 +199,7 @@ def markdown(env: dict, rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the results")
+    add_out(p)
     args = p.parse_args(argv)
     env = environment()
     rows = []

@@ -70,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
 from benchmarks.fetch import KINDS, synthetic_block  # noqa: E402
 from ibp_graph.codec import row_layout  # noqa: E402
 from ibp_graph.dtypes import row_bytes, rows_to_words  # noqa: E402
@@ -667,7 +667,7 @@ def markdown(env: dict, rows: list[dict]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=2000, help="rows counted per table (a sample)")
-    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the results")
+    add_out(p)
     p.add_argument("--no-real", action="store_true", help="synthetic tables only")
     args = p.parse_args(argv)
     if args.rows < 1:

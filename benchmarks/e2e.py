@@ -137,7 +137,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ibp_graph  # noqa: E402
 from benchmarks import epoch_timeline, real_tables, time_split  # noqa: E402
 from benchmarks._env import (  # noqa: E402
-    RESULTS,
+    add_out,
     block_label,
     block_warps_arg,
     environment,
@@ -1569,7 +1569,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="leave torch's deterministic algorithms off (losses are then compared only)",
     )
     p.add_argument("--workdir", default=None, help="where .ibp tables are cached")
-    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    add_out(p)
     args = p.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         p.error("--threads must be >= 1")

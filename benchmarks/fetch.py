@@ -157,7 +157,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
 from benchmarks._env import (  # noqa: E402
-    RESULTS,
+    add_out,
     block_label,
     block_warps_arg,
     blocks_per_sm,
@@ -993,7 +993,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, default=400.0, help="seconds; no case starts after")
-    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    add_out(p)
     p.add_argument(
         "--dry-run",
         action="store_true",

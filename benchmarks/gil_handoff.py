@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._env import RESULTS, environment, header_lines, result_name, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, result_name, write_json  # noqa: E402
 
 #: What runs beside the step on a thread of its own (the loader's cells are apart).
 BESIDE = ("C++ work", "short ops", "Python")
@@ -325,7 +325,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sys.setswitchinterval values for the cells with a thread, seconds",
     )
     p.add_argument("--no-loader", action="store_true", help="leave out the loader cells")
-    p.add_argument("--out", type=Path, default=RESULTS)
+    add_out(p)
     args = p.parse_args(argv)
     for name in ("ops", "steps", "rounds"):
         if getattr(args, name) < 1:

@@ -90,7 +90,7 @@ sys.path.insert(0, str(REPO))
 
 import ibp_graph  # noqa: E402
 from benchmarks._env import (  # noqa: E402
-    RESULTS,
+    add_out,
     block_warps_arg,
     blocks_per_sm,
     environment,
@@ -769,10 +769,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tables", nargs="+", choices=["dense", "sparse"], default=["dense", "sparse"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, default=Path("/tmp/ibp-graph-overlap"))
-    p.add_argument("--out", type=Path, default=RESULTS)
+    add_out(p)
     args = p.parse_args(argv)
-    if min(args.steps, args.rounds, args.fetch_batches, args.fetches_alone) < 1:
-        p.error("--steps, --rounds, --fetch-batches and --fetches-alone must be at least 1")
+    if min(args.steps, args.rounds, args.fetch_batches, args.fetches_alone, args.batch_size) < 1:
+        p.error(
+            "--steps, --rounds, --fetch-batches, --fetches-alone and --batch-size must be at "
+            "least 1"
+        )
+    least = (args.fetch_batches + 1) * args.batch_size  # distinct seeds (`make_work`)
+    if args.nodes < least:
+        p.error(
+            f"--nodes must be at least (--fetch-batches + 1) x --batch-size = "
+            f"({args.fetch_batches} + 1) x {args.batch_size} = {least}, got {args.nodes}"
+        )
     return args
 
 

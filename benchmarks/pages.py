@@ -52,7 +52,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._env import RESULTS, environment, header_lines, result_name, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, result_name, write_json  # noqa: E402
 from benchmarks.fetch import (  # noqa: E402
     GIB,
     L2_FIT_FACTOR,
@@ -108,7 +108,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--time-budget", type=float, default=150.0, help="seconds; no width starts after"
     )
-    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    add_out(p)
     p.add_argument("--dry-run", action="store_true", help="no GPU: print the plan")
     args = p.parse_args(argv)
     if args.table_gb <= 0:

@@ -952,7 +952,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar=("CSV", "MANIFEST"),
         help="summarise ncu's --csv --page details output against a manifest (markdown)",
     )
-    p.add_argument("--out", type=Path, default=None, help="--summarise: the markdown page")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="--summarise: the markdown page (default: profile.md beside the CSV)",
+    )
     args = p.parse_args(argv)
     bad = [c for c in args.cases if c not in CASES]
     if bad or not args.cases:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables, reference_ibp  # noqa: E402
-from benchmarks._env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
 
 VARIANTS = {
     "align1": {"align": 1},
@@ -98,7 +98,7 @@ def markdown(env: dict, rows: list[dict], notes: dict[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the results")
+    add_out(p)
     args = p.parse_args(argv)
     if not real_tables.available():
         raise SystemExit(f"datasets not found under {real_tables.SHARED_DATASETS}")

@@ -7,7 +7,10 @@ Usage::
     .venv/bin/python benchmarks/sampling.py --device cuda --backend kernel
     .venv/bin/python benchmarks/sampling.py --compare-dgl    # CPU: against DGL, 1 and 2 threads
 
-writes benchmarks/results/sampling-<device>.{json,md}.
+writes ``sampling-cpu-alone.{json,md}`` for the CPU and ``sampling-<GPU>.{json,md}`` for a GPU
+(``sampling-nvidia-h100-80gb-hbm3``) into ``--out`` (default: benchmarks/results/); the CPU's
+name is not that of ``--compare-dgl`` (`results_name`), so a plain CPU run leaves the committed
+comparison with DGL in place.
 
 Graph: a directed Chung-Lu multigraph with 2,000,000 nodes and 50,000,000 edges (the size of
 ogbn-products). The source and the target of every edge are drawn independently (inverse-CDF
@@ -96,7 +99,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import time_split  # noqa: E402
 from benchmarks._env import (  # noqa: E402
-    RESULTS,
+    add_out,
     blocks_per_sm,
     environment,
     grid_cap,
@@ -128,6 +131,10 @@ GOAL_OVER_DGL = 1.0
 DGL_TARGET_VERSION = "2.1.0"
 DGL_TARGET_THREADS = (1, 2)
 DGL_TARGET_CONTENDER = "ibp-graph once"
+#: The results of ``--compare-dgl`` (README and benchmarks/scoreboard.py read them).
+COMPARE_DGL_NAME = "sampling-cpu"
+#: The results of a plain CPU run: a name of their own, not `COMPARE_DGL_NAME`.
+CPU_ALONE_NAME = "sampling-cpu-alone"
 
 
 def power_law_edges(
@@ -573,7 +580,7 @@ def run(
             "not measured on the CPU: GPU targets need --device cuda, DGL's --compare-dgl"
         )
     payload["peak_rss_gib"] = peak_rss_gib()
-    name = result_name("sampling", device)
+    name = results_name(device)
     write_json(name, payload, args.out)
     (args.out / f"{name}.md").write_text(markdown(env, payload))
     print((args.out / f"{name}.md").read_text())
@@ -680,9 +687,10 @@ def compare_dgl(edge_index: torch.Tensor, args: argparse.Namespace, env: dict, i
     }
     payload["dgl_is_2_1_0"] = dgl_target_version(payload["dgl_version"])
     payload["targets"] = dgl_targets(runs, payload["dgl_version"])
-    write_json("sampling-cpu", payload, args.out)
-    (args.out / "sampling-cpu.md").write_text(compare_markdown(env, payload))
-    print((args.out / "sampling-cpu.md").read_text())
+    name = results_name(torch.device("cpu"), compare_dgl=True)
+    write_json(name, payload, args.out)
+    (args.out / f"{name}.md").write_text(compare_markdown(env, payload))
+    print((args.out / f"{name}.md").read_text())
 
 
 def compare_markdown(env: dict, payload: dict) -> str:
@@ -726,6 +734,16 @@ def compare_markdown(env: dict, payload: dict) -> str:
         lines += [f"DGL {payload['dgl_version']} ran, not {DGL_TARGET_VERSION} (the target's).", ""]
     lines += [*targets_markdown(payload.get("targets", [])), ""]
     return "\n".join(lines)
+
+
+def results_name(device: torch.device, compare_dgl: bool = False) -> str:
+    """The results' file name, without ``.json`` / ``.md``: `COMPARE_DGL_NAME` for
+    ``--compare-dgl``, `CPU_ALONE_NAME` for a plain CPU run, ``sampling-<GPU>`` on a GPU."""
+    if compare_dgl:
+        return COMPARE_DGL_NAME
+    if device.type != "cuda":
+        return CPU_ALONE_NAME
+    return result_name("sampling", device)
 
 
 def parse_threads(text: str) -> list[int]:
@@ -796,7 +814,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help=f"auto: the CPU, and CUDA when available (default: auto); the CPU writes "
+        f"{CPU_ALONE_NAME}.{{json,md}}, a GPU sampling-<GPU>.{{json,md}}",
+    )
     p.add_argument(
         "--backend",
         type=parse_backends,
@@ -826,11 +850,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="backend kernel: also a row with cuda_graph=True (captured launches replayed, "
         "at the default grid)",
     )
-    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    add_out(p)
     p.add_argument(
         "--compare-dgl",
         action="store_true",
-        help="CPU: time our sampler and DGL's side by side (writes sampling-cpu.{json,md})",
+        help=f"CPU: time our sampler and DGL's side by side (writes "
+        f"{COMPARE_DGL_NAME}.{{json,md}}, not {CPU_ALONE_NAME})",
     )
     p.add_argument(
         "--threads",

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import RESULTS, environment, header_lines, write_json  # noqa: E402
+from _env import add_out, environment, header_lines, write_json  # noqa: E402
 from sampling import GAMMA, contenders, power_law_edges  # noqa: E402
 
 #: The client requests around the measured batches (valgrind/callgrind.h): no-ops natively.
@@ -158,7 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
+    add_out(p)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--lib", type=Path, help=argparse.SUPPRESS)

@@ -52,7 +52,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import ibp_graph.sample_hop as sample_hop  # noqa: E402
 import ibp_graph.sampler as sampler_module  # noqa: E402
 from benchmarks._env import (  # noqa: E402
-    RESULTS,
+    add_out,
     environment,
     header_lines,
     result_name,
@@ -211,7 +211,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--out", type=Path, default=RESULTS)
+    add_out(p)
     args = p.parse_args()
     device = torch.device(args.device)
     graph = CSRGraph.from_edge_index(

@@ -380,9 +380,10 @@ def markdown(board: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", type=Path, default=RESULTS, help="the results folder read")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the results folder read "
+                    "(default: benchmarks/results/, the committed results)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None, help="where targets.md/json go "
-                    "(default: the results folder)")  # fmt: skip
+                    "(default: the --results folder)")  # fmt: skip
     args = ap.parse_args(argv)
     if not args.results.is_dir():
         ap.error(f"--results {args.results}: not a folder")

@@ -25,7 +25,11 @@ def test_sampling_benchmark_writes_its_results(tmp_path: Path) -> None:
         "--warmup", "1", "--device", "cpu", "--out", str(tmp_path),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    payload = json.loads((tmp_path / "sampling-cpu.json").read_text())
+    # Not sampling-cpu.*: those are --compare-dgl's results.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "sampling-cpu-alone.json", "sampling-cpu-alone.md",
+    ]  # fmt: skip
+    payload = json.loads((tmp_path / "sampling-cpu-alone.json").read_text())
     assert payload["graph"]["num_nodes"] == 5000 and payload["graph"]["num_edges"] == 60000
     assert payload["backends"] == ["torch"] and payload["graph_memory"] == ["host"]
     rows = payload["results"]
@@ -37,7 +41,7 @@ def test_sampling_benchmark_writes_its_results(tmp_path: Path) -> None:
         assert 0 < r["mean_sampled_edges"] <= 256 * (15 + 15 * 10 + 15 * 10 * 5)
     # Both index widths sample the same batches.
     assert rows[0]["mean_sampled_edges"] == rows[1]["mean_sampled_edges"]
-    md = (tmp_path / "sampling-cpu.md").read_text()
+    md = (tmp_path / "sampling-cpu-alone.md").read_text()
     assert "| int64 | host | torch |" in md
     # A CPU run measures no target: every one reads "not measured", none met or missed.
     assert payload["targets"] and all(t["met"] is None for t in payload["targets"])

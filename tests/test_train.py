@@ -540,7 +540,6 @@ def test_gpu_training_ibp_on_and_off(tmp_path: Path) -> None:
     ("item", "needle"),
     [
         ("graph_memory=uva", "graph_memory='uva' keeps the graph in pinned host memory"),
-        ("sampler_backend=kernel", "backend='kernel' launches a CUDA kernel"),
     ],
 )
 def test_cli_gpu_only_loader_options_on_the_cpu_are_one_line_errors(

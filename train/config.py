@@ -39,6 +39,7 @@ from ibp_graph.sampler import BACKENDS as SAMPLER_BACKENDS
 __all__ = [
     "ConfigError",
     "TrainConfig",
+    "check_sampler_device",
     "default_workdir",
     "load_config",
     "packaged_configs",
@@ -342,6 +343,23 @@ def _check(cfg: TrainConfig) -> None:
             raise bad(key, "positive integers or -1 (all neighbors)")
 
 
+def check_sampler_device(cfg: TrainConfig, device: Any) -> None:
+    """Check ``sampler_backend`` against the run's resolved ``device`` (a ``torch.device``).
+
+    Raises:
+        ConfigError: ``sampler_backend: kernel`` with a device that is not a GPU (the fused
+            hop kernels run on CUDA only).
+    """
+    if cfg.sampler_backend != "kernel" or device.type == "cuda":
+        return
+    given = "" if cfg.device == str(device) else f" (device: {cfg.device})"
+    raise ConfigError(
+        f"sampler_backend: kernel runs the fused hop kernels on a GPU, but this run's device "
+        f"is {device}{given}; use sampler_backend: torch (or auto: torch ops off the GPU), or "
+        "device: cuda on a machine with a GPU"
+    )
+
+
 # -- files and overrides ----------------------------------------------------------------------
 def packaged_configs() -> list[str]:
     """Names of the configs shipped in ``ibp_graph/configs`` (``cora-sage``, ...)."""
@@ -354,7 +372,8 @@ def resolve_config(spec: str | os.PathLike[str]) -> tuple[str, str]:
 
     ``spec`` is a path to a file; when no such file exists and it is a bare name
     (``cora-sage``, ``cora-sage.yaml``) or ``configs/NAME.yaml``, the packaged config
-    ``NAME`` is used.
+    ``NAME`` is used. ``where`` names it in messages: the path, or ``the packaged config
+    NAME`` (the package's file is no path the user has).
 
     Raises:
         ConfigError: neither a readable file nor a packaged config (listing those).
@@ -371,7 +390,7 @@ def resolve_config(spec: str | os.PathLike[str]) -> tuple[str, str]:
     known = packaged_configs()
     if path.parent.name in ("", "configs") and name in known:
         ref = resources.files("ibp_graph.configs") / f"{name}.yaml"
-        return f"ibp_graph/configs/{name}.yaml", ref.read_text(encoding="utf-8")
+        return f"the packaged config {name}", ref.read_text(encoding="utf-8")
     raise ConfigError(
         f"{spec}: no such config file, and no packaged config of that name; packaged: "
         f"{', '.join(known)}"

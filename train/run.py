@@ -47,7 +47,7 @@ import ibp_graph
 from ibp_graph.errors import IBPDeviceError, IBPFormatError
 
 from .backends import Backend, PyGBackend, get_backend
-from .config import TrainConfig, default_workdir
+from .config import TrainConfig, check_sampler_device, default_workdir
 
 __all__ = ["EpochResult", "RunResult", "TableInfo", "resolve_device", "table_path", "train"]
 
@@ -504,6 +504,7 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
         IBPInputError: the dataset cannot be loaded (unknown name, missing OGB files).
         IBPDeviceError: a CUDA device is asked for and none is usable (or the backend's
             build cannot use it: DGL's PyPI build).
+        ConfigError: ``sampler_backend: kernel`` and the run's device is not a GPU.
         ImportError: the backend's framework (torch_geometric or DGL), or ogb for OGB
             datasets, is not installed.
         SharedMemoryError: (data-parallel) ``/dev/shm`` or the locked-memory limit is too
@@ -515,6 +516,7 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
 
     backend = get_backend(cfg.backend)
     device = _backend_device(backend, cfg.device, log if log is not None else (lambda _m: None))
+    check_sampler_device(cfg, device)  # before the dataset loads
     ctx = _join(cfg, device)
     quiet = log is None or (ctx is not None and not ctx.is_main)
     say: Log = (lambda _m: None) if quiet else log  # type: ignore[assignment]

@@ -1,4 +1,4 @@
-"""``ibp-graph train``: train GraphSAGE / GAT from a YAML config, IBP on or off, PyG or DGL.
+r"""``ibp-graph train``: train GraphSAGE / GAT from a YAML config, IBP on or off, PyG or DGL.
 
 Usage::
 
@@ -67,7 +67,7 @@ examples:
   ibp-graph train --config cora-sage --json cora.json   # the full result as JSON
   ibp-graph train --config cora-sage --json cora.json --force   # replace cora.json
   ibp-graph train --config cora-sage --nproc-per-node 2  # 2 data-parallel ranks (gloo on CPU)
-  torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \
+  torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
       -m ibp_graph train --config cora-sage               # on each of 2 hosts
 
 --config: a YAML file, or a packaged config by name (cora-sage, cora-sage-dgl, cora-gat,
@@ -148,13 +148,16 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _check_backend(cfg: Any) -> None:
-    """A usage error for a process-group backend the ranks could not use."""
+    """A usage error for a process-group or sampler backend the ranks' device cannot use."""
     from ..distributed.ddp import check_backend
     from ..errors import IBPInputError
+    from ..train.config import check_sampler_device
     from ..train.run import resolve_device
 
+    device = resolve_device(cfg.device)
     try:
-        check_backend(cfg.dist_backend, resolve_device(cfg.device))
+        check_backend(cfg.dist_backend, device)
+        check_sampler_device(cfg, device)
     except IBPInputError as exc:
         raise UsageError(str(exc)) from None
 
@@ -179,7 +182,10 @@ def run(args: argparse.Namespace) -> int:
         return _launch(args)
     from ..train.run import train
 
-    result = train(cfg, log=say)
+    try:
+        result = train(cfg, log=say)
+    except ConfigError as exc:  # a conflict with the machine found before loading, e.g.
+        raise UsageError(str(exc)) from None  # sampler_backend: kernel without a GPU
     if not _is_rank0():
         return 0
     print(result.summary(), flush=True)
