@@ -21,7 +21,7 @@ import torch
 from cuda_runtime_stub import CudaRuntimeStub
 
 import ibp_graph
-from benchmarks import e2e, fetch
+from benchmarks import _env, e2e, fetch
 from benchmarks._targets import verdict
 from ibp_graph import cuda_table
 from ibp_graph.codec import CodecParams, decode
@@ -49,7 +49,7 @@ def test_defaults_follow_the_spec() -> None:
     assert args.kinds == list(fetch.KINDS) and "random-bits" in args.kinds
     assert args.table_gb >= 2 and args.table_bytes == int(args.table_gb * 2**30)
     assert args.batch == [100_000, 1_000_000]
-    assert args.real and not args.dry_run and args.out == fetch.RESULTS
+    assert args.real and not args.dry_run and args.out == _env.RESULTS
     assert not args.sort_ids and not args.double_buffer
     assert fetch.settings(args)["double_buffer"] is False
     assert fetch.parse_args(["--double-buffer"]).double_buffer
