@@ -648,12 +648,7 @@ class NeighborSampler:
                 row, col, edge = induced_edges(self.graph, *self._hop_entries(node, -1, 0), local)
                 ok = True
             finally:
-                if ok:
-                    dense_clear(local, node)
-                    self._note_map_cleared()
-                else:
-                    self._map = None  # a fresh one next time
-                    self._replay = None  # as in `_sample_shared`
+                self._release_map(local, node, ok)
         return SampledBatch(
             node=node,
             row=row,
@@ -705,6 +700,19 @@ class NeighborSampler:
         if not compiled_call(_cpu_hops().clear, local, node)[0]:
             self._map = None
 
+    def _release_map(self, local: torch.Tensor, node: torch.Tensor, ok: bool) -> None:
+        """After a batch on the dense map: clear ``node``'s entries, or drop the map.
+
+        A batch that failed midway leaves the map in an unknown state: the next batch takes
+        a fresh one, and the CUDA graphs that wrote into the old one are dropped too.
+        """
+        if ok:
+            dense_clear(local, node)
+            self._note_map_cleared()
+        else:
+            self._map = None
+            self._replay = None
+
     def _sample_shared(self, seeds: torch.Tensor, keys: torch.Tensor | None = None) -> SampledBatch:
         """One subgraph for all seeds; local ids from the dense scratch map.
 
@@ -731,12 +739,8 @@ class NeighborSampler:
         finally:
             if ok and compiled:
                 self._clear_compiled(local, node)
-            elif ok:
-                dense_clear(local, node)
-                self._note_map_cleared()
             else:
-                self._map = None  # a fresh one next time
-                self._replay = None  # its graphs wrote into the old one
+                self._release_map(local, node, ok)
         induced = self.subgraph_type == "induced"
         return SampledBatch(
             node=node,
