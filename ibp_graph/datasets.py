@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import warnings
@@ -70,7 +71,8 @@ class GraphDataset:
 
     Attributes:
         name: canonical name (``"cora"``, ``"citeseer"``, ``"ogbn-arxiv"``, ...).
-        x: node features, ``(num_nodes, num_features)`` float32.
+        x: node features, ``(num_nodes, num_features)`` float32 (a meta tensor, shape and dtype
+            only, after `without_features`).
         y: node labels, ``(num_nodes,)`` int64 (``-1`` for OGB nodes without a label).
         edge_index: ``(2, num_edges)`` int64, source row then target row.
         train_mask: ``(num_nodes,)`` bool.
@@ -106,6 +108,16 @@ class GraphDataset:
     def num_edges(self) -> int:
         """Number of columns of ``edge_index`` (directed pairs)."""
         return int(self.edge_index.shape[1])
+
+    def without_features(self) -> GraphDataset:
+        """A copy whose ``x`` is a meta tensor: the features' shape and dtype, and no data.
+
+        For a run whose loaders read the rows from elsewhere (a compressed table): the raw
+        features can then be freed, and any read of their values fails at once instead of
+        giving wrong rows. The other tensors are shared with this dataset.
+        """
+        x = torch.empty(self.x.shape, dtype=self.x.dtype, device="meta")
+        return dataclasses.replace(self, x=x)
 
     def to_pyg(self) -> Any:
         """The graph as a ``torch_geometric.data.Data`` sharing these tensors (no copies).

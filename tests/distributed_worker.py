@@ -4,6 +4,7 @@ Started by torchrun, or directly with RANK / WORLD_SIZE / ... set:
 
     python tests/distributed_worker.py loader OUT_DIR TABLE.ibp GRAPH.pt
     python tests/distributed_worker.py train OUT_DIR [--fail raise|kill] [--set key=value ...]
+    python tests/distributed_worker.py dataset OUT_DIR [--features]
 """
 
 from __future__ import annotations
@@ -92,6 +93,47 @@ def loader(args: argparse.Namespace) -> dict:
     return out
 
 
+def dataset(args: argparse.Namespace) -> dict:
+    """`share_host_dataset` of Cora: who loaded it, and what each rank holds."""
+    from ibp_graph.datasets import load_dataset
+    from ibp_graph.distributed.ddp import init_from_env
+    from ibp_graph.distributed.host import share_host_dataset
+
+    ctx = init_from_env("cpu", timeout_s=60)
+    calls = []
+
+    def load():
+        calls.append(1)
+        return load_dataset("cora")
+
+    ds = share_host_dataset(ctx, load, features=args.features)
+    want = load_dataset("cora")
+    names = ("y", "edge_index", "train_mask", "val_mask", "test_mask")
+    for name in (*names, "x"):
+        if not getattr(ds, name).is_meta:
+            getattr(ds, name).sum()  # touch every page
+    ctx.barrier()  # every rank has touched them: proportional shares are final
+    memory = _segment_memory(ctx.segment_name("dataset"))
+    ctx.barrier()
+    out = {
+        "loaded": len(calls),
+        "repr_equal": repr(ds) == repr(want),
+        "x_meta": ds.x.is_meta,
+        "x_shape": list(ds.x.shape),
+        "x_equal": None if ds.x.is_meta else torch.equal(ds.x, want.x),
+        "equal": {name: torch.equal(getattr(ds, name), getattr(want, name)) for name in names},
+        "scalars_equal": (ds.name, ds.num_nodes, ds.num_classes, ds.source)
+        == (want.name, want.num_nodes, want.num_classes, want.source),
+        "memory": memory,
+        "bytes": {
+            name: getattr(ds, name).numel() * getattr(ds, name).element_size()
+            for name in (*names, "x")
+        },
+    }
+    ctx.close()
+    return out
+
+
 def train(args: argparse.Namespace) -> dict:
     from ibp_graph.train import run as run_module
     from ibp_graph.train.config import load_config
@@ -117,18 +159,19 @@ def train(args: argparse.Namespace) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["loader", "train"])
+    parser.add_argument("mode", choices=["loader", "train", "dataset"])
     parser.add_argument("out", type=Path)
     parser.add_argument("table", nargs="?")
     parser.add_argument("graph", nargs="?")
     parser.add_argument("--config", default="cora-sage")
     parser.add_argument("--fail", choices=["raise", "kill"], default=None)
+    parser.add_argument("--features", action="store_true")
     parser.add_argument("--set", dest="overrides", nargs="+", default=[])
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
     start = time.monotonic()
     try:
-        out = loader(args) if args.mode == "loader" else train(args)
+        out = {"loader": loader, "train": train, "dataset": dataset}[args.mode](args)
         code = 0
     except Exception as exc:  # noqa: BLE001 - reported to the test
         out = {"error": str(exc), "type": type(exc).__name__, "trace": traceback.format_exc()}

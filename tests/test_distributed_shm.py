@@ -1,4 +1,4 @@
-"""Shared-memory segments, the shared table and graph, and pinning caller-owned memory."""
+"""Shared-memory segments, the shared table, graph and dataset, and pinning caller-owned memory."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ import torch
 from cuda_runtime_stub import CudaRuntimeStub
 
 import ibp_graph
+from ibp_graph.datasets import GraphDataset, load_dataset
 from ibp_graph.distributed import shm
+from ibp_graph.distributed.shared_dataset import (
+    attach_dataset,
+    dataset_segment_size,
+    share_dataset,
+)
 from ibp_graph.distributed.shared_graph import attach_graph, graph_segment_size, share_graph
 from ibp_graph.distributed.shared_table import SharedIBPTable, fill_rows, segment_size
 from ibp_graph.distributed.shm import SharedMemoryError, SharedSegment
@@ -183,6 +189,91 @@ def test_shared_graph_is_the_same_csr_over_the_segment(seg_name) -> None:
     with SharedSegment.create(seg_name, 4096) as seg:
         with pytest.raises(ibp_graph.IBPFormatError, match="not a shared CSR graph"):
             attach_graph(seg)
+
+
+_DATASET_TENSORS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
+
+
+@pytest.mark.parametrize("features", [False, True])
+def test_shared_dataset_is_the_same_dataset_over_the_segment(seg_name, features) -> None:
+    ds = load_dataset("cora")
+    size = dataset_segment_size(ds, features=features)
+    x_bytes = ds.x.numel() * 4
+    assert (size > x_bytes) is features  # the features take room only when stored
+    with SharedSegment.create(seg_name, size) as seg:
+        written = share_dataset(ds, seg, features=features)
+        other = SharedSegment.attach(seg_name)
+        for got in (written, attach_dataset(other)):
+            assert (got.name, got.num_nodes, got.num_classes, got.source) == (
+                ds.name, ds.num_nodes, ds.num_classes, ds.source,
+            )  # fmt: skip
+            assert repr(got) == repr(ds)
+            for key in _DATASET_TENSORS[1:]:
+                assert torch.equal(getattr(got, key), getattr(ds, key)), key
+            assert got.x.shape == ds.x.shape and got.x.dtype == ds.x.dtype
+            if features:
+                assert torch.equal(got.x, ds.x)
+            else:
+                assert got.x.is_meta  # shape and dtype only: reading it fails at once
+                with pytest.raises(NotImplementedError):
+                    got.x.tolist()
+        got = attach_dataset(other)
+        assert np.shares_memory(got.y.numpy(), other.array)
+        got.y[0] += 1  # one copy: a write shows in every mapping
+        assert int(written.y[0]) == int(ds.y[0]) + 1
+        del got, written
+        other.close()
+
+
+def _tiny_dataset(**change) -> GraphDataset:
+    n = 6
+    fields = {
+        "name": "tiny",
+        "x": torch.arange(n * 3, dtype=torch.float32).view(n, 3),
+        "y": torch.arange(n),
+        "edge_index": torch.tensor([[0, 1, 2], [1, 2, 3]]),
+        "train_mask": torch.tensor([True, False] * 3),
+        "val_mask": torch.zeros(n, dtype=torch.bool),
+        "test_mask": torch.ones(n, dtype=torch.bool),
+        "num_nodes": n,
+        "num_classes": 6,
+        "source": "made up",
+    }
+    return GraphDataset(**{**fields, **change})
+
+
+def test_shared_dataset_bad_inputs_and_segments_are_one_line_errors(seg_name) -> None:
+    ds = _tiny_dataset()
+    with SharedSegment.create(seg_name, 64) as seg:
+        with pytest.raises(ibp_graph.IBPInputError, match="the dataset needs 4096 bytes"):
+            share_dataset(ds, seg, features=True)
+        with pytest.raises(ibp_graph.IBPFormatError, match="not a shared dataset .bad magic"):
+            attach_dataset(seg)
+    with SharedSegment.create(seg_name, 4096) as seg:
+        with pytest.raises(ibp_graph.IBPInputError, match="dataset y has dtype torch.complex64"):
+            share_dataset(
+                _tiny_dataset(y=torch.zeros(6, dtype=torch.complex64)), seg, features=True
+            )
+        meta = torch.empty((6, 3), device="meta")
+        with pytest.raises(ibp_graph.IBPInputError, match="dataset x must be on the CPU"):
+            share_dataset(_tiny_dataset(x=meta), seg, features=True)
+        share_dataset(_tiny_dataset(x=meta), seg, features=False)  # not stored: not read
+        share_dataset(ds, seg, features=True)
+        seg.array[64:70] = np.frombuffer(b"{oops ", dtype=np.uint8)  # the description
+        with pytest.raises(ibp_graph.IBPFormatError, match="not a shared dataset .Expecting"):
+            attach_dataset(seg)
+        share_dataset(ds, seg, features=True)
+        seg.array[8:16] = np.array([1 << 40], dtype="<i8").view(np.uint8)
+        with pytest.raises(ibp_graph.IBPFormatError, match="description of 1099511627776 bytes"):
+            attach_dataset(seg)
+
+
+def test_without_features_keeps_shape_and_dtype_and_drops_the_data() -> None:
+    ds = _tiny_dataset()
+    bare = ds.without_features()
+    assert bare.x.is_meta and bare.x.shape == (6, 3) and bare.num_features == 3
+    assert bare.y is ds.y and bare.edge_index is ds.edge_index and not ds.x.is_meta
+    assert repr(bare) == repr(ds)
 
 
 def test_two_buffers_pin_the_same_segment_in_place_and_leave_it_mapped(seg_name) -> None:

@@ -141,6 +141,31 @@ def test_ranks_split_the_seeds_share_one_table_and_get_identical_features(
     assert _leftovers(run_id) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("features", [False, True])
+def test_only_local_rank_0_loads_the_dataset_the_others_attach(tmp_path, features) -> None:
+    run_id = f"t{secrets.token_hex(3)}"
+    extra = ["--features"] if features else []
+    proc = _torchrun(2, WORKER, "dataset", str(tmp_path), *extra, env=_env(run_id))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = _ranks(tmp_path, 2)
+    assert [r["loaded"] for r in ranks] == [1, 0]
+    for r in ranks:
+        assert all(r["equal"].values()), r["equal"]
+        assert r["scalars_equal"] and r["repr_equal"]
+        assert r["x_shape"] == [2708, 1433]
+    # Local rank 0 keeps the features it loaded, to compress them; the others get a meta
+    # tensor unless the features are shared too.
+    assert ranks[0]["x_meta"] is False and ranks[0]["x_equal"] is True
+    assert ranks[1]["x_meta"] is (not features)
+    assert ranks[1]["x_equal"] is (True if features else None)
+    # One copy per host: the two ranks' proportional shares add up to one dataset.
+    stored = sum(v for k, v in ranks[0]["bytes"].items() if k != "x" or features)
+    pss = sum(r["memory"]["pss"] for r in ranks)
+    assert stored <= pss <= stored + 4 * 8192, (pss, stored)
+    assert _leftovers(run_id) == []
+
+
 # -- training ---------------------------------------------------------------------------------
 def test_world_size_one_reproduces_the_single_process_losses(tmp_path, monkeypatch) -> None:
     from ibp_graph.train.config import load_config
@@ -188,7 +213,7 @@ def test_cli_trains_two_ranks_with_identical_replicas(tmp_path) -> None:
     assert len(digests) == 2 and digests[0] == digests[1]
     assert result["world_size"] == 2 and result["distributed"]["nodes"] == 1
     # One segment per host, the same on both ranks.
-    names = [f"ibp-graph-{run_id}-node0-{what}" for what in ("rows", "graph")]
+    names = [f"ibp-graph-{run_id}-node0-{what}" for what in ("rows", "dataset", "graph")]
     assert [sorted(s) for s in result["distributed"]["segments"]] == [sorted(names)] * 2
     # Loader stats are summed over ranks: the batches of both shares.
     assert result["epochs"][0]["batches"] == 2 * -(-70 // 35)
@@ -318,7 +343,9 @@ def test_two_hosts_on_loopback_train_together_each_with_its_own_segment(tmp_path
     assert result["distributed"]["nodes"] == 2 and result["distributed"]["ranks_per_node"] == 1
     segments = sorted(s for per_rank in result["distributed"]["segments"] for s in per_rank)
     assert segments == sorted(
-        f"ibp-graph-{run_id}-node{n}-{what}" for n in (0, 1) for what in ("rows", "graph")
+        f"ibp-graph-{run_id}-node{n}-{what}"
+        for n in (0, 1)
+        for what in ("rows", "dataset", "graph")
     )
     digests = result["distributed"]["param_digests"]
     assert digests[0] == digests[1]

@@ -266,12 +266,17 @@ class DGLBackend(Backend):
         self._dgl = self._loaders.dgl
 
     def graph(self, ds: Any, *, undirected: bool = False) -> Any:
-        """A ``dgl.DGLGraph`` with ``feat``, ``label``, ``val_mask`` and ``test_mask``."""
+        """A ``dgl.DGLGraph`` with ``feat``, ``label``, ``val_mask`` and ``test_mask``.
+
+        ``feat`` is left out where ``ds.x`` is a meta tensor (a data-parallel rank that reads
+        its rows from the shared table, `ibp_graph.distributed.host.share_host_dataset`).
+        """
         edge_index = ds.edge_index
         if undirected:
             edge_index = _undirected(edge_index, ds.num_nodes)
         g = self._dgl.graph((edge_index[0], edge_index[1]), num_nodes=ds.num_nodes)
-        g.ndata["feat"] = ds.x
+        if not ds.x.is_meta:  # a data-parallel rank whose rows come from the shared table
+            g.ndata["feat"] = ds.x
         g.ndata["label"] = ds.y
         for name in _SPLIT_MASKS:
             g.ndata[name] = getattr(ds, name)

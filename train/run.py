@@ -1,7 +1,8 @@
 """The training entry point: `train` a GraphSAGE / GAT node classifier with our loader.
 
 `train` loads the dataset, compresses its node features into an ``.ibp`` file under the
-config's ``workdir`` when ``ibp`` is on (reusing a file that still matches), then trains
+config's ``workdir`` when ``ibp`` is on (reusing a file that still matches) and drops the raw
+features (`ibp_graph.datasets.GraphDataset.without_features`), then trains
 with the loader of the config's ``backend`` (`ibp_graph.train.backends`):
 `ibp_graph.loaders.pyg.NeighborLoader` and PyG's models (``pyg``), or
 `ibp_graph.loaders.dgl.DataLoader` and DGL's ``SAGEConv`` / ``GATConv`` (``dgl``). The
@@ -487,8 +488,11 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
     Started by ``torchrun`` (``WORLD_SIZE`` set), it trains data-parallel: it joins the
     process group (`ibp_graph.distributed.ddp`), wraps the model in
     ``DistributedDataParallel``, gives each rank its share of the training seeds every epoch
-    (the loaders' ``use_ddp``), puts the compressed rows into one shared segment per host
-    (each rank reads it on the CPU or pins it for its own GPU), evaluates a disjoint share of
+    (the loaders' ``use_ddp``), loads the dataset once per host into a shared segment (its
+    labels, split and edges, and its raw features where IBP is off: the other local ranks
+    do not load it; `ibp_graph.distributed.host.share_host_dataset`), puts the compressed
+    rows into one shared segment per host (each rank reads it on the CPU or pins it for its
+    own GPU), evaluates a disjoint share of
     the valid and test nodes per rank and reduces accuracy, loss and loader stats over the
     ranks. Only rank 0 logs. A world size of 1 gives the losses of a single process.
 
@@ -534,15 +538,17 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
     opened: list[Any] = []
     try:
         start = time.perf_counter()
-        ds = load_dataset(cfg.dataset, root=cfg.root)
-        graph = backend.graph(ds, undirected=cfg.undirected)
+        if ctx is not None:  # one copy per host; no raw features where IBP serves the rows
+            from ibp_graph.distributed.host import share_host_dataset
+
+            ds = share_host_dataset(
+                ctx, lambda: load_dataset(cfg.dataset, root=cfg.root), features=not cfg.ibp
+            )
+        else:
+            ds = load_dataset(cfg.dataset, root=cfg.root)
         say(f"dataset: {ds!r}")
         features: Any = None  # the loader's default: the graph's raw features
         info = csr = None
-        if ctx is not None and backend.takes_csr:  # one CSR per host, not one per rank
-            from ibp_graph.distributed.host import share_host_graph
-
-            csr = share_host_graph(ctx, lambda: backend.csr(graph))
         if cfg.ibp and ctx is not None:
             features, info = _shared_features(ds, cfg, workdir, ctx, opened, say)
         elif cfg.ibp:
@@ -553,8 +559,17 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
                 opened.append(features)
             else:
                 features = table
+        if cfg.ibp:  # the loaders read the table: the raw features are freed from here on
+            ds = ds.without_features()
+        graph = backend.graph(ds, undirected=cfg.undirected)
+        if ctx is not None and backend.takes_csr:  # one CSR per host, not one per rank
+            from ibp_graph.distributed.host import share_host_graph
+
+            csr = share_host_graph(ctx, lambda: backend.csr(graph))
         setup_s = time.perf_counter() - start
         segments = [t.segment.name for t in opened if hasattr(t, "segment")]
+        if ctx is not None:
+            segments.append(ctx.segment_name("dataset"))
         if csr is not None:
             segments.append(ctx.segment_name("graph"))
         return _run(

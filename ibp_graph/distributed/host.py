@@ -13,21 +13,25 @@ Every rank calls the same function; they meet at two barriers:
     table = open_shared_table(ctx, "cora.ibp")          # a SharedIBPTable on every rank
     gpu = pin_shared_table(ctx, table)                  # a CudaIBPTable pinning the segment
     graph = share_host_graph(ctx, lambda: CSRGraph.from_data(data))
+    ds = share_host_dataset(ctx, lambda: load_dataset("cora"), features=False)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 
+from ..datasets import GraphDataset
 from ..graph import CSRGraph
 from ..table import IBPTable
 from .ddp import DistContext
+from .shared_dataset import attach_dataset, dataset_segment_size, share_dataset
 from .shared_graph import attach_graph, graph_segment_size, share_graph
 from .shared_table import SharedIBPTable, fill_rows, segment_size
 from .shm import SharedSegment, check_memlock
 
-__all__ = ["open_shared_table", "pin_shared_table", "share_host_graph"]
+__all__ = ["open_shared_table", "pin_shared_table", "share_host_dataset", "share_host_graph"]
 
 
 def _one_per_host(
@@ -134,3 +138,38 @@ def share_host_graph(ctx: DistContext, build: Callable[[], CSRGraph]) -> CSRGrap
         return _filled(name, graph_segment_size(graph), lambda seg: share_graph(graph, seg))
 
     return attach_graph(_one_per_host(ctx, name, create))
+
+
+def share_host_dataset(
+    ctx: DistContext, load: Callable[[], GraphDataset], *, features: bool
+) -> GraphDataset:
+    """A `GraphDataset` held once per host: local rank 0 calls ``load`` and shares the result.
+
+    The other local ranks never load the dataset: its labels, split masks and edges (and its
+    node features, with ``features``) are views of one segment of the host. Without
+    ``features`` (ranks that read rows from a compressed table), their ``x`` is a meta
+    tensor: the features' shape and dtype, no data. Local rank 0 keeps the ``x`` it loaded
+    then, to compress it.
+
+    Raises:
+        SharedMemoryError: ``/dev/shm`` is too small for the dataset.
+        DistributedError: another rank failed meanwhile.
+    """
+    name = ctx.segment_name("dataset")
+    loaded: list[GraphDataset] = []
+
+    def create() -> SharedSegment:
+        ds = load()
+        loaded.append(ds)
+        size = dataset_segment_size(ds, features=features)
+        return _filled(name, size, lambda seg: share_dataset(ds, seg, features=features))
+
+    seg = _one_per_host(ctx, name, create)
+    try:
+        shared = attach_dataset(seg)
+    except BaseException:
+        seg.close()
+        raise
+    if loaded and not features:
+        return dataclasses.replace(shared, x=loaded[0].x)
+    return shared

@@ -16,14 +16,13 @@ pages.
 from __future__ import annotations
 
 import mmap
-import warnings
 
 import numpy as np
 import torch
 
 from ..errors import IBPFormatError, IBPInputError
 from ..graph import CSRGraph
-from .shm import SharedSegment
+from .shm import SharedSegment, round_up
 
 __all__ = ["attach_graph", "graph_segment_size", "share_graph"]
 
@@ -33,31 +32,18 @@ _ALIGN = 64
 _INDEX = {8: torch.int64, 4: torch.int32}
 
 
-def _up(n: int, a: int) -> int:
-    return -(-n // a) * a
-
-
 def _layout(num_nodes: int, num_edges: int, index_bytes: int) -> tuple[int, int, int, int]:
     """Byte offsets of indptr, indices and edge_ids, and the end of the data."""
     indptr = _HEADER
-    indices = _up(indptr + 8 * (num_nodes + 1), _ALIGN)
-    edge_ids = _up(indices + index_bytes * num_edges, _ALIGN)
+    indices = round_up(indptr + 8 * (num_nodes + 1), _ALIGN)
+    edge_ids = round_up(indices + index_bytes * num_edges, _ALIGN)
     return indptr, indices, edge_ids, edge_ids + 8 * num_edges
 
 
 def graph_segment_size(graph: CSRGraph) -> int:
     """Bytes of the segment that holds ``graph`` (whole pages)."""
     end = _layout(graph.num_nodes, graph.num_edges, graph.indices.element_size())[3]
-    return _up(end, mmap.PAGESIZE)
-
-
-def _view(seg: SharedSegment, start: int, count: int, dtype: torch.dtype) -> torch.Tensor:
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    if count == 0:
-        return torch.empty(0, dtype=dtype)
-    with warnings.catch_warnings():  # the segment is writable; the warning is about that
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.frombuffer(seg.array[start : start + count * itemsize], dtype=dtype)
+    return round_up(end, mmap.PAGESIZE)
 
 
 def share_graph(graph: CSRGraph, segment: SharedSegment) -> CSRGraph:
@@ -97,9 +83,9 @@ def _attach(segment: SharedSegment) -> CSRGraph:
             f"{segment.path}: the graph needs {end} bytes, the segment has {segment.nbytes}"
         )
     return CSRGraph(
-        indptr=_view(segment, p_indptr, n + 1, torch.int64),
-        indices=_view(segment, p_indices, e, _INDEX[ib]),
-        edge_ids=_view(segment, p_edges, e, torch.int64),
+        indptr=segment.tensor(p_indptr, n + 1, torch.int64),
+        indices=segment.tensor(p_indices, e, _INDEX[ib]),
+        edge_ids=segment.tensor(p_edges, e, torch.int64),
         num_nodes=n,
     )
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import IBPInputError
 from ..pinned import TAIL_PAD
 from ..table import IBPTable
-from .shm import SharedSegment
+from .shm import SharedSegment, round_up
 
 __all__ = ["SharedIBPTable", "fill_rows", "segment_size"]
 
@@ -33,7 +33,7 @@ __all__ = ["SharedIBPTable", "fill_rows", "segment_size"]
 def segment_size(table: IBPTable) -> int:
     """Bytes of the segment that holds ``table``'s rows: the rows, the tail, whole pages."""
     need = table.stored_bytes + TAIL_PAD
-    return -(-need // mmap.PAGESIZE) * mmap.PAGESIZE
+    return round_up(need, mmap.PAGESIZE)
 
 
 def _check_fits(table: IBPTable, segment: SharedSegment) -> None:

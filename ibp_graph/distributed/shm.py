@@ -26,9 +26,11 @@ import os
 import re
 import resource
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..errors import IBPError, IBPInputError
 from ..pinned import gib
@@ -39,6 +41,7 @@ __all__ = [
     "SharedSegment",
     "check_memlock",
     "check_shm_space",
+    "round_up",
     "shm_available",
 ]
 
@@ -59,6 +62,11 @@ def _check_name(name: object) -> str:
             f"segment name must be letters, digits, '.', '_' or '-' (no '/'), got {name!r}"
         )
     return name
+
+
+def round_up(n: int, align: int) -> int:
+    """``n`` rounded up to a multiple of ``align`` (offsets and sizes in a segment)."""
+    return -(-n // align) * align
 
 
 def shm_available(shm_dir: str | os.PathLike[str] = SHM_DIR) -> int:
@@ -232,6 +240,18 @@ class SharedSegment:
         if self._map is None:
             raise IBPInputError(f"{self.path}: the segment is closed")
         return int(self.array.ctypes.data)
+
+    def tensor(self, offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+        """A 1-D tensor of ``count`` ``dtype`` items that are the segment's bytes at ``offset``.
+
+        The tensor keeps the mapping alive after `close`, until it is dropped.
+        """
+        if count == 0:
+            return torch.empty(0, dtype=dtype)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        with warnings.catch_warnings():  # the segment is writable; the warning is about that
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.frombuffer(self.array[offset : offset + count * itemsize], dtype=dtype)
 
     @property
     def closed(self) -> bool:

@@ -1,0 +1,168 @@
+"""One copy per host of a dataset's labels, split and edges (and raw features) in a segment.
+
+Layout of the segment: a 64-byte header (magic, then the length of a JSON description), the
+JSON (name, nodes, classes, source, and per tensor its dtype, shape and offset), then each
+tensor's bytes on a 64-byte boundary. `share_dataset` writes it (one process per host);
+`attach_dataset` returns a `GraphDataset` whose tensors are views of the segment, so every
+local rank reads the same pages.
+
+The node features are stored only when asked (``features=True``): ranks that read their rows
+from a compressed table never touch ``x``, and then get it as a meta tensor, which has the
+shape and dtype of the features and no data (any read of its values fails at once).
+
+.. code-block:: python
+
+    seg = SharedSegment.create(name, dataset_segment_size(ds, features=False))
+    share_dataset(ds, seg, features=False)                # local rank 0
+    ds = attach_dataset(SharedSegment.attach(name))       # every rank; ds.x.is_meta
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..datasets import GraphDataset
+from ..errors import IBPFormatError, IBPInputError
+from .shm import SharedSegment, round_up
+
+__all__ = ["attach_dataset", "dataset_segment_size", "share_dataset"]
+
+_MAGIC = b"IBPGDS01"
+_HEADER = 64
+_ALIGN = 64
+#: The tensors a segment holds, ``x`` first where it is stored.
+_TENSORS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
+_DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64)
+    + (torch.int32, torch.bool, torch.uint8)
+}
+
+
+def _dtype_name(t: torch.Tensor, what: str) -> str:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise IBPInputError(f"dataset {what} has dtype {t.dtype}, which cannot be shared")
+    return name
+
+
+def _describe(ds: GraphDataset, features: bool) -> tuple[bytes, int]:
+    """The JSON description of ``ds``'s segment, and the end of its data."""
+    tensors: dict[str, Any] = {}
+    for name in _TENSORS:
+        t = getattr(ds, name)
+        stored = name != "x" or features
+        if stored and t.device.type != "cpu":
+            raise IBPInputError(f"dataset {name} must be on the CPU to share, got {t.device}")
+        tensors[name] = {"dtype": _dtype_name(t, name), "shape": list(t.shape), "stored": stored}
+    meta = {
+        "name": ds.name,
+        "num_nodes": int(ds.num_nodes),
+        "num_classes": int(ds.num_classes),
+        "source": ds.source,
+        "tensors": tensors,
+    }
+    text = json.dumps(meta).encode()
+    return text, _offsets(len(text), tensors)[1]
+
+
+def _offsets(length: int, tensors: dict[str, Any]) -> tuple[dict[str, int], int]:
+    """Where each stored tensor starts, and where the last one ends.
+
+    The stored tensors follow the JSON of ``length`` bytes in `_TENSORS` order, each on a
+    64-byte boundary.
+    """
+    start, offsets = round_up(_HEADER + length, _ALIGN), {}
+    for name in _TENSORS:
+        entry = tensors[name]
+        if entry["stored"]:
+            offsets[name] = start
+            count = int(np.prod(entry["shape"], dtype=np.int64))
+            start = round_up(start + count * _DTYPES[entry["dtype"]].itemsize, _ALIGN)
+    return offsets, start
+
+
+def dataset_segment_size(ds: GraphDataset, *, features: bool) -> int:
+    """Bytes of the segment that holds ``ds`` (its features too with ``features``; pages)."""
+    return round_up(_describe(ds, features)[1], mmap.PAGESIZE)
+
+
+def share_dataset(ds: GraphDataset, segment: SharedSegment, *, features: bool) -> GraphDataset:
+    """Write ``ds`` (on the CPU) into ``segment``; return the copy that reads it there.
+
+    Args:
+        ds: the dataset.
+        segment: a segment of at least `dataset_segment_size` bytes.
+        features: store ``ds.x`` too; without it the returned copy's ``x`` is a meta tensor.
+
+    Raises:
+        IBPInputError: a tensor is not on the CPU or of a dtype that cannot be shared, or the
+            segment is closed or too small.
+    """
+    text, end = _describe(ds, features)
+    need = round_up(end, mmap.PAGESIZE)
+    if segment.closed or segment.nbytes < need:
+        have = "closed" if segment.closed else f"{segment.nbytes} bytes"
+        raise IBPInputError(f"segment {segment.name} is {have}, the dataset needs {need} bytes")
+    header = np.zeros(_HEADER, dtype=np.uint8)
+    header[:8] = np.frombuffer(_MAGIC, dtype=np.uint8)
+    header[8:16] = np.array([len(text)], dtype="<i8").view(np.uint8)
+    segment.array[:_HEADER] = header
+    segment.array[_HEADER : _HEADER + len(text)] = np.frombuffer(text, dtype=np.uint8)
+    out = attach_dataset(segment)
+    for name in _TENSORS:
+        view = getattr(out, name)
+        if not view.is_meta:
+            view.copy_(getattr(ds, name))
+    return out
+
+
+def attach_dataset(segment: SharedSegment) -> GraphDataset:
+    """The `GraphDataset` held in ``segment`` (written by `share_dataset`), as views of it.
+
+    ``x`` is a meta tensor (shape and dtype only) where the features were not stored. The
+    tensors keep the mapping alive while they are used.
+
+    Raises:
+        IBPFormatError: the segment does not hold a dataset written by `share_dataset`.
+    """
+    bad = f"{segment.path}: not a shared dataset"
+    head = segment.array[:_HEADER]
+    if segment.nbytes < _HEADER or head[:8].tobytes() != _MAGIC:
+        raise IBPFormatError(f"{bad} (bad magic)")
+    length = int(head[8:16].view("<i8")[0])
+    if not 0 < length <= segment.nbytes - _HEADER:
+        raise IBPFormatError(f"{bad} (description of {length} bytes)")
+    try:
+        meta = json.loads(segment.array[_HEADER : _HEADER + length].tobytes())
+        tensors = {name: meta["tensors"][name] for name in _TENSORS}
+        offsets, end = _offsets(length, tensors)
+        if end > segment.nbytes:
+            raise ValueError(f"it needs {end} bytes, the segment has {segment.nbytes}")
+        out = {name: _tensor(segment, tensors[name], offsets.get(name)) for name in _TENSORS}
+        return GraphDataset(
+            name=str(meta["name"]),
+            num_nodes=int(meta["num_nodes"]),
+            num_classes=int(meta["num_classes"]),
+            source=str(meta["source"]),
+            **out,
+        )
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise IBPFormatError(f"{bad} ({why})") from None
+
+
+def _tensor(segment: SharedSegment, entry: dict[str, Any], offset: int | None) -> torch.Tensor:
+    dtype = _DTYPES[entry["dtype"]]
+    shape = [int(n) for n in entry["shape"]]
+    if min(shape, default=0) < 0:
+        raise ValueError(f"a tensor of shape {shape}")
+    if offset is None:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    count = int(np.prod(shape, dtype=np.int64))
+    return segment.tensor(offset, count, dtype).view(shape)
