@@ -147,16 +147,36 @@ def test_train_sampler_backend_kernel_with_device_auto_names_it(capsys, tmp_path
     assert "this run's device is cpu (device: auto); use sampler_backend: torch" in err
 
 
-def test_check_sampler_device() -> None:
-    from ibp_graph.train.config import ConfigError, TrainConfig, check_sampler_device
+def test_check_device_keys() -> None:
+    from ibp_graph.train.config import ConfigError, TrainConfig, check_device_keys
 
     kernel = TrainConfig(dataset="cora", sampler_backend="kernel")
-    check_sampler_device(kernel, torch.device("cuda", 0))  # a GPU: fine
+    uva = TrainConfig(dataset="cora", graph_memory="uva")
+    for cfg in (kernel, uva):
+        check_device_keys(cfg, torch.device("cuda", 0))  # a GPU: fine
     for backend in ("auto", "torch"):
-        cfg = TrainConfig(dataset="cora", sampler_backend=backend)
-        check_sampler_device(cfg, torch.device("cpu"))
+        cfg = TrainConfig(dataset="cora", sampler_backend=backend, graph_memory="device")
+        check_device_keys(cfg, torch.device("cpu"))
     with pytest.raises(ConfigError, match=r"device is cpu \(device: auto\); use sampler_backend"):
-        check_sampler_device(kernel, torch.device("cpu"))
+        check_device_keys(kernel, torch.device("cpu"))
+    with pytest.raises(ConfigError, match=r"^graph_memory: uva keeps the graph in pinned host "):
+        check_device_keys(uva, torch.device("cpu"))
+
+
+def test_train_graph_memory_uva_on_the_cpu_is_a_config_error_before_loading(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch_geometric")
+    import ibp_graph.datasets
+
+    loaded = []
+    monkeypatch.setattr(ibp_graph.datasets, "load_dataset", lambda *a, **k: loaded.append(a))
+    argv = ["train", "--config", "cora-sage", "--set", "graph_memory=uva", "device=cpu"]
+    code, out, err = run_cli(capsys, *argv, f"workdir={tmp_path}")
+    assert code == 2 and out == "" and loaded == []
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ibp-graph train: error: graph_memory: uva keeps the graph in pinned")
+    assert "this run's device is cpu; use graph_memory: device, or device: cuda" in last
 
 
 def test_config_errors_name_a_packaged_config_as_given(monkeypatch, tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from ibp_graph.sampler import BACKENDS as SAMPLER_BACKENDS
 __all__ = [
     "ConfigError",
     "TrainConfig",
-    "check_sampler_device",
+    "check_device_keys",
     "default_workdir",
     "load_config",
     "packaged_configs",
@@ -343,21 +343,29 @@ def _check(cfg: TrainConfig) -> None:
             raise bad(key, "positive integers or -1 (all neighbors)")
 
 
-def check_sampler_device(cfg: TrainConfig, device: Any) -> None:
-    """Check ``sampler_backend`` against the run's resolved ``device`` (a ``torch.device``).
+def check_device_keys(cfg: TrainConfig, device: Any) -> None:
+    """Check the keys that need a GPU against the run's resolved ``device`` (a ``torch.device``).
 
     Raises:
-        ConfigError: ``sampler_backend: kernel`` with a device that is not a GPU (the fused
-            hop kernels run on CUDA only).
+        ConfigError: ``sampler_backend: kernel`` (the fused hop kernels run on CUDA only) or
+            ``graph_memory: uva`` (a graph in pinned host memory, read by a GPU) with a device
+            that is not a GPU.
     """
-    if cfg.sampler_backend != "kernel" or device.type == "cuda":
+    if device.type == "cuda":
         return
     given = "" if cfg.device == str(device) else f" (device: {cfg.device})"
-    raise ConfigError(
-        f"sampler_backend: kernel runs the fused hop kernels on a GPU, but this run's device "
-        f"is {device}{given}; use sampler_backend: torch (or auto: torch ops off the GPU), or "
-        "device: cuda on a machine with a GPU"
-    )
+    gpu = "or device: cuda on a machine with a GPU"
+    if cfg.sampler_backend == "kernel":
+        raise ConfigError(
+            f"sampler_backend: kernel runs the fused hop kernels on a GPU, but this run's device "
+            f"is {device}{given}; use sampler_backend: torch (or auto: torch ops off the GPU), "
+            + gpu
+        )
+    if cfg.graph_memory == "uva":
+        raise ConfigError(
+            "graph_memory: uva keeps the graph in pinned host memory for a GPU to read, but "
+            f"this run's device is {device}{given}; use graph_memory: device, " + gpu
+        )
 
 
 # -- files and overrides ----------------------------------------------------------------------

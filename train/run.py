@@ -48,7 +48,7 @@ import ibp_graph
 from ibp_graph.errors import IBPDeviceError, IBPFormatError
 
 from .backends import Backend, PyGBackend, get_backend
-from .config import TrainConfig, check_sampler_device, default_workdir
+from .config import TrainConfig, check_device_keys, default_workdir
 
 __all__ = ["EpochResult", "RunResult", "TableInfo", "resolve_device", "table_path", "train"]
 
@@ -520,7 +520,7 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
 
     backend = get_backend(cfg.backend)
     device = _backend_device(backend, cfg.device, log if log is not None else (lambda _m: None))
-    check_sampler_device(cfg, device)  # before the dataset loads
+    check_device_keys(cfg, device)  # before the dataset loads
     ctx = _join(cfg, device)
     quiet = log is None or (ctx is not None and not ctx.is_main)
     say: Log = (lambda _m: None) if quiet else log  # type: ignore[assignment]

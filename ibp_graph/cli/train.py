@@ -151,13 +151,13 @@ def _check_backend(cfg: Any) -> None:
     """A usage error for a process-group or sampler backend the ranks' device cannot use."""
     from ..distributed.ddp import check_backend
     from ..errors import IBPInputError
-    from ..train.config import check_sampler_device
+    from ..train.config import check_device_keys
     from ..train.run import resolve_device
 
     device = resolve_device(cfg.device)
     try:
         check_backend(cfg.dist_backend, device)
-        check_sampler_device(cfg, device)
+        check_device_keys(cfg, device)
     except IBPInputError as exc:
         raise UsageError(str(exc)) from None
 
