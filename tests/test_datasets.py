@@ -9,7 +9,6 @@ in OGB's exact on-disk layout and read through ogb's own loader (skipped without
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
@@ -270,32 +269,14 @@ def _tiny_graph():
     return x, edges, y, year, split
 
 
-def _write_csv_gz(path: Path, rows) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt") as f:  # OGB's CSVs: no header, comma-separated
-        for row in rows:
-            f.write(",".join(str(v) for v in np.atleast_1d(row).tolist()) + "\n")
-
-
 def _write_ogbn_arxiv(root: Path, x, edges, y, year, split) -> Path:
-    """``root/ogbn_arxiv`` as OGB's arxiv.zip unpacks it (what NodePropPredDataset reads).
+    """``root/ogbn_arxiv`` in OGB's layout (`benchmarks.upstream_examples.write_ogbn`)."""
+    from benchmarks.upstream_examples import Graph, write_ogbn
 
-    ogbn-arxiv in OGB's master.csv: version 1 (RELEASE_v1.txt), CSV (not binary), no
-    inverse edges added, additional node file ``node_year``, split ``time``.
-    """
-    folder = root / "ogbn_arxiv"
-    raw = folder / "raw"
-    _write_csv_gz(raw / "edge.csv.gz", edges.T)  # one "src,dst" line per edge
-    _write_csv_gz(raw / "num-node-list.csv.gz", [x.shape[0]])
-    _write_csv_gz(raw / "num-edge-list.csv.gz", [edges.shape[1]])
-    _write_csv_gz(raw / "node-feat.csv.gz", x)
-    _write_csv_gz(raw / "node_year.csv.gz", year[:, None])
-    _write_csv_gz(raw / "node-label.csv.gz", y[:, None])
-    for part in ("train", "valid", "test"):
-        _write_csv_gz(folder / "split" / "time" / f"{part}.csv.gz", split[part])
-    (folder / "processed").mkdir()
-    (folder / "RELEASE_v1.txt").write_text("ogbn-arxiv test copy\n")
-    return folder
+    codes = np.zeros(x.shape[0], dtype=np.int64)
+    for code, part in ((1, "train"), (2, "valid"), (3, "test")):
+        codes[split[part]] = code
+    return write_ogbn(root, "ogbn-arxiv", Graph(x, y, edges, codes), year)
 
 
 def test_ogb_layout_loads_through_ogb(tmp_path: Path) -> None:
