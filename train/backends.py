@@ -268,14 +268,14 @@ class DGLBackend(Backend):
     def graph(self, ds: Any, *, undirected: bool = False) -> Any:
         """A ``dgl.DGLGraph`` with ``feat``, ``label``, ``val_mask`` and ``test_mask``.
 
-        ``feat`` is left out where ``ds.x`` is a meta tensor (a data-parallel rank that reads
-        its rows from the shared table, `ibp_graph.distributed.host.share_host_dataset`).
+        ``feat`` is left out where ``ds.x`` is a meta tensor: a run whose loaders read the rows
+        from a compressed table (`ibp_graph.datasets.GraphDataset.without_features`).
         """
         edge_index = ds.edge_index
         if undirected:
             edge_index = _undirected(edge_index, ds.num_nodes)
         g = self._dgl.graph((edge_index[0], edge_index[1]), num_nodes=ds.num_nodes)
-        if not ds.x.is_meta:  # a data-parallel rank whose rows come from the shared table
+        if not ds.x.is_meta:  # the rows come from a compressed table otherwise
             g.ndata["feat"] = ds.x
         g.ndata["label"] = ds.y
         for name in _SPLIT_MASKS:

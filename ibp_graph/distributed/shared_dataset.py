@@ -1,10 +1,10 @@
 """One copy per host of a dataset's labels, split and edges (and raw features) in a segment.
 
 Layout of the segment: a 64-byte header (magic, then the length of a JSON description), the
-JSON (name, nodes, classes, source, and per tensor its dtype, shape and offset), then each
-tensor's bytes on a 64-byte boundary. `share_dataset` writes it (one process per host);
-`attach_dataset` returns a `GraphDataset` whose tensors are views of the segment, so every
-local rank reads the same pages.
+JSON (name, nodes, classes, source, and per tensor its dtype, shape and whether it is
+stored), then each stored tensor's bytes, in a fixed order, each on a 64-byte boundary.
+`share_dataset` writes it (one process per host); `attach_dataset` returns a `GraphDataset`
+whose tensors are views of the segment, so every local rank reads the same pages.
 
 The node features are stored only when asked (``features=True``): ranks that read their rows
 from a compressed table never touch ``x``, and then get it as a meta tensor, which has the
