@@ -15,9 +15,12 @@
 #              differs from the working tree's, and the newest before it that differs from
 #              both; $IBP_GRAPH_AB_VERSIONS sets how many, $IBP_GRAPH_AB_BASE names the
 #              commits instead, separated by spaces) once NVRTC shows that the package's
-#              launcher can launch them, collects wheels the GPU image lacks (none: see
-#              below), checks the 64 MiB limit, prints the carry list and the device
-#              commands (each under 2,000 characters).
+#              launcher can launch them, copies PyG's example scripts from the checkout
+#              $IBP_GRAPH_PYG (a git repository, read at $IBP_GRAPH_PYG_REV, default HEAD, or
+#              a folder holding examples/) into device_data/upstream/ for the examples stage,
+#              collects wheels the GPU image lacks (none: see below), checks the 64 MiB
+#              limit, prints the carry list and the device commands (each under 2,000
+#              characters).
 #   smoke      about 1 min (< 2): tests/test_gpu_smoke.py with -x: install, 4 GiB pinned,
 #              raw gather and fused fetch bit for bit, a GPU sampler batch, a loader batch.
 #              Prints "SMOKE: PASS" or "SMOKE: FAIL".
@@ -127,6 +130,11 @@
 #              (a launch each) alone and beside a second Python thread (work without the
 #              GIL, short ops, pure Python) and with Cora's loaders (batches on the prefetch
 #              thread or serial): what sharing the GIL costs a launch-bound step, op by op.
+#   examples   about 1 min: benchmarks/upstream_examples.py over the PyG example scripts
+#              that prepare copied (reddit.py, hierarchical_sampling.py; ogbn_train.py needs
+#              ogb, which the image lacks, and is reported as skipped), each with only its
+#              NeighborLoader import changed to ours, on synthetic data: on a GPU they put
+#              data.x on the device and pass num_workers, so our CUDA path runs them.
 #
 # A device command runs at most 10 minutes and returns at most 8 files from $OUT, 2 folders
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns
@@ -163,7 +171,7 @@ export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DATA=device_data
 ALL_STAGES=(smoke tests sanitize decodeab fetch profile pages grid warps lanes sampling e2e
-    overlap ophops ddp synthetic corasu gil)
+    overlap ophops ddp synthetic corasu gil examples)
 MAX_FILES=8
 MAX_COMMAND=2000
 
@@ -172,7 +180,7 @@ files() {
     case "$1" in
     smoke | tests | sanitize) echo 1 ;;
     ddp) echo 3 ;;
-    decodeab | fetch | pages | grid | sampling | gil) echo 3 ;;
+    decodeab | fetch | pages | grid | sampling | gil | examples) echo 3 ;;
     lanes) echo 5 ;;
     profile) echo 6 ;;
     e2e | overlap | ophops | synthetic | corasu) echo 4 ;;
@@ -183,7 +191,7 @@ files() {
 # minutes STAGE: the estimated upper bound, install excluded.
 minutes() {
     case "$1" in
-    smoke | gil) echo 1 ;;
+    smoke | gil | examples) echo 1 ;;
     tests) echo 2 ;;
     sanitize | decodeab) echo 3 ;;
     fetch) echo 6 ;;
@@ -233,17 +241,17 @@ plan() {
 # the first two (at a9cb4c1 the first took 5 minutes, the machine started in half a minute).
 # First the smoke test, every GPU test, the decoder against its previous version side by
 # side (bit for bit on every table, and what the last change to it is worth) and the
-# sanitizers over every kernel test; then what sharing the GIL costs a launch-bound step
-# (a minute: why Cora's epochs ran slower on the prefetch thread) and CoraSU, which has never
-# run (with chunked fetches as a mode of its own); the profile, whose counts per source line
-# say where the decoder's time goes (the narrow tables that miss the decode-only goal decode
-# as many rows a second whatever their width: a chain of loads per row); the fetch
-# beside training (chunked fetches now launch from one DLPack view), side-stream fetches in
-# larger blocks (fetch rate and the step beside it), the fetch at the current defaults; then
-# the rest again (the sampler and the epochs, ophops: the epochs with torch-op hops, for
-# comparison, and the others).
-CALLS=("smoke tests decodeab sanitize" "gil corasu" "profile" "overlap ddp" "warps" "fetch"
-    "sampling e2e" "ophops grid" "synthetic" "pages" "lanes")
+# sanitizers over every kernel test; then PyG's own example scripts on our loader (a minute:
+# the drop-in promise on the GPU path, never run there) and CoraSU, which has never run (with
+# chunked fetches as a mode of its own); the profile, whose counts per source line say where
+# the decoder's time goes (the narrow tables that miss the decode-only goal decode as many
+# rows a second whatever their width: a chain of loads per row); the fetch beside training
+# (chunked fetches now launch from one DLPack view), side-stream fetches in larger blocks
+# (fetch rate and the step beside it), the fetch at the current defaults; then the rest again
+# (the sampler and the epochs, ophops: the epochs with torch-op hops, for comparison, what
+# sharing the GIL costs a launch-bound step, and the others).
+CALLS=("smoke tests decodeab sanitize" "examples corasu" "profile" "overlap ddp" "warps"
+    "fetch" "sampling e2e" "ophops grid" "gil synthetic" "pages" "lanes")
 
 # previous_decoders PYTHON N: the N newest commits whose cuda/fetch_decode.cu has other code
 # than the working tree's and than each other's, comments and spacing aside (a change to
@@ -331,6 +339,22 @@ check_sources(Path('$dir'))"; then
     done
 }
 
+# prepare_examples PYTHON: device_data/upstream/pyg/examples/ holds the PyG example scripts
+# the examples stage runs, as they are upstream, copied from the checkout $IBP_GRAPH_PYG.
+prepare_examples() {
+    local pyg=${IBP_GRAPH_PYG:-} rev=()
+    rm -rf "$DATA/upstream"
+    if [ -z "$pyg" ]; then
+        echo "examples: IBP_GRAPH_PYG is not set (a PyG checkout); the examples stage will refuse"
+        return 0
+    fi
+    if [ -d "$pyg/objects" ] || [ -f "$pyg/HEAD" ] && [ ! -d "$pyg/examples" ]; then
+        rev=(--pyg-rev "${IBP_GRAPH_PYG_REV:-HEAD}")  # a bare git repository
+    fi
+    "$1" benchmarks/upstream_examples.py --pyg "$pyg" "${rev[@]}" --export "$DATA/upstream" ||
+        { echo "prepare: could not copy PyG's example scripts from $pyg" >&2; exit 1; }
+}
+
 prepare() {
     cd "$REPO" || exit 3
     local py=${PYTHON:-$REPO/.venv/bin/python}
@@ -353,6 +377,7 @@ np.save('$DATA/facebook-svd100-float32.npy', r.load_facebook_svd()[1])
             "the real-table cases and the synthetic stage will skip" >&2
     fi
     prepare_baseline "$py"
+    prepare_examples "$py"
     mkdir -p "$DATA/wheels"
     echo "wheels: $(find "$DATA/wheels" -name '*.whl' | wc -l) in $DATA/wheels (the GPU image" \
         "has every package the GPU stages need)"
@@ -856,6 +881,16 @@ for stage in "${STAGES[@]}"; do
         ;;
     gil)
         run 100 gil.log python3 benchmarks/gil_handoff.py --device cuda --out "$OUT" || rc=$?
+        ;;
+    examples)
+        if [ -d "$DATA/upstream/pyg/examples" ]; then
+            run 150 examples.log python3 benchmarks/upstream_examples.py \
+                --pyg "$DATA/upstream/pyg" --timeout 60 --out "$OUT" || rc=$?
+        else
+            echo "examples: needs $DATA/upstream/pyg/examples (run 'prepare' with" \
+                "IBP_GRAPH_PYG set on the CPU machine, carry $DATA)" | tee "$OUT/examples.log"
+            rc=1
+        fi
         ;;
     corasu)
         # Cora is bundled with the package: nothing to carry.

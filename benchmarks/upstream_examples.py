@@ -26,14 +26,18 @@ centroid plus noise) and most edges join nodes of one class, so accuracy shows t
 works. ``ogbn_train.py`` runs with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` in its environment:
 ogb 1.3.6 reads its processed file with ``torch.load``, which torch 2.6 and later refuse
 otherwise, with PyG's loader as with ours. The import line of each framework (`SWAPS`) must
-appear exactly once in a script; it becomes ours and nothing else changes. Reported per run:
-the exit status, the wall time and the script's last lines.
+appear exactly once in a script; it becomes ours and nothing else changes. A script whose
+modules do not import here (ogb, DGL, ...) is skipped and reported as such. Reported per run:
+the exit status, the wall time and the script's last lines. ``--export DIR`` writes the
+scripts as they are upstream to ``DIR/<framework>/examples/`` instead (``--pyg DIR/pyg`` then
+runs them on a machine without the checkout: benchmarks/gpu_session.sh's ``examples`` stage).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import importlib.util
 import json
 import os
 import subprocess
@@ -62,6 +66,7 @@ SWAPS = {
 #: ogb 1.3.6 reads its processed file with ``torch.load``, which torch 2.6 and later refuse
 #: without this (``weights_only``), whatever the loader: set for ``ogbn_train.py``.
 OGB_ENV = (("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1"),)
+_OGB_NEEDS = ("ogb", "psutil", "tqdm")
 _OGB_ARGS = (
     *("--dataset", "ogbn-arxiv", "--dataset_dir", "../data"),
     *("--epochs", "2", "--num_workers", "2"),
@@ -76,6 +81,8 @@ class Example:
     script: str
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    #: Modules the script imports that may be missing (it is skipped where one is).
+    needs: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -84,9 +91,9 @@ class Example:
 
 #: What runs, in order (a framework's runs are skipped where its checkout is not given).
 EXAMPLES: tuple[Example, ...] = (
-    Example("pyg", "reddit.py"),
-    Example("pyg", "hierarchical_sampling.py"),
-    Example("pyg", "ogbn_train.py", ("--model", "sage", *_OGB_ARGS), OGB_ENV),
+    Example("pyg", "reddit.py", needs=("scipy", "tqdm")),
+    Example("pyg", "hierarchical_sampling.py", needs=("scipy", "tqdm")),
+    Example("pyg", "ogbn_train.py", ("--model", "sage", *_OGB_ARGS), OGB_ENV, _OGB_NEEDS),
     # disjoint trees: 1 + 5 + 25 nodes per seed (the defaults give 1,111 per seed, 1.1M nodes
     # a batch, which a transformer over the batch does not fit on a small CPU machine)
     Example(
@@ -94,8 +101,14 @@ EXAMPLES: tuple[Example, ...] = (
         "ogbn_train.py",
         ("--model", "sgformer", "--batch_size", "256", "--fan_out", "5", *_OGB_ARGS),
         OGB_ENV,
+        _OGB_NEEDS,
     ),
-    Example("dgl", "pytorch/graphsage/node_classification.py", ("--mode", "cpu")),
+    Example(
+        "dgl",
+        "pytorch/graphsage/node_classification.py",
+        ("--mode", "cpu"),
+        needs=("dgl", "ogb", "torchmetrics", "tqdm"),
+    ),
 )
 
 
@@ -222,6 +235,11 @@ def git_commit(checkout: Path, rev: str | None) -> str | None:
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
+def missing(example: Example) -> list[str]:
+    """The modules ``example`` needs that do not import here."""
+    return [name for name in example.needs if importlib.util.find_spec(name) is None]
+
+
 def run_script(path: Path, example: Example, timeout: float) -> dict:
     """Run the script at ``path`` with the example's arguments, from its folder."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **dict(example.env)}
@@ -240,14 +258,25 @@ def run_script(path: Path, example: Example, timeout: float) -> dict:
         status, out, err = None, exc.stdout or "", f"timed out after {timeout:.0f} s"
         out = out.decode() if isinstance(out, bytes) else out
     return {
-        "framework": example.framework,
-        "script": example.script,
-        "args": list(example.args),
-        "env": dict(example.env),
+        **run_record(example),
         "status": status,
         "wall_s": time.perf_counter() - start,
         "stdout_tail": out.strip().splitlines()[-12:],
         "stderr_tail": [line for line in err.strip().splitlines() if "%|" not in line][-12:],
+    }
+
+
+def run_record(example: Example) -> dict:
+    """What a run's record says of its example, with nothing run yet."""
+    return {
+        "framework": example.framework,
+        "script": example.script,
+        "args": list(example.args),
+        "env": dict(example.env),
+        "status": None,
+        "wall_s": 0.0,
+        "stdout_tail": [],
+        "stderr_tail": [],
     }
 
 
@@ -270,7 +299,11 @@ def report(result: dict) -> str:
     ]
     for r in result["runs"]:
         last = (r["stdout_tail"] or ["-"])[-1].replace("|", "\\|")
-        status = "timed out" if r["status"] is None else r["status"]
+        status = r["status"]
+        if r.get("skipped"):
+            status = f"skipped: needs {', '.join(r['skipped'])}"
+        elif status is None:
+            status = "timed out"
         args = " ".join(r["args"]) or "-"
         env = " ".join(f"{k}={v}" for k, v in r["env"].items()) or "-"
         lines.append(
@@ -281,7 +314,7 @@ def report(result: dict) -> str:
     for r in result["runs"]:
         lines += [f"## {r['framework']}: {r['script']} {' '.join(r['args'])}".rstrip(), ""]
         lines += ["```", *r["stdout_tail"], "```", ""]
-        if r["status"] != 0:
+        if r["status"] != 0 and not r.get("skipped"):
             lines += ["stderr:", "", "```", *r["stderr_tail"], "```", ""]
     return "\n".join(lines)
 
@@ -296,30 +329,48 @@ def write_data(folder: Path, graph: Graph) -> None:
     )
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for framework in SWAPS:
         parser.add_argument(f"--{framework}", type=Path, help=f"a {framework} checkout or git dir")
         parser.add_argument(f"--{framework}-rev", help="read its scripts at this git revision")
     parser.add_argument("--nodes", type=int, default=3000)
     parser.add_argument("--timeout", type=float, default=600, help="seconds per script")
+    parser.add_argument(
+        "--export",
+        type=Path,
+        help="write the scripts as they are upstream to EXPORT/<framework>/examples/ (a "
+        "checkout of them alone, to run elsewhere with --pyg EXPORT/pyg) and stop",
+    )
     add_out(parser)
-    args = parser.parse_args()
-    checkouts = {f: getattr(args, f) for f in SWAPS if getattr(args, f) is not None}
-    if not checkouts:
+    args = parser.parse_args(argv)
+    args.checkouts = {f: getattr(args, f) for f in SWAPS if getattr(args, f) is not None}
+    if not args.checkouts:
         parser.error("give --pyg and/or --dgl: the checkouts whose examples run")
     if args.nodes < 100:
         parser.error("--nodes must be at least 100")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    checkouts = args.checkouts
     revs = {f: getattr(args, f"{f}_rev") for f in checkouts}
     examples = [e for e in EXAMPLES if e.framework in checkouts]
-    sources = {
-        (e.framework, e.script): swap_import(
-            upstream_source(checkouts[e.framework], revs[e.framework], e.script),
-            e.framework,
-            e.script,
+    originals = {
+        (e.framework, e.script): upstream_source(
+            checkouts[e.framework], revs[e.framework], e.script
         )
         for e in examples
     }
+    if args.export is not None:
+        for (framework, script), text in originals.items():
+            path = args.export / framework / "examples" / script
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"{framework}: examples/{script} -> {path}")
+        return
+    sources = {key: swap_import(text, *key) for key, text in originals.items()}
     runs = []
     with tempfile.TemporaryDirectory(prefix="upstream-examples-") as tmp:
         folder = Path(tmp)
@@ -329,8 +380,13 @@ def main() -> None:
             path.write_text(text)
         write_data(folder, learnable_graph(args.nodes, 64, 8))
         for e in examples:
-            r = run_script(folder / e.framework / "examples" / e.script, e, args.timeout)
-            print(f"{e.label}: status {r['status']}, {r['wall_s']:.1f} s")
+            lacking = missing(e)
+            if lacking:
+                r = {**run_record(e), "status": None, "skipped": lacking}
+            else:
+                r = run_script(folder / e.framework / "examples" / e.script, e, args.timeout)
+            said = f"skipped, needs {', '.join(lacking)}" if lacking else f"status {r['status']}"
+            print(f"{e.label}: {said}, {r['wall_s']:.1f} s")
             runs.append(r)
     result = {
         "env": environment(),
@@ -344,8 +400,10 @@ def main() -> None:
     write_json(NAME, result, args.out)
     (args.out / f"{NAME}.md").write_text(report(result))
     print(json.dumps([(r["script"], r["status"]) for r in runs]))
-    if any(r["status"] != 0 for r in runs):
+    if any(r["status"] != 0 and not r.get("skipped") for r in runs):
         raise SystemExit(1)
+    if all(r.get("skipped") for r in runs):
+        raise SystemExit("every script was skipped: their modules are missing")
 
 
 if __name__ == "__main__":

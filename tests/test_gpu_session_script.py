@@ -28,6 +28,7 @@ from benchmarks import (
     pages,
     profile_fetch,
     sampling,
+    upstream_examples,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,6 +52,7 @@ STAGES = (
     "synthetic",
     "corasu",
     "gil",
+    "examples",
 )
 MAX_FILES = 8
 MAX_COMMAND = 2000
@@ -177,7 +179,12 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
         "overlap",
         "profile_fetch",
         "gil_handoff",
+        "upstream_examples",
     }
+    # examples: PyG's scripts as prepare copied them, a short limit per script.
+    (ux,) = (upstream_examples.parse_args(c) for c in cmds["upstream_examples"])
+    assert str(ux.pyg) == "$DATA/upstream/pyg" and ux.pyg_rev is None and ux.dgl is None
+    assert str(ux.out) == "/tmp/o" and ux.export is None and ux.timeout <= 120
     # decodeab: the decoder against its previous version, side by side, on every table.
     (ab,) = (decode_ab.parse_args(c) for c in cmds["decode_ab"])
     assert ab.baselines == [REPO] and ab.real and str(ab.out) == "/tmp/o" and not ab.dry_run
@@ -321,12 +328,46 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
     assert ["smoke", "tests", "decodeab", "sanitize"] in stages_of
     assert "baseline: not a git checkout; the decodeab stage will refuse" in done.stdout
     assert not (data / "baseline-cuda").exists()
-    # A minute of the GIL's cost to a launch-bound step, then CoraSU (never run) in the second
+    assert "examples: IBP_GRAPH_PYG is not set" in done.stdout
+    assert not (data / "upstream").exists()
+    # A minute of PyG's own scripts on our loader, then CoraSU (never run) in the second
     # call, then the profile: its counts per source line steer the decoder's next changes.
-    assert stages_of[1] == ["gil", "corasu"] and stages_of[2] == ["profile"]
+    assert stages_of[1] == ["examples", "corasu"] and stages_of[2] == ["profile"]
     # and, once the results are back, the verdicts they give
     assert done.stdout.rstrip().endswith("python benchmarks/scoreboard.py")
     assert "prepare" in script("prepare", "smoke").stderr
+
+
+@pytest.mark.parametrize("how", ["folder", "git"])
+def test_prepare_copies_pygs_example_scripts_for_the_examples_stage(tmp_path: Path, how) -> None:
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    for name in ("gpu_session.sh", "upstream_examples.py"):
+        shutil.copy(REPO / "benchmarks" / name, repo / "benchmarks" / name)
+    pyg = tmp_path / "pyg"
+    (pyg / "examples").mkdir(parents=True)
+    theirs = upstream_examples.SWAPS["pyg"][0]
+    scripts = {e.script for e in upstream_examples.EXAMPLES if e.framework == "pyg"}
+    for name in scripts:
+        (pyg / "examples" / name).write_text(f"# {name}\n{theirs}\n")
+    env = {"IBP_GRAPH_PYG": str(pyg)}
+    if how == "git":  # a bare repository, read at a revision
+        _git(pyg, "init", "-q")
+        _git(pyg, "add", ".")
+        _git(pyg, "commit", "-q", "-m", "examples")
+        for name in scripts:
+            (pyg / "examples" / name).write_text("changed after the commit\n")
+        bare = tmp_path / "pyg.git"
+        _git(tmp_path, "clone", "-q", "--bare", str(pyg), str(bare))
+        env = {"IBP_GRAPH_PYG": str(bare), "IBP_GRAPH_PYG_REV": "HEAD"}
+    done = _prepare(repo, tmp_path, **env)
+    assert done.returncode == 0, done.stderr
+    for name in scripts:
+        copied = repo / "device_data" / "upstream" / "pyg" / "examples" / name
+        assert copied.read_text() == f"# {name}\n{theirs}\n"  # as upstream has it
+    # A checkout without the scripts stops prepare with one line.
+    done = _prepare(repo, tmp_path, IBP_GRAPH_PYG=str(tmp_path / "nowhere"))
+    assert done.returncode == 1 and "could not copy PyG's example scripts" in done.stderr
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -135,3 +135,38 @@ def test_the_ogb_layouts_load_through_ogb(tmp_path) -> None:
         assert np.array_equal(ds.x.numpy(), g.x) and np.array_equal(ds.y.numpy(), g.y)
         assert np.array_equal(ds.train_mask.numpy(), g.split == 1)
         assert np.array_equal(ds.test_mask.numpy(), g.split == 3)
+
+
+def test_a_script_whose_modules_are_missing_is_skipped_not_failed(tmp_path, monkeypatch) -> None:
+    (tmp_path / "pyg" / "examples").mkdir(parents=True)
+    (tmp_path / "pyg" / "examples" / "a.py").write_text(f"{PYG_THEIRS}\nprint('ran')\n")
+    (tmp_path / "pyg" / "examples" / "b.py").write_text(f"{PYG_THEIRS}\nprint('ran')\n")
+    examples = (
+        ux.Example("pyg", "a.py", needs=("no_such_module_here",)),
+        ux.Example("pyg", "b.py", needs=("numpy",)),
+    )
+    monkeypatch.setattr(ux, "EXAMPLES", examples)
+    out = tmp_path / "out"
+    ux.main(["--pyg", str(tmp_path / "pyg"), "--nodes", "200", "--out", str(out)])
+    skipped, ran = json.loads((out / f"{ux.NAME}.json").read_text())["runs"]
+    assert skipped["skipped"] == ["no_such_module_here"] and skipped["status"] is None
+    assert ran["status"] == 0 and ran["stdout_tail"] == ["ran"] and "skipped" not in ran
+    page = (out / f"{ux.NAME}.md").read_text()
+    assert "| skipped: needs no_such_module_here |" in page
+    # Nothing ran at all: an error, not a pass.
+    monkeypatch.setattr(ux, "EXAMPLES", examples[:1])
+    with pytest.raises(SystemExit, match="every script was skipped"):
+        ux.main(["--pyg", str(tmp_path / "pyg"), "--nodes", "200", "--out", str(out)])
+
+
+def test_export_writes_the_upstream_scripts_unchanged_for_a_later_run(tmp_path, monkeypatch):
+    (tmp_path / "pyg" / "examples").mkdir(parents=True)
+    text = f"# upstream\n{PYG_THEIRS}\nprint('ran')\n"
+    (tmp_path / "pyg" / "examples" / "a.py").write_text(text)
+    monkeypatch.setattr(ux, "EXAMPLES", (ux.Example("pyg", "a.py"),))
+    export = tmp_path / "carried"
+    ux.main(["--pyg", str(tmp_path / "pyg"), "--export", str(export), "--out", str(tmp_path)])
+    assert (export / "pyg" / "examples" / "a.py").read_text() == text  # as upstream has it
+    assert not (tmp_path / f"{ux.NAME}.json").exists()  # nothing ran
+    ux.main(["--pyg", str(export / "pyg"), "--nodes", "200", "--out", str(tmp_path / "o")])
+    assert json.loads((tmp_path / "o" / f"{ux.NAME}.json").read_text())["runs"][0]["status"] == 0
