@@ -40,7 +40,7 @@ import torch
 from .errors import IBPInputError
 from .sources import ogb_folder
 
-__all__ = ["BUNDLED", "OGB_DATASETS", "GraphDataset", "known_names", "load_dataset"]
+__all__ = ["BUNDLED", "OGB_DATASETS", "TENSORS", "GraphDataset", "known_names", "load_dataset"]
 
 #: Datasets shipped inside the package, by the name :func:`load_dataset` takes.
 BUNDLED: tuple[str, ...] = ("cora", "citeseer")
@@ -58,6 +58,8 @@ OGB_DATASETS: dict[str, dict[str, Any]] = {
 _OGB_DEFAULT_ROOT = "dataset"  # OGB's own default
 _NPZ_KEYS = ("x_indptr", "x_indices", "x_shape", "y", "edge_index", "meta")
 _MASKS = ("train_mask", "val_mask", "test_mask")
+#: The tensors of a `GraphDataset`, in the order of its fields.
+TENSORS = ("x", "y", "edge_index", *_MASKS)
 
 
 def known_names() -> list[str]:
@@ -71,8 +73,7 @@ class GraphDataset:
 
     Attributes:
         name: canonical name (``"cora"``, ``"citeseer"``, ``"ogbn-arxiv"``, ...).
-        x: node features, ``(num_nodes, num_features)`` float32 (a meta tensor, shape and dtype
-            only, after `without_features`).
+        x: node features, ``(num_nodes, num_features)`` float32.
         y: node labels, ``(num_nodes,)`` int64 (``-1`` for OGB nodes without a label).
         edge_index: ``(2, num_edges)`` int64, source row then target row.
         train_mask: ``(num_nodes,)`` bool.
@@ -81,6 +82,8 @@ class GraphDataset:
         num_nodes: number of nodes.
         num_classes: number of classes.
         source: where the data came from and how it was built.
+
+    Any tensor may be a meta tensor (shape and dtype only) in a dataset made by `without`.
 
     Example::
 
@@ -109,15 +112,24 @@ class GraphDataset:
         """Number of columns of ``edge_index`` (directed pairs)."""
         return int(self.edge_index.shape[1])
 
-    def without_features(self) -> GraphDataset:
-        """A copy whose ``x`` is a meta tensor: the features' shape and dtype, and no data.
+    def without(self, *names: str) -> GraphDataset:
+        """A copy whose tensors ``names`` are meta tensors: their shape and dtype, no data.
 
-        For a run whose loaders read the rows from elsewhere (a compressed table): the raw
-        features can then be freed, and any read of their values fails at once instead of
-        giving wrong rows. The other tensors are shared with this dataset.
+        For a run that reads them from elsewhere: ``"x"`` where the loaders read the rows from
+        a compressed table, ``"edge_index"`` where they sample a CSR graph built once. The
+        data can then be freed, and any read of its values fails at once instead of giving
+        wrong rows. The other tensors are shared with this dataset.
+
+        Raises:
+            IBPInputError: a name is not one of the dataset's tensors.
         """
-        x = torch.empty(self.x.shape, dtype=self.x.dtype, device="meta")
-        return dataclasses.replace(self, x=x)
+        change = {}
+        for name in names:
+            if name not in TENSORS:
+                raise IBPInputError(f"GraphDataset has no tensor {name!r}; it has {TENSORS}")
+            t = getattr(self, name)
+            change[name] = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        return dataclasses.replace(self, **change)
 
     def to_pyg(self) -> Any:
         """The graph as a ``torch_geometric.data.Data`` sharing these tensors (no copies).

@@ -4,7 +4,7 @@ Started by torchrun, or directly with RANK / WORLD_SIZE / ... set:
 
     python tests/distributed_worker.py loader OUT_DIR TABLE.ibp GRAPH.pt
     python tests/distributed_worker.py train OUT_DIR [--fail raise|kill] [--set key=value ...]
-    python tests/distributed_worker.py dataset OUT_DIR [--features]
+    python tests/distributed_worker.py dataset OUT_DIR [--omit NAME ...]
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def loader(args: argparse.Namespace) -> dict:
 
 def dataset(args: argparse.Namespace) -> dict:
     """`share_host_dataset` of Cora: who loaded it, and what each rank holds."""
-    from ibp_graph.datasets import load_dataset
+    from ibp_graph.datasets import TENSORS, load_dataset
     from ibp_graph.distributed.ddp import init_from_env
     from ibp_graph.distributed.host import share_host_dataset
 
@@ -106,29 +106,30 @@ def dataset(args: argparse.Namespace) -> dict:
         calls.append(1)
         return load_dataset("cora")
 
-    ds = share_host_dataset(ctx, load, features=args.features)
+    ds = share_host_dataset(ctx, load, omit=args.omit)
     want = load_dataset("cora")
-    names = ("y", "edge_index", "train_mask", "val_mask", "test_mask")
-    for name in (*names, "x"):
+    for name in TENSORS:
         if not getattr(ds, name).is_meta:
             getattr(ds, name).sum()  # touch every page
     ctx.barrier()  # every rank has touched them: proportional shares are final
     memory = _segment_memory(ctx.segment_name("dataset"))
     ctx.barrier()
+    tensors = {}
+    for name in TENSORS:
+        have, ref = getattr(ds, name), getattr(want, name)
+        tensors[name] = {
+            "meta": have.is_meta,
+            "same_shape": have.shape == ref.shape and have.dtype == ref.dtype,
+            "equal": None if have.is_meta else torch.equal(have, ref),
+            "bytes": ref.numel() * ref.element_size(),
+        }
     out = {
         "loaded": len(calls),
         "repr_equal": repr(ds) == repr(want),
-        "x_meta": ds.x.is_meta,
-        "x_shape": list(ds.x.shape),
-        "x_equal": None if ds.x.is_meta else torch.equal(ds.x, want.x),
-        "equal": {name: torch.equal(getattr(ds, name), getattr(want, name)) for name in names},
+        "tensors": tensors,
         "scalars_equal": (ds.name, ds.num_nodes, ds.num_classes, ds.source)
         == (want.name, want.num_nodes, want.num_classes, want.source),
         "memory": memory,
-        "bytes": {
-            name: getattr(ds, name).numel() * getattr(ds, name).element_size()
-            for name in (*names, "x")
-        },
     }
     ctx.close()
     return out
@@ -165,7 +166,7 @@ def main() -> int:
     parser.add_argument("graph", nargs="?")
     parser.add_argument("--config", default="cora-sage")
     parser.add_argument("--fail", choices=["raise", "kill"], default=None)
-    parser.add_argument("--features", action="store_true")
+    parser.add_argument("--omit", nargs="*", default=[])
     parser.add_argument("--set", dest="overrides", nargs="+", default=[])
     args = parser.parse_args()
     rank = int(os.environ["RANK"])

@@ -194,29 +194,29 @@ def test_shared_graph_is_the_same_csr_over_the_segment(seg_name) -> None:
 _DATASET_TENSORS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
 
 
-@pytest.mark.parametrize("features", [False, True])
-def test_shared_dataset_is_the_same_dataset_over_the_segment(seg_name, features) -> None:
+@pytest.mark.parametrize("omit", [(), ("x",), ("x", "edge_index")])
+def test_shared_dataset_is_the_same_dataset_over_the_segment(seg_name, omit) -> None:
     ds = load_dataset("cora")
-    size = dataset_segment_size(ds, features=features)
+    size = dataset_segment_size(ds, omit=omit)
     x_bytes = ds.x.numel() * 4
-    assert (size > x_bytes) is features  # the features take room only when stored
+    assert (size > x_bytes) is ("x" not in omit)  # the features take room only when stored
     with SharedSegment.create(seg_name, size) as seg:
-        written = share_dataset(ds, seg, features=features)
+        written = share_dataset(ds, seg, omit=omit)
         other = SharedSegment.attach(seg_name)
         for got in (written, attach_dataset(other)):
             assert (got.name, got.num_nodes, got.num_classes, got.source) == (
                 ds.name, ds.num_nodes, ds.num_classes, ds.source,
             )  # fmt: skip
             assert repr(got) == repr(ds)
-            for key in _DATASET_TENSORS[1:]:
-                assert torch.equal(getattr(got, key), getattr(ds, key)), key
-            assert got.x.shape == ds.x.shape and got.x.dtype == ds.x.dtype
-            if features:
-                assert torch.equal(got.x, ds.x)
-            else:
-                assert got.x.is_meta  # shape and dtype only: reading it fails at once
-                with pytest.raises(NotImplementedError):
-                    got.x.tolist()
+            for key in _DATASET_TENSORS:
+                want, have = getattr(ds, key), getattr(got, key)
+                assert have.shape == want.shape and have.dtype == want.dtype, key
+                if key in omit:
+                    assert have.is_meta  # shape and dtype only: reading it fails at once
+                    with pytest.raises(NotImplementedError):
+                        have.tolist()
+                else:
+                    assert torch.equal(have, want), key
         got = attach_dataset(other)
         assert np.shares_memory(got.y.numpy(), other.array)
         got.y[0] += 1  # one copy: a write shows in every mapping
@@ -246,34 +246,39 @@ def test_shared_dataset_bad_inputs_and_segments_are_one_line_errors(seg_name) ->
     ds = _tiny_dataset()
     with SharedSegment.create(seg_name, 64) as seg:
         with pytest.raises(ibp_graph.IBPInputError, match="the dataset needs 4096 bytes"):
-            share_dataset(ds, seg, features=True)
+            share_dataset(ds, seg)
         with pytest.raises(ibp_graph.IBPFormatError, match="not a shared dataset .bad magic"):
             attach_dataset(seg)
     with SharedSegment.create(seg_name, 4096) as seg:
         with pytest.raises(ibp_graph.IBPInputError, match="dataset y has dtype torch.complex64"):
-            share_dataset(
-                _tiny_dataset(y=torch.zeros(6, dtype=torch.complex64)), seg, features=True
-            )
+            share_dataset(_tiny_dataset(y=torch.zeros(6, dtype=torch.complex64)), seg)
         meta = torch.empty((6, 3), device="meta")
         with pytest.raises(ibp_graph.IBPInputError, match="dataset x must be on the CPU"):
-            share_dataset(_tiny_dataset(x=meta), seg, features=True)
-        share_dataset(_tiny_dataset(x=meta), seg, features=False)  # not stored: not read
-        share_dataset(ds, seg, features=True)
+            share_dataset(_tiny_dataset(x=meta), seg)
+        share_dataset(_tiny_dataset(x=meta), seg, omit=("x",))  # not stored: not read
+        with pytest.raises(ibp_graph.IBPInputError, match="omit names no dataset tensor: .'z'"):
+            share_dataset(ds, seg, omit=("x", "z"))
+        share_dataset(ds, seg)
         seg.array[64:70] = np.frombuffer(b"{oops ", dtype=np.uint8)  # the description
         with pytest.raises(ibp_graph.IBPFormatError, match="not a shared dataset .Expecting"):
             attach_dataset(seg)
-        share_dataset(ds, seg, features=True)
+        share_dataset(ds, seg)
         seg.array[8:16] = np.array([1 << 40], dtype="<i8").view(np.uint8)
         with pytest.raises(ibp_graph.IBPFormatError, match="description of 1099511627776 bytes"):
             attach_dataset(seg)
 
 
-def test_without_features_keeps_shape_and_dtype_and_drops_the_data() -> None:
+def test_without_keeps_shape_and_dtype_and_drops_the_data() -> None:
     ds = _tiny_dataset()
-    bare = ds.without_features()
+    bare = ds.without("x")
     assert bare.x.is_meta and bare.x.shape == (6, 3) and bare.num_features == 3
     assert bare.y is ds.y and bare.edge_index is ds.edge_index and not ds.x.is_meta
     assert repr(bare) == repr(ds)
+    both = bare.without("x", "edge_index")  # meta again is meta
+    assert both.x.is_meta and both.edge_index.is_meta and both.num_edges == 3
+    assert both.edge_index.dtype == torch.int64 and repr(both) == repr(ds)
+    with pytest.raises(ibp_graph.IBPInputError, match="GraphDataset has no tensor 'features'"):
+        ds.without("features")
 
 
 def test_two_buffers_pin_the_same_segment_in_place_and_leave_it_mapped(seg_name) -> None:

@@ -142,25 +142,27 @@ def test_ranks_split_the_seeds_share_one_table_and_get_identical_features(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("features", [False, True])
-def test_only_local_rank_0_loads_the_dataset_the_others_attach(tmp_path, features) -> None:
+@pytest.mark.parametrize("omit", [(), ("x",), ("x", "edge_index")])
+def test_only_local_rank_0_loads_the_dataset_the_others_attach(tmp_path, omit) -> None:
     run_id = f"t{secrets.token_hex(3)}"
-    extra = ["--features"] if features else []
+    extra = ["--omit", *omit] if omit else []
     proc = _torchrun(2, WORKER, "dataset", str(tmp_path), *extra, env=_env(run_id))
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = _ranks(tmp_path, 2)
     assert [r["loaded"] for r in ranks] == [1, 0]
     for r in ranks:
-        assert all(r["equal"].values()), r["equal"]
         assert r["scalars_equal"] and r["repr_equal"]
-        assert r["x_shape"] == [2708, 1433]
-    # Local rank 0 keeps the features it loaded, to compress them; the others get a meta
-    # tensor unless the features are shared too.
-    assert ranks[0]["x_meta"] is False and ranks[0]["x_equal"] is True
-    assert ranks[1]["x_meta"] is (not features)
-    assert ranks[1]["x_equal"] is (True if features else None)
+        assert all(t["same_shape"] for t in r["tensors"].values())
+    # Local rank 0 keeps what it loaded of the omitted tensors (to compress the rows, build
+    # the graph); the other ranks get them as meta tensors, and views of the segment for the
+    # rest.
+    for name, t in ranks[0]["tensors"].items():
+        assert not t["meta"] and t["equal"], name
+    for name, t in ranks[1]["tensors"].items():
+        assert t["meta"] is (name in omit), name
+        assert t["equal"] is (None if name in omit else True), name
     # One copy per host: the two ranks' proportional shares add up to one dataset.
-    stored = sum(v for k, v in ranks[0]["bytes"].items() if k != "x" or features)
+    stored = sum(t["bytes"] for name, t in ranks[0]["tensors"].items() if name not in omit)
     pss = sum(r["memory"]["pss"] for r in ranks)
     assert stored <= pss <= stored + 4 * 8192, (pss, stored)
     assert _leftovers(run_id) == []

@@ -546,3 +546,39 @@ def test_cli_gpu_only_loader_options_with_device_auto_on_the_cpu_are_usage_error
     assert last.startswith("ibp-graph train: error: graph_memory: uva keeps the graph in pinned")
     assert "this run's device is cpu (device: auto); use graph_memory: device" in last
     assert not list(tmp_path.iterdir())  # nothing loaded or compressed
+
+
+def test_both_loaders_sample_one_csr_and_nothing_reads_the_dropped_tensors(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from ibp_graph.datasets import load_dataset
+    from ibp_graph.graph import CSRGraph
+    from ibp_graph.train.backends import PyGBackend
+
+    seen: list[tuple[object, object]] = []
+    make = PyGBackend.loader
+
+    def loader(self, graph, *args, **kwargs):
+        seen.append((graph, kwargs.get("csr")))
+        return make(self, graph, *args, **kwargs)
+
+    monkeypatch.setattr(PyGBackend, "loader", loader)
+    for undirected, ibp in ((False, True), (True, False)):
+        seen.clear()
+        cfg = TrainConfig(
+            dataset="cora", epochs=1, fanouts=[5, 5], eval_fanouts=[5, 5], batch_size=70,
+            device="cpu", workdir=str(tmp_path), undirected=undirected, ibp=ibp,
+        )  # fmt: skip
+        result = train(cfg, log=None)
+        (train_graph, train_csr), (eval_graph, eval_csr) = seen
+        assert train_graph is eval_graph and isinstance(train_csr, CSRGraph)
+        assert train_csr is eval_csr  # built (and placed) once for both loaders
+        # the loaders sample the CSR: the edge list is dropped, its count kept
+        assert train_graph.edge_index.is_meta
+        assert train_graph.edge_index.shape == (2, train_csr.num_edges)
+        assert result.num_edges == train_csr.num_edges
+        assert train_graph.x.is_meta is ibp  # IBP on: the rows come from the table
+        edges = load_dataset("cora").edge_index
+        want = CSRGraph.from_edge_index(_undirected(edges, 2708) if undirected else edges, 2708)
+        assert torch.equal(train_csr.indptr, want.indptr)
+        assert torch.equal(train_csr.indices, want.indices)

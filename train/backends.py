@@ -83,12 +83,15 @@ class Backend(abc.ABC):
     takes_csr: bool = False
 
     @abc.abstractmethod
-    def graph(self, ds: Any, *, undirected: bool = False) -> Any:
+    def graph(self, ds: Any, *, undirected: bool = False, csr: Any = None) -> Any:
         """The framework's graph of a `GraphDataset`, holding its features, labels and splits.
 
         Args:
             ds: the dataset.
             undirected: add every reverse edge (duplicates merged).
+            csr: (`takes_csr` backends) the `CSRGraph` the loaders will sample, built by
+                `csr` from this dataset's graph: the graph's edges are then a meta tensor of
+                its edge count, never read (default: None, the graph of ``ds``'s edges).
         """
 
     @abc.abstractmethod
@@ -171,10 +174,16 @@ class PyGBackend(Backend):
     name = "pyg"
     takes_csr = True
 
-    def graph(self, ds: Any, *, undirected: bool = False) -> Any:
-        """``ds.to_pyg()``, made undirected with PyG's ``to_undirected`` when asked."""
+    def graph(self, ds: Any, *, undirected: bool = False, csr: Any = None) -> Any:
+        """``ds.to_pyg()``, made undirected with PyG's ``to_undirected`` when asked.
+
+        With ``csr``, ``edge_index`` is a meta tensor of ``csr``'s edge count: the loaders
+        sample ``csr`` and never read it.
+        """
         data = ds.to_pyg()
-        if undirected:
+        if csr is not None:
+            data.edge_index = torch.empty((2, csr.num_edges), dtype=torch.int64, device="meta")
+        elif undirected:
             from torch_geometric.utils import to_undirected
 
             data.edge_index = to_undirected(data.edge_index, num_nodes=ds.num_nodes)
@@ -265,12 +274,17 @@ class DGLBackend(Backend):
         self._loaders = _dgl_loaders("backend: dgl")
         self._dgl = self._loaders.dgl
 
-    def graph(self, ds: Any, *, undirected: bool = False) -> Any:
+    def graph(self, ds: Any, *, undirected: bool = False, csr: Any = None) -> Any:
         """A ``dgl.DGLGraph`` with ``feat``, ``label``, ``val_mask`` and ``test_mask``.
 
         ``feat`` is left out where ``ds.x`` is a meta tensor: a run whose loaders read the rows
-        from a compressed table (`ibp_graph.datasets.GraphDataset.without_features`).
+        from a compressed table (`ibp_graph.datasets.GraphDataset.without`).
+
+        Raises:
+            NotImplementedError: ``csr`` is given (the DGL loader builds its own graph).
         """
+        if csr is not None:
+            self.csr(None)  # raises: this loader cannot take a CSR built elsewhere
         edge_index = ds.edge_index
         if undirected:
             edge_index = _undirected(edge_index, ds.num_nodes)

@@ -2,7 +2,7 @@
 
 `train` loads the dataset, compresses its node features into an ``.ibp`` file under the
 config's ``workdir`` when ``ibp`` is on (reusing a file that still matches) and drops the raw
-features (`ibp_graph.datasets.GraphDataset.without_features`), then trains
+features (`ibp_graph.datasets.GraphDataset.without`), then trains
 with the loader of the config's ``backend`` (`ibp_graph.train.backends`):
 `ibp_graph.loaders.pyg.NeighborLoader` and PyG's models (``pyg``), or
 `ibp_graph.loaders.dgl.DataLoader` and DGL's ``SAGEConv`` / ``GATConv`` (``dgl``). The
@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 import ibp_graph
 from ibp_graph.errors import IBPDeviceError, IBPFormatError
+from ibp_graph.loading import place_graph
 
 from .backends import Backend, PyGBackend, get_backend
 from .config import TrainConfig, check_device_keys, default_workdir
@@ -488,13 +489,19 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
     Started by ``torchrun`` (``WORLD_SIZE`` set), it trains data-parallel: it joins the
     process group (`ibp_graph.distributed.ddp`), wraps the model in
     ``DistributedDataParallel``, gives each rank its share of the training seeds every epoch
-    (the loaders' ``use_ddp``), loads the dataset once per host into a shared segment (its
-    labels, split and edges, and its raw features where IBP is off: the other local ranks
-    do not load it; `ibp_graph.distributed.host.share_host_dataset`), puts the compressed
-    rows into one shared segment per host (each rank reads it on the CPU or pins it for its
-    own GPU), evaluates a disjoint share of
-    the valid and test nodes per rank and reduces accuracy, loss and loader stats over the
-    ranks. Only rank 0 logs. A world size of 1 gives the losses of a single process.
+    (the loaders' ``use_ddp``), and holds one copy per host in shared segments: the dataset
+    (the tensors the ranks read: labels and split, the edges where the loaders build their
+    own graph (DGL), the raw features where IBP is off; the other local ranks do not load
+    it, `ibp_graph.distributed.host.share_host_dataset`), the CSR graph (PyG) and the
+    compressed rows (each rank reads them on the CPU or pins them for its own GPU). It
+    evaluates a disjoint share of the valid and test nodes per rank and reduces accuracy,
+    loss and loader stats over the ranks. Only rank 0 logs. A world size of 1 gives the
+    losses of a single process.
+
+    Whatever the world size, the PyG loaders sample one CSR graph, built once and placed on
+    the device once for both (training and evaluation), and what no loader reads is freed
+    after set-up: the raw features with IBP on, the edge list once the CSR is built
+    (`ibp_graph.datasets.GraphDataset.without`).
 
     Args:
         cfg: the run's config (checked when it was built).
@@ -538,11 +545,14 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
     opened: list[Any] = []
     try:
         start = time.perf_counter()
-        if ctx is not None:  # one copy per host; no raw features where IBP serves the rows
+        # What the loaders never read: the raw rows with IBP on, the edge list where they
+        # sample a CSR graph built once.
+        unread = (("x",) if cfg.ibp else ()) + (("edge_index",) if backend.takes_csr else ())
+        if ctx is not None:  # one copy per host of what the ranks read
             from ibp_graph.distributed.host import share_host_dataset
 
             ds = share_host_dataset(
-                ctx, lambda: load_dataset(cfg.dataset, root=cfg.root), features=not cfg.ibp
+                ctx, lambda: load_dataset(cfg.dataset, root=cfg.root), omit=unread
             )
         else:
             ds = load_dataset(cfg.dataset, root=cfg.root)
@@ -559,19 +569,18 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
                 opened.append(features)
             else:
                 features = table
-        if cfg.ibp:  # the loaders read the table: the raw features are freed from here on
-            ds = ds.without_features()
-        graph = backend.graph(ds, undirected=cfg.undirected)
-        if ctx is not None and backend.takes_csr:  # one CSR per host, not one per rank
-            from ibp_graph.distributed.host import share_host_graph
-
-            csr = share_host_graph(ctx, lambda: backend.csr(graph))
+        if backend.takes_csr:  # one CSR for both loaders (and, data-parallel, per host)
+            csr = _shared_csr(backend, ds, cfg, ctx)
+        ds = ds.without(*unread)  # freed from here on
+        graph = backend.graph(ds, undirected=cfg.undirected, csr=csr)
+        if csr is not None:  # placed once: both loaders sample the same copy
+            csr = place_graph(csr, device, cfg.graph_memory)
         setup_s = time.perf_counter() - start
         segments = [t.segment.name for t in opened if hasattr(t, "segment")]
         if ctx is not None:
             segments.append(ctx.segment_name("dataset"))
-        if csr is not None:
-            segments.append(ctx.segment_name("graph"))
+            if csr is not None:
+                segments.append(ctx.segment_name("graph"))
         return _run(
             cfg,
             backend,
@@ -602,6 +611,23 @@ def _join(cfg: TrainConfig, device: torch.device) -> Any:
         return None
     spec = "cpu" if device.type == "cpu" else ("cuda" if cfg.device == "auto" else cfg.device)
     return init_from_env(spec, timeout_s=cfg.dist_timeout, backend=cfg.dist_backend)
+
+
+def _shared_csr(backend: Backend, ds: Any, cfg: TrainConfig, ctx: Any) -> Any:
+    """The `CSRGraph` the loaders sample, built from ``ds``'s edges.
+
+    The edges are made undirected where ``cfg`` says. Data-parallel (``ctx``), local rank 0
+    of each host builds it into a shared segment and the other local ranks attach to it.
+    """
+
+    def build() -> Any:
+        return backend.csr(backend.graph(ds, undirected=cfg.undirected))
+
+    if ctx is None:
+        return build()
+    from ibp_graph.distributed.host import share_host_graph
+
+    return share_host_graph(ctx, build)
 
 
 def _shared_features(

@@ -8,7 +8,7 @@ Each concern is one module:
   exit) and the ``/dev/shm`` / locked-memory checks;
 - `ibp_graph.distributed.shared_table`, `ibp_graph.distributed.shared_graph` and
   `ibp_graph.distributed.shared_dataset`: a compressed table's rows, a CSR graph and a
-  dataset's labels, split and edges (and raw features) laid out in a segment;
+  dataset's tensors (those the ranks read) laid out in a segment;
 - `ibp_graph.distributed.host`: local rank 0 fills the host's segment, the others attach;
 - `ibp_graph.distributed.ddp`: the process group, this rank's device, reductions, and a
   clear error when another rank fails;

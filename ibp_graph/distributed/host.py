@@ -13,20 +13,20 @@ Every rank calls the same function; they meet at two barriers:
     table = open_shared_table(ctx, "cora.ibp")          # a SharedIBPTable on every rank
     gpu = pin_shared_table(ctx, table)                  # a CudaIBPTable pinning the segment
     graph = share_host_graph(ctx, lambda: CSRGraph.from_data(data))
-    ds = share_host_dataset(ctx, lambda: load_dataset("cora"), features=False)
+    ds = share_host_dataset(ctx, lambda: load_dataset("cora"), omit=("x",))
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..datasets import GraphDataset
 from ..graph import CSRGraph
 from ..table import IBPTable
 from .ddp import DistContext
-from .shared_dataset import attach_dataset, dataset_segment_size, share_dataset
+from .shared_dataset import attach_dataset, check_omit, dataset_segment_size, share_dataset
 from .shared_graph import attach_graph, graph_segment_size, share_graph
 from .shared_table import SharedIBPTable, fill_rows, segment_size
 from .shm import SharedSegment, check_memlock
@@ -141,28 +141,30 @@ def share_host_graph(ctx: DistContext, build: Callable[[], CSRGraph]) -> CSRGrap
 
 
 def share_host_dataset(
-    ctx: DistContext, load: Callable[[], GraphDataset], *, features: bool
+    ctx: DistContext, load: Callable[[], GraphDataset], *, omit: Iterable[str] = ()
 ) -> GraphDataset:
     """A `GraphDataset` held once per host: local rank 0 calls ``load`` and shares the result.
 
-    The other local ranks never load the dataset: its labels, split masks and edges (and its
-    node features, with ``features``) are views of one segment of the host. Without
-    ``features`` (ranks that read rows from a compressed table), their ``x`` is a meta
-    tensor: the features' shape and dtype, no data. Local rank 0 keeps the ``x`` it loaded
-    then, to compress it.
+    The other local ranks never load the dataset: its tensors are views of one segment of
+    the host, but for those named in ``omit`` (``"x"`` for ranks that read the rows from a
+    compressed table, ``"edge_index"`` for ranks that sample a CSR graph shared apart),
+    which they get as meta tensors: shape and dtype, no data. Local rank 0 keeps the omitted
+    tensors it loaded, to compress the rows or build the graph from them.
 
     Raises:
         SharedMemoryError: ``/dev/shm`` is too small for the dataset.
         DistributedError: another rank failed meanwhile.
+        IBPInputError: ``omit`` names no tensor of a dataset.
     """
     name = ctx.segment_name("dataset")
+    omit = check_omit(omit)  # on every rank, before the first barrier
     loaded: list[GraphDataset] = []
 
     def create() -> SharedSegment:
         ds = load()
         loaded.append(ds)
-        size = dataset_segment_size(ds, features=features)
-        return _filled(name, size, lambda seg: share_dataset(ds, seg, features=features))
+        size = dataset_segment_size(ds, omit=omit)
+        return _filled(name, size, lambda seg: share_dataset(ds, seg, omit=omit))
 
     seg = _one_per_host(ctx, name, create)
     try:
@@ -170,6 +172,6 @@ def share_host_dataset(
     except BaseException:
         seg.close()
         raise
-    if loaded and not features:
-        return dataclasses.replace(shared, x=loaded[0].x)
+    if loaded:
+        return dataclasses.replace(shared, **{n: getattr(loaded[0], n) for n in omit})
     return shared

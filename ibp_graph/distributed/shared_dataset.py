@@ -1,4 +1,4 @@
-"""One copy per host of a dataset's labels, split and edges (and raw features) in a segment.
+"""One copy per host of a dataset's tensors (those the ranks read) in a shared segment.
 
 Layout of the segment: a 64-byte header (magic, then the length of a JSON description), the
 JSON (name, nodes, classes, source, and per tensor its dtype, shape and whether it is
@@ -6,14 +6,15 @@ stored), then each stored tensor's bytes, in a fixed order, each on a 64-byte bo
 `share_dataset` writes it (one process per host); `attach_dataset` returns a `GraphDataset`
 whose tensors are views of the segment, so every local rank reads the same pages.
 
-The node features are stored only when asked (``features=True``): ranks that read their rows
-from a compressed table never touch ``x``, and then get it as a meta tensor, which has the
-shape and dtype of the features and no data (any read of its values fails at once).
+Tensors the ranks never read are left out (``omit``): ``x`` where they read the rows from a
+compressed table, ``edge_index`` where they sample a CSR graph shared apart. They come back
+as meta tensors, with their shape and dtype and no data (any read of their values fails at
+once), as `ibp_graph.datasets.GraphDataset.without` makes them.
 
 .. code-block:: python
 
-    seg = SharedSegment.create(name, dataset_segment_size(ds, features=False))
-    share_dataset(ds, seg, features=False)                # local rank 0
+    seg = SharedSegment.create(name, dataset_segment_size(ds, omit=("x",)))
+    share_dataset(ds, seg, omit=("x",))                   # local rank 0
     ds = attach_dataset(SharedSegment.attach(name))       # every rank; ds.x.is_meta
 """
 
@@ -21,22 +22,22 @@ from __future__ import annotations
 
 import json
 import mmap
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..datasets import GraphDataset
+from ..datasets import TENSORS, GraphDataset
 from ..errors import IBPFormatError, IBPInputError
 from .shm import SharedSegment, round_up
 
-__all__ = ["attach_dataset", "dataset_segment_size", "share_dataset"]
+__all__ = ["attach_dataset", "check_omit", "dataset_segment_size", "share_dataset"]
 
 _MAGIC = b"IBPGDS01"
 _HEADER = 64
 _ALIGN = 64
-#: The tensors a segment holds, ``x`` first where it is stored.
-_TENSORS = ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask")
+_TENSORS = TENSORS  # in this order
 _DTYPES = {
     str(d).removeprefix("torch."): d
     for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64)
@@ -51,12 +52,25 @@ def _dtype_name(t: torch.Tensor, what: str) -> str:
     return name
 
 
-def _describe(ds: GraphDataset, features: bool) -> tuple[bytes, int]:
+def check_omit(omit: object) -> tuple[str, ...]:
+    """``omit`` as a tuple of tensor names of a `GraphDataset`.
+
+    Raises:
+        IBPInputError: a name is not one of them.
+    """
+    names = (omit,) if isinstance(omit, str) else tuple(omit)  # type: ignore[arg-type]
+    unknown = [n for n in names if n not in _TENSORS]
+    if unknown:
+        raise IBPInputError(f"omit names no dataset tensor: {unknown}; they are {_TENSORS}")
+    return names
+
+
+def _describe(ds: GraphDataset, omit: tuple[str, ...]) -> tuple[bytes, int]:
     """The JSON description of ``ds``'s segment, and the end of its data."""
     tensors: dict[str, Any] = {}
     for name in _TENSORS:
         t = getattr(ds, name)
-        stored = name != "x" or features
+        stored = name not in omit
         if stored and t.device.type != "cpu":
             raise IBPInputError(f"dataset {name} must be on the CPU to share, got {t.device}")
         tensors[name] = {"dtype": _dtype_name(t, name), "shape": list(t.shape), "stored": stored}
@@ -87,24 +101,27 @@ def _offsets(length: int, tensors: dict[str, Any]) -> tuple[dict[str, int], int]
     return offsets, start
 
 
-def dataset_segment_size(ds: GraphDataset, *, features: bool) -> int:
-    """Bytes of the segment that holds ``ds`` (its features too with ``features``; pages)."""
-    return round_up(_describe(ds, features)[1], mmap.PAGESIZE)
+def dataset_segment_size(ds: GraphDataset, *, omit: Iterable[str] = ()) -> int:
+    """Bytes of the segment that holds ``ds`` but its tensors ``omit`` (whole pages)."""
+    return round_up(_describe(ds, check_omit(omit))[1], mmap.PAGESIZE)
 
 
-def share_dataset(ds: GraphDataset, segment: SharedSegment, *, features: bool) -> GraphDataset:
+def share_dataset(
+    ds: GraphDataset, segment: SharedSegment, *, omit: Iterable[str] = ()
+) -> GraphDataset:
     """Write ``ds`` (on the CPU) into ``segment``; return the copy that reads it there.
 
     Args:
         ds: the dataset.
         segment: a segment of at least `dataset_segment_size` bytes.
-        features: store ``ds.x`` too; without it the returned copy's ``x`` is a meta tensor.
+        omit: names of tensors not to store (``"x"``, ``"edge_index"``, ...): the returned
+            copy has them as meta tensors (default: none).
 
     Raises:
-        IBPInputError: a tensor is not on the CPU or of a dtype that cannot be shared, or the
-            segment is closed or too small.
+        IBPInputError: a stored tensor is not on the CPU or of a dtype that cannot be shared,
+            ``omit`` names no tensor, or the segment is closed or too small.
     """
-    text, end = _describe(ds, features)
+    text, end = _describe(ds, check_omit(omit))
     need = round_up(end, mmap.PAGESIZE)
     if segment.closed or segment.nbytes < need:
         have = "closed" if segment.closed else f"{segment.nbytes} bytes"
@@ -125,8 +142,8 @@ def share_dataset(ds: GraphDataset, segment: SharedSegment, *, features: bool) -
 def attach_dataset(segment: SharedSegment) -> GraphDataset:
     """The `GraphDataset` held in ``segment`` (written by `share_dataset`), as views of it.
 
-    ``x`` is a meta tensor (shape and dtype only) where the features were not stored. The
-    tensors keep the mapping alive while they are used.
+    Tensors left out when it was written are meta tensors (shape and dtype only). The others
+    keep the mapping alive while they are used.
 
     Raises:
         IBPFormatError: the segment does not hold a dataset written by `share_dataset`.
