@@ -9,6 +9,8 @@ git repository read at ``--pyg-rev`` / ``--dgl-rev`` with ``git show``.
   subgraph_loader.data.x``, a layer-wise ``inference`` over ``batch.n_id``, 10 epochs;
 - PyG ``examples/hierarchical_sampling.py``: ``num_sampled_nodes`` / ``num_sampled_edges``
   for trimming, one epoch each way;
+- PyG ``examples/infomax_inductive.py``: ``data.edge_index`` on the device too (on a GPU),
+  every node as a seed, ``DeepGraphInfomax``, 30 epochs (several minutes on a small CPU);
 - PyG ``examples/ogbn_train.py``: ``PygNodePropPredDataset``, ``to_undirected``, its
   ``--model sage`` and ``--model sgformer`` (``disjoint=True`` and ``batch.batch``; with
   ``--batch_size 256 --fan_out 5``, since its disjoint trees at the defaults hold 1.1M nodes a
@@ -93,6 +95,7 @@ class Example:
 EXAMPLES: tuple[Example, ...] = (
     Example("pyg", "reddit.py", needs=("scipy", "tqdm")),
     Example("pyg", "hierarchical_sampling.py", needs=("scipy", "tqdm")),
+    Example("pyg", "infomax_inductive.py", needs=("scipy", "tqdm", "sklearn")),
     Example("pyg", "ogbn_train.py", ("--model", "sage", *_OGB_ARGS), OGB_ENV, _OGB_NEEDS),
     # disjoint trees: 1 + 5 + 25 nodes per seed (the defaults give 1,111 per seed, 1.1M nodes
     # a batch, which a transformer over the batch does not fit on a small CPU machine)
