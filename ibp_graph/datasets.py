@@ -378,6 +378,18 @@ def _torch_load_for_ogb() -> Iterator[None]:
             os.environ[key] = old
 
 
+def _as_tensor(a: Any, dtype: type) -> torch.Tensor:
+    """``a`` as a C-contiguous tensor of ``dtype``, sharing its memory where it already is one.
+
+    OGB's arrays are the largest things loaded (ogbn-papers100M's features are 57 GB): a
+    copy of an array that is already right would double the peak for nothing.
+    """
+    out = np.ascontiguousarray(a, dtype=dtype)
+    if not out.flags.writeable:  # torch.from_numpy wants memory it may write
+        out = out.copy()
+    return torch.from_numpy(out)
+
+
 def _load_ogb(name: str, root: str | os.PathLike[str] | None) -> GraphDataset:
     root_path = Path(root) if root is not None else Path(_OGB_DEFAULT_ROOT)
     folders = _ogb_folders(name, root_path)
@@ -405,13 +417,15 @@ def _load_ogb(name: str, root: str | os.PathLike[str] | None) -> GraphDataset:
     feat = graph.get("node_feat")
     if feat is None:
         raise IBPInputError(f"{name}: the dataset under {root_path} has no node features")
-    x = torch.from_numpy(np.array(feat, dtype=np.float32, order="C"))
+    x = _as_tensor(feat, np.float32)
     num_nodes = int(graph["num_nodes"])
     labels = np.asarray(labels).reshape(num_nodes, -1)[:, 0]
     if labels.dtype.kind == "f":  # ogbn-papers100M: NaN for unlabeled nodes
         labels = np.where(np.isnan(labels), -1, labels)
     y = torch.from_numpy(np.array(labels, dtype=np.int64, order="C"))
-    edge_index = torch.from_numpy(np.array(graph["edge_index"], dtype=np.int64, order="C"))
+    edge_index = _as_tensor(graph["edge_index"], np.int64)
+    where, num_classes = getattr(dataset, "root", folders[0]), int(dataset.num_classes)
+    del graph, feat, dataset  # ours now hold the arrays: nothing else keeps them alive
 
     def mask(idx: Any) -> torch.Tensor:
         m = torch.zeros(num_nodes, dtype=torch.bool)
@@ -420,7 +434,7 @@ def _load_ogb(name: str, root: str | os.PathLike[str] | None) -> GraphDataset:
 
     version = getattr(ogb, "__version__", "?")
     source = (
-        f"ogb:{name} from {getattr(dataset, 'root', folders[0])} read by ogb {version} "
+        f"ogb:{name} from {where} read by ogb {version} "
         "NodePropPredDataset (edge_index as OGB stores it; split from get_idx_split())"
     )
     return GraphDataset(
@@ -432,6 +446,6 @@ def _load_ogb(name: str, root: str | os.PathLike[str] | None) -> GraphDataset:
         val_mask=mask(split["valid"]),
         test_mask=mask(split["test"]),
         num_nodes=num_nodes,
-        num_classes=int(dataset.num_classes),
+        num_classes=num_classes,
         source=source,
     )

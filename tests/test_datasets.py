@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -316,3 +317,46 @@ def test_ogb_layout_writer_matches_the_checks(tmp_path: Path) -> None:
     shutil.rmtree(folder / "raw")
     with pytest.raises(IBPInputError, match="neither"):
         _check_ogb_folder("ogbn-arxiv", folder)
+
+
+@pytest.mark.parametrize("kind", ["as stored", "float64", "strided", "read-only"])
+def test_ogb_arrays_are_taken_without_a_copy_where_they_are_right(tmp_path, monkeypatch, kind):
+    """ogbn-papers100M's features are 57 GB: a needless copy would double the peak."""
+    pytest.importorskip("ogb.nodeproppred", reason="ogb (the 'ogb' extra) is not installed")
+    import ogb.nodeproppred
+
+    x, edges, y, year, split = _tiny_graph()
+    _write_ogbn_arxiv(tmp_path, x, edges, y, year, split)  # what the folder checks want
+    feat, edge_index = x.copy(), edges.copy()
+    if kind == "float64":
+        feat = feat.astype(np.float64)
+    elif kind == "strided":
+        feat = np.asfortranarray(feat)
+        edge_index = np.asfortranarray(edge_index)
+    elif kind == "read-only":
+        feat.flags.writeable = edge_index.flags.writeable = False
+
+    class Stored:  # stands for NodePropPredDataset: what it holds after loading
+        root = str(tmp_path / "ogbn_arxiv")
+        num_classes = 40
+
+        def __init__(self, name, root):
+            pass
+
+        def get_idx_split(self):
+            return split
+
+        def __getitem__(self, i):
+            graph = {"node_feat": feat, "edge_index": edge_index, "num_nodes": x.shape[0]}
+            return graph, y[:, None]
+
+    monkeypatch.setattr(ogb.nodeproppred, "NodePropPredDataset", Stored)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning about non-writable arrays
+        ds = load_dataset("ogbn-arxiv", root=tmp_path)
+    assert np.array_equal(ds.x.numpy(), x) and np.array_equal(ds.edge_index.numpy(), edges)
+    assert ds.x.dtype == torch.float32 and ds.x.is_contiguous()
+    assert ds.edge_index.dtype == torch.int64 and ds.edge_index.is_contiguous()
+    shared = kind == "as stored"
+    assert np.shares_memory(ds.x.numpy(), feat) is shared
+    assert np.shares_memory(ds.edge_index.numpy(), edge_index) is (kind in ("as stored", "float64"))
