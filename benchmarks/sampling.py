@@ -41,7 +41,10 @@ each of several grid caps (``default``: the library's one block per SM; a number
 SM, cut to what the SMs hold), a row each; ``--cuda-graph`` adds a row of the ``kernel``
 backend at its default grid with ``cuda_graph=True`` (`ibp_graph.sample_replay`: a batch's
 launches captured once per batch size and replayed; the warm-up batches run it eagerly, capture
-it, then replay it). Threads: torch's default (all visible cores).
+it, then replay it). Every row gives the sampler its seeds on the graph's device, where a seed
+range check reads two values back; ``--host-seeds`` adds ``kernel`` rows (default grid, and
+replayed with ``--cuda-graph``) whose seeds come from the CPU, as the loaders give them: checked
+there, then copied over without a wait. Threads: torch's default (all visible cores).
 
 Where a batch's time goes, per row (`benchmarks.time_split`, 5 of the measured seed batches
 again): the GPU kernels and copies by time, the torch ops by their own host time, and the
@@ -214,10 +217,12 @@ def throughput(timed: dict) -> dict:
 
 
 def backend_label(r: dict) -> str:
-    """A row's backend, with its hop grid where not the library's default, and CUDA graphs."""
+    """A row's backend, with its hop grid where not the library's default, CUDA graphs, and
+    seeds given on the host."""
     grid = r.get("hop_grid")
     label = r["backend"] if grid is None else f"{r['backend']}, {grid:g} blocks/SM"
-    return f"{label}, CUDA graph" if r.get("cuda_graph") else label
+    label = f"{label}, CUDA graph" if r.get("cuda_graph") else label
+    return f"{label}, seeds from the host" if r.get("host_seeds") else label
 
 
 def measure(
@@ -228,11 +233,14 @@ def measure(
     memory: str,
     hop_grid: float | None = None,
     cuda_graph: bool = False,
+    host_seeds: bool = False,
 ) -> dict:
     """One row: `timed_batches` of a sampler, where its time goes, and its op counts.
 
     ``hop_grid``: the ``kernel`` backend's grid cap in blocks per SM (None: the library's);
-    ``cuda_graph``: the sampler's ``cuda_graph``.
+    ``cuda_graph``: the sampler's ``cuda_graph``; ``host_seeds``: each batch's seeds given
+    on the CPU, as the loaders give them (the sampler checks them there and copies them
+    over), not already on the graph's device.
     """
     device = graph.device
     sampler = NeighborSampler(
@@ -240,7 +248,9 @@ def measure(
     )
     if hop_grid is not None:
         sampler._hop_kernels = CudaHopKernels(device, max_blocks=grid_cap(hop_grid, device))
-    seeds = seed_batches(graph.num_nodes, args).to(device)
+    seeds = seed_batches(graph.num_nodes, args)
+    if not host_seeds:
+        seeds = seeds.to(device)
     timed = timed_batches(sampler, seeds, args.warmup)
     host, spans = timed["host"], timed["spans"]
     cuda = device.type == "cuda"
@@ -265,6 +275,7 @@ def measure(
         "backend": backend,
         "hop_grid": hop_grid,
         "cuda_graph": cuda_graph,
+        "host_seeds": host_seeds,
         "captured_sizes": sorted(sampler._replay.graphs) if sampler._replay else [],
         "time_split": where,
         "batches": args.batches,
@@ -550,8 +561,8 @@ def run(
             del placed["device"]
         for memory, g in placed.items():
             for backend in backends:
-                for grid, graphs in variants(backend, args):
-                    row = measure(g, args, label, backend, memory, grid, graphs)
+                for grid, graphs, host_seeds in variants(backend, args):
+                    row = measure(g, args, label, backend, memory, grid, graphs, host_seeds)
                     row = {"csr_build_s": build, **row}
                     print(f"  {row}", file=sys.stderr, flush=True)
                     results.append(row)
@@ -757,12 +768,17 @@ def parse_threads(text: str) -> list[int]:
     return values
 
 
-def variants(backend: str, args: argparse.Namespace) -> list[tuple[float | None, bool]]:
-    """The rows of one backend: ``(hop grid, cuda_graph)`` each (see ``--hop-grids`` and
-    ``--cuda-graph``)."""
+def variants(backend: str, args: argparse.Namespace) -> list[tuple[float | None, bool, bool]]:
+    """The rows of one backend: ``(hop grid, cuda_graph, seeds on the host)`` each (see
+    ``--hop-grids``, ``--cuda-graph`` and ``--host-seeds``)."""
     if backend != "kernel":
-        return [(None, False)]
-    return [(grid, False) for grid in args.hop_grids] + [(None, True)] * args.cuda_graph
+        return [(None, False, False)]
+    rows = [(grid, False, False) for grid in args.hop_grids] + [(None, True, False)] * bool(
+        args.cuda_graph
+    )
+    if args.host_seeds:
+        rows += [(None, False, True)] + [(None, True, True)] * bool(args.cuda_graph)
+    return rows
 
 
 def parse_hop_grids(text: str) -> list[float | None]:
@@ -849,6 +865,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="backend kernel: also a row with cuda_graph=True (captured launches replayed, "
         "at the default grid)",
+    )
+    p.add_argument(
+        "--host-seeds",
+        action="store_true",
+        help="backend kernel: also rows whose seed batches are given on the CPU, as the "
+        "loaders give them (at the default grid, and with --cuda-graph replayed too); the "
+        "other rows give them on the graph's device",
     )
     add_out(p)
     p.add_argument(

@@ -155,7 +155,7 @@ def test_a_hop_grid_reaches_the_hop_kernels(bench, lib, monkeypatch) -> None:
     )
     graph = CSRGraph.from_edge_index(bench.power_law_edges(args.nodes, 30000, seed=0), args.nodes)
     default = bench.measure(graph, args, "int64", "torch", "host")
-    assert made == [] and default["hop_grid"] is None
+    assert made == [] and default["hop_grid"] is None and default["host_seeds"] is False
     row = bench.measure(graph, args, "int64", "torch", "host", hop_grid=3.0)
     # grid_cap: 3 blocks per SM of a device with one SM (off CUDA).
     assert made == [(torch.device("cpu"), 3)] and row["hop_grid"] == 3.0
@@ -166,15 +166,27 @@ def test_a_hop_grid_reaches_the_hop_kernels(bench, lib, monkeypatch) -> None:
     assert bench.backend_label(default) == "torch"
 
 
-def test_cuda_graph_adds_one_kernel_row(bench) -> None:
-    args = bench.parse_args(["--device", "cuda", "--hop-grids", "default,32", "--cuda-graph"])
-    assert bench.variants("kernel", args) == [(None, False), (32.0, False), (None, True)]
-    assert bench.variants("torch", args) == [(None, False)]
+def test_cuda_graph_adds_one_kernel_row_and_host_seeds_two_more(bench) -> None:
+    argv = ["--device", "cuda", "--hop-grids", "default,32", "--cuda-graph"]
+    args = bench.parse_args(argv)
+    eager, grid, replay = (None, False, False), (32.0, False, False), (None, True, False)
+    assert bench.variants("kernel", args) == [eager, grid, replay]
+    assert bench.variants("torch", args) == [eager]
     plain = bench.parse_args(["--device", "cuda"])
-    assert plain.cuda_graph is False and bench.variants("kernel", plain) == [(None, False)]
+    assert plain.cuda_graph is False and plain.host_seeds is False
+    assert bench.variants("kernel", plain) == [eager]
+    # --host-seeds: the default grid again, eager and replayed, with the seeds on the host
+    both = bench.parse_args([*argv, "--host-seeds"])
+    host = [(None, False, True), (None, True, True)]
+    assert bench.variants("kernel", both) == [eager, grid, replay, *host]
+    assert bench.variants("torch", both) == [eager]
+    alone = bench.parse_args(["--device", "cuda", "--host-seeds"])
+    assert bench.variants("kernel", alone) == [eager, (None, False, True)]
     row = {"backend": "kernel", "hop_grid": None, "cuda_graph": True}
     assert bench.backend_label(row) == "kernel, CUDA graph"
     assert bench.backend_label({**row, "cuda_graph": False}) == "kernel"
+    label = bench.backend_label({**row, "host_seeds": True})
+    assert label == "kernel, CUDA graph, seeds from the host"
 
 
 def test_thread_counts_are_parsed(bench) -> None:
