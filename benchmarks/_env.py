@@ -10,6 +10,7 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,19 @@ def write_json(name: str, payload: dict, out: Path = RESULTS) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def write_json_md(name: str, payload: dict, render: Callable[[], str], out: Path = RESULTS) -> Path:
+    """Write ``<out>/<name>.json`` (`write_json`), then the page ``render()`` gives as
+    ``<out>/<name>.md``; return the page's path.
+
+    The page is rendered after the JSON is written, so a page that fails to render loses
+    nothing that was measured.
+    """
+    write_json(name, payload, out)
+    path = out / f"{name}.md"
+    path.write_text(render())
     return path
 
 

@@ -44,7 +44,7 @@ torch.set_num_threads(1)
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json_md  # noqa: E402
 from ibp_graph import decode_cpu  # noqa: E402
 from ibp_graph.codec import encode  # noqa: E402
 from ibp_graph.compress import ENCODE_BATCH_WORDS  # noqa: E402
@@ -207,10 +207,10 @@ def main(argv: list[str] | None = None) -> None:
         for name, array in tables():
             print(f"{name} ...", file=sys.stderr, flush=True)
             rows.append(measure(name, array, Path(tmp)))
-    write_json("codec_speed-cpu", {**env, "results": rows}, args.out)
-    page = args.out / "codec_speed-cpu.md"
-    page.write_text(markdown(env, rows))
-    print(page.read_text())
+    payload = {**env, "results": rows}
+    print(
+        write_json_md("codec_speed-cpu", payload, lambda: markdown(env, rows), args.out).read_text()
+    )
 
 
 if __name__ == "__main__":

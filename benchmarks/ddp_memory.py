@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json_md  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "ddp-memory-cpu"
@@ -219,10 +219,7 @@ def main() -> None:
         "runs": runs,
         "baseline": baseline,
     }
-    write_json(NAME, result, args.out)
-    text = report(result, baseline)
-    (args.out / f"{NAME}.md").write_text(text)
-    print(text)
+    print(write_json_md(NAME, result, lambda: report(result, baseline), args.out).read_text())
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ from benchmarks._env import (  # noqa: E402
     grid_cap,
     header_lines,
     result_name,
-    write_json,
+    write_json_md,
 )
 
 SOURCE = "fetch_decode.cu"
@@ -599,8 +599,7 @@ def run(args: argparse.Namespace, device: torch.device, env: dict) -> dict:
             payload["cases"].append(r)
             fetch.log(f"{case.name}: {summary_text(r)}")
             # After every case, so that a run cut off keeps what it measured.
-            write_json(name, finite(payload), args.out)
-            (args.out / f"{name}.md").write_text(markdown(payload))
+            write_json_md(name, finite(payload), lambda: markdown(payload), args.out)
     return payload
 
 

@@ -70,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables  # noqa: E402
-from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json_md  # noqa: E402
 from benchmarks.fetch import KINDS, synthetic_block  # noqa: E402
 from ibp_graph.codec import row_layout  # noqa: E402
 from ibp_graph.dtypes import row_bytes, rows_to_words  # noqa: E402
@@ -684,10 +684,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name} ...", file=sys.stderr, flush=True)
             rows.append(measure(name, x, Path(tmp), args.rows, seed=i))
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json("decode-loads-cpu", {**env, "results": rows}, args.out)
-    md = args.out / "decode-loads-cpu.md"
-    md.write_text(markdown(env, rows))
-    print(md.read_text())
+    payload = {**env, "results": rows}
+    print(
+        write_json_md(
+            "decode-loads-cpu", payload, lambda: markdown(env, rows), args.out
+        ).read_text()
+    )
 
 
 if __name__ == "__main__":

@@ -118,7 +118,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -144,6 +143,7 @@ from benchmarks._env import (  # noqa: E402
     finite,
     header_lines,
     result_name,
+    write_json_md,
 )
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.sampling import GAMMA, power_law_edges  # noqa: E402
@@ -1464,8 +1464,7 @@ def write_results(payload: dict, out: Path, name: str) -> dict:
         png = None
     payload["plot"] = png.name if png is not None else None
     payload = finite(payload)
-    (out / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
-    (out / f"{name}.md").write_text(markdown(payload))
+    write_json_md(name, payload, lambda: markdown(payload), out)
     return payload
 
 

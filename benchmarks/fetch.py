@@ -166,7 +166,7 @@ from benchmarks._env import (  # noqa: E402
     grid_cap,
     header_lines,
     slug,
-    write_json,
+    write_json_md,
 )
 from benchmarks._targets import check, measured, verdict  # noqa: E402
 from ibp_graph.codec import decode  # noqa: E402
@@ -881,10 +881,8 @@ def capacity_lines(rows: list[dict]) -> list[str]:
 def write_results(payload: dict, out: Path, name: str) -> tuple[Path, Path]:
     """Write ``out/<name>.json`` and ``.md``; returns their paths."""
     payload["summary"] = summary(payload["cases"])
-    md = out / f"{name}.md"
-    js = write_json(name, finite(payload), out)
-    md.write_text(markdown(payload))
-    return js, md
+    md = write_json_md(name, finite(payload), lambda: markdown(payload), out)
+    return out / f"{name}.json", md
 
 
 # --------------------------------------------------------------------------------------------

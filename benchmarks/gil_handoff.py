@@ -42,7 +42,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._env import add_out, environment, header_lines, result_name, write_json  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    add_out,
+    environment,
+    header_lines,
+    result_name,
+    write_json_md,
+)
 
 #: What runs beside the step on a thread of its own (the loader's cells are apart).
 BESIDE = ("C++ work", "short ops", "Python")
@@ -352,10 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         "environment": env,
     }
     name = result_name("gil-handoff", device)
-    write_json(name, payload, args.out)
-    text = markdown(env, payload)
-    (args.out / f"{name}.md").write_text(text)
-    print(text)
+    print(write_json_md(name, payload, lambda: markdown(env, payload), args.out).read_text())
 
 
 if __name__ == "__main__":

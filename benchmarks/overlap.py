@@ -97,7 +97,7 @@ from benchmarks._env import (  # noqa: E402
     grid_cap,
     header_lines,
     result_name,
-    write_json,
+    write_json_md,
 )
 from benchmarks._targets import check, verdict  # noqa: E402
 from benchmarks.epoch_timeline import union  # noqa: E402
@@ -833,8 +833,7 @@ def main(argv: list[str] | None = None) -> dict:
         if complete:
             payload["plot"] = plot(payload, timelines, args.out / f"{stem}.png")
         payload["elapsed_s"] = time.perf_counter() - started
-        write_json(stem, payload, args.out)
-        (args.out / f"{stem}.md").write_text(markdown(env, payload))
+        write_json_md(stem, payload, lambda: markdown(env, payload), args.out)
         return payload
 
     work = None

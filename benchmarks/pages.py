@@ -52,7 +52,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._env import add_out, environment, header_lines, result_name, write_json  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    add_out,
+    environment,
+    header_lines,
+    result_name,
+    write_json_md,
+)
 from benchmarks.fetch import (  # noqa: E402
     GIB,
     L2_FIT_FACTOR,
@@ -374,10 +380,7 @@ def markdown(payload: dict) -> str:
 
 
 def write_results(payload: dict, out: Path, name: str) -> Path:
-    write_json(name, payload, out)
-    md = out / f"{name}.md"
-    md.write_text(markdown(payload))
-    return md
+    return write_json_md(name, payload, lambda: markdown(payload), out)
 
 
 def run(args: argparse.Namespace, device: torch.device, cuda: Any, env: dict, name: str) -> dict:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ibp_graph  # noqa: E402
 from benchmarks import real_tables, reference_ibp  # noqa: E402
-from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json_md  # noqa: E402
 
 VARIANTS = {
     "align1": {"align": 1},
@@ -109,10 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name} {array.shape} ...", file=sys.stderr, flush=True)
             rows.append(measure(name, array, Path(tmp)))
             notes[name] = note
-    write_json("ratio", {**env, "tables": rows, "notes": notes}, args.out)
-    page = args.out / "ratio.md"
-    page.write_text(markdown(env, rows, notes))
-    print(page.read_text())
+    payload = {**env, "tables": rows, "notes": notes}
+    print(write_json_md("ratio", payload, lambda: markdown(env, rows, notes), args.out).read_text())
 
 
 if __name__ == "__main__":

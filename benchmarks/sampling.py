@@ -108,7 +108,7 @@ from benchmarks._env import (  # noqa: E402
     grid_cap,
     header_lines,
     result_name,
-    write_json,
+    write_json_md,
 )
 from benchmarks._targets import check, verdict  # noqa: E402
 from ibp_graph import sample_cpu  # noqa: E402
@@ -592,9 +592,7 @@ def run(
         )
     payload["peak_rss_gib"] = peak_rss_gib()
     name = results_name(device)
-    write_json(name, payload, args.out)
-    (args.out / f"{name}.md").write_text(markdown(env, payload))
-    print((args.out / f"{name}.md").read_text())
+    print(write_json_md(name, payload, lambda: markdown(env, payload), args.out).read_text())
 
 
 def load_dgl():
@@ -699,9 +697,9 @@ def compare_dgl(edge_index: torch.Tensor, args: argparse.Namespace, env: dict, i
     payload["dgl_is_2_1_0"] = dgl_target_version(payload["dgl_version"])
     payload["targets"] = dgl_targets(runs, payload["dgl_version"])
     name = results_name(torch.device("cpu"), compare_dgl=True)
-    write_json(name, payload, args.out)
-    (args.out / f"{name}.md").write_text(compare_markdown(env, payload))
-    print((args.out / f"{name}.md").read_text())
+    print(
+        write_json_md(name, payload, lambda: compare_markdown(env, payload), args.out).read_text()
+    )
 
 
 def compare_markdown(env: dict, payload: dict) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import add_out, environment, header_lines, write_json  # noqa: E402
+from _env import add_out, environment, header_lines, write_json_md  # noqa: E402
 from sampling import GAMMA, contenders, power_law_edges  # noqa: E402
 
 #: The client requests around the measured batches (valgrind/callgrind.h): no-ops natively.
@@ -204,10 +204,10 @@ def main(argv: list[str] | None = None) -> None:
         "dgl_version": dgl_version,
         "results": results,
     }
-    write_json("sampling-instructions-cpu", payload, args.out)
-    page = markdown(env, payload)
-    (args.out / "sampling-instructions-cpu.md").write_text(page)
-    print(page)
+    page = write_json_md(
+        "sampling-instructions-cpu", payload, lambda: markdown(env, payload), args.out
+    )
+    print(page.read_text())
 
 
 if __name__ == "__main__":

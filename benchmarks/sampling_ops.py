@@ -56,7 +56,7 @@ from benchmarks._env import (  # noqa: E402
     environment,
     header_lines,
     result_name,
-    write_json,
+    write_json_md,
 )
 from benchmarks.sampling import power_law_edges  # noqa: E402
 from ibp_graph.graph import CSRGraph  # noqa: E402
@@ -254,9 +254,7 @@ def main() -> None:
         "environment": env,
     }
     name = result_name("sampling-ops", device)
-    write_json(name, payload, args.out)
-    (args.out / f"{name}.md").write_text(markdown(env, payload))
-    print(markdown(env, payload))
+    print(write_json_md(name, payload, lambda: markdown(env, payload), args.out).read_text())
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._env import finite, slug, write_json  # noqa: E402
+from benchmarks._env import finite, slug, write_json_md  # noqa: E402
 from benchmarks._targets import AT_LEAST, check, measured, verdict  # noqa: E402
 from benchmarks.overlap import TARGET_SLOWDOWN  # noqa: E402
 
@@ -389,8 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--results {args.results}: not a folder")
     out = args.out or args.results
     board = scoreboard(args.results)
-    write_json("targets", finite(board), out)
-    (out / "targets.md").write_text(markdown(board))
+    write_json_md("targets", finite(board), lambda: markdown(board), out)
     counts = [r["verdict"].split()[0] for g in board["gpus"].values() for r in g["rows"]]
     print(
         f"{out / 'targets.md'}: {len(board['gpus'])} GPU(s); "

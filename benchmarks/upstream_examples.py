@@ -53,7 +53,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._env import add_out, environment, header_lines, write_json  # noqa: E402
+from benchmarks._env import add_out, environment, header_lines, write_json_md  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "upstream-examples-cpu"
@@ -400,8 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         "nodes": args.nodes,
         "runs": runs,
     }
-    write_json(NAME, result, args.out)
-    (args.out / f"{NAME}.md").write_text(report(result))
+    write_json_md(NAME, result, lambda: report(result), args.out)
     print(json.dumps([(r["script"], r["status"]) for r in runs]))
     if any(r["status"] != 0 and not r.get("skipped") for r in runs):
         raise SystemExit(1)
