@@ -37,7 +37,6 @@ __all__ = ["attach_dataset", "check_omit", "dataset_segment_size", "share_datase
 _MAGIC = b"IBPGDS01"
 _HEADER = 64
 _ALIGN = 64
-_TENSORS = TENSORS  # in this order
 _DTYPES = {
     str(d).removeprefix("torch."): d
     for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64)
@@ -59,16 +58,16 @@ def check_omit(omit: object) -> tuple[str, ...]:
         IBPInputError: a name is not one of them.
     """
     names = (omit,) if isinstance(omit, str) else tuple(omit)  # type: ignore[arg-type]
-    unknown = [n for n in names if n not in _TENSORS]
+    unknown = [n for n in names if n not in TENSORS]
     if unknown:
-        raise IBPInputError(f"omit names no dataset tensor: {unknown}; they are {_TENSORS}")
+        raise IBPInputError(f"omit names no dataset tensor: {unknown}; they are {TENSORS}")
     return names
 
 
 def _describe(ds: GraphDataset, omit: tuple[str, ...]) -> tuple[bytes, int]:
     """The JSON description of ``ds``'s segment, and the end of its data."""
     tensors: dict[str, Any] = {}
-    for name in _TENSORS:
+    for name in TENSORS:
         t = getattr(ds, name)
         stored = name not in omit
         if stored and t.device.type != "cpu":
@@ -88,11 +87,11 @@ def _describe(ds: GraphDataset, omit: tuple[str, ...]) -> tuple[bytes, int]:
 def _offsets(length: int, tensors: dict[str, Any]) -> tuple[dict[str, int], int]:
     """Where each stored tensor starts, and where the last one ends.
 
-    The stored tensors follow the JSON of ``length`` bytes in `_TENSORS` order, each on a
-    64-byte boundary.
+    The stored tensors follow the JSON of ``length`` bytes in the order of
+    `ibp_graph.datasets.TENSORS`, each on a 64-byte boundary.
     """
     start, offsets = round_up(_HEADER + length, _ALIGN), {}
-    for name in _TENSORS:
+    for name in TENSORS:
         entry = tensors[name]
         if entry["stored"]:
             offsets[name] = start
@@ -132,7 +131,7 @@ def share_dataset(
     segment.array[:_HEADER] = header
     segment.array[_HEADER : _HEADER + len(text)] = np.frombuffer(text, dtype=np.uint8)
     out = attach_dataset(segment)
-    for name in _TENSORS:
+    for name in TENSORS:
         view = getattr(out, name)
         if not view.is_meta:
             view.copy_(getattr(ds, name))
@@ -157,11 +156,11 @@ def attach_dataset(segment: SharedSegment) -> GraphDataset:
         raise IBPFormatError(f"{bad} (description of {length} bytes)")
     try:
         meta = json.loads(segment.array[_HEADER : _HEADER + length].tobytes())
-        tensors = {name: meta["tensors"][name] for name in _TENSORS}
+        tensors = {name: meta["tensors"][name] for name in TENSORS}
         offsets, end = _offsets(length, tensors)
         if end > segment.nbytes:
             raise ValueError(f"it needs {end} bytes, the segment has {segment.nbytes}")
-        out = {name: _tensor(segment, tensors[name], offsets.get(name)) for name in _TENSORS}
+        out = {name: _tensor(segment, tensors[name], offsets.get(name)) for name in TENSORS}
         return GraphDataset(
             name=str(meta["name"]),
             num_nodes=int(meta["num_nodes"]),
