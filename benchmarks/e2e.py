@@ -582,7 +582,7 @@ def replayed_sizes(sampler: Any) -> list[int]:
     """The batch sizes whose launches ``sampler`` replays from a CUDA graph (none where every
     batch ran eagerly: the sampler warned why)."""
     replay = getattr(sampler, "_replay", None)
-    return sorted(replay.graphs) if replay is not None else []
+    return replay.sizes() if replay is not None else []
 
 
 def skip_reason(mode: str, device: torch.device) -> str | None:

@@ -94,12 +94,13 @@
 #   lanes      about 3 min: the raw gather of rows that are not a multiple of 16 bytes (260 B,
 #              1,028 B, 5,732 B like Cora's), run twice: the widest vectors (the default)
 #              and whole 16-byte loads (--raw-kernel lines).
-#   sampling   about 2-3 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
+#   sampling   about 3-4 min: benchmarks/sampling.py on CUDA (device and UVA graphs; torch-ops
 #              hops, and fused-kernel hops with the default grid and with every block the SMs
 #              hold (--hop-grids default,32), and at the default grid replayed from a CUDA
 #              graph (--cuda-graph), and both again with the seeds given on the host as the
-#              loaders give them (--host-seeds); time, host CPU, GPU busy and ops per batch,
-#              and where a batch's time goes: kernels, torch ops, Python functions).
+#              loaders give them (--host-seeds), and again 8 batches per sample_batches call
+#              (--group 8); time, host CPU, GPU busy and ops per batch, and where a batch's
+#              time goes: kernels, torch ops, Python functions).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, 20 timed epochs a mode
 #              (the modes take turns epoch by epoch: 40-50 ms epochs vary), with --thread-mode (IBP
 #              on also with the prefetch thread, beside the other modes), --replay-mode
@@ -201,7 +202,8 @@ minutes() {
     corasu) echo 8 ;;
     overlap | warps) echo 7 ;;
     pages | e2e | ophops | ddp) echo 2 ;;
-    lanes | grid | sampling) echo 3 ;;
+    lanes | grid) echo 3 ;;
+    sampling) echo 4 ;;
     esac
 }
 
@@ -842,8 +844,8 @@ for stage in "${STAGES[@]}"; do
         done
         ;;
     sampling)
-        run 300 sampling.log python3 benchmarks/sampling.py --device cuda \
-            --hop-grids default,32 --cuda-graph --host-seeds --out "$OUT" || rc=$?
+        run 360 sampling.log python3 benchmarks/sampling.py --device cuda \
+            --hop-grids default,32 --cuda-graph --host-seeds --group 8 --out "$OUT" || rc=$?
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 21 \

@@ -44,7 +44,10 @@ launches captured once per batch size and replayed; the warm-up batches run it e
 it, then replay it). Every row gives the sampler its seeds on the graph's device, where a seed
 range check reads two values back; ``--host-seeds`` adds ``kernel`` rows (default grid, and
 replayed with ``--cuda-graph``) whose seeds come from the CPU, as the loaders give them: checked
-there, then copied over without a wait. Threads: torch's default (all visible cores).
+there, then copied over without a wait; ``--group K`` adds such rows (eager, and replayed
+with ``--cuda-graph``) that sample K batches per `NeighborSampler.sample_batches` call, one group
+whose sizes are read once (and replayed from one CUDA graph), every figure per batch (the call's
+divided by K). Threads: torch's default (all visible cores).
 
 Where a batch's time goes, per row (`benchmarks.time_split`, 5 of the measured seed batches
 again): the GPU kernels and copies by time, the torch ops by their own host time, and the
@@ -169,9 +172,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def seed_batches(num_nodes: int, args: argparse.Namespace) -> torch.Tensor:
-    """``(warmup + batches, batch_size)`` CPU int64: every case's seed batches, warm-ups first."""
-    total = args.warmup + args.batches
+def seed_batches(
+    num_nodes: int, args: argparse.Namespace, total: int | None = None
+) -> torch.Tensor:
+    """``(total, batch_size)`` CPU int64: every case's seed batches, warm-ups first (default
+    ``total``: ``warmup + batches``; every case's batches start with the same ones)."""
+    total = args.warmup + args.batches if total is None else total
     perm = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(args.seed + 1))
     return perm[: total * args.batch_size].view(total, args.batch_size)
 
@@ -204,6 +210,38 @@ def timed_batches(sampler: NeighborSampler, seeds: torch.Tensor, warmup: int) ->
     return out
 
 
+def timed_groups(sampler: NeighborSampler, seeds: torch.Tensor, warmup: int, group: int) -> dict:
+    """`timed_batches` for groups: the rows of ``seeds`` ``group`` at a time, each call one
+    `NeighborSampler.sample_batches` of them (batch ``i`` seeded ``i``, as the loaders seed
+    each batch), after the first ``warmup`` calls; every figure per batch (the call's divided
+    by ``group``, edges and nodes the group's mean)."""
+    device = sampler.graph.device
+    cuda = device.type == "cuda"
+    out: dict[str, list[float]] = {"times": [], "host": [], "edges": [], "nodes": [], "spans": []}
+    for i, start_row in enumerate(range(0, seeds.shape[0] - group + 1, group)):
+        rows = list(seeds[start_row : start_row + group])
+        batch_seeds = list(range(start_row, start_row + group))
+        sync(device)
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        c0, t0 = time.thread_time(), time.perf_counter()
+        batches = sampler.sample_batches(rows, batch_seeds=batch_seeds)
+        cpu = time.thread_time() - c0
+        if cuda:
+            end.record()
+        sync(device)
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            out["times"].append(dt / group)
+            out["host"].append(cpu / group)
+            out["edges"].append(sum(b.num_edges for b in batches) / group)
+            out["nodes"].append(sum(b.num_nodes for b in batches) / group)
+            if cuda:
+                out["spans"].append(start.elapsed_time(end) / 1e3 / group)
+    return out
+
+
 def throughput(timed: dict) -> dict:
     """Median batch time, median and total edges/s, and mean edges of `timed_batches`."""
     times, edges = timed["times"], timed["edges"]
@@ -217,12 +255,13 @@ def throughput(timed: dict) -> dict:
 
 
 def backend_label(r: dict) -> str:
-    """A row's backend, with its hop grid where not the library's default, CUDA graphs, and
-    seeds given on the host."""
+    """A row's backend, with its hop grid where not the library's default, CUDA graphs,
+    seeds given on the host, and groups."""
     grid = r.get("hop_grid")
     label = r["backend"] if grid is None else f"{r['backend']}, {grid:g} blocks/SM"
     label = f"{label}, CUDA graph" if r.get("cuda_graph") else label
-    return f"{label}, seeds from the host" if r.get("host_seeds") else label
+    label = f"{label}, seeds from the host" if r.get("host_seeds") else label
+    return f"{label}, groups of {r['group']}" if r.get("group", 1) > 1 else label
 
 
 def measure(
@@ -234,13 +273,15 @@ def measure(
     hop_grid: float | None = None,
     cuda_graph: bool = False,
     host_seeds: bool = False,
+    group: int = 1,
 ) -> dict:
     """One row: `timed_batches` of a sampler, where its time goes, and its op counts.
 
     ``hop_grid``: the ``kernel`` backend's grid cap in blocks per SM (None: the library's);
     ``cuda_graph``: the sampler's ``cuda_graph``; ``host_seeds``: each batch's seeds given
     on the CPU, as the loaders give them (the sampler checks them there and copies them
-    over), not already on the graph's device.
+    over), not already on the graph's device; ``group``: batches per
+    `NeighborSampler.sample_batches` call (`timed_groups`; 1: one `sample` call a batch).
     """
     device = graph.device
     sampler = NeighborSampler(
@@ -248,19 +289,34 @@ def measure(
     )
     if hop_grid is not None:
         sampler._hop_kernels = CudaHopKernels(device, max_blocks=grid_cap(hop_grid, device))
-    seeds = seed_batches(graph.num_nodes, args)
+    # groups: as many warm-up calls as batches have (the second call of a shape captures
+    # it), then the batches' number rounded up to whole groups
+    calls = -(-args.batches // group)
+    seeds = seed_batches(graph.num_nodes, args, (args.warmup + calls) * group)
     if not host_seeds:
         seeds = seeds.to(device)
-    timed = timed_batches(sampler, seeds, args.warmup)
+    if group > 1:
+        timed = timed_groups(sampler, seeds, args.warmup, group)
+    else:
+        timed = timed_batches(sampler, seeds, args.warmup)
     host, spans = timed["host"], timed["spans"]
     cuda = device.type == "cuda"
-    profiled = seeds[args.warmup : args.warmup + PROFILED_BATCHES]
-    rows = itertools.cycle(profiled)  # each call samples the next batch
-    where = time_split.split(lambda: sampler.sample(next(rows)), profiled.shape[0], cuda)
-    gpu = where["gpu_busy_s"]
+    first = args.warmup * group
+    profiled = seeds[first : first + max(PROFILED_BATCHES, group)]
+    calls = profiled.shape[0] // group
+    rows = itertools.cycle(range(calls))  # each call samples the next batch, or group
+
+    def work():
+        k = next(rows)
+        if group == 1:
+            return sampler.sample(profiled[k])
+        return sampler.sample_batches(list(profiled[k * group : (k + 1) * group]))
+
+    where = time_split.split(work, calls, cuda)
+    gpu = where["gpu_busy_s"] / group if where["gpu_busy_s"] is not None else None
     from benchmarks.sampling_ops import count  # the counts of one more batch, untimed
 
-    ops = count(sampler, seeds[args.warmup])
+    ops = count(sampler, seeds[first], group)
     summary = throughput(timed)
     return {
         "torch_ops_per_batch": ops["torch_ops"],
@@ -276,9 +332,10 @@ def measure(
         "hop_grid": hop_grid,
         "cuda_graph": cuda_graph,
         "host_seeds": host_seeds,
-        "captured_sizes": sorted(sampler._replay.graphs) if sampler._replay else [],
+        "group": group,
+        "captured_sizes": sampler._replay.sizes() if sampler._replay else [],
         "time_split": where,
-        "batches": args.batches,
+        "batches": len(timed["times"]) * group,  # measured (whole groups)
         **summary,
         "mean_sampled_nodes": sum(timed["nodes"]) / len(timed["nodes"]),
         "median_batches_per_s": 1.0 / summary["median_batch_s"],
@@ -502,6 +559,15 @@ def markdown(env: dict, payload: dict) -> str:
             "sleep while they wait for a size; torch's own host reads may spin). GPU busy: the "
             "summed durations of the kernels and copies of 5 batches (torch profiler), per batch.",
         ]
+        if any(r.get("group", 1) > 1 for r in payload["results"]):
+            lines += [
+                "",
+                "Groups of K: each call of `NeighborSampler.sample_batches` samples K batches "
+                "(as many warm-up calls as warm-up batches above, then the batches rounded "
+                "up to whole groups); every figure of such a row is per batch, the call's "
+                "divided by K "
+                "(host CPU in `sample_batches()`, GPU busy of one profiled call).",
+            ]
         cpu1 = payload.get("cpu_baseline") or {}
         if "median_edges_per_s" in cpu1:
             hop = "compiled hop (Numba)" if cpu1["compiled_hop"] else "torch ops (no Numba)"
@@ -561,8 +627,8 @@ def run(
             del placed["device"]
         for memory, g in placed.items():
             for backend in backends:
-                for grid, graphs, host_seeds in variants(backend, args):
-                    row = measure(g, args, label, backend, memory, grid, graphs, host_seeds)
+                for grid, graphs, host_seeds, group in variants(backend, args):
+                    row = measure(g, args, label, backend, memory, grid, graphs, host_seeds, group)
                     row = {"csr_build_s": build, **row}
                     print(f"  {row}", file=sys.stderr, flush=True)
                     results.append(row)
@@ -766,16 +832,18 @@ def parse_threads(text: str) -> list[int]:
     return values
 
 
-def variants(backend: str, args: argparse.Namespace) -> list[tuple[float | None, bool, bool]]:
-    """The rows of one backend: ``(hop grid, cuda_graph, seeds on the host)`` each (see
-    ``--hop-grids``, ``--cuda-graph`` and ``--host-seeds``)."""
+def variants(backend: str, args: argparse.Namespace) -> list[tuple[float | None, bool, bool, int]]:
+    """The rows of one backend: ``(hop grid, cuda_graph, seeds on the host, group)`` each
+    (see ``--hop-grids``, ``--cuda-graph``, ``--host-seeds`` and ``--group``)."""
     if backend != "kernel":
-        return [(None, False, False)]
-    rows = [(grid, False, False) for grid in args.hop_grids] + [(None, True, False)] * bool(
-        args.cuda_graph
-    )
+        return [(None, False, False, 1)]
+    graphs = [False] + [True] * bool(args.cuda_graph)
+    rows = [(grid, False, False, 1) for grid in args.hop_grids]
+    rows += [(None, True, False, 1)] * bool(args.cuda_graph)
     if args.host_seeds:
-        rows += [(None, False, True)] + [(None, True, True)] * bool(args.cuda_graph)
+        rows += [(None, graph, True, 1) for graph in graphs]
+    if args.group > 1:
+        rows += [(None, graph, True, args.group) for graph in graphs]
     return rows
 
 
@@ -871,6 +939,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "loaders give them (at the default grid, and with --cuda-graph replayed too); the "
         "other rows give them on the graph's device",
     )
+    p.add_argument(
+        "--group",
+        type=int,
+        default=1,
+        metavar="K",
+        help="backend kernel: also rows sampling K batches per NeighborSampler.sample_batches "
+        "call, seeds from the host (at the default grid, and replayed with --cuda-graph; "
+        "figures per batch) (default: 1, no such rows)",
+    )
     add_out(p)
     p.add_argument(
         "--compare-dgl",
@@ -888,6 +965,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.graph_memory or set(args.graph_memory) - {"device", "uva"}:
         p.error(f"--graph-memory: expected device, uva or device,uva, got {args.graph_memory}")
+    if args.group < 1:
+        p.error(f"--group: expected a number of batches >= 1, got {args.group}")
     if args.device == "cpu" and args.backend == ["kernel"]:
         p.error("--backend kernel needs --device cuda (or auto on a machine with a GPU)")
     if args.compare_dgl and (args.device == "cuda" or args.backend not in (None, ["torch"])):

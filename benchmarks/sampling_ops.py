@@ -26,7 +26,10 @@ smaller), fanouts [15, 10, 5], batch 1,024:
 - ``fused hops, CUDA graph``: the same with ``cuda_graph=True`` (`ibp_graph.sample_replay`),
   counted on a replayed batch (after two warm-ups: the eager batch, then the capture). On the
   CPU the capture is the tests' host stand-in (`simt.host_graph.HostCapture`), whose replay,
-  like a graph launch, dispatches no torch op from the sampler.
+  like a graph launch, dispatches no torch op from the sampler;
+- ``..., groups of K`` (``--group``, default 8): the two fused paths sampling K batches in one
+  `ibp_graph.sampler.NeighborSampler.sample_batches` call (one group: its sizes read once, one
+  copy of its seeds and keys, with ``cuda_graph=True`` one replay), counted per batch.
 
 Each op is also put down to the innermost ``ibp_graph`` function that dispatched it ("Ops by
 the ibp_graph function"), which says where to look for fewer. Counts are per batch, after
@@ -133,8 +136,12 @@ def host_kernels(workdir: Path):
     return HostHopKernels(build(workdir / "libsimt.so"), grid=4, block=128)
 
 
-def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
-    """Ops, launches and host reads of sampling ``seeds`` once (after a warm-up batch)."""
+def count(sampler: NeighborSampler, seeds: torch.Tensor, group: int = 1) -> dict:
+    """Ops, launches and host reads of sampling ``seeds`` once (after a warm-up batch).
+
+    With ``group > 1``: of one `NeighborSampler.sample_batches` call of ``group`` batches of
+    ``seeds`` (each with its own seed, as the loaders give), per batch.
+    """
     reads = [0]
     real = sample_hop.read_counts
 
@@ -142,8 +149,13 @@ def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
         reads[0] += 1
         return real(t)
 
+    def run():
+        if group == 1:
+            return sampler.sample(seeds)
+        return sampler.sample_batches([seeds] * group, batch_seeds=list(range(group)))[0]
+
     for _ in range(2 if sampler.cuda_graph else 1):  # with a graph: eager, then captured
-        sampler.sample(seeds)  # warm-up: scratch map, arange, compiled kernels
+        run()  # warm-up: scratch map, arange, compiled kernels
     kernels = sampler._hop_kernels
     if kernels is not None:
         sampler._hop_kernels = kernels = CountingKernels(kernels)
@@ -152,7 +164,7 @@ def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
             stack.callback(setattr, module, "read_counts", real)
             module.read_counts = counted_read
         with OpCounter() as counter:
-            batch = sampler.sample(seeds)
+            batch = run()
     if kernels is not None:
         sampler._hop_kernels = kernels.inner
     ops = counter.ops
@@ -163,14 +175,19 @@ def count(sampler: NeighborSampler, seeds: torch.Tensor) -> dict:
         if name.split(".")[0] in {"select", "slice", "view", "unsqueeze", "squeeze", "unbind"}
     )
     dispatched_reads = sum(n for name, n in ops.items() if name in HOST_READS)
+
+    def per_batch(n: int) -> float | int:
+        return n if group == 1 else round(n / group, 2)
+
     return {
-        "torch_ops": sum(ops.values()),
-        "allocations": alloc,
-        "views": views,
-        "other_ops": sum(ops.values()) - alloc - views,
-        "kernel_launches": 0 if kernels is None else kernels.launches,
-        "host_reads": dispatched_reads + counter.mask_reads + reads[0],
-        "host_values_in": sum(n for name, n in ops.items() if name in HOST_VALUES),
+        "group": group,
+        "torch_ops": per_batch(sum(ops.values())),
+        "allocations": per_batch(alloc),
+        "views": per_batch(views),
+        "other_ops": per_batch(sum(ops.values()) - alloc - views),
+        "kernel_launches": per_batch(0 if kernels is None else kernels.launches),
+        "host_reads": per_batch(dispatched_reads + counter.mask_reads + reads[0]),
+        "host_values_in": per_batch(sum(n for name, n in ops.items() if name in HOST_VALUES)),
         "sampled_edges": batch.num_edges,
         "top_ops": dict(ops.most_common(12)),
         "ops_by_function": dict(counter.by_function.most_common()),
@@ -193,6 +210,14 @@ def markdown(env: dict, payload: dict) -> str:
             f"| {r['other_ops']} | {r['kernel_launches']} | {r['host_reads']} "
             f"| {r['host_values_in']} | {r['sampled_edges']:,} |"
         )
+    if any(r.get("group", 1) > 1 for r in payload["rows"]):
+        lines += [
+            "",
+            "Groups of K: one `NeighborSampler.sample_batches` call of K batches of these "
+            "seeds, each with its own seed, as one group (`ibp_graph.sample_hop."
+            "launch_group`); counts per batch (the call's divided by K). The op lists below "
+            "are the call's.",
+        ]
     lines += ["", "Most frequent ops per path:", ""]
     for r in payload["rows"]:
         shown = ", ".join(f"{k} x{v}" for k, v in r["top_ops"].items())
@@ -211,6 +236,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument(
+        "--group",
+        type=int,
+        default=8,
+        help="batches per sample_batches call for the group rows (default: 8; 1: no rows)",
+    )
     add_out(p)
     args = p.parse_args()
     device = torch.device(args.device)
@@ -243,6 +274,10 @@ def main() -> None:
             )
         rows.append({"path": "fused hops", **count(fused, seeds)})
         rows.append({"path": "fused hops, CUDA graph", **count(replayed, seeds)})
+        if args.group > 1:
+            for path, sampler in (("fused hops", fused), ("fused hops, CUDA graph", replayed)):
+                row = count(sampler, seeds, args.group)
+                rows.append({"path": f"{path}, groups of {args.group}", **row})
     env = environment()
     payload = {
         "device": device.type,

@@ -27,6 +27,12 @@ so loose that its slots would pass `_BOUND_SLOTS`.
 `finish_batch` then reads the sizes and copies the outputs out; a batch launched without a read
 on the way can be captured and replayed (`ibp_graph.sample_replay`).
 
+`launch_group` launches several batches of one size one after the other, each but the last
+cleared from the dense map on the device (`clear_launched`) so that no size is read between
+them, and `finish_group` reads all their sizes at once and copies their outputs out in two
+``cat`` calls: per batch, the host then cuts views and does no other work. A single batch is a
+group of one.
+
 The result is what the torch hops return for the same draws: edges grouped by target in
 frontier order, within a target in ascending CSR order, new nodes in order of discovery. The
 draws are the kernel's own (counter-based, a function of the hop's key and the row), so they
@@ -46,6 +52,7 @@ import torch
 
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
+from .sample_index import UNSEEN, dense_seed
 
 #: A hop's slots must stay below this: the used count fills the low 32 bits of a flag word,
 #: and the fresh count (at most the slots) times 2^32 must stay below 2^63, the int64 scan's
@@ -59,9 +66,14 @@ _BOUND_SLOTS = 1 << 22
 __all__ = [
     "HopKernels",
     "LaunchedBatch",
+    "LaunchedGroup",
+    "clear_launched",
     "finish_batch",
+    "finish_group",
     "fused_hop",
     "launch_batch",
+    "launch_group",
+    "node_buffer_bound",
     "read_counts",
 ]
 
@@ -253,11 +265,16 @@ class LaunchedBatch:
     col, edge) hold the hops' outputs first; ``counts`` holds every size on the device.
     """
 
-    def __init__(self, seeds: torch.Tensor, hops: int) -> None:
+    def __init__(self, seeds: torch.Tensor, hops: int, counts: torch.Tensor | None = None) -> None:
         self.hops = hops
         #: Nodes and edges per hop on the device: ``[seeds, new nodes of hop 1..H, edges of
-        #: hop 1..H]`` (the kernels' ``counts``).
-        self.counts = torch.zeros(2 * hops + 1, dtype=torch.int64, device=seeds.device)
+        #: hop 1..H]`` (the kernels' ``counts``; ``counts`` when given, a row of a group's
+        #: counts, zeroed here).
+        if counts is None:
+            counts = torch.zeros(2 * hops + 1, dtype=torch.int64, device=seeds.device)
+        else:
+            counts.zero_()
+        self.counts = counts
         # A fill, not `counts[0] = n`: that copies n from pageable host memory, which waits
         # for the stream (and cannot be captured in a CUDA graph).
         self.counts[:1].fill_(seeds.numel())
@@ -269,15 +286,19 @@ class LaunchedBatch:
         #: batch's launches then depend on its sizes alone, not on its values).
         self.launched_only = True
 
-    def cut(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int], list[int]]:
+    def cut(
+        self, sizes: list[int] | None = None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int], list[int]]:
         """``(nodes, edges, num_nodes, num_edges)``, cut to size.
 
-        Reads the sizes still unknown (one host read); the batch is left as it is.
+        Reads the sizes still unknown (one host read), unless ``sizes`` gives the values of
+        ``counts`` already read; the batch is left as it is.
         """
         nodes, edges = list(self.nodes), list(self.edges)
         num_nodes, num_edges = list(self.num_nodes), list(self.num_edges)
         if None in num_nodes or None in num_edges:
-            sizes = read_counts(self.counts)
+            if sizes is None:
+                sizes = read_counts(self.counts)
             num_nodes = sizes[: len(nodes)]
             num_edges = sizes[self.hops + 1 : self.hops + 1 + len(edges)]
             nodes = [part[:n] for part, n in zip(nodes, num_nodes, strict=True)]
@@ -313,6 +334,7 @@ def launch_batch(
     per_hop: bool,
     keys: torch.Tensor,
     torch_hop: TorchHop | None,
+    counts: torch.Tensor | None = None,
 ) -> LaunchedBatch:
     """Launch every hop of a batch with the hop kernels, reading sizes only where a hop must.
 
@@ -336,12 +358,14 @@ def launch_batch(
         per_hop: expand every node so far at each hop (``draw="per_hop"``), not the last hop's.
         keys: ``(len(fanouts),)`` int64 random keys, one per hop, on the device.
         torch_hop: the sampler's hop of torch ops, for fanouts the kernels do not draw.
+        counts: ``(2 * len(fanouts) + 1,)`` int64 on the device, where the batch keeps its
+            sizes (default: a new tensor), so that a group's sizes are read at once.
 
     Returns:
         The hops' buffers (`LaunchedBatch`), not yet cut to size.
     """
     hops = len(fanouts)
-    batch = LaunchedBatch(seeds, hops)
+    batch = LaunchedBatch(seeds, hops, counts)
     for hop, fanout in enumerate(fanouts, 1):
         if fanout == 0:
             batch.add(seeds.new_empty((3, 0)), seeds[:0], 0, 0)  # its counts stay 0
@@ -384,21 +408,157 @@ def launch_batch(
     return batch
 
 
-def finish_batch(
-    batch: LaunchedBatch,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
-    """A launched batch's outputs: new tensors, cut to size.
+class LaunchedGroup:
+    """The launches of a group of batches, one after the other, their sizes read at once.
 
-    Reads the sizes still unknown (one host read). ``batch`` is left as it is, so that the
-    buffers of a replayed batch stay whole for the next replay.
+    ``batches`` keep their sizes in the rows of ``counts`` (``(K, 2 * hops + 1)`` int64 on
+    the device). Each batch but the last was cleared from the dense map on the device
+    (`clear_launched`), so that the next one could be launched before any size was read;
+    the last one is still in the map (the sampler clears it with its cut nodes).
+    """
+
+    def __init__(self, batches: list[LaunchedBatch], counts: torch.Tensor) -> None:
+        self.batches = batches
+        self.counts = counts
+
+    @property
+    def launched_only(self) -> bool:
+        """Whether no batch of the group read a size on the way (see `launch_batch`)."""
+        return all(batch.launched_only for batch in self.batches)
+
+
+def launch_group(
+    kernels: HopKernels,
+    graph: CSRGraph,
+    local: torch.Tensor,
+    seeds: torch.Tensor,
+    fanouts: Sequence[int],
+    *,
+    replace: bool,
+    per_hop: bool,
+    keys: torch.Tensor,
+    torch_hop: TorchHop | None,
+    iota: torch.Tensor,
+) -> LaunchedGroup:
+    """Launch the batches of ``seeds`` one after the other, without reading a size between them.
+
+    Batch ``k`` is `launch_batch` of ``seeds[k]`` with ``keys[k]``, after the dense map was
+    seeded with it, and, but for the last batch, followed by `clear_launched`: the same
+    batches as launched one by one, in the same order. A group launched without a host read
+    (``launched_only``) depends on its shape alone, so it can be captured and replayed
+    (`ibp_graph.sample_replay`).
+
+    Args:
+        kernels: the launches.
+        graph: the CSR graph (its tensors on the kernels' device).
+        local: the sampler's dense map, empty.
+        seeds: ``(K, B)`` int64 global ids, one batch per row, ``K, B >= 1``.
+        fanouts: as for `launch_batch`, at least one.
+        replace: draw with replacement.
+        per_hop: ``draw="per_hop"``.
+        keys: ``(K, len(fanouts))`` int64 random keys on the device.
+        torch_hop: the sampler's hop of torch ops.
+        iota: ``arange(n)``, ``n`` at least ``B`` and, for ``K > 1``, every hop's buffer of
+            new nodes (at most the graph's nodes; see `node_buffer_bound`).
+    """
+    hops = len(fanouts)
+    counts = torch.empty((seeds.shape[0], 2 * hops + 1), dtype=torch.int64, device=seeds.device)
+    batches = []
+    with kernels.launching():
+        for k, (batch_seeds, batch_keys) in enumerate(zip(seeds, keys, strict=True)):
+            dense_seed(local, batch_seeds, iota)
+            batch = launch_batch(
+                kernels, graph, local, batch_seeds, fanouts, replace=replace, per_hop=per_hop,
+                keys=batch_keys, torch_hop=torch_hop, counts=counts[k],
+            )  # fmt: skip
+            if k + 1 < seeds.shape[0]:
+                clear_launched(local, batch, iota)
+            batches.append(batch)
+    return LaunchedGroup(batches, counts)
+
+
+def node_buffer_bound(size: int, fanouts: Sequence[int], num_nodes: int) -> int:
+    """The most entries of a node buffer of `launch_batch` for ``size`` seeds.
+
+    A node buffer holds the seeds, or a hop's new nodes; the bound is at most
+    ``max(size, num_nodes)``.
+    """
+    most = rows = size
+    for fanout in fanouts:
+        rows = min(rows * fanout, num_nodes) if 0 <= fanout <= KERNEL_MAX_K else num_nodes
+        most = max(most, rows)
+    return most
+
+
+def clear_launched(local: torch.Tensor, batch: LaunchedBatch, iota: torch.Tensor) -> None:
+    """Reset the dense map's entries of a launched batch's nodes, without reading a size.
+
+    A hop's buffer of new nodes whose size the host does not know is taken whole, its
+    entries past the hop's count (read from ``counts`` on the device) replaced by the first
+    seed, which is in the batch too. So
+    the clearing can be queued, or captured, between the batches of a group before any size
+    is known (`ibp_graph.sample_replay`); it costs a few passes over the buffers' whole
+    length, where `ibp_graph.sample_index.dense_clear` takes the cut nodes once.
+
+    Args:
+        local: the sampler's dense map, holding the batch.
+        batch: the batch's launches (its first node buffer, the seeds, not empty).
+        iota: ``arange(n)`` for some ``n`` at least the length of every node buffer whose
+            size the host does not know (`node_buffer_bound`).
+    """
+    first = batch.nodes[0][:1]
+    for hop, (part, known) in enumerate(zip(batch.nodes, batch.num_nodes, strict=True)):
+        if known is None:  # a whole buffer: mask the entries past the hop's count
+            used = iota[: part.numel()] < batch.counts[hop : hop + 1]
+            part = torch.where(used, part, first)
+        if part.numel():
+            local.index_fill_(0, part, UNSEEN)
+
+
+#: One batch's outputs: ``(node, row, col, edge, num_nodes, num_edges)`` (see `finish_group`).
+Finished = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]
+
+
+def finish_batch(batch: LaunchedBatch) -> Finished:
+    """A launched batch's outputs: `finish_group` of a group of this one batch."""
+    return finish_group(LaunchedGroup([batch], batch.counts.view(1, -1)))[0]
+
+
+def finish_group(group: LaunchedGroup) -> list[Finished]:
+    """The outputs of every batch of a group, in new tensors, cut to size.
+
+    Reads the sizes still unknown, of every batch at once (one host read). The group is left
+    as it is, so that the buffers of a replayed group stay whole for the next replay. The
+    nodes of all the batches are copied out in one ``cat``, and so are their edges: each
+    batch's tensors are views into those two, which stay in memory while any of the group's
+    batches does.
 
     Returns:
-        ``(node, row, col, edge, num_nodes, num_edges)``: the batch's nodes (seeds first, then
-        each hop's new nodes in order of discovery), its edges' local ids and edge ids, nodes
-        added per hop (the seeds first) and edges per hop.
+        Per batch ``(node, row, col, edge, num_nodes, num_edges)``: the batch's nodes (seeds
+        first, then each hop's new nodes in order of discovery), its edges' local ids and
+        edge ids, nodes added per hop (the seeds first) and edges per hop.
     """
-    nodes, edges, num_nodes, num_edges = batch.cut()
-    # no hops: no edges (a batch of the seeds alone)
-    edges = torch.cat(edges, dim=1) if edges else nodes[0].new_empty((3, 0))
-    row, col, edge = edges.unbind()
-    return torch.cat(nodes), row, col, edge, num_nodes, num_edges
+    sizes: list | None = None
+    for batch in group.batches:
+        if None in batch.num_nodes or None in batch.num_edges:
+            sizes = read_counts(group.counts)
+            break
+    if sizes is None:
+        sizes = [None] * len(group.batches)
+    cuts = [batch.cut(row) for batch, row in zip(group.batches, sizes, strict=True)]
+    first = group.batches[0].nodes[0]
+    nodes = torch.cat([part for cut in cuts for part in cut[0]])
+    edge_parts = [part for cut in cuts for part in cut[1]]
+    # no hops: no edges (batches of the seeds alone)
+    edges = torch.cat(edge_parts, dim=1) if edge_parts else first.new_empty((3, 0))
+    if len(cuts) == 1:
+        (_, _, num_nodes, num_edges), (row, col, edge) = cuts[0], edges.unbind()
+        return [(nodes, row, col, edge, num_nodes, num_edges)]
+    out: list[Finished] = []
+    node_at = edge_at = 0
+    for _, _, num_nodes, num_edges in cuts:
+        node_end, edge_end = node_at + sum(num_nodes), edge_at + sum(num_edges)
+        row, col, edge = edges[:, edge_at:edge_end].unbind()
+        out.append((nodes[node_at:node_end], row, col, edge, num_nodes, num_edges))
+        node_at, edge_at = node_end, edge_end
+    return out

@@ -1,29 +1,34 @@
-"""A batch's hop launches captured once per batch size as a CUDA graph, then replayed.
+"""A group of batches' hop launches captured once per group shape as a CUDA graph, then replayed.
 
 With the ``"kernel"`` backend a batch whose hops all draw (``1 <= fanout <= MAX_K``, one draw
 per node) is launched without the host reading a size until its end
 (`ibp_graph.sample_hop.launch_batch`): the kernels read every size from the batch's ``counts``,
-so its launches, and the buffers they write, depend on the number of seeds alone. Replaying
-them is then exact for any seeds of that number. `BatchReplay` captures, per batch size, the
-seeding of the sampler's dense map and every hop's launches into one CUDA graph that reads the
-seeds and the hops' random keys from two tensors of its own. A later batch of that size copies
-its seeds and keys there and replays the graph: one launch from Python instead of the hops'
-9 launches and 29 of the batch's torch ops (fanouts [15, 10, 5], counted on the CPU), with the
-same draws, so the same batch. `finish_batch` then reads the
-sizes (the batch's one host read) and copies the outputs out of the graph's buffers.
+so its launches, and the buffers they write, depend on the number of seeds alone. A group of
+such batches of one size, launched one after the other (`ibp_graph.sample_hop.launch_group`,
+each batch but the last cleared from the dense map on the device), depends on its shape
+``(batch size, batches)`` alone. Replaying it is then exact for any seeds of that shape.
+`BatchReplay` captures, per shape, the seeding of the sampler's dense map, every batch's hop
+launches and the clearing between batches into one CUDA graph that reads the seeds and the
+hops' random keys from one tensor of its own. A later group of that shape copies its seeds and
+keys there (one copy) and replays the graph: one launch from Python instead of, per batch,
+the hops' launches (9 for fanouts [15, 10, 5]) and most of their torch ops, with the same
+draws, so the same batches. `ibp_graph.sample_hop.finish_group` then reads the sizes
+of every batch (the group's one host read) and copies the outputs out of the graph's buffers.
+A single batch (`ibp_graph.sampler.NeighborSampler.sample`) is a group of one.
 
-A size is captured the second time it comes (the first batch runs eagerly: it loads the kernels
-and shows whether the launches read a size), and at most `MAX_GRAPHS` sizes are kept (a loader
-has two: its batch size and the last batch's). A batch that reads sizes on the way (a fanout of
-``-1`` or above ``MAX_K``, ``draw="per_hop"``, or a frontier bound of more than a few million
-slots) is never captured. Once a capture fails (one warning names why), no size is captured
-any more, since a capture that fails part-way can leave torch's allocator counting it as
-under way; with torch before 2.12 every capture on a thread other than the main one is
+A shape is captured the second time it comes (the first group runs eagerly: it loads the
+kernels and shows whether the launches read a size), and at most `MAX_GRAPHS` shapes are kept (a
+loader has two: its batch size and the last batch's). A group that reads sizes on the way (a
+fanout of ``-1`` or above ``MAX_K``, ``draw="per_hop"``, or a frontier bound of more than a
+few million slots) is never captured. Once a capture fails (one warning names why), no shape is
+captured any more, since a capture that fails part-way can leave torch's allocator counting it
+as under way; with torch before 2.12 every capture on a thread other than the main one is
 refused that way (`cuda_capture`). `ibp_graph.sampler.NeighborSampler.capture_sizes`
 captures given sizes at once, on the calling thread: the loaders call it where an epoch
 starts, so that a prefetch thread replays sizes it could not capture.
 Each graph keeps its buffers, at most 56 bytes a slot (a hop's frontier bound times its
-fanout), in GPU memory of its own for as long as the sampler holds it.
+fanout) for every batch of the group, in GPU memory of its own for as long as the sampler holds
+it.
 """
 
 from __future__ import annotations
@@ -37,16 +42,17 @@ from typing import Protocol
 
 import torch
 
-from .sample_hop import LaunchedBatch, finish_batch
+from .sample_hop import Finished, LaunchedGroup, finish_group
 
 __all__ = ["MAX_GRAPHS", "BatchReplay", "CaptureRefused", "cuda_capture"]
 
 #: Most batch sizes a sampler keeps a captured graph for.
 MAX_GRAPHS = 4
 
-#: The launches of one batch into the given seeds and keys (the sampler's dense map seeded,
-#: then `ibp_graph.sample_hop.launch_batch`).
-Launch = Callable[[torch.Tensor, torch.Tensor], LaunchedBatch]
+#: The launches of a group of batches of one size from its inputs (the group's seeds, then its
+#: hops' random keys, int64 on the device): `ibp_graph.sample_hop.launch_group` after the
+#: sampler split them.
+Launch = Callable[[torch.Tensor], LaunchedGroup]
 
 
 class Graph(Protocol):
@@ -58,7 +64,7 @@ class Graph(Protocol):
 
 #: Captures the launches that a call makes on a device, without running them:
 #: ``capture(fn, device) -> (graph, fn())``, ``fn()``'s tensors being filled by each replay.
-Capture = Callable[[Callable[[], LaunchedBatch], torch.device], tuple[Graph, LaunchedBatch]]
+Capture = Callable[[Callable[[], LaunchedGroup], torch.device], tuple[Graph, LaunchedGroup]]
 
 
 #: The first torch release that keeps a graph capture's random-number state per capture.
@@ -90,8 +96,8 @@ class CaptureRefused(RuntimeError):
 
 
 def cuda_capture(
-    fn: Callable[[], LaunchedBatch], device: torch.device
-) -> tuple[Graph, LaunchedBatch]:
+    fn: Callable[[], LaunchedGroup], device: torch.device
+) -> tuple[Graph, LaunchedGroup]:
     """Capture ``fn``'s launches on ``device`` into a ``torch.cuda.CUDAGraph``.
 
     The capture runs on a stream of its own and is local to the calling thread
@@ -141,92 +147,108 @@ class _CudaGraph:
 @dataclass
 class _Captured:
     graph: Graph
-    batch: LaunchedBatch  # the graph's buffers (whole: `finish_batch` copies out of them)
-    seeds: torch.Tensor  # where a replay reads the seeds
-    keys: torch.Tensor  # and the hops' random keys
+    group: LaunchedGroup  # the graph's buffers (whole: `finish_group` copies out of them)
+    inputs: torch.Tensor  # where a replay reads the seeds and keys
     launch: Launch  # keeps alive what the graph reads (the map, the graph, the iota)
-    #: On a GPU, recorded after the last batch's outputs were copied out: the next batch,
-    #: whatever its stream, overwrites the seeds and the buffers only after it.
+    #: On a GPU, recorded after the last group's outputs were copied out: the next group,
+    #: whatever its stream, overwrites the inputs and the buffers only after it.
     done: torch.cuda.Event | None = None
 
 
+#: A group's shape: ``(batch size, batches)``.
+Shape = tuple[int, int]
+
+
 class BatchReplay:
-    """Per batch size, the hop launches of a batch captured once and replayed.
+    """Per group shape, the hop launches of a group of batches captured once and replayed.
+
+    A group is ``K`` batches of ``B`` seeds each, launched one after the other
+    (`ibp_graph.sample_hop.launch_group`); one batch is a group of one. Its shape ``(B, K)``
+    keys the graphs.
 
     Args:
         capture: how launches are captured (default: `cuda_capture`; the tests pass a host
             stand-in).
-        max_graphs: most batch sizes to keep a graph for (default: `MAX_GRAPHS`).
+        max_graphs: most group shapes to keep a graph for (default: `MAX_GRAPHS`).
     """
 
     def __init__(self, capture: Capture = cuda_capture, max_graphs: int = MAX_GRAPHS) -> None:
         self._capture = capture
         self.max_graphs = max_graphs
-        #: The captured sizes.
-        self.graphs: dict[int, _Captured] = {}
-        #: Sizes seen once whose launches read no size: captured when they come again.
-        self._ready: set[int] = set()
-        #: Sizes never to capture (their launches read a size).
-        self._refused: set[int] = set()
-        #: Why a capture failed, after which no size is captured: a capture that fails part-way
-        #: can leave torch's allocator counting it as under way.
+        #: The captured shapes.
+        self.graphs: dict[Shape, _Captured] = {}
+        #: Shapes seen once whose launches read no size: captured when they come again.
+        self._ready: set[Shape] = set()
+        #: Shapes never to capture (their launches read a size).
+        self._refused: set[Shape] = set()
+        #: Why a capture failed, after which no shape is captured: a capture that fails
+        #: part-way can leave torch's allocator counting it as under way.
         self.failed: str | None = None
 
-    def wants(self, size: int) -> bool:
-        """Whether a batch of ``size`` seeds would bring a capture of that size closer.
+    def sizes(self) -> list[int]:
+        """The batch sizes with a graph, ascending (each once, whatever its groups)."""
+        return sorted({size for size, _ in self.graphs})
 
-        True while the size has no graph and is not known to read sizes, no capture failed and
-        fewer than ``max_graphs`` sizes have one.
+    def wants(self, shape: Shape) -> bool:
+        """Whether a group of ``shape`` would bring a capture of that shape closer.
+
+        True while the shape has no graph and is not known to read sizes, no capture failed
+        and fewer than ``max_graphs`` shapes have one.
         """
         return (
-            size not in self.graphs
-            and size not in self._refused
+            shape not in self.graphs
+            and shape not in self._refused
             and self.failed is None
             and len(self.graphs) < self.max_graphs
         )
 
     def sample(
-        self, launch: Launch, seeds: torch.Tensor, keys: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
-        """The batch of ``seeds`` with ``keys``: `finish_batch` of ``launch(seeds, keys)``.
+        self, launch: Launch, inputs: torch.Tensor, shape: Shape, device: torch.device
+    ) -> list[Finished]:
+        """The batches of a group: `finish_group` of ``launch`` of its ``inputs``.
 
-        Replayed from a graph where the batch's size has one, otherwise launched eagerly.
+        Replayed from a graph where the group's shape has one, otherwise launched eagerly.
+
+        Args:
+            launch: the group's launches.
+            inputs: the group's seeds, then its keys (int64; on the host, pinned where
+                ``device`` is a GPU, or on ``device``).
+            shape: ``(B, K)``.
+            device: the graph's device.
         """
-        size = seeds.numel()
-        captured = self.graphs.get(size)
+        captured = self.graphs.get(shape)
         if (
             captured is None
             and self.failed is None
-            and size in self._ready
+            and shape in self._ready
             and len(self.graphs) < self.max_graphs
         ):
-            captured = self._capture_size(launch, seeds, keys)
+            captured = self._capture_shape(launch, inputs, shape, device)
         if captured is None:
-            batch = launch(seeds, keys)
-            if not batch.launched_only:  # its launches read a size: so will the next ones
-                self._refused.add(size)
-            elif size not in self._refused:
-                self._ready.add(size)
-            return finish_batch(batch)
-        stream = torch.cuda.current_stream(seeds.device) if seeds.is_cuda else None
+            group = launch(inputs.to(device, non_blocking=True))  # pinned: no wait
+            if not group.launched_only:  # its launches read a size: so will the next ones
+                self._refused.add(shape)
+            elif shape not in self._refused:
+                self._ready.add(shape)
+            return finish_group(group)
+        stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         if captured.done is not None:
-            captured.done.wait(stream)  # after the last batch's copies, whatever its stream
-        captured.seeds.copy_(seeds)
-        captured.keys.copy_(keys)
-        captured.graph.replay()  # on the current stream, after the copies
-        out = finish_batch(captured.batch)
+            captured.done.wait(stream)  # after the last group's copies, whatever its stream
+        captured.inputs.copy_(inputs, non_blocking=True)
+        captured.graph.replay()  # on the current stream, after the copy
+        out = finish_group(captured.group)
         if stream is not None:
             captured.done = stream.record_event()
         return out
 
-    def _capture_size(
-        self, launch: Launch, seeds: torch.Tensor, keys: torch.Tensor
+    def _capture_shape(
+        self, launch: Launch, inputs: torch.Tensor, shape: Shape, device: torch.device
     ) -> _Captured | None:
-        size = seeds.numel()
-        self._ready.discard(size)
-        static_seeds, static_keys = seeds.clone(), keys.clone()
+        self._ready.discard(shape)
+        static = torch.empty(inputs.shape, dtype=inputs.dtype, device=device)
+        static.copy_(inputs, non_blocking=True)
         try:
-            graph, batch = self._capture(lambda: launch(static_seeds, static_keys), seeds.device)
+            graph, group = self._capture(lambda: launch(static), device)
         except RuntimeError as e:
             self.failed = str(e)
             after = ""
@@ -235,16 +257,18 @@ class BatchReplay:
                     " (torch may still count the failed capture as under way in this process: "
                     "if CUDA errors follow, run it again without cuda_graph=True)"
                 )
+            size, count = shape
+            what = f"batches of {size} seeds" if count == 1 else f"{count} batches of {size} seeds"
             warnings.warn(
-                f"the sampler's launches for batches of {size} seeds could not be captured "
+                f"the sampler's launches for {what} could not be captured "
                 f"as a CUDA graph, so its batches run eagerly from now on: {e}{after}",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
             return None
-        if not batch.launched_only:  # a size read while capturing: not replayable
-            self._refused.add(size)
+        if not group.launched_only:  # a size read while capturing: not replayable
+            self._refused.add(shape)
             return None
-        captured = _Captured(graph, batch, static_seeds, static_keys, launch)
-        self.graphs[size] = captured
+        captured = _Captured(graph, group, static, launch)
+        self.graphs[shape] = captured
         return captured

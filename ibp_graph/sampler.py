@@ -52,13 +52,21 @@ from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
 from .kernels.sample_neighbors import CudaHopKernels, kernel_sample
 from .pinned import to_device
 from .sample_draw import (
+    RANDOM_BITS,
     exclusive_cumsum,
     floyd_sample,
     randint,
     random_keys_sample,
     replace_sample,
 )
-from .sample_hop import HopKernels, finish_batch, launch_batch, read_counts
+from .sample_hop import (
+    HopKernels,
+    LaunchedGroup,
+    finish_group,
+    launch_group,
+    node_buffer_bound,
+    read_counts,
+)
 from .sample_index import UNSEEN, KeyIndex, dense_clear, dense_insert, dense_seed
 from .sample_modes import induced_edges, to_bidirectional
 from .sample_replay import BatchReplay
@@ -260,12 +268,19 @@ class NeighborSampler:
     ``cuda_graph=True`` (``"kernel"`` only) captures a batch's launches as a CUDA graph, once
     per batch size, and replays it for later batches of that size
     (`ibp_graph.sample_replay`): the same batches, with one launch from Python instead of the
-    hops' launches and most of their torch ops (for 3 hops, 9 launches and 29 ops). It
+    hops' launches and most of their torch ops (for 3 hops, 9 launches). It
     applies to batches whose hops all draw (``draw="once"``, every fanout in
     ``[0, MAX_K]``, not ``disjoint``); others run as without it, and batches of no hops
     launch nothing, so they are never captured. Each graph keeps its
     buffers in GPU memory (at most 56 bytes a slot: for 1,024 seeds and fanouts
-    ``[15, 10, 5]``, 936,960 slots, about 52 MB). With torch before 2.12 only the main thread
+    ``[15, 10, 5]``, 936,960 slots, about 52 MB).
+
+    `sample_batches` samples several batches in one call, the same batches as `sample` one
+    by one: with ``"kernel"``, batches of one size run as one group, whose sizes the host
+    reads once and which one CUDA graph replays with ``cuda_graph=True`` (its buffers are
+    then those of every batch of the group). The hop kernels' random keys are drawn on the
+    host (from a CPU generator seeded with ``seed``), so a seed gives the same batches on a
+    GPU as with the kernels' source run on the host. With torch before 2.12 only the main thread
     captures (`ibp_graph.sample_replay.cuda_capture`): on other threads batches run eagerly,
     unless their size was captured before (`capture_sizes`; the loaders capture their
     epoch's sizes where the epoch starts, so their prefetch thread replays them).
@@ -334,6 +349,9 @@ class NeighborSampler:
                 f"backend='kernel', got backend={self.backend!r}"
             )
         self.generator = torch.Generator(device=graph.device)
+        #: The hop kernels' random keys come from the host, seeded with ``generator``: they
+        #: travel to the GPU with the seeds, in one copy.
+        self._key_generator = torch.Generator()
         #: Held by a thread around its `manual_seed` and `sample` calls (see above).
         self.lock = threading.Lock()
         self.manual_seed(seed)
@@ -358,11 +376,12 @@ class NeighborSampler:
         """
         if seed is None:
             self.seed = self.generator.seed()
-            return
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise IBPInputError(f"seed must be an int or None, got '{type(seed).__name__}'")
-        self.seed = int(seed)
-        self.generator.manual_seed(self.seed)
+        else:
+            self.seed = int(seed)
+            self.generator.manual_seed(self.seed)
+        self._key_generator.manual_seed(self.seed)
 
     def _kernels_for_backend(self) -> HopKernels | None:
         """The hop kernels of the ``"kernel"`` backend (None for ``"torch"``)."""
@@ -373,14 +392,16 @@ class NeighborSampler:
         state["_map"] = state["_arange"] = state["_work"] = state["_hop_kernels"] = None
         state["_old_aranges"] = []
         state["_replay"] = state["_map_cleared"] = None
-        state["generator"] = state["lock"] = None
+        state["generator"] = state["lock"] = state["_key_generator"] = None
         # bytes, not a tensor: a tensor made here would be freed before a spawned process
         # opens its shared memory (torch shares tensors between processes by handle)
         state["_generator_state"] = self.generator.get_state().numpy().tobytes()
+        state["_key_generator_state"] = self._key_generator.get_state().numpy().tobytes()
         return state
 
     def __setstate__(self, state: dict) -> None:
         gen_state = state.pop("_generator_state")
+        key_state = state.pop("_key_generator_state", None)
         for name, default in (
             ("backend", "torch"),
             ("replace", False),
@@ -401,6 +422,11 @@ class NeighborSampler:
         if isinstance(gen_state, bytes):
             gen_state = torch.frombuffer(bytearray(gen_state), dtype=torch.uint8)
         self.generator.set_state(gen_state)
+        self._key_generator = torch.Generator()
+        if key_state is None:  # pickled before the keys had a generator of their own
+            self._key_generator.manual_seed(self.seed)
+        else:
+            self._key_generator.set_state(torch.frombuffer(bytearray(key_state), dtype=torch.uint8))
 
     def __repr__(self) -> str:
         modes = "".join(
@@ -422,27 +448,55 @@ class NeighborSampler:
     # ----------------------------------------------------------------------------------------
 
     def _check_seeds(self, seeds: object) -> torch.Tensor:
+        """``seeds`` checked (`_seed_tensor`, `_check_range`), on the graph's device."""
+        seeds = self._seed_tensor(seeds, "seeds")
+        self._check_range([seeds], ["seeds"])
+        # Through pinned memory to a GPU: no wait for the batches queued before.
+        return to_device(seeds, self.graph.device)
+
+    @staticmethod
+    def _seed_tensor(seeds: object, name: str) -> torch.Tensor:
+        """``seeds`` as a contiguous int64 tensor where it is, its form checked (not its ids)."""
         if isinstance(seeds, np.ndarray):
             seeds = torch.from_numpy(seeds)
         if not isinstance(seeds, torch.Tensor):
-            raise IBPInputError(f"seeds must be a torch.Tensor, got '{type(seeds).__name__}'")
+            raise IBPInputError(f"{name} must be a torch.Tensor, got '{type(seeds).__name__}'")
         if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
-            raise IBPInputError(f"seeds must hold integers, got dtype {seeds.dtype}")
+            raise IBPInputError(f"{name} must hold integers, got dtype {seeds.dtype}")
         if seeds.dim() != 1:
-            raise IBPInputError(f"seeds must be 1-D, got shape {tuple(seeds.shape)}")
+            raise IBPInputError(f"{name} must be 1-D, got shape {tuple(seeds.shape)}")
         # Contiguous: the hop kernels read the seeds by address.
-        seeds = seeds.to(torch.int64).contiguous()
+        return seeds.to(torch.int64).contiguous()
+
+    def _check_range(self, batches: list[torch.Tensor], names: list[str]) -> None:
+        """Raise where an id of ``batches`` is outside ``[0, num_nodes)``, naming the first one.
+
+        Batch ``k`` is named ``names[k]``; one host read checks all of them.
+        """
         n = self.graph.num_nodes
-        if seeds.numel():
-            # Checked where the seeds are: on the CPU (the loaders' seeds) no GPU is waited for.
-            lo, hi = read_counts(torch.stack(torch.aminmax(seeds)))
-            if lo < 0 or hi >= n:
-                i = int(((seeds < 0) | (seeds >= n)).nonzero()[0, 0])
-                raise IBPInputError(
-                    f"seeds[{i}] = {int(seeds[i])} is out of range for a graph of {n} nodes"
-                )
-        # Through pinned memory to a GPU: no wait for the batches queued before.
-        return to_device(seeds, self.graph.device)
+        flat = batches[0] if len(batches) == 1 else torch.cat(batches) if batches else None
+        if flat is None or not flat.numel():
+            return
+        # Checked where the seeds are: on the CPU (the loaders' seeds) no GPU is waited for.
+        lo, hi = read_counts(torch.stack(torch.aminmax(flat)))
+        if lo < 0 or hi >= n:
+            i = int(((flat < 0) | (flat >= n)).nonzero()[0, 0])
+            for seeds, name in zip(batches, names, strict=True):
+                if i < seeds.numel():
+                    raise IBPInputError(
+                        f"{name}[{i}] = {int(seeds[i])} is out of range for a graph of {n} nodes"
+                    )
+                i -= seeds.numel()
+
+    @staticmethod
+    def _check_input_id(input_id: object, seeds: torch.Tensor, name: str) -> None:
+        if input_id is not None and (
+            not isinstance(input_id, torch.Tensor) or input_id.shape != seeds.shape
+        ):
+            raise IBPInputError(
+                f"{name} must be a tensor of the seeds' shape {tuple(seeds.shape)}, got "
+                f"{getattr(input_id, 'shape', type(input_id).__name__)}"
+            )
 
     def _scratch(self) -> torch.Tensor:
         if self._map is None:
@@ -559,28 +613,214 @@ class NeighborSampler:
             IBPInputError: ``seeds`` is not a 1-D integer tensor, or holds an id outside
                 ``[0, num_nodes)`` (naming the first one), or ``input_id`` has another length.
         """
+        if self._groups():
+            seeds = self._seed_tensor(seeds, "seeds")
+            self._check_input_id(input_id, seeds, "input_id")
+            self._check_range([seeds], ["seeds"])
+            return self._sample_group([seeds], [None], [input_id])[0]
         seeds = self._check_seeds(seeds)
-        if input_id is not None and (
-            not isinstance(input_id, torch.Tensor) or input_id.shape != seeds.shape
-        ):
-            raise IBPInputError(
-                f"input_id must be a tensor of the seeds' shape {tuple(seeds.shape)}, got "
-                f"{getattr(input_id, 'shape', type(input_id).__name__)}"
-            )
+        self._check_input_id(input_id, seeds, "input_id")
         if not self.num_neighbors:
             out = self._sample_seeds(seeds)
         elif self.disjoint:
             out = self._sample_disjoint(seeds)
         else:
             out = self._sample_shared(seeds)
+        return self._finish(out, input_id)
+
+    def _finish(self, out: SampledBatch, input_id: torch.Tensor | None) -> SampledBatch:
+        """A batch with its ``input_id``, and with ``"bidirectional"``, its reversed edges."""
         out.input_id = input_id
         if self.subgraph_type == "bidirectional":
             out.row, out.col, out.edge = to_bidirectional(out.row, out.col, out.edge, out.num_nodes)
             out.num_sampled_nodes = out.num_sampled_edges = None
         return out
 
-    def capture_sizes(self, sizes: Iterable[int]) -> list[int]:
+    def sample_batches(
+        self,
+        batches: Sequence[torch.Tensor],
+        *,
+        batch_seeds: Sequence[int | None] | None = None,
+        input_ids: Sequence[torch.Tensor | None] | None = None,
+    ) -> list[SampledBatch]:
+        """Sample several batches at once: the batches that `sample` gives one by one.
+
+        Batch ``k`` is ``sample(batches[k], input_ids[k])`` after ``manual_seed(batch_seeds[k])``
+        (no reseeding where the seed is None), and the generators are left as after those calls.
+        With ``backend="kernel"`` (not ``disjoint``) each run of consecutive batches of one size
+        is launched as one group (`ibp_graph.sample_hop.launch_group`): the host reads the
+        group's sizes once, after its last batch, and with ``cuda_graph=True`` one CUDA graph
+        replays the whole group (`ibp_graph.sample_replay`; captured the second time a group of
+        that shape comes, and kept, at most 56 bytes a slot, for every batch of the group). The
+        seeds and keys of a group reach the GPU in one copy. Every batch of a group but the
+        last is cleared from the sampler's map on the device, over its whole buffers. With
+        ``subgraph_type="induced"``, and on the other backends, batches are sampled one by one.
+
+        Args:
+            batches: 1-D integer tensors of global node ids, one per batch.
+            batch_seeds: per batch, the seed to give `manual_seed` first, or None (default:
+                None, no reseeding).
+            input_ids: per batch, its ``input_id`` for `sample` (default: None).
+
+        Returns:
+            The batches, in order, on the graph's device.
+
+        Raises:
+            IBPInputError: ``batches`` is not a list or tuple of 1-D integer tensors,
+                ``batch_seeds`` or ``input_ids`` has another length, a seed is not an int or
+                None, an ``input_ids`` entry has another shape than its batch, or an id is
+                outside ``[0, num_nodes)`` (naming the batch and the position).
+        """
+        if not isinstance(batches, (list, tuple)):
+            raise IBPInputError(
+                f"batches must be a list or tuple of tensors, got '{type(batches).__name__}'"
+            )
+        count = len(batches)
+        batch_seeds = self._per_batch(batch_seeds, "batch_seeds", count)
+        input_ids = self._per_batch(input_ids, "input_ids", count)
+        for seed in batch_seeds:
+            if seed is not None and (
+                isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+            ):
+                raise IBPInputError(
+                    f"batch_seeds must hold ints or None, got '{type(seed).__name__}'"
+                )
+        names = [f"batches[{k}]" for k in range(count)]
+        tensors = [self._seed_tensor(b, name) for b, name in zip(batches, names, strict=True)]
+        for k, (seeds, input_id) in enumerate(zip(tensors, input_ids, strict=True)):
+            self._check_input_id(input_id, seeds, f"input_ids[{k}]")
+        if len({t.device for t in tensors}) > 1:  # where the first batch is, to be checked
+            tensors = [t.to(tensors[0].device) for t in tensors]
+        self._check_range(tensors, names)  # every batch before any is sampled
+        if not self._groups():
+            out = []
+            for seeds, seed, input_id in zip(tensors, batch_seeds, input_ids, strict=True):
+                if seed is not None:
+                    self.manual_seed(seed)
+                out.append(self.sample(seeds, input_id))
+            return out
+        out, start = [], 0
+        one = self.subgraph_type == "induced"  # its edges need the map after the hops
+        while start < count:
+            stop = start + 1
+            size = tensors[start].numel()
+            while not one and stop < count and tensors[stop].numel() == size:
+                stop += 1
+            part = slice(start, stop)
+            out += self._sample_group(tensors[part], batch_seeds[part], input_ids[part])
+            start = stop
+        return out
+
+    @staticmethod
+    def _per_batch(values: Sequence | None, name: str, count: int) -> list:
+        if values is None:
+            return [None] * count
+        if not isinstance(values, (list, tuple)) or len(values) != count:
+            raise IBPInputError(
+                f"{name} must be a list or tuple of one entry per batch ({count}), got "
+                f"{len(values) if isinstance(values, (list, tuple)) else type(values).__name__}"
+            )
+        return list(values)
+
+    def _groups(self) -> bool:
+        """Whether batches run as groups of the hop kernels (`_sample_group`)."""
+        return self._hop_kernels is not None and not self.disjoint and bool(self.num_neighbors)
+
+    def _sample_group(
+        self,
+        seeds: list[torch.Tensor],
+        batch_seeds: list[int | None],
+        input_ids: list[torch.Tensor | None],
+    ) -> list[SampledBatch]:
+        """Batches of one size as one group of the hop kernels (see `sample_batches`).
+
+        ``seeds``: `_seed_tensor` of each batch, its ids checked (`_check_range`).
+        """
+        count, size, hops = len(seeds), seeds[0].numel(), len(self.num_neighbors)
+        device = self.graph.device
+        on_host = all(t.device.type == "cpu" for t in seeds)
+        # The group's inputs: seeds, then keys. From the host (the loaders' seeds), in pinned
+        # memory, so that they reach a GPU in one copy that waits for nothing queued before.
+        inputs = torch.empty(
+            count * (size + hops),
+            dtype=torch.int64,
+            device="cpu" if on_host else device,
+            pin_memory=on_host and device.type == "cuda",
+        )
+        batch_part = inputs[: count * size].view(count, size)
+        torch.stack([t.to(inputs.device) for t in seeds], out=batch_part)
+        key_part = inputs[count * size :].view(count, hops)
+        keys = key_part if on_host else torch.empty((count, hops), dtype=torch.int64)
+        for row, seed in zip(keys, batch_seeds, strict=True):
+            if seed is not None:
+                self.manual_seed(seed)
+            torch.randint(0, 2**RANDOM_BITS, (hops,), generator=self._key_generator, out=row)
+        if not on_host:
+            key_part.copy_(to_device(keys, device))
+        finished = self._run_group(inputs, size, count)
+        induced = self.subgraph_type == "induced"
+        out = []
+        for (node, row, col, edge, num_nodes, num_edges), input_id in zip(
+            finished, input_ids, strict=True
+        ):
+            out.append(
+                self._finish(
+                    SampledBatch(
+                        node=node,
+                        row=row,
+                        col=col,
+                        edge=edge,
+                        batch_size=size,
+                        num_sampled_nodes=None if induced else num_nodes,
+                        num_sampled_edges=None if induced else num_edges,
+                    ),
+                    input_id,
+                )
+            )
+        return out
+
+    def _run_group(self, inputs: torch.Tensor, size: int, count: int) -> list:
+        """`ibp_graph.sample_hop.finish_group` of a group, the dense map left empty.
+
+        ``inputs``: ``count`` batches of ``size`` seeds (ids checked), then their keys. With
+        ``"induced"`` (one batch), its edges are the induced ones.
+        """
+        g = self.graph
+        fanouts = self.num_neighbors
+        local = self._scratch()
+        # a group clears its batches but the last on the device, over whole node buffers
+        iota = self._iota(node_buffer_bound(size, fanouts, g.num_nodes) if count > 1 else size)
+        kernels = self._hop_kernels
+
+        def launch(on_device: torch.Tensor) -> LaunchedGroup:
+            return launch_group(
+                kernels, g, local, on_device[: count * size].view(count, size), fanouts,
+                replace=self.replace, per_hop=self.draw == "per_hop",
+                keys=on_device[count * size :].view(count, -1), torch_hop=self._torch_hop,
+                iota=iota,
+            )  # fmt: skip
+
+        finished: list = []
+        try:
+            if self.cuda_graph and size:
+                if self._replay is None:
+                    self._replay = BatchReplay()
+                finished = self._replay.sample(launch, inputs, (size, count), g.device)
+            else:
+                finished = finish_group(launch(inputs.to(g.device, non_blocking=True)))
+            if self.subgraph_type == "induced":
+                node = finished[-1][0]
+                row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)
+                finished[-1] = (node, row, col, edge, *finished[-1][4:])
+        finally:
+            self._release_map(local, finished[-1][0] if finished else None, bool(finished))
+        return finished
+
+    def capture_sizes(self, sizes: Iterable[int], group: int = 1) -> list[int]:
         """With ``cuda_graph=True``, capture the launches of batches of ``sizes`` seeds now.
+
+        With ``group > 1``, of groups of ``group`` such batches, as `sample_batches` launches
+        them.
 
         A batch size is otherwise captured the second time a batch of that size comes, on the
         thread that samples it; with torch before 2.12 only the main thread can capture
@@ -595,6 +835,7 @@ class NeighborSampler:
 
         Args:
             sizes: batch sizes, most important first.
+            group: batches per group (default: 1).
 
         Returns:
             Those of ``sizes`` that replay from a CUDA graph now (none without
@@ -612,6 +853,9 @@ class NeighborSampler:
         for size in sizes:
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
                 raise IBPInputError(f"sizes must hold ints >= 0, got {size!r}")
+        if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1:
+            raise IBPInputError(f"group must be an int >= 1, got {group!r}")
+        group = int(group)
         if not self.cuda_graph or self._hop_kernels is None:
             return []
         if self.disjoint or self.draw == "per_hop" or not self.num_neighbors:
@@ -619,16 +863,17 @@ class NeighborSampler:
         if self._replay is None:
             self._replay = BatchReplay()
         replay, device = self._replay, self.graph.device
-        keys = torch.zeros(len(self.num_neighbors), dtype=torch.int64, device=device)
+        keys = torch.zeros(group * len(self.num_neighbors), dtype=torch.int64, device=device)
         sizes = list(dict.fromkeys(int(size) for size in sizes))
         for size in sizes:
-            # two batches at most: the first runs eagerly and shows whether the launches
+            inputs = torch.cat([torch.arange(size, device=device).repeat(group), keys])
+            # two groups at most: the first runs eagerly and shows whether the launches
             # read a size, the second is captured
             for _ in range(2):
-                if not (1 <= size <= self.graph.num_nodes and replay.wants(size)):
+                if not (1 <= size <= self.graph.num_nodes and replay.wants((size, group))):
                     break
-                self._sample_shared(torch.arange(size, device=device), keys)
-        return [size for size in sizes if size in replay.graphs]
+                self._run_group(inputs, size, group)
+        return [size for size in sizes if (size, group) in replay.graphs]
 
     def _sample_seeds(self, seeds: torch.Tensor) -> SampledBatch:
         """The batch of no hops (``num_neighbors=[]``): the seeds, and nothing drawn.
@@ -713,10 +958,10 @@ class NeighborSampler:
             self._map = None
             self._replay = None
 
-    def _sample_shared(self, seeds: torch.Tensor, keys: torch.Tensor | None = None) -> SampledBatch:
-        """One subgraph for all seeds; local ids from the dense scratch map.
+    def _sample_shared(self, seeds: torch.Tensor) -> SampledBatch:
+        """One subgraph for all seeds, with torch ops or compiled; local ids from the dense map.
 
-        ``keys``: the hop kernels' random keys (default: drawn from the generator).
+        The hop kernels run batches as groups instead (`_sample_group`).
         """
         g = self.graph
         compiled = self._compiled_hop()
@@ -732,7 +977,7 @@ class NeighborSampler:
                 if compiled:  # Numba could not compile the hops: torch ops, on a fresh map
                     compiled, self._map = False, None
                     local = self._scratch()
-                node, row, col, edge, num_nodes, num_edges = self._hops_with_ops(seeds, local, keys)
+                node, row, col, edge, num_nodes, num_edges = self._hops_with_ops(seeds, local)
             if self.subgraph_type == "induced":
                 row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)
             ok = True
@@ -753,36 +998,12 @@ class NeighborSampler:
         )
 
     def _hops_with_ops(
-        self, seeds: torch.Tensor, local: torch.Tensor, keys: torch.Tensor | None = None
+        self, seeds: torch.Tensor, local: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
-        """The hops of `_sample_shared` with torch ops, or with the hop kernels (any device).
-
-        With the ``"kernel"`` backend `ibp_graph.sample_hop.launch_batch` runs the hops: the
-        kernels for the fanouts they draw (``-1`` or up to their ``MAX_K``), `_torch_hop` for
-        the others.
-        """
-        g = self.graph
+        """The hops of `_sample_shared` with torch ops (any device)."""
         batch_size = seeds.numel()
         per_hop = self.draw == "per_hop"
-        kernels = self._hop_kernels
         iota = self._iota(batch_size)
-        if kernels is not None:
-            if keys is None:
-                keys = randint(len(self.num_neighbors), 1, self.generator, g.device).view(-1)
-
-            def launch(seeds: torch.Tensor, keys: torch.Tensor):
-                dense_seed(local, seeds, iota)
-                with kernels.launching():
-                    return launch_batch(
-                        kernels, g, local, seeds, self.num_neighbors, replace=self.replace,
-                        per_hop=per_hop, keys=keys, torch_hop=self._torch_hop,
-                    )  # fmt: skip
-
-            if not self.cuda_graph:
-                return finish_batch(launch(seeds, keys))
-            if self._replay is None:
-                self._replay = BatchReplay()
-            return self._replay.sample(launch, seeds, keys)
         dense_seed(local, seeds, iota)
         nodes, rows, cols, edges = [seeds], [], [], []
         num_nodes, num_edges = [batch_size], []

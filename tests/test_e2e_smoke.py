@@ -312,7 +312,7 @@ def test_e2e_says_which_batch_sizes_the_replay_mode_replayed() -> None:
     class Sampler:
         _replay = BatchReplay()
 
-    Sampler._replay.graphs = {1024: None, 116: None}
+    Sampler._replay.graphs = {(1024, 1): None, (116, 1): None, (1024, 8): None}
     assert e2e.replayed_sizes(Sampler()) == [116, 1024]
     assert e2e.replayed_sizes(object()) == []
     replay = {"mode": e2e.REPLAY_MODE, "replayed_sizes": [116, 1024]}

@@ -26,7 +26,7 @@ from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
 from ibp_graph.kernels.sample_neighbors import MAX_K
 from ibp_graph.loaders.pyg import NeighborLoader
-from ibp_graph.sample_index import dense_clear, dense_seed
+from ibp_graph.sample_index import dense_clear
 from ibp_graph.sample_replay import (
     PER_CAPTURE_RNG_TORCH,
     BatchReplay,
@@ -80,7 +80,7 @@ def test_replayed_batches_are_the_eager_ones(lib, fanouts) -> None:
         assert_same(got, want)
         assert got.num_edges > 0 or 0 in fanouts[:1]
     # Each size ran eagerly once, was captured the second time, then only replayed.
-    assert sorted(replayed._replay.graphs) == [37, 64]
+    assert replayed._replay.sizes() == [37, 64]
     assert len(capture.graphs) == 2
     assert sorted(gr.replays for gr in capture.graphs) == [2, 4]
 
@@ -106,7 +106,8 @@ def test_outputs_are_copies_not_the_graphs_buffers(lib) -> None:
 
 def capture_buffers(sampler) -> list[torch.Tensor]:
     (captured,) = sampler._replay.graphs.values()
-    return [*captured.batch.nodes, *captured.batch.edges, captured.batch.counts]
+    group = captured.group
+    return [t for b in group.batches for t in (*b.nodes, *b.edges)] + [group.counts]
 
 
 @pytest.mark.parametrize(
@@ -129,7 +130,7 @@ def test_at_most_max_graphs_sizes_are_captured(lib) -> None:
     sizes = [10, 11, 12] * 3
     for seeds in seed_batches(g, sizes, seed=3):
         assert_same(replayed.sample(seeds), eager.sample(seeds))
-    assert sorted(replayed._replay.graphs) == [10, 11] and len(capture.graphs) == 2
+    assert replayed._replay.sizes() == [10, 11] and len(capture.graphs) == 2
 
 
 def test_a_capture_that_fails_warns_once_and_runs_eagerly(lib) -> None:
@@ -164,29 +165,28 @@ def test_the_host_capture_refuses_a_size_read_into_python(lib) -> None:
     seeds = seed_batches(g, [16], seed=5)[0]
     keys = torch.tensor([11, -12])
 
-    def launch(seeds, keys):
-        sample_hop.read_counts(seeds[:1])
-        return launch_of(sampler, seeds, keys)
+    def launch(inputs):
+        sample_hop.read_counts(inputs[:1])
+        return launch_of(sampler, inputs[:16].view(1, 16), inputs[16:].view(1, 2))
 
-    replay._ready.add(16)  # as if seen before: captured now
+    replay._ready.add((16, 1))  # as if seen before: captured now
     with pytest.warns(RuntimeWarning, match="host read"):
-        got = replay.sample(launch, seeds, keys)
+        (got,) = replay.sample(launch, torch.cat([seeds, keys]), (16, 1), g.device)
     assert replay.graphs == {}
     dense_clear(sampler._scratch(), got[0])
-    want = sample_hop.finish_batch(launch_of(eager, seeds, keys))
+    (want,) = sample_hop.finish_group(launch_of(eager, seeds.view(1, 16), keys.view(1, 2)))
     for x, y in zip(got, want, strict=True):
         assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
 
 
 def launch_of(sampler, seeds, keys):
-    """`launch_batch` of ``sampler``'s hop kernels, its dense map seeded first."""
-    local = sampler._scratch()
-    dense_seed(local, seeds, torch.arange(seeds.numel()))
-    with sampler._hop_kernels.launching():
-        return sample_hop.launch_batch(
-            sampler._hop_kernels, sampler.graph, local, seeds, sampler.num_neighbors,
-            replace=False, per_hop=False, keys=keys, torch_hop=None,
-        )  # fmt: skip
+    """`launch_group` of ``sampler``'s hop kernels (``seeds`` ``(K, B)``, ``keys`` ``(K, H)``)."""
+    fanouts = sampler.num_neighbors
+    bound = sample_hop.node_buffer_bound(seeds.shape[1], fanouts, sampler.graph.num_nodes)
+    return sample_hop.launch_group(
+        sampler._hop_kernels, sampler.graph, sampler._scratch(), seeds, fanouts,
+        replace=False, per_hop=False, keys=keys, torch_hop=None, iota=torch.arange(bound),
+    )  # fmt: skip
 
 
 def test_a_failed_batch_drops_the_graphs(lib) -> None:
@@ -195,7 +195,7 @@ def test_a_failed_batch_drops_the_graphs(lib) -> None:
     batches = seed_batches(g, [12] * 3, seed=6)
     for seeds in batches[:2]:
         replayed.sample(seeds)
-    assert list(replayed._replay.graphs) == [12]
+    assert replayed._replay.sizes() == [12]
     kernels = replayed._hop_kernels
 
     class Broken:
@@ -283,18 +283,20 @@ def test_a_capture_off_the_main_thread_needs_per_capture_random_state(monkeypatc
     assert f"{PER_CAPTURE_RNG_TORCH[0]}.{PER_CAPTURE_RNG_TORCH[1]} or later" in str(error)
     # A sampler's replay then warns once and runs that size eagerly.
     replay = BatchReplay(capture=sample_replay.cuda_capture)
-    replay._ready.add(3)  # seen once: captured the next time
+    replay._ready.add((3, 1))  # seen once: captured the next time
     launched: list[torch.Tensor] = []
 
-    def launch(seeds, keys):
+    def launch(inputs):
+        seeds = inputs[:3]
         launched.append(seeds)
         batch = sample_hop.LaunchedBatch(seeds, 1)
         batch.add(seeds.new_empty((3, 0)), seeds[:0], 0, 0)  # one hop, no edges
-        return batch
+        return sample_hop.LaunchedGroup([batch], batch.counts.view(1, -1))
 
     def sample() -> None:
         with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph") as rec:
-            replay.sample(launch, torch.arange(3), torch.zeros(1, dtype=torch.int64))
+            inputs = torch.cat([torch.arange(3), torch.zeros(1, dtype=torch.int64)])
+            replay.sample(launch, inputs, (3, 1), torch.device("cpu"))
         # Refused before capturing: nothing of torch's to worry about.
         assert "without cuda_graph=True" not in str(rec[0].message)
 
@@ -316,7 +318,7 @@ def test_gpu_replayed_batches_are_the_eager_ones(side_stream: bool) -> None:
             seeds = seeds.cuda()
             want, got = eager.sample(seeds), replayed.sample(seeds)
             assert_same(got, want)
-    assert sorted(replayed._replay.graphs) == [100, 256]
+    assert replayed._replay.sizes() == [100, 256]
 
 
 @pytest.mark.gpu
@@ -352,7 +354,7 @@ def test_gpu_replay_captured_on_a_thread_beside_training_work() -> None:
     # Before torch 2.12 a capture off the main thread would break the main thread's random
     # ops (randn_like above), so the sampler refuses it and runs the batches eagerly.
     captures = torch_release() >= PER_CAPTURE_RNG_TORCH
-    assert list(replayed._replay.graphs) == ([128] if captures else [])
+    assert replayed._replay.sizes() == ([128] if captures else [])
     for seeds, batch in zip(batches, got, strict=True):
         assert_same(batch, eager.sample(seeds))
 
@@ -374,7 +376,7 @@ def test_gpu_replayed_batches_are_the_eager_ones_in_other_modes(fanouts, index_d
     for seeds in seed_batches(g, [200, 200, 77, 200, 77, 200], seed=10):
         seeds = seeds.cuda()
         assert_same(replayed.sample(seeds), eager.sample(seeds))
-    assert sorted(replayed._replay.graphs) == [77, 200]
+    assert replayed._replay.sizes() == [77, 200]
 
 
 def test_capture_sizes_captures_now_without_drawing_from_the_generator(lib) -> None:
@@ -382,7 +384,7 @@ def test_capture_sizes_captures_now_without_drawing_from_the_generator(lib) -> N
     eager, _ = host_sampler(lib, g, [6, 4], replay=False)
     replayed, capture = host_sampler(lib, g, [6, 4], replay=True)
     assert replayed.capture_sizes([37, 64, 37, 401, 0]) == [37, 64]  # 401 > nodes, 0: none
-    assert sorted(replayed._replay.graphs) == [37, 64] and len(capture.graphs) == 2
+    assert replayed._replay.sizes() == [37, 64] and len(capture.graphs) == 2
     assert replayed.capture_sizes([64]) == [64] and len(capture.graphs) == 2  # kept
     # Every later batch replays, and is the batch of a sampler that never captured.
     batches = seed_batches(g, [64, 37, 64, 37], seed=7)
@@ -415,8 +417,8 @@ def test_capture_sizes_stops_at_max_graphs_and_at_what_cannot_be_captured(lib) -
     assert two.capture_sizes([10, 11, 12]) == [10, 11] and len(capture.graphs) == 2
     reads, capture = host_sampler(lib, g, [-1, 3], replay=True)
     calls = []
-    run = reads._sample_shared
-    reads._sample_shared = lambda *a: calls.append(1) or run(*a)
+    run = reads._run_group
+    reads._run_group = lambda *a: calls.append(1) or run(*a)
     assert reads.capture_sizes([20]) == [] and calls == [1]  # one eager batch shows it
     assert reads.capture_sizes([20]) == [] and calls == [1]  # and it is remembered
     assert capture.graphs == []
@@ -425,8 +427,8 @@ def test_capture_sizes_stops_at_max_graphs_and_at_what_cannot_be_captured(lib) -
     for kw in ({"disjoint": True}, {"draw": "per_hop"}):  # never captured: nothing sampled
         never, capture = host_sampler(lib, g, [6, 4], replay=True, **kw)
         calls.clear()
-        run = never._sample_shared
-        never._sample_shared = lambda *a, run=run: calls.append(1) or run(*a)
+        run = never._run_group
+        never._run_group = lambda *a, run=run: calls.append(1) or run(*a)
         assert never.capture_sizes([20]) == [] and capture.graphs == [] and calls == []
 
 
@@ -459,7 +461,7 @@ def test_the_loader_captures_its_sizes_where_its_thread_could_not(lib) -> None:
     for x, y in zip(got, want, strict=True):
         assert all(torch.equal(a, b) for a, b in zip(x, y, strict=True))
     assert len(list(replayed)) == len(want)  # a second epoch
-    sizes = sorted(replayed.node_sampler._replay.graphs)
+    sizes = replayed.node_sampler._replay.sizes()
     assert sizes == [16, 48]  # 400 seeds: 8 batches of 48 and one of 16
     # every batch of both epochs, after the capture's own run
     assert sorted(gr.replays for gr in capture.graphs) == [1 + 2, 1 + 16]

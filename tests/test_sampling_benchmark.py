@@ -169,7 +169,7 @@ def test_a_hop_grid_reaches_the_hop_kernels(bench, lib, monkeypatch) -> None:
 def test_cuda_graph_adds_one_kernel_row_and_host_seeds_two_more(bench) -> None:
     argv = ["--device", "cuda", "--hop-grids", "default,32", "--cuda-graph"]
     args = bench.parse_args(argv)
-    eager, grid, replay = (None, False, False), (32.0, False, False), (None, True, False)
+    eager, grid, replay = (None, False, False, 1), (32.0, False, False, 1), (None, True, False, 1)
     assert bench.variants("kernel", args) == [eager, grid, replay]
     assert bench.variants("torch", args) == [eager]
     plain = bench.parse_args(["--device", "cuda"])
@@ -177,16 +177,51 @@ def test_cuda_graph_adds_one_kernel_row_and_host_seeds_two_more(bench) -> None:
     assert bench.variants("kernel", plain) == [eager]
     # --host-seeds: the default grid again, eager and replayed, with the seeds on the host
     both = bench.parse_args([*argv, "--host-seeds"])
-    host = [(None, False, True), (None, True, True)]
+    host = [(None, False, True, 1), (None, True, True, 1)]
     assert bench.variants("kernel", both) == [eager, grid, replay, *host]
     assert bench.variants("torch", both) == [eager]
     alone = bench.parse_args(["--device", "cuda", "--host-seeds"])
-    assert bench.variants("kernel", alone) == [eager, (None, False, True)]
+    assert bench.variants("kernel", alone) == [eager, (None, False, True, 1)]
+    # --group K: the seeds from the host again, K batches a call
+    groups = bench.parse_args([*argv, "--group", "8"])
+    grouped = [(None, False, True, 8), (None, True, True, 8)]
+    assert bench.variants("kernel", groups) == [eager, grid, replay, *grouped]
+    assert bench.variants("torch", groups) == [eager]
+    assert bench.parse_args(["--device", "cuda"]).group == 1
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--device", "cuda", "--group", "0"])
     row = {"backend": "kernel", "hop_grid": None, "cuda_graph": True}
     assert bench.backend_label(row) == "kernel, CUDA graph"
     assert bench.backend_label({**row, "cuda_graph": False}) == "kernel"
     label = bench.backend_label({**row, "host_seeds": True})
     assert label == "kernel, CUDA graph, seeds from the host"
+    label = bench.backend_label({**row, "host_seeds": True, "group": 8})
+    assert label == "kernel, CUDA graph, seeds from the host, groups of 8"
+
+
+def test_a_group_row_is_per_batch(bench, lib, monkeypatch) -> None:
+    from simt.host_hops import HostHopKernels
+
+    from ibp_graph.graph import CSRGraph
+
+    monkeypatch.setattr(
+        bench, "CudaHopKernels", lambda device, max_blocks=None: HostHopKernels(lib)
+    )
+    args = argparse.Namespace(
+        nodes=3000, batch_size=64, batches=5, warmup=1, seed=0, fanouts=[4, 3]
+    )
+    graph = CSRGraph.from_edge_index(bench.power_law_edges(args.nodes, 30000, seed=0), args.nodes)
+    one = bench.measure(graph, args, "int64", "torch", "host", 3.0, host_seeds=True)
+    row = bench.measure(graph, args, "int64", "torch", "host", 3.0, host_seeds=True, group=3)
+    assert row["group"] == 3 and one["group"] == 1
+    assert row["kernel_launches_per_batch"] == one["kernel_launches_per_batch"] == 6
+    assert row["host_reads_per_batch"] == round(2 / 3, 2) and one["host_reads_per_batch"] == 2
+    # 5 batches, in whole groups: two calls of 3 after the warm-up call, figures per batch
+    assert row["batches"] == 6 and one["batches"] == 5
+    assert 0 < row["median_batch_s"] < one["median_batch_s"] * 3
+    assert row["mean_sampled_edges"] == pytest.approx(one["mean_sampled_edges"], rel=0.3)
+    assert row["time_split"]["calls"] == 1 and row["time_split"]["python"]
+    assert bench.backend_label(row) == "torch, 3 blocks/SM, seeds from the host, groups of 3"
 
 
 def test_thread_counts_are_parsed(bench) -> None:

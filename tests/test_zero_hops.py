@@ -114,9 +114,10 @@ def forbid_hops(monkeypatch, *, induced: bool = False) -> None:
         raise AssertionError("a hop or a draw ran for a batch of no hops")
 
     monkeypatch.setattr(sample_cpu, "sample", ran)
-    monkeypatch.setattr(sampler_mod, "launch_batch", ran)
+    monkeypatch.setattr(sampler_mod, "launch_group", ran)
     monkeypatch.setattr(sampler_mod, "randint", ran)
-    for name in ("_torch_hop", "_hops_with_ops", "_sample_compiled", "_draw_without_replacement"):
+    for name in ("_torch_hop", "_hops_with_ops", "_sample_compiled", "_draw_without_replacement",
+                 "_sample_group"):  # fmt: skip
         monkeypatch.setattr(NeighborSampler, name, ran)
     if not induced:  # induced reads the seeds' in-edges (fanout -1), once, and draws nothing
         monkeypatch.setattr(NeighborSampler, "_hop_entries", ran)

@@ -1,0 +1,295 @@
+"""Batches sampled in groups (`NeighborSampler.sample_batches`, `sample_hop.launch_group`).
+
+A group is the batches of one size launched one after the other, their sizes read once at its
+end, replayed from one CUDA graph with ``cuda_graph=True``. Whatever the grouping, batch ``k``
+must be the batch that ``manual_seed(batch_seeds[k])`` then ``sample(batches[k])`` gives, bit
+for bit. On the host the hop kernels run in the SIMT harness and the capture is
+`simt.host_graph.HostCapture`; the `gpu` tests run real launches and graphs.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+
+import pytest
+import torch
+from simt.host_hops import HostHopKernels
+from test_sampler_hop_host import power_graph
+from test_sampler_replay_host import assert_same, fields, host_sampler, seed_batches
+
+from ibp_graph import sample_hop
+from ibp_graph.errors import IBPInputError
+from ibp_graph.graph import CSRGraph
+from ibp_graph.kernels.sample_neighbors import MAX_K
+from ibp_graph.sample_index import UNSEEN
+from ibp_graph.sampler import NeighborSampler
+
+MODES = [
+    ([15, 10, 5], {}),
+    ([4, 0, 3], {}),
+    ([6, 4], {"replace": True}),
+    ([-1, 3], {}),  # reads the first hop's sizes on the way
+    ([MAX_K + 2, 3], {}),  # a hop of torch ops
+    ([5, 3], {"draw": "per_hop"}),
+    ([6, 4], {"subgraph_type": "bidirectional"}),
+    ([6, 4], {"subgraph_type": "induced"}),  # groups of one batch
+]
+
+
+def one_by_one(sampler, batches, seeds, input_ids=None):
+    out = []
+    for k, batch in enumerate(batches):
+        if seeds is not None and seeds[k] is not None:
+            sampler.manual_seed(seeds[k])
+        out.append(sampler.sample(batch, None if input_ids is None else input_ids[k]))
+    return out
+
+
+@pytest.mark.parametrize("replay", [False, True])
+@pytest.mark.parametrize(("fanouts", "kw"), MODES)
+def test_groups_are_the_batches_sampled_one_by_one(lib, replay, fanouts, kw) -> None:
+    g = power_graph(31, n=400)
+    # runs of equal sizes: groups of 3, 1 and 5 batches
+    sizes = [40, 40, 40, 17, 40, 40, 40, 40, 40]
+    batches = seed_batches(g, sizes, seed=4)
+    seeds = [100 + k for k in range(len(sizes))]
+    seeds[4] = None  # no reseeding: the generator goes on
+    ids = [torch.arange(size) + 1000 * k for k, size in enumerate(sizes)]
+    single, _ = host_sampler(lib, g, fanouts, replay=False, **kw)
+    grouped, capture = host_sampler(lib, g, fanouts, replay=replay, **kw)
+    for _ in range(2):  # a shape is captured the second time it comes
+        want = one_by_one(single, batches, seeds, ids)
+        got = grouped.sample_batches(batches, batch_seeds=seeds, input_ids=ids)
+        assert len(got) == len(want)
+        for a, b, input_id in zip(got, want, ids, strict=True):
+            assert_same(a, b)
+            assert a.input_id is input_id and a.batch_size == b.batch_size
+        # the generators are where the calls one by one left them
+        assert torch.equal(grouped.generator.get_state(), single.generator.get_state())
+        assert torch.equal(grouped._key_generator.get_state(), single._key_generator.get_state())
+        assert bool((grouped._map == UNSEEN).all())  # every batch cleared from the map
+    reads_sizes = fanouts[0] == -1 or fanouts[0] > MAX_K or kw.get("draw") == "per_hop"
+    if replay and not reads_sizes:
+        induced = kw.get("subgraph_type") == "induced"
+        shapes = {(40, 1), (17, 1)} if induced else {(40, 3), (17, 1), (40, 5)}
+        assert set(grouped._replay.graphs) == shapes and len(capture.graphs) == len(shapes)
+    elif replay:
+        assert grouped._replay.graphs == {} and capture.graphs == []
+
+
+def test_a_group_reads_its_sizes_once(lib, monkeypatch) -> None:
+    g = power_graph(32, n=400)
+    sampler, _ = host_sampler(lib, g, [6, 4, 2], replay=False)
+    reads = []
+    real = sample_hop.read_counts
+    monkeypatch.setattr(sample_hop, "read_counts", lambda t: reads.append(t.shape) or real(t))
+    sampler.sample_batches(seed_batches(g, [30] * 5, seed=1))
+    assert reads == [(5, 7)]  # one read of every batch's 7 counts
+    launches = sampler._hop_kernels.launches
+    assert launches.count("draw") == 15 and launches.count("emit") == 15
+
+
+def test_replayed_groups_copy_their_outputs_out(lib) -> None:
+    g = power_graph(33, n=400)
+    sampler, capture = host_sampler(lib, g, [10, 5], replay=True)
+    single, _ = host_sampler(lib, g, [10, 5], replay=False)
+    groups = [seed_batches(g, [50] * 4, seed=s) for s in range(4)]
+    outs = [sampler.sample_batches(batches, batch_seeds=[1, 2, 3, 4]) for batches in groups]
+    (graph,) = capture.graphs
+    assert graph.replays == 3  # run eagerly, then captured and replayed, then replayed twice
+    (captured,) = sampler._replay.graphs.values()
+    group = captured.group
+    buffers = {t.untyped_storage().data_ptr() for b in group.batches for t in b.nodes + b.edges}
+    for batches, out in zip(groups, outs, strict=True):  # not changed by the later replays
+        for a, b in zip(out, one_by_one(single, batches, [1, 2, 3, 4]), strict=True):
+            assert_same(a, b)
+            assert a.node.untyped_storage().data_ptr() not in buffers
+            assert a.row.untyped_storage().data_ptr() not in buffers
+
+
+def test_capture_sizes_captures_groups(lib) -> None:
+    g = power_graph(34, n=400)
+    sampler, capture = host_sampler(lib, g, [6, 4], replay=True)
+    assert sampler.capture_sizes([32, 20], group=4) == [32, 20]
+    assert set(sampler._replay.graphs) == {(32, 4), (20, 4)} and len(capture.graphs) == 2
+    single, _ = host_sampler(lib, g, [6, 4], replay=False)
+    batches = seed_batches(g, [32] * 4, seed=2)
+    got = sampler.sample_batches(batches, batch_seeds=[5, 6, 7, 8])
+    for a, b in zip(got, one_by_one(single, batches, [5, 6, 7, 8]), strict=True):
+        assert_same(a, b)
+    # each shape replayed where it was captured, and (32, 4) again
+    assert sorted(gr.replays for gr in capture.graphs) == [1, 2]
+    with pytest.raises(IBPInputError, match=r"group must be an int >= 1, got 0"):
+        sampler.capture_sizes([8], group=0)
+
+
+def test_launch_group_clears_every_batch_but_the_last(lib) -> None:
+    g = power_graph(35, n=400)
+    kernels = HostHopKernels(lib)
+    fanouts = [8, 4]
+    seeds = torch.stack(seed_batches(g, [24] * 3, seed=3))
+    local = torch.full((g.num_nodes,), UNSEEN, dtype=torch.int64)
+    iota = torch.arange(sample_hop.node_buffer_bound(24, fanouts, g.num_nodes))
+    keys = torch.arange(6).view(3, 2) - 7
+    group = sample_hop.launch_group(
+        kernels, g, local, seeds, fanouts, replace=False, per_hop=False, keys=keys,
+        torch_hop=None, iota=iota,
+    )  # fmt: skip
+    assert group.launched_only and group.counts.shape == (3, 5)
+    *_, last = sample_hop.finish_group(group)
+    node = last[0]
+    # only the last batch is in the map, each node at its local id
+    held = (local != UNSEEN).nonzero().view(-1)
+    assert torch.equal(held.sort().values, node.unique().sort().values)
+    first = {}
+    for i, v in enumerate(node.tolist()):
+        first.setdefault(v, i)
+    from ibp_graph.sample_index import KNOWN
+
+    assert all(int(local[v]) + KNOWN == i for v, i in first.items())
+
+
+def test_node_buffer_bound() -> None:
+    bound = sample_hop.node_buffer_bound
+    assert bound(10, [3, 2], 1000) == 60
+    assert bound(10, [3, 0, 5], 1000) == 30
+    assert bound(10, [50, 50], 1000) == 1000  # at most the graph's nodes
+    assert bound(10, [-1, 2], 1000) == 1000  # all in-neighbors: any node
+    assert bound(10, [MAX_K + 1], 1000) == 1000
+    assert bound(10, [], 1000) == 10
+
+
+def test_other_backends_sample_one_by_one(lib) -> None:
+    g = power_graph(36, n=400)
+    batches = seed_batches(g, [30, 30, 12], seed=5)
+    for kw in ({}, {"disjoint": True}):
+        a = NeighborSampler(g, [5, 3], seed=1, **kw)
+        b = NeighborSampler(g, [5, 3], seed=1, **kw)
+        got = a.sample_batches(batches, batch_seeds=[7, None, 9])
+        for x, y in zip(got, one_by_one(b, batches, [7, None, 9]), strict=True):
+            assert_same(x, y)
+            assert torch.equal(x.batch, y.batch) if kw else x.batch is None
+    kernel, _ = host_sampler(lib, g, [5, 3], replay=False, disjoint=True)
+    again, _ = host_sampler(lib, g, [5, 3], replay=False, disjoint=True)
+    for x, y in zip(kernel.sample_batches(batches), one_by_one(again, batches, None), strict=True):
+        assert_same(x, y)
+
+
+def test_no_batches_and_empty_batches(lib) -> None:
+    g = power_graph(37, n=400)
+    sampler, _ = host_sampler(lib, g, [5, 3], replay=True)
+    assert sampler.sample_batches([]) == []
+    empty = torch.empty(0, dtype=torch.int64)
+    out = sampler.sample_batches([empty, empty])
+    assert [b.num_nodes for b in out] == [0, 0] and [b.num_edges for b in out] == [0, 0]
+    assert out[0].num_sampled_nodes == [0, 0, 0]
+
+
+def test_the_keys_travel_with_the_seeds_and_pickle(lib) -> None:
+    g = power_graph(38, n=400)
+    sampler, _ = host_sampler(lib, g, [6, 4], replay=False)
+    sampler.sample(seed_batches(g, [20], seed=6)[0])  # the key generator moved on
+    copy = pickle.loads(pickle.dumps(sampler))
+    copy._hop_kernels = HostHopKernels(lib)
+    batch = seed_batches(g, [20], seed=7)[0]
+    assert_same(copy.sample(batch), sampler.sample(batch))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s, b: s.sample_batches(b[0]), "batches must be a list or tuple of tensors, got"),
+        (lambda s, b: s.sample_batches([b[0], [1, 2]]), "batches[1] must be a torch.Tensor"),
+        (
+            lambda s, b: s.sample_batches([b[0], b[1].float()]),
+            "batches[1] must hold integers, got dtype torch.float32",
+        ),
+        (
+            lambda s, b: s.sample_batches([b[0].view(2, -1)]),
+            "batches[0] must be 1-D, got shape (2, 5)",
+        ),
+        (
+            lambda s, b: s.sample_batches(b, batch_seeds=[1]),
+            "batch_seeds must be a list or tuple of one entry per batch (2), got 1",
+        ),
+        (
+            lambda s, b: s.sample_batches(b, batch_seeds=[1, 2.5]),
+            "batch_seeds must hold ints or None, got 'float'",
+        ),
+        (
+            lambda s, b: s.sample_batches(b, input_ids=[None, torch.arange(3)]),
+            "input_ids[1] must be a tensor of the seeds' shape (10,), got torch.Size([3])",
+        ),
+        (
+            lambda s, b: s.sample_batches([b[0], b[1].index_fill(0, torch.tensor([6]), 400)]),
+            "batches[1][6] = 400 is out of range for a graph of 400 nodes",
+        ),
+        (
+            lambda s, b: s.sample_batches([b[0], b[1].index_fill(0, torch.tensor([2]), -3)]),
+            "batches[1][2] = -3 is out of range for a graph of 400 nodes",
+        ),
+    ],
+)
+@pytest.mark.parametrize("kernel", [True, False])
+def test_bad_batches_are_named(lib, call, message, kernel) -> None:
+    g = power_graph(39, n=400)
+    if kernel:
+        sampler, _ = host_sampler(lib, g, [4, 2], replay=True)
+    else:
+        sampler = NeighborSampler(g, [4, 2], seed=0)
+    before = sampler.generator.get_state()
+    with pytest.raises(IBPInputError, match=re.escape(message)):
+        call(sampler, seed_batches(g, [10, 10], seed=8))
+    assert torch.equal(sampler.generator.get_state(), before)
+    if sampler._map is not None:
+        assert bool((sampler._map == UNSEEN).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cuda_graph", [False, True])
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_gpu_groups_are_the_host_batches(lib, cuda_graph, side_stream) -> None:
+    # The keys come from the host: a GPU group gives, bit for bit, the batches that the
+    # kernel source run on the host gives for the same seeds.
+    g = power_graph(40, n=5000)
+    gd = CSRGraph(g.indptr.cuda(), g.indices.cuda(), g.edge_ids.cuda(), g.num_nodes)
+    host, _ = host_sampler(lib, g, [15, 10, 5], replay=False)
+    gpu = NeighborSampler(gd, [15, 10, 5], seed=5, backend="kernel", cuda_graph=cuda_graph)
+    sizes = [256, 256, 256, 100, 256, 256, 256]
+    seeds = list(range(len(sizes)))
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        for round_ in range(3):
+            batches = seed_batches(g, sizes, seed=round_)
+            want = one_by_one(host, batches, seeds)
+            got = gpu.sample_batches(batches, batch_seeds=seeds)
+            for a, b in zip(got, want, strict=True):
+                assert a.node.is_cuda
+                for x, y in zip(fields(a), fields(b), strict=True):
+                    assert torch.equal(x.cpu(), y) if torch.is_tensor(x) else x == y
+            again = one_by_one(gpu, [batches[3]], [seeds[3]])[0]
+            assert torch.equal(again.node.cpu(), want[3].node)
+    if cuda_graph:
+        assert set(gpu._replay.graphs) >= {(256, 3)}
+    assert bool((gpu._map == UNSEEN).all())
+
+
+def test_a_replayed_group_costs_fewer_ops_a_batch(lib) -> None:
+    from benchmarks.sampling_ops import count
+
+    g = power_graph(41, n=2000)
+    seeds = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(0))[:200]
+    eager, _ = host_sampler(lib, g, [15, 10, 5], replay=False)
+    replayed, _ = host_sampler(lib, g, [15, 10, 5], replay=True)
+    single, grouped = count(replayed, seeds), count(replayed, seeds, group=8)
+    eager_group = count(eager, seeds, group=8)
+    assert eager_group["kernel_launches"] == 9 and grouped["kernel_launches"] == 0
+    # one read for the group's seeds' range and one for its sizes
+    assert grouped["host_reads"] == eager_group["host_reads"] == 2 / 8
+    assert single["host_reads"] == 2
+    # what is left a batch is mostly views (cutting the outputs), which launch nothing
+    assert grouped["other_ops"] < single["other_ops"] / 3, (grouped, single)
+    assert grouped["torch_ops"] < single["torch_ops"] * 0.6, (grouped, single)
+    assert grouped["sampled_edges"] > 0
