@@ -202,6 +202,21 @@ def check_prefetch(prefetch: object) -> int:
     return prefetch
 
 
+def check_sample_group(sample_group: object) -> int:
+    """``sample_group`` if it is an int >= 1.
+
+    Raises:
+        IBPInputError: it is not.
+    """
+    if (
+        isinstance(sample_group, bool)
+        or not isinstance(sample_group, (int, np.integer))
+        or sample_group < 1
+    ):
+        raise IBPInputError(f"sample_group must be an int >= 1, got {sample_group!r}")
+    return int(sample_group)
+
+
 def check_graph_memory(graph_memory: object) -> str:
     """``graph_memory`` if it is one of `GRAPH_MEMORY`.
 
@@ -417,6 +432,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         shuffle: reshuffle the seeds every epoch.
         drop_last: drop the last, smaller batch.
         prefetch: batches prepared ahead of the one being consumed (without workers).
+        sample_group: batches sampled per call of the sampler (without workers).
         seed: the base seed (see the module docstring).
         progress: iterate through a tqdm bar showing `stats`.
         use_ddp: each rank iterates over its share of the seeds.
@@ -434,6 +450,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
     shuffle: bool
     drop_last: bool
     prefetch: int
+    sample_group: int
     seed: int
     progress: bool
     use_ddp: bool
@@ -471,6 +488,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         ddp_seed: int = 0,
         loader_kwargs: Mapping[str, Any] | None = None,
         prefetch_thread: bool | None = None,
+        sample_group: int = 1,
     ) -> None:
         """Check and store the loop's arguments (``seed=None`` draws the base seed).
 
@@ -496,6 +514,9 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 `_start_pipeline` once the device is known (`default_prefetch_thread`: on a
                 CUDA device), unless the subclass sets
                 ``self.prefetch_thread`` to a bool before (default: None).
+            sample_group: without workers, batches sampled per call of the sampler
+                (`ibp_graph.sampler.NeighborSampler.sample_batches`; the same batches)
+                (default: 1).
 
         Raises:
             TypeError: a keyword in ``loader_kwargs`` is not a torch ``DataLoader`` keyword.
@@ -521,6 +542,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         shuffle = False if shuffle is None else shuffle
         self.batch_size = check_batch_size(batch_size)
         self.prefetch = check_prefetch(prefetch)
+        self.sample_group = check_sample_group(sample_group)
         #: Resolved to a bool by `_start_pipeline` when None.
         self.prefetch_thread: bool | None = (
             None if prefetch_thread is None else check_bool("prefetch_thread", prefetch_thread)
@@ -706,21 +728,27 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
     def _capture_sizes(self, batches: list[torch.Tensor]) -> None:
         """Capture the epoch's batch sizes where ``node_sampler`` replays its launches.
 
-        With ``cuda_graph=True``, the sizes, the most frequent first, are captured on the
+        With ``cuda_graph=True``, the group shapes of the sampler's calls (``sample_group``
+        batches each; `NeighborSampler.group_shapes`), the most frequent first, are captured
+        on the
         thread that starts the epoch (`ibp_graph.sampler.NeighborSampler.capture_sizes`):
         with torch before 2.12 the prefetch thread could not capture them. On a GPU, on the
         side stream, after the work queued before the epoch.
         """
         if not getattr(self.node_sampler, "cuda_graph", False):
             return
-        sizes = Counter(int(b.numel()) for b in batches)
-        ordered = [size for size, _ in sizes.most_common()]
+        shapes = Counter(
+            (size, count)
+            for chunk in self._chunks(batches)
+            for size, count in self.node_sampler.group_shapes([int(b.numel()) for b in chunk])
+        )
         stream = contextlib.nullcontext()
         if self._stream is not None:
             self._stream.wait_stream(torch.cuda.current_stream(self.device))
             stream = torch.cuda.stream(self._stream)
         with hold(self.node_sampler.lock), stream:
-            self.node_sampler.capture_sizes(ordered)
+            for (size, count), _ in shapes.most_common():
+                self.node_sampler.capture_sizes([size], group=count)
 
     def _sample_batch(self, epoch: int, index: int, positions: torch.Tensor) -> SampledBatch:
         """Sample batch ``index`` of ``epoch``: the seeds at ``positions``, seeded for it."""
@@ -748,9 +776,32 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 self.node_sampler.manual_seed(seed)
             return self.node_sampler.sample(seeds, input_id)
 
+    def _chunks(self, batches: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+        """The epoch's batches in the ``sample_group``-long runs that one call samples."""
+        step = self.sample_group
+        return [batches[start : start + step] for start in range(0, len(batches), step)]
+
     def _work(self, epoch: int, batches: list[torch.Tensor]) -> Iterator[SampledBatch]:
-        for index, positions in enumerate(batches):
-            yield self._sample_batch(epoch, index, positions)
+        index = 0
+        for chunk in self._chunks(batches):
+            if len(chunk) == 1:
+                yield self._sample_batch(epoch, index, chunk[0])
+            else:
+                yield from self._sample_chunk(epoch, index, chunk)
+            index += len(chunk)
+
+    def _sample_chunk(
+        self, epoch: int, first: int, chunk: list[torch.Tensor]
+    ) -> list[SampledBatch]:
+        """Batches ``first, first + 1, ...`` of ``epoch`` in one sampler call.
+
+        The batches that `_sample_batch` gives one by one (`NeighborSampler.sample_batches`).
+        """
+        seeds = [self.input_nodes[positions] for positions in chunk]
+        ids = [p if self._input_id is None else self._input_id[p] for p in chunk]
+        batch_seeds = [self._batch_seed(epoch, first + i) for i in range(len(chunk))]
+        with hold(self.node_sampler.lock):
+            return self.node_sampler.sample_batches(seeds, batch_seeds=batch_seeds, input_ids=ids)
 
     def _from_workers(self, results: Iterator[WorkerResult]) -> Iterator[Any]:
         """Batches from torch's worker iterator, their counters added to `stats`."""

@@ -273,17 +273,17 @@ class NeighborSampler:
     ``[0, MAX_K]``, not ``disjoint``); others run as without it, and batches of no hops
     launch nothing, so they are never captured. Each graph keeps its
     buffers in GPU memory (at most 56 bytes a slot: for 1,024 seeds and fanouts
-    ``[15, 10, 5]``, 936,960 slots, about 52 MB).
+    ``[15, 10, 5]``, 936,960 slots, about 52 MB). With torch before 2.12 only the main thread
+    captures (`ibp_graph.sample_replay.cuda_capture`): on other threads batches run eagerly,
+    unless their size was captured before (`capture_sizes`; the loaders capture their
+    epoch's sizes where the epoch starts, so their prefetch thread replays them).
 
     `sample_batches` samples several batches in one call, the same batches as `sample` one
     by one: with ``"kernel"``, batches of one size run as one group, whose sizes the host
     reads once and which one CUDA graph replays with ``cuda_graph=True`` (its buffers are
     then those of every batch of the group). The hop kernels' random keys are drawn on the
     host (from a CPU generator seeded with ``seed``), so a seed gives the same batches on a
-    GPU as with the kernels' source run on the host. With torch before 2.12 only the main thread
-    captures (`ibp_graph.sample_replay.cuda_capture`): on other threads batches run eagerly,
-    unless their size was captured before (`capture_sizes`; the loaders capture their
-    epoch's sizes where the epoch starts, so their prefetch thread replays them).
+    GPU as with the kernels' source run on the host.
 
     Args:
         graph: the graph; sampling runs on its device.
@@ -349,7 +349,7 @@ class NeighborSampler:
                 f"backend='kernel', got backend={self.backend!r}"
             )
         self.generator = torch.Generator(device=graph.device)
-        #: The hop kernels' random keys come from the host, seeded with ``generator``: they
+        #: The hop kernels' random keys come from the host, seeded as ``generator`` is: they
         #: travel to the GPU with the seeds, in one copy.
         self._key_generator = torch.Generator()
         #: Held by a thread around its `manual_seed` and `sample` calls (see above).
@@ -700,16 +700,27 @@ class NeighborSampler:
                 out.append(self.sample(seeds, input_id))
             return out
         out, start = [], 0
-        one = self.subgraph_type == "induced"  # its edges need the map after the hops
-        while start < count:
-            stop = start + 1
-            size = tensors[start].numel()
-            while not one and stop < count and tensors[stop].numel() == size:
-                stop += 1
-            part = slice(start, stop)
+        for _, group in self.group_shapes([t.numel() for t in tensors]):
+            part = slice(start, start + group)
             out += self._sample_group(tensors[part], batch_seeds[part], input_ids[part])
-            start = stop
+            start += group
         return out
+
+    def group_shapes(self, sizes: Sequence[int]) -> list[tuple[int, int]]:
+        """The groups that `sample_batches` makes of batches of ``sizes`` seeds, in order.
+
+        Each is ``(batch size, batches)``: a run of consecutive batches of one size (one
+        batch each with ``subgraph_type="induced"``, whose edges need the sampler's map
+        after the hops, and on backends that sample one by one).
+        """
+        shapes: list[tuple[int, int]] = []
+        runs = self._groups() and self.subgraph_type != "induced"
+        for size in sizes:
+            if runs and shapes and shapes[-1][0] == size:
+                shapes[-1] = (size, shapes[-1][1] + 1)
+            else:
+                shapes.append((int(size), 1))
+        return shapes
 
     @staticmethod
     def _per_batch(values: Sequence | None, name: str, count: int) -> list:

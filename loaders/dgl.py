@@ -296,6 +296,9 @@ class DataLoader(BaseNodeLoader):
             (`ibp_graph.loading.default_sampler_backend`). The two draw different neighbors
             for the same seed. ``loader.sampler_backend`` holds the backend used
             (default: None).
+        sample_group: ours: without workers, sample this many batches per call of the
+            sampler (`ibp_graph.sampler.NeighborSampler.sample_batches`): the same blocks;
+            with the fused hop kernels, one group whose sizes are read once (default: 1).
         **kwargs: ``torch.utils.data.DataLoader`` keywords (``num_workers``,
             ``persistent_workers``, ``prefetch_factor``, ``worker_init_fn``, ...), as DGL
             forwards them; see `ibp_graph.loading.BaseNodeLoader`.
@@ -339,6 +342,7 @@ class DataLoader(BaseNodeLoader):
         progress: bool = False,
         graph_memory: str = "device",
         sampler_backend: str | None = None,
+        sample_group: int = 1,
         **kwargs: Any,
     ) -> None:
         settings = NeighborSampler.from_dgl(graph_sampler)
@@ -364,6 +368,7 @@ class DataLoader(BaseNodeLoader):
                 if use_prefetch_thread is None
                 else check_bool("use_prefetch_thread", use_prefetch_thread)
             ),
+            sample_group=sample_group,
         )
         graph_memory = check_graph_memory(graph_memory)
         is_dgl = isinstance(graph, dgl.DGLGraph)

@@ -265,6 +265,10 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
             overlap the training loop; None: on for a CUDA ``device`` (which has no worker
             processes), off on the CPU (`ibp_graph.loading.default_prefetch_thread`).
             ``loader.prefetch_thread`` holds the resolved bool (default: None).
+        sample_group: ours: without workers, sample this many batches per call of the sampler
+            (`ibp_graph.sampler.NeighborSampler.sample_batches`): the same batches; with the
+            fused hop kernels, one group whose sizes are read once, replayed from one CUDA
+            graph by a ``neighbor_sampler`` with ``cuda_graph=True`` (default: 1).
         use_ddp: each rank of ``torch.distributed`` iterates over its own share of the seeds
             (`ibp_graph.distributed.rank_share`), in an order shuffled alike on every rank
             (default: False).
@@ -324,6 +328,7 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
         graph_memory: str = "device",
         sampler_backend: str | None = None,
         prefetch_thread: bool | None = None,
+        sample_group: int = 1,
         use_ddp: bool = False,
         ddp_seed: int = 0,
         input_id: torch.Tensor | None = None,
@@ -371,6 +376,7 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
             ddp_seed=ddp_seed,
             loader_kwargs=kwargs,
             prefetch_thread=prefetch_thread,
+            sample_group=sample_group,
         )
         self.graph_memory = loading.check_graph_memory(graph_memory)
 

@@ -282,6 +282,17 @@ def test_dgls_own_neighbor_sampler_is_accepted(rand_graph, rand_table) -> None:
     assert same_batches(a, b)
 
 
+def test_sample_group_gives_the_same_blocks(rand_graph, rand_table) -> None:
+    kwargs = {"batch_size": 40, "features": rand_table, "seed": 5, "shuffle": True}
+    grouped = DataLoader(rand_graph, torch.arange(300), NeighborSampler([3, 2]), sample_group=3,
+                         **kwargs)  # fmt: skip
+    assert grouped.sample_group == 3
+    plain = DataLoader(rand_graph, torch.arange(300), NeighborSampler([3, 2]), **kwargs)
+    assert same_batches(batches(grouped), batches(plain))
+    with pytest.raises(IBPInputError, match="sample_group must be an int >= 1, got 0"):
+        DataLoader(rand_graph, torch.arange(300), NeighborSampler([3, 2]), sample_group=0)
+
+
 def test_more_prefetch_names_and_edge_data(rand_graph) -> None:
     """The names asked for are there; so is every other field, as in DGL's CPU loader."""
     g = rand_graph

@@ -293,3 +293,69 @@ def test_a_replayed_group_costs_fewer_ops_a_batch(lib) -> None:
     assert grouped["other_ops"] < single["other_ops"] / 3, (grouped, single)
     assert grouped["torch_ops"] < single["torch_ops"] * 0.6, (grouped, single)
     assert grouped["sampled_edges"] > 0
+
+
+def group_loader(lib, data, csr, *, replay: bool, group: int, thread: bool):
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    sampler, capture = host_sampler(lib, csr, [6, 4], replay=replay)
+    loader = NeighborLoader(data, [6, 4], batch_size=48, seed=3, csr=csr, shuffle=True,
+                            neighbor_sampler=sampler, prefetch_thread=thread,
+                            sample_group=group)  # fmt: skip
+    return loader, capture
+
+
+@pytest.mark.parametrize("thread", [False, True])
+@pytest.mark.parametrize("replay", [False, True])
+def test_the_loader_samples_groups_of_the_same_batches(lib, replay, thread) -> None:
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(12)
+    ei = torch.randint(0, 400, (2, 5000), generator=gen)
+    data = Data(x=torch.randn(400, 8), edge_index=ei, num_nodes=400)
+    csr = CSRGraph.from_data(data)
+
+    def epochs(loader):
+        return [[(b.n_id, b.edge_index, b.e_id, b.input_id) for b in loader] for _ in range(2)]
+
+    want = epochs(group_loader(lib, data, csr, replay=False, group=1, thread=False)[0])
+    loader, capture = group_loader(lib, data, csr, replay=replay, group=3, thread=thread)
+    assert loader.sample_group == 3
+    got = epochs(loader)
+    for epoch_got, epoch_want in zip(got, want, strict=True):
+        assert len(epoch_got) == len(epoch_want) == 9  # 400 seeds: 8 batches of 48, one of 16
+        for x, y in zip(epoch_got, epoch_want, strict=True):
+            assert all(torch.equal(a, b) for a, b in zip(x, y, strict=True))
+    if replay:
+        # calls of 3 batches: (48, 3) twice an epoch, then (48, 2) and (16, 1), captured
+        # where each epoch starts
+        graphs = loader.node_sampler._replay.graphs
+        assert set(graphs) == {(48, 3), (48, 2), (16, 1)} and len(capture.graphs) == 3
+        assert sorted(g.replays for g in capture.graphs) == [1 + 2, 1 + 2, 1 + 4]
+
+
+def test_the_loaders_refuse_a_bad_sample_group(lib) -> None:
+    from torch_geometric.data import Data
+
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    data = Data(x=torch.randn(50, 4), edge_index=torch.randint(0, 50, (2, 200)), num_nodes=50)
+    for bad in (0, -2, True, 2.0, "3"):
+        with pytest.raises(
+            IBPInputError, match=re.escape(f"sample_group must be an int >= 1, got {bad!r}")
+        ):
+            NeighborLoader(data, [3], batch_size=8, sample_group=bad)
+    loader = NeighborLoader(data, [3], batch_size=8, sample_group=4, seed=1)
+    plain = NeighborLoader(data, [3], batch_size=8, seed=1)
+    for a, b in zip(loader, plain, strict=True):  # the torch backend samples one by one
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+
+
+def test_group_shapes(lib) -> None:
+    g = power_graph(42, n=400)
+    kernel, _ = host_sampler(lib, g, [4, 2], replay=False)
+    assert kernel.group_shapes([8, 8, 8, 3, 8, 8]) == [(8, 3), (3, 1), (8, 2)]
+    assert kernel.group_shapes([]) == []
+    induced, _ = host_sampler(lib, g, [4, 2], replay=False, subgraph_type="induced")
+    assert induced.group_shapes([8, 8]) == [(8, 1), (8, 1)]
+    assert NeighborSampler(g, [4, 2]).group_shapes([8, 8]) == [(8, 1), (8, 1)]
