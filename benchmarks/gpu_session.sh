@@ -247,15 +247,17 @@ plan() {
 # side (bit for bit on every table, and what the last change to it is worth) and the
 # sanitizers over every kernel test; then PyG's own example scripts on our loader (a minute:
 # the drop-in promise on the GPU path, never run there) and CoraSU, which has never run (with
-# chunked fetches as a mode of its own); the profile, whose counts per source line say where
+# chunked fetches as a mode of its own); the sampler's batches in groups (host time per batch,
+# the largest gap, against one batch a call) with the epochs; the profile, whose counts per
+# source line say where
 # the decoder's time goes (the narrow tables that miss the decode-only goal decode as many
 # rows a second whatever their width: a chain of loads per row); the fetch beside training
 # (chunked fetches now launch from one DLPack view), side-stream fetches in larger blocks
 # (fetch rate and the step beside it), the fetch at the current defaults; then the rest again
-# (the sampler and the epochs, ophops: the epochs with torch-op hops, for comparison, what
-# sharing the GIL costs a launch-bound step, and the others).
-CALLS=("smoke tests decodeab sanitize" "examples corasu" "profile" "overlap ddp" "warps"
-    "fetch" "sampling e2e" "ophops grid" "gil synthetic" "pages" "lanes")
+# (ophops: the epochs with torch-op hops, for comparison, what sharing the GIL costs a
+# launch-bound step, and the others).
+CALLS=("smoke tests decodeab sanitize" "examples corasu" "sampling e2e" "profile" "overlap ddp"
+    "warps" "fetch" "ophops grid" "gil synthetic" "pages" "lanes")
 
 # previous_decoders PYTHON N: the N newest commits whose cuda/fetch_decode.cu has other code
 # than the working tree's and than each other's, comments and spacing aside (a change to

@@ -333,8 +333,10 @@ def test_prepare_fills_the_carry_folder_and_prints_the_device_calls(tmp_path: Pa
     assert "examples: IBP_GRAPH_PYG is not set" in done.stdout
     assert not (data / "upstream").exists()
     # A minute of PyG's own scripts on our loader, then CoraSU (never run) in the second
-    # call, then the profile: its counts per source line steer the decoder's next changes.
-    assert stages_of[1] == ["examples", "corasu"] and stages_of[2] == ["profile"]
+    # call, then the sampler's groups (host time per batch, the largest gap) with the epochs,
+    # then the profile: its counts per source line steer the decoder's next changes.
+    assert stages_of[1] == ["examples", "corasu"] and stages_of[2] == ["sampling", "e2e"]
+    assert stages_of[3] == ["profile"]
     # and, once the results are back, the verdicts they give
     assert done.stdout.rstrip().endswith("python benchmarks/scoreboard.py")
     assert "prepare" in script("prepare", "smoke").stderr
