@@ -78,6 +78,19 @@ def test_groups_are_the_batches_sampled_one_by_one(lib, replay, fanouts, kw) -> 
         assert grouped._replay.graphs == {} and capture.graphs == []
 
 
+@pytest.mark.parametrize("replay", [False, True])
+def test_groups_with_int32_indices(lib, replay) -> None:
+    g = power_graph(43, n=400, index_dtype=torch.int32)
+    batches = seed_batches(g, [32] * 4, seed=9)
+    single, _ = host_sampler(lib, g, [8, 4, 2], replay=False)
+    grouped, _ = host_sampler(lib, g, [8, 4, 2], replay=replay)
+    for _ in range(3):
+        got = grouped.sample_batches(batches, batch_seeds=[4, 3, 2, 1])
+        for a, b in zip(got, one_by_one(single, batches, [4, 3, 2, 1]), strict=True):
+            assert_same(a, b)
+    assert grouped._replay is None or set(grouped._replay.graphs) == {(32, 4)}
+
+
 def test_a_group_reads_its_sizes_once(lib, monkeypatch) -> None:
     g = power_graph(32, n=400)
     sampler, _ = host_sampler(lib, g, [6, 4, 2], replay=False)
