@@ -26,6 +26,28 @@ _INT32_MAX = 2**31 - 1
 _UVA_BUFFERS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
+def _uva_tensor(buf: Any, ptr: int, like: torch.Tensor, index: int) -> torch.Tensor:
+    """A CUDA tensor of ``like``'s shape and dtype at device address ``ptr`` in ``buf``.
+
+    ``buf`` is the pinned `ibp_graph.pinned.PinnedBuffer` that holds the address, with
+    device ``index`` current. The CuPy array owns ``buf`` (``UnownedMemory``'s owner) and
+    the tensor owns the array (DLPack deleter): the memory is unpinned when the last tensor
+    over it dies.
+    """
+    from .kernels.runtime import cupy
+
+    cp = cupy()
+    _UVA_BUFFERS[ptr] = buf
+    nbytes = like.numel() * like.element_size()
+    mem = cp.cuda.UnownedMemory(ptr, nbytes, buf, index)
+    arr = cp.ndarray(
+        tuple(like.shape),
+        dtype=np.dtype(str(like.dtype).removeprefix("torch.")),
+        memptr=cp.cuda.MemoryPointer(mem, 0),
+    )
+    return torch.from_dlpack(arr)
+
+
 def _uva_host_copy(t: torch.Tensor) -> torch.Tensor | None:
     """A CPU copy of a UVA tensor made by `CSRGraph.to_uva`, read from host memory.
 
@@ -347,17 +369,7 @@ class CSRGraph:
             with torch.cuda.device(index), cp.cuda.Device(index):
                 buf = PinnedBuffer(max(nbytes, 1), "CSRGraph.to_uva", cp.cuda)
                 buf.array[:nbytes] = host.view(torch.uint8).reshape(-1).numpy()
-                ptr = buf.pin()
-                _UVA_BUFFERS[ptr] = buf
-                # The CuPy array owns `buf` (UnownedMemory's owner), the tensor owns the array
-                # (DLPack deleter): the memory is unpinned when the last tensor over it dies.
-                mem = cp.cuda.UnownedMemory(ptr, nbytes, buf, index)
-                arr = cp.ndarray(
-                    tuple(host.shape),
-                    dtype=np.dtype(str(host.dtype).removeprefix("torch.")),
-                    memptr=cp.cuda.MemoryPointer(mem, 0),
-                )
-                return torch.from_dlpack(arr)
+                return _uva_tensor(buf, buf.pin(), host, index)
 
         return replace(
             self,
@@ -365,6 +377,65 @@ class CSRGraph:
             indices=mapped(self.indices),
             edge_ids=mapped(self.edge_ids),
         )
+
+    def uva_in_place(
+        self, region: np.ndarray, device: str | torch.device = "cuda", what: str = "graph"
+    ) -> CSRGraph:
+        """The graph as CUDA tensors over its own host memory, pinned in place: nothing copied.
+
+        `to_uva` for a CPU graph whose arrays all lie in ``region``, memory the caller owns
+        (a shared-memory segment: every local rank pins the same pages for its own GPU,
+        `ibp_graph.distributed.host.share_host_graph`). ``region`` is pinned as a whole and
+        the arrays become CUDA tensors at their places in it; it is unpinned, never freed,
+        when the last of them is dropped, and this graph (whose arrays keep the memory
+        mapped) is held until then.
+
+        Args:
+            region: a writable, C-contiguous 1-D ``uint8`` array that starts on a page and
+                spans whole pages, whose last `ibp_graph.pinned.TAIL_PAD` bytes no array
+                uses.
+            device: the GPU that reads the graph (default: ``"cuda"``).
+            what: the memory's name in error messages (default: ``"graph"``).
+
+        Raises:
+            ValueError: ``region`` is not such an array, or an array of the graph is not a
+                contiguous CPU tensor inside it.
+            IBPDeviceError: without a CUDA GPU.
+            PinningError: CUDA refused to pin ``region``.
+        """
+        from .kernels.runtime import cupy, device_index, require_cuda
+        from .pinned import TAIL_PAD, PinnedBuffer, check_backing
+
+        check_backing(region, region.size if isinstance(region, np.ndarray) else 0, what)
+        base, usable = region.ctypes.data, region.size - TAIL_PAD
+        for name in ("indptr", "indices", "edge_ids"):
+            t = getattr(self, name)
+            at = t.data_ptr() - base
+            inside = 0 <= at and at + t.numel() * t.element_size() <= usable
+            if t.numel() and not (t.device.type == "cpu" and t.is_contiguous() and inside):
+                raise ValueError(
+                    f"{what}: {name} must be a contiguous CPU tensor in the first {usable} "
+                    f"bytes of the region, got {t.device} tensor at offset {at}"
+                )
+        require_cuda("CSRGraph.uva_in_place")
+        index = device_index(torch.device(device))
+        cp = cupy()
+        with torch.cuda.device(index), cp.cuda.Device(index):
+            buf = PinnedBuffer(usable, what, cp.cuda, backing=region)
+            ptr = buf.pin()
+            buf.hold(self)  # its arrays keep the region mapped while it is pinned
+
+            def mapped(t: torch.Tensor) -> torch.Tensor:
+                if not t.numel():
+                    return torch.empty(0, dtype=t.dtype, device=torch.device("cuda", index))
+                return _uva_tensor(buf, ptr + t.data_ptr() - base, t, index)
+
+            return replace(
+                self,
+                indptr=mapped(self.indptr),
+                indices=mapped(self.indices),
+                edge_ids=mapped(self.edge_ids),
+            )
 
     def is_uva(self) -> bool:
         """Whether the arrays are CUDA tensors over pinned host memory (`to_uva`)."""

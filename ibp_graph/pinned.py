@@ -187,7 +187,7 @@ def pinning_advice(nbytes: int, what: str, cause: str) -> str:
     )
 
 
-def _check_backing(backing: object, total: int, what: str) -> None:
+def check_backing(backing: object, total: int, what: str) -> None:
     """Raise `ValueError` unless ``backing`` can be pinned as a buffer of ``total`` bytes."""
     if not isinstance(backing, np.ndarray) or backing.dtype != np.uint8 or backing.ndim != 1:
         raise ValueError(
@@ -255,7 +255,7 @@ class PinnedBuffer:
         self._held: list[object] = []  # see `hold`
         total = self.nbytes + TAIL_PAD
         if backing is not None:
-            _check_backing(backing, total, what)
+            check_backing(backing, total, what)
             self._map = None
             self.array = backing
             self.host_ptr = backing.ctypes.data

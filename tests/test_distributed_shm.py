@@ -337,3 +337,105 @@ def test_a_failed_pin_under_a_small_memlock_limit_names_it(table_file, seg_name,
     with pytest.raises(PinningError):
         pin_shared_table(ctx, shared)
     shared.close()
+
+
+def _csr(seed: int = 0, dtype: torch.dtype = torch.int64) -> CSRGraph:
+    gen = torch.Generator().manual_seed(seed)
+    return CSRGraph.from_edge_index(torch.randint(0, 50, (2, 400), generator=gen), 50,
+                                    indices_dtype=dtype)  # fmt: skip
+
+
+def test_the_graph_segment_leaves_a_tail_to_pin_in_place() -> None:
+    from ibp_graph.distributed.shared_graph import _layout
+
+    for dtype in (torch.int64, torch.int32):
+        graph = _csr(dtype=dtype)
+        end = _layout(graph.num_nodes, graph.num_edges, graph.indices.element_size())[3]
+        size = graph_segment_size(graph)
+        assert size % 4096 == 0 and size - end >= TAIL_PAD
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_uva_in_place_pins_the_segment_once_and_maps_each_array_at_its_place(
+    seg_name, monkeypatch, dtype
+) -> None:
+    # No GPU here: CUDA's runtime is the stub and the CUDA tensors are stand-ins that name
+    # the address they would read; the GPU test below reads through real ones.
+    import contextlib
+
+    from ibp_graph import graph as graph_module
+    from ibp_graph.kernels import runtime
+
+    rt = CudaRuntimeStub()
+    cp = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=rt, Device=lambda i: contextlib.nullcontext())
+    )
+    made = []
+
+    def tensor(buf, ptr, like, index):
+        made.append((buf, ptr, like, index))
+        return torch.full(like.shape, ptr, dtype=torch.int64)
+
+    monkeypatch.setattr(runtime, "require_cuda", lambda what: None)
+    monkeypatch.setattr(runtime, "cupy", lambda: cp)
+    monkeypatch.setattr(torch.cuda, "device", lambda i: contextlib.nullcontext())
+    monkeypatch.setattr(graph_module, "_uva_tensor", tensor)
+    graph = _csr(dtype=dtype)
+    with SharedSegment.create(seg_name, graph_segment_size(graph)) as seg:
+        shared = share_graph(graph, seg)
+        got = shared.uva_in_place(seg.array, torch.device("cuda", 1), "graph-seg")
+        # one registration: the whole segment, where it is
+        assert [(ptr, size) for ptr, size, _ in rt.registrations] == [(seg.address, seg.nbytes)]
+        (buf,) = {id(m[0]): m[0] for m in made}.values()
+        assert buf.array is seg.array and buf.pages == "backing"
+        names = ("indptr", "indices", "edge_ids")
+        for name, (_, ptr, like, index) in zip(names, made, strict=True):
+            assert ptr == getattr(shared, name).data_ptr()  # the stub maps host = device
+            assert like.dtype == getattr(graph, name).dtype and index == 1
+            assert int(getattr(got, name)[0]) == ptr
+        assert got.num_nodes == graph.num_nodes
+        buf.close()
+        assert rt.unregistered() == [seg.address]
+        assert torch.equal(attach_graph(seg).indices, graph.indices)  # nothing was freed
+        del shared, got, buf
+
+
+def test_uva_in_place_refuses_arrays_outside_the_region(seg_name) -> None:
+    graph = _csr()
+    with SharedSegment.create(seg_name, graph_segment_size(graph)) as seg:
+        with pytest.raises(ValueError, match="indptr must be a contiguous CPU tensor in the"):
+            graph.uva_in_place(seg.array)  # the graph's own memory, not the segment's
+        with pytest.raises(ValueError, match="start on a page"):
+            share_graph(graph, seg).uva_in_place(seg.array[64:])
+        with pytest.raises(ValueError, match="1-D uint8"):
+            graph.uva_in_place([1, 2, 3])
+        shared = share_graph(graph, seg)
+        if not torch.cuda.is_available():
+            with pytest.raises(ibp_graph.IBPDeviceError, match="needs a CUDA GPU"):
+                shared.uva_in_place(seg.array)
+        del shared
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_a_shared_graph_is_read_over_uva_in_place(seg_name) -> None:
+    from ibp_graph.loading import place_graph
+    from ibp_graph.sampler import NeighborSampler
+
+    graph = _csr(3)
+    with SharedSegment.create(seg_name, graph_segment_size(graph)) as seg:
+        shared = share_graph(graph, seg)
+        uva = shared.uva_in_place(seg.array, torch.device("cuda"))
+        assert uva.is_uva() and uva.indices.is_cuda
+        assert place_graph(uva, torch.device("cuda"), "uva") is uva  # not pinned again
+        for name in ("indptr", "indices", "edge_ids"):
+            assert torch.equal(getattr(uva, name).cpu(), getattr(graph, name))
+        seeds = torch.arange(0, 50, 3)
+        on_device = NeighborSampler(graph.to("cuda"), [4, 3], seed=2, backend="kernel")
+        over_uva = NeighborSampler(uva, [4, 3], seed=2, backend="kernel")
+        a, b = on_device.sample(seeds), over_uva.sample(seeds)
+        assert torch.equal(a.node, b.node) and torch.equal(a.row, b.row)
+        shared.indices[0] = (int(graph.indices[0]) + 1) % 50  # the same pages: seen at once
+        assert int(uva.indices[0]) == int(shared.indices[0])
+        del uva, a, b, over_uva
+        torch.cuda.synchronize()

@@ -582,3 +582,20 @@ def test_both_loaders_sample_one_csr_and_nothing_reads_the_dropped_tensors(
         want = CSRGraph.from_edge_index(_undirected(edges, 2708) if undirected else edges, 2708)
         assert torch.equal(train_csr.indptr, want.indptr)
         assert torch.equal(train_csr.indices, want.indices)
+
+
+@pytest.mark.parametrize(("memory", "uva"), [("uva", True), ("device", False)])
+def test_data_parallel_uva_pins_the_hosts_graph_in_place(monkeypatch, memory, uva) -> None:
+    # Data-parallel with graph_memory: uva, every rank pins the host's one shared CSR in
+    # place for its GPU (CSRGraph.uva_in_place), instead of a pinned copy per rank.
+    from ibp_graph.distributed import host
+    from ibp_graph.train import run
+
+    calls = []
+    monkeypatch.setattr(
+        host, "share_host_graph", lambda ctx, build, **kw: calls.append((ctx, kw)) or "csr"
+    )
+    cfg = dataclasses.replace(load_config("cora-sage"), graph_memory=memory)
+    ctx = object()
+    assert run._shared_csr(get_backend("pyg"), None, cfg, ctx) == "csr"
+    assert calls == [(ctx, {"uva": uva})]

@@ -617,7 +617,9 @@ def _shared_csr(backend: Backend, ds: Any, cfg: TrainConfig, ctx: Any) -> Any:
     """The `CSRGraph` the loaders sample, built from ``ds``'s edges.
 
     The edges are made undirected where ``cfg`` says. Data-parallel (``ctx``), local rank 0
-    of each host builds it into a shared segment and the other local ranks attach to it.
+    of each host builds it into a shared segment and the other local ranks attach to it;
+    with ``graph_memory: uva`` each rank pins the segment in place for its GPU, so the host
+    holds one pinned copy, not one per rank.
     """
 
     def build() -> Any:
@@ -627,7 +629,7 @@ def _shared_csr(backend: Backend, ds: Any, cfg: TrainConfig, ctx: Any) -> Any:
         return build()
     from ibp_graph.distributed.host import share_host_graph
 
-    return share_host_graph(ctx, build)
+    return share_host_graph(ctx, build, uva=cfg.graph_memory == "uva")
 
 
 def _shared_features(

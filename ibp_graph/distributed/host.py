@@ -122,22 +122,39 @@ def pin_shared_table(ctx: DistContext, table: SharedIBPTable, *, progress: bool 
         raise
 
 
-def share_host_graph(ctx: DistContext, build: Callable[[], CSRGraph]) -> CSRGraph:
+def share_host_graph(
+    ctx: DistContext, build: Callable[[], CSRGraph], *, uva: bool = False
+) -> CSRGraph:
     """A `CSRGraph` held once per host: local rank 0 calls ``build`` and shares the result.
 
     The returned graph's tensors are views of the segment (kept mapped while they live).
+    With ``uva``, they are instead CUDA tensors that ``ctx.device`` reads over UVA from the
+    segment, which this rank pins in place for its GPU (`CSRGraph.uva_in_place`): one copy
+    of the graph per host, where `CSRGraph.to_uva` would pin a copy per rank.
 
     Raises:
-        SharedMemoryError: ``/dev/shm`` is too small for the graph.
+        SharedMemoryError: ``/dev/shm`` is too small for the graph, or with ``uva``, pinning
+            failed and the locked-memory limit is below the segment's size.
+        PinningError: with ``uva``, CUDA refused to pin the segment for another reason.
         DistributedError: another rank failed meanwhile.
     """
+    from ..pinned import PinningError
+
     name = ctx.segment_name("graph")
 
     def create() -> SharedSegment:
         graph = build().to("cpu")
         return _filled(name, graph_segment_size(graph), lambda seg: share_graph(graph, seg))
 
-    return attach_graph(_one_per_host(ctx, name, create))
+    segment = _one_per_host(ctx, name, create)
+    graph = attach_graph(segment)
+    if not uva:
+        return graph
+    try:
+        return graph.uva_in_place(segment.array, ctx.device, name)
+    except PinningError:
+        check_memlock(segment.nbytes, name)
+        raise
 
 
 def share_host_dataset(

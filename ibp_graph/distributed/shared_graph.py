@@ -22,6 +22,7 @@ import torch
 
 from ..errors import IBPFormatError, IBPInputError
 from ..graph import CSRGraph
+from ..pinned import TAIL_PAD
 from .shm import SharedSegment, round_up
 
 __all__ = ["attach_graph", "graph_segment_size", "share_graph"]
@@ -41,9 +42,13 @@ def _layout(num_nodes: int, num_edges: int, index_bytes: int) -> tuple[int, int,
 
 
 def graph_segment_size(graph: CSRGraph) -> int:
-    """Bytes of the segment that holds ``graph`` (whole pages)."""
+    """Bytes of the segment that holds ``graph`` (whole pages).
+
+    The arrays leave the last `ibp_graph.pinned.TAIL_PAD` bytes free, so that the segment
+    can be pinned in place as it is (`CSRGraph.uva_in_place`).
+    """
     end = _layout(graph.num_nodes, graph.num_edges, graph.indices.element_size())[3]
-    return round_up(end, mmap.PAGESIZE)
+    return round_up(end + TAIL_PAD, mmap.PAGESIZE)
 
 
 def share_graph(graph: CSRGraph, segment: SharedSegment) -> CSRGraph:
