@@ -182,51 +182,31 @@ def seed_batches(
     return perm[: total * args.batch_size].view(total, args.batch_size)
 
 
-def timed_batches(sampler: NeighborSampler, seeds: torch.Tensor, warmup: int) -> dict:
-    """Sample every row of ``seeds`` in turn; per batch after the first ``warmup``: wall time,
-    the thread's CPU time, sampled edges and nodes, and on CUDA the GPU span (events)."""
+def timed_batches(
+    sampler: NeighborSampler, seeds: torch.Tensor, warmup: int, group: int = 1
+) -> dict:
+    """Sample the rows of ``seeds`` in turn, ``group`` at a time; per batch after the first
+    ``warmup`` calls: wall time, the thread's CPU time, sampled edges and nodes, and on CUDA
+    the GPU span (events).
+
+    With ``group > 1`` each call is one `NeighborSampler.sample_batches` of ``group`` rows
+    (batch ``i`` seeded ``i``, as the loaders seed each batch) and every figure is per batch:
+    the call's divided by ``group``, edges and nodes the group's mean.
+    """
     device = sampler.graph.device
     cuda = device.type == "cuda"
     out: dict[str, list[float]] = {"times": [], "host": [], "edges": [], "nodes": [], "spans": []}
-    for i in range(seeds.shape[0]):
+    for i, first in enumerate(range(0, seeds.shape[0] - group + 1, group)):
         sync(device)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         c0, t0 = time.thread_time(), time.perf_counter()
-        batch = sampler.sample(seeds[i])
-        cpu = time.thread_time() - c0
-        if cuda:
-            end.record()
-        sync(device)
-        dt = time.perf_counter() - t0
-        if i >= warmup:
-            out["times"].append(dt)
-            out["host"].append(cpu)
-            out["edges"].append(batch.num_edges)
-            out["nodes"].append(batch.num_nodes)
-            if cuda:
-                out["spans"].append(start.elapsed_time(end) / 1e3)
-    return out
-
-
-def timed_groups(sampler: NeighborSampler, seeds: torch.Tensor, warmup: int, group: int) -> dict:
-    """`timed_batches` for groups: the rows of ``seeds`` ``group`` at a time, each call one
-    `NeighborSampler.sample_batches` of them (batch ``i`` seeded ``i``, as the loaders seed
-    each batch), after the first ``warmup`` calls; every figure per batch (the call's divided
-    by ``group``, edges and nodes the group's mean)."""
-    device = sampler.graph.device
-    cuda = device.type == "cuda"
-    out: dict[str, list[float]] = {"times": [], "host": [], "edges": [], "nodes": [], "spans": []}
-    for i, start_row in enumerate(range(0, seeds.shape[0] - group + 1, group)):
-        rows = list(seeds[start_row : start_row + group])
-        batch_seeds = list(range(start_row, start_row + group))
-        sync(device)
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        c0, t0 = time.thread_time(), time.perf_counter()
-        batches = sampler.sample_batches(rows, batch_seeds=batch_seeds)
+        if group == 1:
+            batches = [sampler.sample(seeds[first])]
+        else:
+            rows = list(seeds[first : first + group])
+            batches = sampler.sample_batches(rows, batch_seeds=list(range(first, first + group)))
         cpu = time.thread_time() - c0
         if cuda:
             end.record()
@@ -281,7 +261,7 @@ def measure(
     ``cuda_graph``: the sampler's ``cuda_graph``; ``host_seeds``: each batch's seeds given
     on the CPU, as the loaders give them (the sampler checks them there and copies them
     over), not already on the graph's device; ``group``: batches per
-    `NeighborSampler.sample_batches` call (`timed_groups`; 1: one `sample` call a batch).
+    `NeighborSampler.sample_batches` call (`timed_batches`; 1: one `sample` call a batch).
     """
     device = graph.device
     sampler = NeighborSampler(
@@ -295,10 +275,7 @@ def measure(
     seeds = seed_batches(graph.num_nodes, args, (args.warmup + calls) * group)
     if not host_seeds:
         seeds = seeds.to(device)
-    if group > 1:
-        timed = timed_groups(sampler, seeds, args.warmup, group)
-    else:
-        timed = timed_batches(sampler, seeds, args.warmup)
+    timed = timed_batches(sampler, seeds, args.warmup, group)
     host, spans = timed["host"], timed["spans"]
     cuda = device.type == "cuda"
     first = args.warmup * group

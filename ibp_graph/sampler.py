@@ -769,26 +769,32 @@ class NeighborSampler:
         if not on_host:
             key_part.copy_(to_device(keys, device))
         finished = self._run_group(inputs, size, count)
+        return [
+            self._finish(self._batch(*out[:4], size, *out[4:]), input_id)
+            for out, input_id in zip(finished, input_ids, strict=True)
+        ]
+
+    def _batch(
+        self,
+        node: torch.Tensor,
+        row: torch.Tensor,
+        col: torch.Tensor,
+        edge: torch.Tensor,
+        batch_size: int,
+        num_nodes: list[int],
+        num_edges: list[int],
+    ) -> SampledBatch:
+        """A batch without trees (``batch``); ``"induced"`` gives no counts per hop, as PyG."""
         induced = self.subgraph_type == "induced"
-        out = []
-        for (node, row, col, edge, num_nodes, num_edges), input_id in zip(
-            finished, input_ids, strict=True
-        ):
-            out.append(
-                self._finish(
-                    SampledBatch(
-                        node=node,
-                        row=row,
-                        col=col,
-                        edge=edge,
-                        batch_size=size,
-                        num_sampled_nodes=None if induced else num_nodes,
-                        num_sampled_edges=None if induced else num_edges,
-                    ),
-                    input_id,
-                )
-            )
-        return out
+        return SampledBatch(
+            node=node,
+            row=row,
+            col=col,
+            edge=edge,
+            batch_size=batch_size,
+            num_sampled_nodes=None if induced else num_nodes,
+            num_sampled_edges=None if induced else num_edges,
+        )
 
     def _run_group(self, inputs: torch.Tensor, size: int, count: int) -> list:
         """`ibp_graph.sample_hop.finish_group` of a group, the dense map left empty.
@@ -905,16 +911,10 @@ class NeighborSampler:
                 ok = True
             finally:
                 self._release_map(local, node, ok)
-        return SampledBatch(
-            node=node,
-            row=row,
-            col=col,
-            edge=edge,
-            batch_size=batch_size,
-            num_sampled_nodes=None if induced else [batch_size],
-            num_sampled_edges=None if induced else [],
-            batch=torch.arange(batch_size, device=node.device) if self.disjoint else None,
-        )
+        out = self._batch(node, row, col, edge, batch_size, [batch_size], [])
+        if self.disjoint:
+            out.batch = torch.arange(batch_size, device=node.device)
+        return out
 
     def _compiled_hop(self) -> bool:
         """Whether hops run in `ibp_graph.sample_cpu` (CPU graph, Numba, torch backend)."""
@@ -997,16 +997,7 @@ class NeighborSampler:
                 self._clear_compiled(local, node)
             else:
                 self._release_map(local, node, ok)
-        induced = self.subgraph_type == "induced"
-        return SampledBatch(
-            node=node,
-            row=row,
-            col=col,
-            edge=edge,
-            batch_size=batch_size,
-            num_sampled_nodes=None if induced else num_nodes,
-            num_sampled_edges=None if induced else num_edges,
-        )
+        return self._batch(node, row, col, edge, batch_size, num_nodes, num_edges)
 
     def _hops_with_ops(
         self, seeds: torch.Tensor, local: torch.Tensor
