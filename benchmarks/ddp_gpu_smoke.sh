@@ -23,6 +23,9 @@ export IBP_GRAPH_RUN_ID=$RUN_ID
 
 {
     echo "== ddp_gpu_smoke $(date -u +%FT%TZ) =="
+    echo "commit: ${IBP_GRAPH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    echo "command: python3 -m ibp_graph train --config cora-sage --nproc-per-node 2" \
+        "--set epochs=3 device=${DEVICE:-cuda} workdir=$WORK --json $OUT/ddp-gpu.json"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     echo "/dev/shm: $(df -h /dev/shm | tail -1)"
     echo "ulimit -l: $(ulimit -l)"

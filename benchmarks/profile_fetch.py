@@ -732,6 +732,8 @@ def summary_markdown(rows: list[dict], notes: list[str], csv_path: Path, manifes
         "",
         f"- device: {device}; commit {manifest.get('git_commit', '?')}; "
         f"date {manifest.get('date', '?')}",
+        f"- command: `{manifest.get('command', '?')}`, under ncu (`benchmarks/gpu_session.sh`, "
+        "stage `profile`, has the ncu command line)",
         f"- from `{csv_path.name}` and the manifest: {len(rows)} launches, one each after a "
         "warm-up, inside cudaProfilerStart/Stop windows (ncu --profile-from-start off, "
         "--clock-control none)",

@@ -334,6 +334,9 @@ def test_summary_of_a_details_csv(tmp_path: Path, capsys) -> None:
     profile_fetch.main(["--summarise", str(csv_path), str(tmp_path / "manifest.json")])
     md = (tmp_path / "profile.md").read_text()  # beside the CSV by default
     assert capsys.readouterr().out.endswith(md)  # printed too
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert f"- command: `{manifest['command']}`, under ncu" in md  # the run that profiled
+    assert "profile_fetch.py" in manifest["command"]
     rows = table_rows(md)
     assert [r["what"] for r in rows] == list(profile_fetch.WHATS)
     assert [r["kernel"] for r in rows] == kernels
