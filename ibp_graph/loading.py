@@ -730,10 +730,10 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
 
         With ``cuda_graph=True``, the group shapes of the sampler's calls (``sample_group``
         batches each; `NeighborSampler.group_shapes`), the most frequent first, are captured
-        on the
-        thread that starts the epoch (`ibp_graph.sampler.NeighborSampler.capture_sizes`):
-        with torch before 2.12 the prefetch thread could not capture them. On a GPU, on the
-        side stream, after the work queued before the epoch.
+        on the thread that starts the epoch
+        (`ibp_graph.sampler.NeighborSampler.capture_sizes`): with torch before 2.12 the
+        prefetch thread could not capture them. On a GPU, on the side stream, after the work
+        queued before the epoch.
         """
         if not getattr(self.node_sampler, "cuda_graph", False):
             return

@@ -495,10 +495,10 @@ def clear_launched(local: torch.Tensor, batch: LaunchedBatch, iota: torch.Tensor
 
     A hop's buffer of new nodes whose size the host does not know is taken whole, its
     entries past the hop's count (read from ``counts`` on the device) replaced by the first
-    seed, which is in the batch too. So
-    the clearing can be queued, or captured, between the batches of a group before any size
-    is known (`ibp_graph.sample_replay`); it costs a few passes over the buffers' whole
-    length, where `ibp_graph.sample_index.dense_clear` takes the cut nodes once.
+    seed, which is in the batch too. So the clearing can be queued, or captured, between the
+    batches of a group before any size is known (`ibp_graph.sample_replay`); it costs a few
+    passes over the buffers' whole length, where `ibp_graph.sample_index.dense_clear` takes
+    the cut nodes once.
 
     Args:
         local: the sampler's dense map, holding the batch.

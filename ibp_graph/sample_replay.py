@@ -17,15 +17,17 @@ of every batch (the group's one host read) and copies the outputs out of the gra
 A single batch (`ibp_graph.sampler.NeighborSampler.sample`) is a group of one.
 
 A shape is captured the second time it comes (the first group runs eagerly: it loads the
-kernels and shows whether the launches read a size), and at most `MAX_GRAPHS` shapes are kept (a
-loader has two: its batch size and the last batch's). A group that reads sizes on the way (a
-fanout of ``-1`` or above ``MAX_K``, ``draw="per_hop"``, or a frontier bound of more than a
-few million slots) is never captured. Once a capture fails (one warning names why), no shape is
-captured any more, since a capture that fails part-way can leave torch's allocator counting it
-as under way; with torch before 2.12 every capture on a thread other than the main one is
-refused that way (`cuda_capture`). `ibp_graph.sampler.NeighborSampler.capture_sizes`
-captures given sizes at once, on the calling thread: the loaders call it where an epoch
-starts, so that a prefetch thread replays sizes it could not capture.
+kernels and shows whether the launches read a size), and at most `MAX_GRAPHS` shapes are kept
+(a loader has two: its batch size and the last batch's; with ``sample_group``, three at most: a
+whole group, the batches left at the end of the epoch, and the last batch). A group that reads
+sizes on the way (a fanout of ``-1`` or above ``MAX_K``, ``draw="per_hop"``, or a frontier
+bound of more than a few million slots) is never captured. Once a capture fails (one warning
+names why), no shape is captured any more, since a capture that fails part-way can leave
+torch's allocator counting it as under way; with torch before 2.12 every capture on a thread
+other than the main one is refused that way (`cuda_capture`).
+`ibp_graph.sampler.NeighborSampler.capture_sizes` captures given sizes at once, on the calling
+thread: the loaders call it where an epoch starts, so that a prefetch thread replays sizes it
+could not capture.
 Each graph keeps its buffers, at most 56 bytes a slot (a hop's frontier bound times its
 fanout) for every batch of the group, in GPU memory of its own for as long as the sampler holds
 it.
