@@ -201,8 +201,14 @@ def named_cases(name: str, default: Callable[[str], bool] = lambda _: True):
 
 
 def loaders_sampler(label: str) -> bool:
-    """The hop kernels as the loaders launch them on a GPU (their grid, no CUDA graph)."""
-    return "kernel" in label and "blocks/SM" not in label and "CUDA graph" not in label
+    """The hop kernels as the loaders launch them on a GPU by default (their grid, no CUDA
+    graph, one batch a sampler call: ``sample_group=1``)."""
+    return (
+        "kernel" in label
+        and "blocks/SM" not in label
+        and "CUDA graph" not in label
+        and "groups of" not in label
+    )
 
 
 def chart(name: str) -> Callable[[dict], dict]:

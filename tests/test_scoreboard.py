@@ -152,14 +152,16 @@ def test_sampling_verdict_is_the_loaders_configuration_with_every_one_in_the_det
         return {"name": "GPU / 1-thread CPU edges/s", "applies": applies} | check(value, 10.0)
 
     targets = [target("int64, device, kernel", 30.0), target("int64, device, torch", 7.0),
-               target("int64, device, kernel, CUDA graph", 5.0)]  # fmt: skip
+               target("int64, device, kernel, CUDA graph", 5.0),
+               target("int64, device, kernel, seeds from the host, groups of 8", 6.0)]  # fmt: skip
     _write(tmp_path, f"sampling-{SLUG}.json", {"targets": targets})
     r = _row(
         scoreboard.scoreboard(tmp_path), "GPU sampler / 1-thread", "hop kernels (loaders' default)"
     )
+    # groups are not the loaders' default (sample_group=1): in the detail only
     assert r["verdict"] == "met"
     assert (
-        "(every configuration: met in 1 of 3; furthest: int64, device, kernel, CUDA graph 5"
+        "(every configuration: met in 1 of 4; furthest: int64, device, kernel, CUDA graph 5"
         in (r["detail"])
     )
 
