@@ -542,8 +542,8 @@ def markdown(env: dict, payload: dict) -> str:
                 "Groups of K: each call of `NeighborSampler.sample_batches` samples K batches "
                 "(as many warm-up calls as warm-up batches above, then the batches rounded "
                 "up to whole groups); every figure of such a row is per batch, the call's "
-                "divided by K "
-                "(host CPU in `sample_batches()`, GPU busy of one profiled call).",
+                "divided by K (host CPU in `sample_batches()`, GPU busy of one profiled "
+                "call); their tables of where the time goes below are per call, K batches.",
             ]
         cpu1 = payload.get("cpu_baseline") or {}
         if "median_edges_per_s" in cpu1:

@@ -222,6 +222,17 @@ def test_a_group_row_is_per_batch(bench, lib, monkeypatch) -> None:
     assert row["mean_sampled_edges"] == pytest.approx(one["mean_sampled_edges"], rel=0.3)
     assert row["time_split"]["calls"] == 1 and row["time_split"]["python"]
     assert bench.backend_label(row) == "torch, 3 blocks/SM, seeds from the host, groups of 3"
+    graph_info = {"kind": "power law", "num_nodes": 3000, "num_edges": 30000,
+                  "max_in_degree": 1, "isolated_in": 0, "generate_s": 0.1}  # fmt: skip
+    payload = {
+        "graph": graph_info, "load_average_before_after": [0.0, 0.0], "sample_device": "cuda",
+        "batch_size": 64, "fanouts": [4, 3], "batches": 5, "warmup": 1, "torch_threads": 1,
+        "peak_rss_gib": 0.1, "cpu_baseline": None, "targets": [],
+        "results": [{"csr_build_s": 0.0, **one}, {"csr_build_s": 0.0, **row}],
+    }  # fmt: skip
+    md = bench.markdown(bench.environment(), payload)
+    assert "| torch, 3 blocks/SM, seeds from the host, groups of 3 |" in md
+    assert "Groups of K: each call of `NeighborSampler.sample_batches` samples K batches" in md
 
 
 def test_thread_counts_are_parsed(bench) -> None:
