@@ -770,8 +770,10 @@ class NeighborSampler:
             key_part.copy_(to_device(keys, device))
         finished = self._run_group(inputs, size, count)
         return [
-            self._finish(self._batch(*out[:4], size, *out[4:]), input_id)
-            for out, input_id in zip(finished, input_ids, strict=True)
+            self._finish(self._batch(node, row, col, edge, size, nodes, edges), input_id)
+            for (node, row, col, edge, nodes, edges), input_id in zip(
+                finished, input_ids, strict=True
+            )
         ]
 
     def _batch(
