@@ -25,7 +25,7 @@
 // output slots, so that no launch makes the driver reserve CAP * 8 bytes of local memory for
 // every thread the GPU can hold (2 KiB x 2,048 threads x 132 SMs is 528 MiB on an H100); and
 // the hop kernels at the end of this file (ibp_hop_draw_k{32,256}_i{32,64}, ibp_hop_all_i{32,64},
-// ibp_hop_flags, ibp_hop_emit; i32/i64: the CSR index width).
+// ibp_hop_flags, ibp_hop_emit, ibp_hop_clear; i32/i64: the CSR index width).
 // Blocks have at most IBP_SAMPLE_THREADS threads (`__launch_bounds__`).
 
 typedef unsigned long long u64;
@@ -154,8 +154,14 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 // batch find them; with `begin` < 0 it also takes `end` = counts[0] + ... + counts[hop - 1]
 // and `begin` = end - counts[hop - 1] from there (the hop's frontier: the nodes the last hop
 // added).
+//
+// `ibp_hop_clear` sets the map's entries of the first counts[at] nodes of a node buffer (the
+// seeds, at 0, or hop `at`'s new nodes) back to UNSEEN, the count read on the device: a batch
+// of a group leaves the map empty for the next one before the host knows its sizes
+// (ibp_graph/sample_hop.py, `clear_launched`).
 
 #define IBP_KNOWN (1ll << 62)
+#define IBP_UNSEEN 0x7fffffffffffffffll
 // A slot's flags in one word, so that one device-wide scan counts both: used in the low 32
 // bits, fresh in the high ones (a hop has fewer than 2^31 slots, so the low half never carries
 // and the signed 64-bit sum never overflows).
@@ -255,6 +261,15 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
         const i64 v = nbr[e];
         flags[e] = v >= 0 ? (local[v] == e ? IBP_FRESH_ONE : 0) + 1 : 0;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
+    ibp_hop_clear(const i64* __restrict__ nodes, const i64* __restrict__ counts, int at,
+                  long long* local, i64 cap) {
+    const i64 n = counts[at] < cap ? counts[at] : cap;
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride)
+        local[nodes[e]] = IBP_UNSEEN;
 }
 
 extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)

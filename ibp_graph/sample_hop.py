@@ -28,10 +28,10 @@ so loose that its slots would pass `_BOUND_SLOTS`.
 on the way can be captured and replayed (`ibp_graph.sample_replay`).
 
 `launch_group` launches several batches of one size one after the other, each but the last
-cleared from the dense map on the device (`clear_launched`) so that no size is read between
-them, and `finish_group` reads all their sizes at once and copies their outputs out in two
-``cat`` calls: per batch, the host then cuts views and does no other work. A single batch is a
-group of one.
+cleared from the dense map by a kernel that reads the batch's sizes on the device
+(`clear_launched`) so that no size is read between them, and `finish_group` reads all their
+sizes at once and copies their outputs out in two ``cat`` calls: per batch, the host then cuts
+views and does no other work. A single batch is a group of one.
 
 The result is what the torch hops return for the same draws: edges grouped by target in
 frontier order, within a target in ascending CSR order, new nodes in order of discovery. The
@@ -52,7 +52,7 @@ import torch
 
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
-from .sample_index import UNSEEN, dense_seed
+from .sample_index import dense_seed
 
 #: A hop's slots must stay below this: the used count fills the low 32 bits of a flag word,
 #: and the fresh count (at most the slots) times 2^32 must stay below 2^63, the int64 scan's
@@ -73,7 +73,6 @@ __all__ = [
     "fused_hop",
     "launch_batch",
     "launch_group",
-    "node_buffer_bound",
     "read_counts",
 ]
 
@@ -96,6 +95,9 @@ class HopKernels(Protocol):
 
     def flags(self, nbr, local, flags):
         """Mark every slot fresh and used (``(slots, 2)`` int64)."""
+
+    def clear(self, nodes, counts, at: int, local):
+        """Set the map's entries of the first ``counts[at]`` of ``nodes`` back to unseen."""
 
     def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
              *, rows: int, k: int, begin: int, end: int, hop: int, hops: int):  # fmt: skip
@@ -458,8 +460,7 @@ def launch_group(
         per_hop: ``draw="per_hop"``.
         keys: ``(K, len(fanouts))`` int64 random keys on the device.
         torch_hop: the sampler's hop of torch ops.
-        iota: ``arange(n)``, ``n`` at least ``B`` and, for ``K > 1``, every hop's buffer of
-            new nodes (at most the graph's nodes; see `node_buffer_bound`).
+        iota: ``arange(n)`` for some ``n >= B``.
     """
     hops = len(fanouts)
     counts = torch.empty((seeds.shape[0], 2 * hops + 1), dtype=torch.int64, device=seeds.device)
@@ -472,47 +473,27 @@ def launch_group(
                 keys=batch_keys, torch_hop=torch_hop, counts=counts[k],
             )  # fmt: skip
             if k + 1 < seeds.shape[0]:
-                clear_launched(local, batch, iota)
+                clear_launched(kernels, local, batch)
             batches.append(batch)
     return LaunchedGroup(batches, counts)
 
 
-def node_buffer_bound(size: int, fanouts: Sequence[int], num_nodes: int) -> int:
-    """The most entries of a node buffer of `launch_batch` for ``size`` seeds.
-
-    A node buffer holds the seeds, or a hop's new nodes; the bound is at most
-    ``max(size, num_nodes)``.
-    """
-    most = rows = size
-    for fanout in fanouts:
-        rows = min(rows * fanout, num_nodes) if 0 <= fanout <= KERNEL_MAX_K else num_nodes
-        most = max(most, rows)
-    return most
-
-
-def clear_launched(local: torch.Tensor, batch: LaunchedBatch, iota: torch.Tensor) -> None:
+def clear_launched(kernels: HopKernels, local: torch.Tensor, batch: LaunchedBatch) -> None:
     """Reset the dense map's entries of a launched batch's nodes, without reading a size.
 
-    A hop's buffer of new nodes whose size the host does not know is taken whole, its
-    entries past the hop's count (read from ``counts`` on the device) replaced by the first
-    seed, which is in the batch too. So the clearing can be queued, or captured, between the
-    batches of a group before any size is known (`ibp_graph.sample_replay`); it costs a few
-    passes over the buffers' whole length, where `ibp_graph.sample_index.dense_clear` takes
-    the cut nodes once.
+    One ``clear`` launch per node buffer (the seeds, then each hop's new nodes) reads the
+    buffer's count from ``counts`` on the device. So the clearing can be queued, or captured,
+    between the batches of a group before any size is known (`ibp_graph.sample_replay`).
+    Call it inside ``kernels.launching()``.
 
     Args:
+        kernels: the launches.
         local: the sampler's dense map, holding the batch.
-        batch: the batch's launches (its first node buffer, the seeds, not empty).
-        iota: ``arange(n)`` for some ``n`` at least the length of every node buffer whose
-            size the host does not know (`node_buffer_bound`).
+        batch: the batch's launches.
     """
-    first = batch.nodes[0][:1]
-    for hop, (part, known) in enumerate(zip(batch.nodes, batch.num_nodes, strict=True)):
-        if known is None:  # a whole buffer: mask the entries past the hop's count
-            used = iota[: part.numel()] < batch.counts[hop : hop + 1]
-            part = torch.where(used, part, first)
+    for hop, part in enumerate(batch.nodes):
         if part.numel():
-            local.index_fill_(0, part, UNSEEN)
+            kernels.clear(part, batch.counts, hop, local)
 
 
 #: One batch's outputs: ``(node, row, col, edge, num_nodes, num_edges)`` (see `finish_group`).

@@ -64,7 +64,6 @@ from .sample_hop import (
     LaunchedGroup,
     finish_group,
     launch_group,
-    node_buffer_bound,
     read_counts,
 )
 from .sample_index import UNSEEN, KeyIndex, dense_clear, dense_insert, dense_seed
@@ -653,7 +652,7 @@ class NeighborSampler:
         replays the whole group (`ibp_graph.sample_replay`; captured the second time a group of
         that shape comes, and kept, at most 56 bytes a slot, for every batch of the group). The
         seeds and keys of a group reach the GPU in one copy. Every batch of a group but the
-        last is cleared from the sampler's map on the device, over its whole buffers. With
+        last is cleared from the sampler's map by a kernel that reads its sizes there. With
         ``subgraph_type="induced"``, and on the other backends, batches are sampled one by one.
 
         Args:
@@ -807,8 +806,7 @@ class NeighborSampler:
         g = self.graph
         fanouts = self.num_neighbors
         local = self._scratch()
-        # a group clears its batches but the last on the device, over whole node buffers
-        iota = self._iota(node_buffer_bound(size, fanouts, g.num_nodes) if count > 1 else size)
+        iota = self._iota(size)
         kernels = self._hop_kernels
 
         def launch(on_device: torch.Tensor) -> LaunchedGroup:

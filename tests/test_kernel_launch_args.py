@@ -697,6 +697,10 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
         values = {"slots": slots, "rows": rows, "k": 3, "begin": 5, "end": 60, "hop": 2}
         values |= {"hops": 4}
         expected.append(distinct({**tensors, **values}))
+        hop.clear(fresh, counts, 2, local)
+        expected.append(
+            distinct({"nodes": fresh, "counts": counts, "at": 2, "local": local, "cap": 9})
+        )
     return expected
 
 

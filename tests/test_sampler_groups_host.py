@@ -143,13 +143,15 @@ def test_launch_group_clears_every_batch_but_the_last(lib) -> None:
     fanouts = [8, 4]
     seeds = torch.stack(seed_batches(g, [24] * 3, seed=3))
     local = torch.full((g.num_nodes,), UNSEEN, dtype=torch.int64)
-    iota = torch.arange(sample_hop.node_buffer_bound(24, fanouts, g.num_nodes))
+    iota = torch.arange(24)
     keys = torch.arange(6).view(3, 2) - 7
     group = sample_hop.launch_group(
         kernels, g, local, seeds, fanouts, replace=False, per_hop=False, keys=keys,
         torch_hop=None, iota=iota,
     )  # fmt: skip
     assert group.launched_only and group.counts.shape == (3, 5)
+    # the first two batches cleared: one launch per node buffer (seeds, two hops) each
+    assert kernels.launches.count("clear") == 6
     *_, last = sample_hop.finish_group(group)
     node = last[0]
     # only the last batch is in the map, each node at its local id
@@ -163,14 +165,19 @@ def test_launch_group_clears_every_batch_but_the_last(lib) -> None:
     assert all(int(local[v]) + KNOWN == i for v, i in first.items())
 
 
-def test_node_buffer_bound() -> None:
-    bound = sample_hop.node_buffer_bound
-    assert bound(10, [3, 2], 1000) == 60
-    assert bound(10, [3, 0, 5], 1000) == 30
-    assert bound(10, [50, 50], 1000) == 1000  # at most the graph's nodes
-    assert bound(10, [-1, 2], 1000) == 1000  # all in-neighbors: any node
-    assert bound(10, [MAX_K + 1], 1000) == 1000
-    assert bound(10, [], 1000) == 10
+def test_the_clear_kernel_resets_the_counted_nodes_only(lib) -> None:
+    kernels = HostHopKernels(lib)
+    local = torch.arange(10, dtype=torch.int64) - 100
+    nodes = torch.tensor([5, 9, 2, 7])
+    kernels.clear(nodes, torch.tensor([0, 3]), 1, local)  # counts[1] = 3 of the 4
+    cleared = [5, 9, 2]
+    assert [int(v) for v in (local == UNSEEN).nonzero().view(-1)] == sorted(cleared)
+    assert int(local[7]) == 7 - 100
+    kernels.clear(nodes, torch.tensor([50]), 0, local)  # a count above the buffer: all of it
+    assert int(local[7]) == UNSEEN
+    before = local.clone()
+    kernels.clear(nodes, torch.tensor([0]), 0, local)  # none
+    assert torch.equal(local, before)
 
 
 def test_other_backends_sample_one_by_one(lib) -> None:
@@ -299,7 +306,8 @@ def test_a_replayed_group_costs_fewer_ops_a_batch(lib) -> None:
     replayed, _ = host_sampler(lib, g, [15, 10, 5], replay=True)
     single, grouped = count(replayed, seeds), count(replayed, seeds, group=8)
     eager_group = count(eager, seeds, group=8)
-    assert eager_group["kernel_launches"] == 9 and grouped["kernel_launches"] == 0
+    # the hops' 9, and a clear of each of the 4 node buffers of every batch but the last
+    assert eager_group["kernel_launches"] == 9 + 4 * 7 / 8 and grouped["kernel_launches"] == 0
     # one read for the group's seeds' range and one for its sizes
     assert grouped["host_reads"] == eager_group["host_reads"] == 2 / 8
     assert single["host_reads"] == 2

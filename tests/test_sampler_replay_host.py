@@ -181,11 +181,10 @@ def test_the_host_capture_refuses_a_size_read_into_python(lib) -> None:
 
 def launch_of(sampler, seeds, keys):
     """`launch_group` of ``sampler``'s hop kernels (``seeds`` ``(K, B)``, ``keys`` ``(K, H)``)."""
-    fanouts = sampler.num_neighbors
-    bound = sample_hop.node_buffer_bound(seeds.shape[1], fanouts, sampler.graph.num_nodes)
     return sample_hop.launch_group(
-        sampler._hop_kernels, sampler.graph, sampler._scratch(), seeds, fanouts,
-        replace=False, per_hop=False, keys=keys, torch_hop=None, iota=torch.arange(bound),
+        sampler._hop_kernels, sampler.graph, sampler._scratch(), seeds, sampler.num_neighbors,
+        replace=False, per_hop=False, keys=keys, torch_hop=None,
+        iota=torch.arange(seeds.shape[1]),
     )  # fmt: skip
 
 

@@ -186,6 +186,12 @@ class CudaHopKernels:
         slots = nbr.numel()
         self._launch("ibp_hop_flags", slots, (*map(_address, (nbr, local, flags)), np.int64(slots)))
 
+    def clear(self, nodes, counts, at: int, local):
+        """``ibp_hop_clear``: the map's entries of the first ``counts[at]`` of ``nodes``."""
+        cap = nodes.numel()
+        args = (_address(nodes), _address(counts), np.int32(at), _address(local), np.int64(cap))
+        self._launch("ibp_hop_clear", cap, args)
+
     def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
              *, rows: int, k: int, begin: int, end: int, hop: int, hops: int):  # fmt: skip
         """``ibp_hop_emit``: the hop's edges and new nodes (``k = 0`` with ``slot_start``)."""

@@ -100,6 +100,13 @@ class HostHopKernels:
             *map(_p, (nbr, local, flags)), ctypes.c_longlong(nbr.numel()), self.grid, self.block
         )
 
+    def clear(self, nodes, counts, at, local):
+        self.launches.append("clear")
+        self.lib.simt_hop_clear(
+            *map(_p, (nodes, counts)), ctypes.c_int(at), _p(local),
+            ctypes.c_longlong(nodes.numel()), self.grid, self.block,
+        )  # fmt: skip
+
     def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
              *, rows, k, begin, end, hop, hops):  # fmt: skip
         self.launches.append("emit")

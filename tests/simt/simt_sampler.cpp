@@ -63,6 +63,14 @@ extern "C" void simt_hop_flags(const void* nbr, const void* local, void* flags, 
     });
 }
 
+extern "C" void simt_hop_clear(const void* nodes, const void* counts, int at, void* local,
+                               long long cap, unsigned grid, unsigned block) {
+    simt_launch(grid, block, 0, [&] {
+        ibp_hop_clear(static_cast<const i64*>(nodes), static_cast<const i64*>(counts), at,
+                      static_cast<long long*>(local), cap);
+    });
+}
+
 extern "C" void simt_hop_emit(const void* nbr, const void* pos, const void* edge_ids,
                               const void* cum, const void* slot_start, void* local, void* fresh,
                               void* row, void* col, void* edge, void* counts, long long slots,
