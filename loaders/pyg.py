@@ -676,7 +676,8 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
         `ibp_graph.prefetch.record_stream` walks, so on a GPU it is recorded here, on the
         stream current when the batch is handed over.
         """
-        orig = vars(batch).get("_orig_edge_index") if isinstance(batch, Data) else None
+        # PyG keeps an underscored attribute in the Data's store object, outside its mapping
+        orig = getattr(batch, "_orig_edge_index", None) if isinstance(batch, Data) else None
         if isinstance(orig, torch.Tensor) and orig.is_cuda:
             orig.record_stream(torch.cuda.current_stream(orig.device))
         return batch
