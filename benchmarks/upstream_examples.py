@@ -50,10 +50,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._env import add_out, environment, header_lines, write_json_md  # noqa: E402
+from benchmarks._env import (  # noqa: E402
+    add_out,
+    environment,
+    header_lines,
+    result_name,
+    write_json_md,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "upstream-examples-cpu"
@@ -231,6 +238,15 @@ def swap_import(source: str, framework: str, script: str) -> str:
 def git_commit(checkout: Path, rev: str | None) -> str | None:
     """The commit of the examples read (None where ``checkout`` is not a git repository)."""
     if rev is None:
+        # a folder of a checkout's files, inside another repository (a copy that `prepare`
+        # made), is no checkout of its own: its enclosing repository's commit is not its
+        top = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+        )
+        if top.returncode or Path(top.stdout.strip()).resolve() != checkout.resolve():
+            return None
         cmd = ["git", "-C", str(checkout), "rev-parse", "HEAD"]
     else:
         cmd = ["git", "--git-dir", str(checkout), "rev-parse", rev]
@@ -295,7 +311,7 @@ def report(result: dict) -> str:
         "",
         f"Data: synthetic graphs of {result['nodes']:,} nodes in Reddit's raw format and in "
         "OGB's layout (ogbn-arxiv, ogbn-products), where features carry the class and most "
-        "edges join one class. CPU only.",
+        f"edges join one class. The scripts pick their device: {result.get('device', 'cpu')}.",
         "",
         "| framework | script | arguments | environment | exit status | wall s | last line |",
         "|---|---|---|---|---|---|---|",
@@ -398,9 +414,11 @@ def main(argv: list[str] | None = None) -> None:
             for f, p in checkouts.items()
         },
         "nodes": args.nodes,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
         "runs": runs,
     }
-    write_json_md(NAME, result, lambda: report(result), args.out)
+    name = result_name("upstream-examples", torch.device(result["device"]))  # NAME on a CPU
+    write_json_md(name, result, lambda: report(result), args.out)
     print(json.dumps([(r["script"], r["status"]) for r in runs]))
     if any(r["status"] != 0 and not r.get("skipped") for r in runs):
         raise SystemExit(1)
