@@ -61,9 +61,13 @@ sampling and fetching run on a side stream while the previous batch trains, so `
 fetch`` overlaps ``train``; on the CPU nothing overlaps and ``wait`` contains them, unless
 the batches are prepared on the loaders' prefetch thread (``--prefetch-thread``, or the
 ``ibp-thread`` mode of ``--thread-mode``: IBP on with the thread, beside the other modes).
-``--replay-mode`` (GPU) adds ``ibp-replay``: that mode with the sampler's launches replayed
-from CUDA graphs (``NeighborSampler(backend="kernel", cuda_graph=True)``, passed to the
-training loader), on the same batches.
+Every mode samples with the loaders' default sampler settings: on a GPU, the fused hop
+kernels, ``sample_group`` batches a sampler call (8), their launches replayed from CUDA
+graphs (``sampler_cuda_graph``). Two modes (GPU) run ``ibp-thread`` with other settings, on
+the same batches: ``--replay-mode`` adds ``ibp-replay``, replayed one batch a call
+(``sample_group=1``), and ``--eager-mode`` adds ``ibp-eager``, launched eagerly one batch a
+call (``sampler_cuda_graph=False, sample_group=1``: the loaders' default before they replayed
+groups).
 The last epoch of every mode also keeps its timeline (`benchmarks.epoch_timeline`: each
 batch's sample and fetch intervals, from the side stream's CUDA events on a GPU, each step's,
 and the loop's waits in ``next()``, on one clock from the epoch's start): the results say how
@@ -164,9 +168,17 @@ from ibp_graph.train.run import (  # noqa: E402
 MODES = ("ibp", "raw", "gpu")
 #: The mode ``--thread-mode`` adds: IBP on, with the loaders' prefetch thread.
 THREAD_MODE = "ibp-thread"
-#: The mode ``--replay-mode`` adds: `THREAD_MODE` with the sampler's launches replayed from
-#: CUDA graphs (``NeighborSampler(backend="kernel", cuda_graph=True)``; GPU only).
+#: The mode ``--replay-mode`` adds: `THREAD_MODE` sampling one batch a sampler call, its
+#: launches replayed from CUDA graphs (GPU only).
 REPLAY_MODE = "ibp-replay"
+#: The mode ``--eager-mode`` adds: `THREAD_MODE` sampling one batch a call, the hop kernels
+#: launched eagerly (GPU only).
+EAGER_MODE = "ibp-eager"
+#: The loader arguments of the modes that sample otherwise than by the loaders' default.
+SAMPLER_SETTINGS = {
+    REPLAY_MODE: {"sample_group": 1},
+    EAGER_MODE: {"sampler_cuda_graph": False, "sample_group": 1},
+}
 #: The mode ``--chunk-mode ROWS`` adds: `THREAD_MODE` with IBP on's fetches launched as kernels
 #: of at most ROWS rows (the GPU table's ``chunk_rows``; GPU only), so that their blocks leave
 #: the SMs to training between kernels.
@@ -178,7 +190,8 @@ MODE_TITLES = {
     "raw": "IBP off (raw)",
     "gpu": "features on the GPU",
     THREAD_MODE: "IBP on, prefetch thread",
-    REPLAY_MODE: "IBP on, prefetch thread, replayed sampler",
+    REPLAY_MODE: "IBP on, prefetch thread, replayed sampler, one batch a call",
+    EAGER_MODE: "IBP on, prefetch thread, eager sampler, one batch a call",
     CHUNK_MODE: "IBP on, prefetch thread, chunked fetches",
 }
 #: The modes that are ``ibp`` run another way (all on the loaders' prefetch thread), on the
@@ -187,7 +200,8 @@ MODE_TITLES = {
 #: results name them.
 IBP_VARIANTS = {
     THREAD_MODE: ("thread", "IBP on with the prefetch thread"),
-    REPLAY_MODE: ("replay", "IBP on with the replayed sampler"),
+    REPLAY_MODE: ("replay", "IBP on with the replayed sampler, one batch a call"),
+    EAGER_MODE: ("eager", "IBP on with the eager sampler, one batch a call"),
     CHUNK_MODE: ("chunked", "IBP on with chunked fetches"),
 }
 CONFIGS = {"cora": "cora-sage", "citeseer": "citeseer-sage", "synthetic": "ogbn-products-sage"}
@@ -564,30 +578,17 @@ class StepTimes:
         return sum(b - a for a, b in self.host)
 
 
-def replayed_sampler(graph: Graph, hp: dict, device: torch.device) -> dict:
-    """The training loader's ``neighbor_sampler`` and ``csr`` for `REPLAY_MODE`.
-
-    The fused hop kernels with ``cuda_graph=True`` over the graph's CSR on ``device``; the
-    loader reseeds the sampler per batch, so the batches are those of the other modes.
-    """
-    from ibp_graph.graph import CSRGraph
-    from ibp_graph.sampler import NeighborSampler
-
-    csr = CSRGraph.from_data(graph.data).to(device)  # as the loader builds it
-    sampler = NeighborSampler(csr, hp["fanouts"], backend="kernel", cuda_graph=True)
-    return {"neighbor_sampler": sampler, "csr": csr}
-
-
-def replayed_sizes(sampler: Any) -> list[int]:
-    """The batch sizes whose launches ``sampler`` replays from a CUDA graph (none where every
-    batch ran eagerly: the sampler warned why)."""
+def replayed_shapes(sampler: Any) -> list[list[int]]:
+    """The ``[batch size, batches]`` of the sampler calls whose launches ``sampler`` replays
+    from a CUDA graph, smallest first (none where every call ran eagerly: the sampler warned
+    why)."""
     replay = getattr(sampler, "_replay", None)
-    return replay.sizes() if replay is not None else []
+    return [list(shape) for shape in sorted(replay.graphs)] if replay is not None else []
 
 
 def skip_reason(mode: str, device: torch.device) -> str | None:
     """Why ``mode`` does not run on ``device`` (None: it runs)."""
-    if mode in ("gpu", REPLAY_MODE, CHUNK_MODE) and device.type != "cuda":
+    if mode in ("gpu", CHUNK_MODE, *SAMPLER_SETTINGS) and device.type != "cuda":
         return "needs a CUDA GPU"
     return None
 
@@ -648,7 +649,7 @@ def start_run(
 ) -> ModeRun:
     """Seed, build the model, its optimizer and the training loader of ``run``'s mode.
 
-    `REPLAY_MODE`'s loader samples with `replayed_sampler`.
+    The modes of `SAMPLER_SETTINGS` pass theirs to the loader.
     """
     from ibp_graph.loaders.pyg import NeighborLoader
 
@@ -672,7 +673,7 @@ def start_run(
         shuffle=True,
         seed=args.seed,
         **loader_options(run, device, args),
-        **(replayed_sampler(graph, hp, device) if run.mode == REPLAY_MODE else {}),
+        **SAMPLER_SETTINGS.get(run.mode, {}),
     )
     run.loader.stats.keep_timeline()
     run.rng = rng_state(device)
@@ -799,10 +800,26 @@ def finish_run(
     run: ModeRun, graph: Graph, hp: dict, device: torch.device, args: argparse.Namespace
 ) -> dict:
     """Evaluate (and with ``--profile-epoch`` profile) ``run``; its measurements."""
-    if run.mode == REPLAY_MODE:
-        run.rows[-1]["replayed_sizes"] = replayed_sizes(run.loader.node_sampler)
+    if run.loader.sampler_cuda_graph:
+        run.rows[-1]["replayed_shapes"] = replayed_shapes(run.loader.node_sampler)
     scores = evaluate_run(run, graph, hp, device, args)
     return summarise(run, scores, profile_epoch(run, device, args))
+
+
+def loaders_default(run: ModeRun) -> bool:
+    """Whether ``run``'s loader prepared its batches as the loaders do by default on its device:
+    the prefetch thread as `ibp_graph.loading.default_prefetch_thread` says, the default
+    sampler settings (`SAMPLER_SETTINGS` and ``--sampler-backend`` change them) and the table's
+    own settings (`CHUNK_MODE` changes them)."""
+    from ibp_graph.loading import default_prefetch_thread, default_sampler_backend
+
+    loader = run.loader
+    return (
+        run.thread == default_prefetch_thread(loader.device)
+        and run.mode not in SAMPLER_SETTINGS
+        and not run.table_settings
+        and loader.sampler_backend == default_sampler_backend(loader.graph.device)
+    )
 
 
 def summarise(
@@ -831,6 +848,10 @@ def summarise(
         "mode": mode,
         "title": MODE_TITLES[mode],
         "prefetch_thread": run.thread,
+        "sampler_backend": run.loader.sampler_backend,
+        "sample_group": run.loader.sample_group,
+        "sampler_cuda_graph": run.loader.sampler_cuda_graph,
+        "loaders_default": loaders_default(run),
         **run.table_settings,
         "features": repr(run.loader.features),
         "open_s": run.open_s,
@@ -857,7 +878,11 @@ def summarise(
         "eval_s": eval_s,
         "time_split": where,
         "epochs": rows,
-        **({"replayed_sizes": rows[-1]["replayed_sizes"]} if "replayed_sizes" in rows[-1] else {}),
+        **(
+            {"replayed_shapes": rows[-1]["replayed_shapes"]}
+            if "replayed_shapes" in rows[-1]
+            else {}
+        ),
     }
 
 
@@ -1040,6 +1065,7 @@ def run_graph(
             *MODES,
             *([THREAD_MODE] if args.thread_mode else []),
             *([REPLAY_MODE] if args.replay_mode else []),
+            *([EAGER_MODE] if args.eager_mode else []),
             *([CHUNK_MODE] if args.chunk_mode else []),
         )
         partial = None
@@ -1109,10 +1135,29 @@ def _acc(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
-def replay_lines(modes: list[dict]) -> list[str]:
-    """What `REPLAY_MODE` replayed: the batch sizes captured as CUDA graphs, or none."""
+def sampler_lines(modes: list[dict]) -> list[str]:
+    """How each mode sampled with the fused hop kernels: batches a sampler call, and the shapes
+    of the calls captured as CUDA graphs, or none (results from before the modes recorded it:
+    `REPLAY_MODE`'s batch sizes)."""
     lines = []
     for m in modes:
+        if m.get("sampler_backend") == "torch":
+            continue  # torch ops: nothing to replay, and a group's batches run one by one
+        if "sample_group" in m:
+            how = "replayed from CUDA graphs" if m.get("sampler_cuda_graph") else "launched eagerly"
+            text = f"{m['sample_group']} batch{'es' if m['sample_group'] > 1 else ''} a call"
+            text += f", {how}" if m.get("sampler_cuda_graph") is not None else ""
+            shapes = m.get("replayed_shapes")
+            if shapes:
+                calls = ", ".join(f"{count} x {size:,}" for size, count in shapes)
+                text += f" (calls captured, batches x seeds: {calls})"
+            elif shapes is not None:
+                text += (
+                    " (no call was captured, every call ran eagerly: the log has the "
+                    "sampler's warning)"
+                )
+            lines.append(f"- {m['title']}: sampled {text}.")
+            continue
         if m["mode"] != REPLAY_MODE or "replayed_sizes" not in m:
             continue
         sizes = m["replayed_sizes"]
@@ -1243,7 +1288,7 @@ def markdown(payload: dict) -> str:
                 if f"{key}_losses_identical" in c
             )
             + ".",
-            *replay_lines(g["modes"]),
+            *sampler_lines(g["modes"]),
             f"- Transfer share s = fetch / epoch with IBP off = {a['transfer_share']:.3f}; "
             f"ratio on the fetched rows r = {a['ratio']:.3f}x; ideal IBP epoch "
             f"T_off * ((1 - s) + s / r) = {a['t_ideal_s']:.4f} s (ideal speed-up "
@@ -1535,9 +1580,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--replay-mode",
         action="store_true",
-        help=f"also run IBP on with the prefetch thread and the sampler's launches replayed "
-        f"from CUDA graphs ({REPLAY_MODE!r}; GPU only, fused hop kernels), same seed and "
-        "batches",
+        help=f"also run IBP on with the prefetch thread, one batch a sampler call, its "
+        f"launches replayed from CUDA graphs ({REPLAY_MODE!r}; GPU only, fused hop kernels), "
+        "same seed and batches",
+    )
+    p.add_argument(
+        "--eager-mode",
+        action="store_true",
+        help=f"also run IBP on with the prefetch thread, one batch a sampler call, its "
+        f"launches eager ({EAGER_MODE!r}; GPU only, fused hop kernels), same seed and batches",
     )
     p.add_argument(
         "--chunk-mode",
@@ -1599,6 +1650,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--thread-mode adds a mode with the prefetch thread: drop --prefetch-thread")
     if args.replay_mode and args.sampler_backend == "torch":
         p.error("--replay-mode replays the fused hop kernels: drop --sampler-backend torch")
+    if args.eager_mode and args.sampler_backend == "torch":
+        p.error("--eager-mode launches the fused hop kernels: drop --sampler-backend torch")
     if args.sampler_backend == "kernel" and args.device == "cpu":
         p.error("--sampler-backend kernel needs --device cuda (or auto on a machine with a GPU)")
     if args.workdir is None:
@@ -1663,6 +1716,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "prefetch_thread": args.prefetch_thread,
         "thread_mode": args.thread_mode,
         "replay_mode": args.replay_mode,
+        "eager_mode": args.eager_mode,
         "chunk_mode": args.chunk_mode,
         "seed": args.seed,
         "deterministic": args.deterministic,

@@ -104,10 +104,10 @@
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, 20 timed epochs a mode
 #              (the modes take turns epoch by epoch: 40-50 ms epochs vary), with --thread-mode (IBP
 #              on also with the prefetch thread, beside the other modes), --replay-mode
-#              (that mode again with the sampler's launches replayed from CUDA graphs; skipped
-#              with torch before 2.12, which cannot capture on the prefetch thread) and
-#              --profile-epoch (per mode, where an epoch's time goes: kernels, torch ops,
-#              Python functions);
+#              and --eager-mode (that mode again, one batch a sampler call, its launches
+#              replayed from CUDA graphs, or eager: what the loaders' default of 8 batches a
+#              call, replayed, gains) and --profile-epoch (per mode, where an epoch's time
+#              goes: kernels, torch ops, Python functions);
 #              neighbors drawn by the fused hop kernels, the loaders' default on a GPU.
 #   overlap    about 2-4 min: benchmarks/overlap.py, fetches on a side stream beside GraphSAGE
 #              training steps (dense and sparse tables, raw and IBP, grid caps, stream
@@ -851,7 +851,7 @@ for stage in "${STAGES[@]}"; do
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 21 \
-            --graphs cora,citeseer --thread-mode --replay-mode --profile-epoch \
+            --graphs cora,citeseer --thread-mode --replay-mode --eager-mode --profile-epoch \
             --workdir "$WORK" --out "$OUT" || rc=$?
         ;;
     overlap)

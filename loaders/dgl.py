@@ -94,7 +94,9 @@ wheels of data.dgl.ai)                   there over UVA: ``use_uva=True`` or
 
 ``device`` defaults to the graph's device when the DGL graph is on a GPU, else to where the
 features deliver rows, else the CPU. On a GPU the sampler runs its hops with the fused hop
-kernels when CuPy imports (our ``sampler_backend``, default None; ``"torch"`` for torch ops).
+kernels when CuPy imports (our ``sampler_backend``, default None; ``"torch"`` for torch ops),
+8 batches a call with their launches replayed from CUDA graphs where the blocks allow it (our
+``sample_group`` and ``sampler_cuda_graph``, default None).
 The CUDA path is written but has not run yet: no CUDA build of DGL was available.
 
 DGL's loader arguments, and what happens to each here:
@@ -152,6 +154,7 @@ from ibp_graph.loading import (
     default_sampler_backend,
     input_nodes,
     place_graph,
+    resolve_cuda_graph,
     type_name,
     warn_ignored,
 )
@@ -296,9 +299,18 @@ class DataLoader(BaseNodeLoader):
             (`ibp_graph.loading.default_sampler_backend`). The two draw different neighbors
             for the same seed. ``loader.sampler_backend`` holds the backend used
             (default: None).
+        sampler_cuda_graph: ours: with the fused hop kernels, replay their launches from
+            CUDA graphs where the batches allow it (the same blocks, less host work, buffers
+            kept in GPU memory; see `ibp_graph.sampler.NeighborSampler`'s ``cuda_graph``);
+            None: on with ``"kernel"``, off with ``"torch"``
+            (`ibp_graph.loading.default_cuda_graph`). ``loader.sampler_cuda_graph`` holds
+            the setting used (default: None).
         sample_group: ours: without workers, sample this many batches per call of the
             sampler (`ibp_graph.sampler.NeighborSampler.sample_batches`): the same blocks;
-            with the fused hop kernels, one group whose sizes are read once (default: 1).
+            with the fused hop kernels, one group whose sizes are read once; None: 8 with
+            the fused hop kernels, 1 with torch ops
+            (`ibp_graph.loading.default_sample_group`). ``loader.sample_group`` holds the
+            value used (default: None).
         **kwargs: ``torch.utils.data.DataLoader`` keywords (``num_workers``,
             ``persistent_workers``, ``prefetch_factor``, ``worker_init_fn``, ...), as DGL
             forwards them; see `ibp_graph.loading.BaseNodeLoader`.
@@ -310,9 +322,10 @@ class DataLoader(BaseNodeLoader):
         IBPInputError: a bad argument, found at construction: ``indices`` out of range,
             features or labels with another row count than the graph has nodes, prefetch
             names missing from ``g.ndata``/``g.edata``, a CUDA ``device`` without a usable
-            GPU or with a DGL build that has no CUDA, a bad ``graph_memory`` or
-            ``sampler_backend``, ``use_ddp`` without ``torch.distributed``, or a sampler
-            with ``fanouts=[]`` (no blocks: DGL's loader fails on it at its first batch).
+            GPU or with a DGL build that has no CUDA, a bad ``graph_memory``,
+            ``sampler_backend`` or ``sampler_cuda_graph`` (True with torch ops), ``use_ddp``
+            without ``torch.distributed``, or a sampler with ``fanouts=[]`` (no blocks: DGL's
+            loader fails on it at its first batch).
         IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
 
@@ -342,7 +355,8 @@ class DataLoader(BaseNodeLoader):
         progress: bool = False,
         graph_memory: str = "device",
         sampler_backend: str | None = None,
-        sample_group: int = 1,
+        sampler_cuda_graph: bool | None = None,
+        sample_group: int | None = None,
         **kwargs: Any,
     ) -> None:
         settings = NeighborSampler.from_dgl(graph_sampler)
@@ -455,7 +469,12 @@ class DataLoader(BaseNodeLoader):
         self.csr = place_graph(csr, dev, graph_memory)
         if sampler_backend is None:  # decided by where the sampled graph is
             sampler_backend = default_sampler_backend(self.csr.device)
-        node_sampler = settings.csr_sampler(self.csr, seed=self.seed, backend=sampler_backend)
+        node_sampler = settings.csr_sampler(
+            self.csr,
+            seed=self.seed,
+            backend=sampler_backend,
+            cuda_graph=resolve_cuda_graph(sampler_cuda_graph, sampler_backend),
+        )
         self._start_pipeline(node_sampler)
 
     # -- construction helpers ------------------------------------------------------------

@@ -268,7 +268,14 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
             fused=getattr(sampler, "fused", True),
         )
 
-    def csr_sampler(self, graph: CSRGraph, *, seed: int | None, backend: str = "torch") -> Any:
+    def csr_sampler(
+        self,
+        graph: CSRGraph,
+        *,
+        seed: int | None,
+        backend: str = "torch",
+        cuda_graph: bool = False,
+    ) -> Any:
         """An `ibp_graph.sampler.NeighborSampler` drawing these blocks on ``graph``.
 
         Its hop 0 expands the seeds, so it takes the fanouts in reverse (DGL's last layer
@@ -279,6 +286,7 @@ class NeighborSampler(dgl.dataloading.BlockSampler):
             self.fanouts[::-1],
             seed=seed,
             backend=backend,
+            cuda_graph=cuda_graph,
             replace=self.replace,
             draw=self.draw,
         )

@@ -183,8 +183,10 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
 
     On a GPU the graph is copied there once (``graph_memory="device"``, the default) and the
     sampler runs its hops there with the fused hop kernels (``sampler_backend=None``, when
-    CuPy imports; ``"torch"``: the torch ops of the CPU path, on CUDA tensors); worker
-    processes are not used (a one-time warning says so). With ``graph_memory="uva"`` the
+    CuPy imports; ``"torch"``: the torch ops of the CPU path, on CUDA tensors), 8 batches a
+    call, their launches replayed from CUDA graphs (``sample_group`` and
+    ``sampler_cuda_graph``, both None); worker processes are not used (a one-time warning
+    says so). With ``graph_memory="uva"`` the
     graph stays in pinned host memory instead, as CUDA tensors the sampler reads over PCIe:
     for graphs larger than the GPU, at the cost of slower sampling; the batches are the same.
     Node- and edge-level attributes of ``data`` are copied to the GPU once, and sampling and
@@ -265,10 +267,19 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
             overlap the training loop; None: on for a CUDA ``device`` (which has no worker
             processes), off on the CPU (`ibp_graph.loading.default_prefetch_thread`).
             ``loader.prefetch_thread`` holds the resolved bool (default: None).
+        sampler_cuda_graph: ours: with the fused hop kernels, replay their launches from CUDA
+            graphs, one captured per group shape where the epoch starts (the same batches,
+            less host work, buffers kept in GPU memory; see
+            `ibp_graph.sampler.NeighborSampler`'s ``cuda_graph``); None: on with
+            ``"kernel"``, off with ``"torch"`` (`ibp_graph.loading.default_cuda_graph`). A
+            ``neighbor_sampler`` of ours keeps its own. ``loader.sampler_cuda_graph`` holds
+            the setting used (default: None).
         sample_group: ours: without workers, sample this many batches per call of the sampler
             (`ibp_graph.sampler.NeighborSampler.sample_batches`): the same batches; with the
             fused hop kernels, one group whose sizes are read once, replayed from one CUDA
-            graph by a ``neighbor_sampler`` with ``cuda_graph=True`` (default: 1).
+            graph with ``cuda_graph=True``; None: 8 with the fused hop kernels, 1 with torch
+            ops (`ibp_graph.loading.default_sample_group`). ``loader.sample_group`` holds the
+            value used (default: None).
         use_ddp: each rank of ``torch.distributed`` iterates over its own share of the seeds
             (`ibp_graph.distributed.rank_share`), in an order shuffled alike on every rank
             (default: False).
@@ -294,7 +305,8 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
             with another row count than ``data.num_nodes``, a CUDA ``device`` without a usable
             GPU, or a ``graph_memory`` other than ``"device"`` and ``"uva"``, or ``"uva"`` with
             a CPU ``device``, or an unknown ``sampler_backend`` or ``subgraph_type``, or
-            ``use_ddp`` without an initialised ``torch.distributed``.
+            ``sampler_cuda_graph=True`` with the torch backend, or ``use_ddp`` without an
+            initialised ``torch.distributed``.
         IBPDeviceError: ``sampler_backend="kernel"`` with a CPU ``device``.
     """
 
@@ -327,8 +339,9 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
         progress: bool = False,
         graph_memory: str = "device",
         sampler_backend: str | None = None,
+        sampler_cuda_graph: bool | None = None,
         prefetch_thread: bool | None = None,
-        sample_group: int = 1,
+        sample_group: int | None = None,
         use_ddp: bool = False,
         ddp_seed: int = 0,
         input_id: torch.Tensor | None = None,
@@ -423,7 +436,7 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
                 f"csr must be a CSRGraph of data's {data.num_nodes} nodes, got {got}"
             )
         self.graph = loading.place_graph(csr, dev, self.graph_memory)
-        node_sampler = self._node_sampler(neighbor_sampler, sampler_backend)
+        node_sampler = self._node_sampler(neighbor_sampler, sampler_backend, sampler_cuda_graph)
         self._attr_cache: dict[str, tuple[Any, Any]] = {}
         self._refresh()
         self._start_pipeline(node_sampler)
@@ -477,10 +490,13 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
             )
         return src
 
-    def _node_sampler(self, given: Any, backend: str | None) -> NeighborSampler:
+    def _node_sampler(
+        self, given: Any, backend: str | None, cuda_graph: bool | None
+    ) -> NeighborSampler:
         """The sampler: ``neighbor_sampler`` if it is ours, else one built from the settings.
 
-        ``backend`` None: `ibp_graph.loading.default_sampler_backend` for the graph's device.
+        ``backend`` None: `ibp_graph.loading.default_sampler_backend` for the graph's device;
+        ``cuda_graph`` None: `ibp_graph.loading.default_cuda_graph` for the backend.
         """
         num_neighbors, replace = self.num_neighbors, self.replace
         subgraph_type, disjoint = self.subgraph_type, self.disjoint
@@ -500,6 +516,14 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
                     "sampler_backend",
                     backend,
                     f"neighbor_sampler samples with its own backend {given.backend!r}",
+                )
+            if cuda_graph is not None and check_bool("sampler_cuda_graph", cuda_graph) != (
+                given.cuda_graph
+            ):
+                warn_ignored(
+                    "sampler_cuda_graph",
+                    cuda_graph,
+                    f"neighbor_sampler keeps its own cuda_graph={given.cuda_graph}",
                 )
             given.manual_seed(self.seed)
             return given
@@ -529,6 +553,7 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
             num_neighbors,
             seed=self.seed,
             backend=backend,
+            cuda_graph=loading.resolve_cuda_graph(cuda_graph, backend),
             replace=replace,
             disjoint=disjoint,
             subgraph_type=subgraph_type,

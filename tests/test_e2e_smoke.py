@@ -290,7 +290,10 @@ def test_e2e_replay_mode_is_a_gpu_mode(tmp_path: Path) -> None:
     assert replay["skipped"] == "needs a CUDA GPU" and "replay_losses_identical" not in g["checks"]
     assert payload["settings"]["replay_mode"] is True
     md = next(tmp_path.glob("e2e-*.md")).read_text()
-    assert "| IBP on, prefetch thread, replayed sampler | skipped: needs a CUDA GPU |" in md
+    assert (
+        "| IBP on, prefetch thread, replayed sampler, one batch a call | skipped: needs a CUDA "
+        "GPU |" in md
+    )
     with pytest.raises(SystemExit):
         e2e.parse_args(["--replay-mode", "--sampler-backend", "torch"])
     assert e2e.parse_args(["--device", "cuda", "--replay-mode"]).replay_mode
@@ -306,23 +309,45 @@ def test_e2e_replay_mode_needs_a_gpu_and_any_torch(monkeypatch) -> None:
     assert e2e.skip_reason("ibp", torch.device("cpu")) is None
 
 
-def test_e2e_says_which_batch_sizes_the_replay_mode_replayed() -> None:
+def test_e2e_says_how_each_mode_sampled() -> None:
     from ibp_graph.sample_replay import BatchReplay
 
     class Sampler:
         _replay = BatchReplay()
 
     Sampler._replay.graphs = {(1024, 1): None, (116, 1): None, (1024, 8): None}
-    assert e2e.replayed_sizes(Sampler()) == [116, 1024]
-    assert e2e.replayed_sizes(object()) == []
+    assert e2e.replayed_shapes(Sampler()) == [[116, 1], [1024, 1], [1024, 8]]
+    assert e2e.replayed_shapes(object()) == []
+    default = {"mode": "ibp", "title": "IBP on", "sample_group": 8, "sampler_cuda_graph": True,
+               "replayed_shapes": [[12, 1], [32, 4]]}  # fmt: skip
+    eager = {"mode": e2e.EAGER_MODE, "title": "E", "sample_group": 1, "sampler_cuda_graph": False}
+    failed = default | {"title": "F", "replayed_shapes": []}
+    cpu = {"mode": "raw", "title": "R", "sample_group": 1, "sampler_cuda_graph": False}
+    torch_ops = cpu | {"sampler_backend": "torch"}
+    assert e2e.sampler_lines([default, eager, failed, cpu, torch_ops]) == [
+        "- IBP on: sampled 8 batches a call, replayed from CUDA graphs (calls captured, "
+        "batches x seeds: 1 x 12, 4 x 32).",
+        "- E: sampled 1 batch a call, launched eagerly.",
+        "- F: sampled 8 batches a call, replayed from CUDA graphs (no call was captured, every "
+        "call ran eagerly: the log has the sampler's warning).",
+        "- R: sampled 1 batch a call, launched eagerly.",
+    ]
+    # results from before the modes said how they sampled: the replay mode's batch sizes
     replay = {"mode": e2e.REPLAY_MODE, "replayed_sizes": [116, 1024]}
-    other = {"mode": "ibp", "replayed_sizes": [1]}
-    assert e2e.replay_lines([other, replay]) == [
+    assert e2e.sampler_lines([{"mode": "ibp"}, replay]) == [
         f"- {e2e.MODE_TITLES[e2e.REPLAY_MODE]}: CUDA graphs for batches of 116, 1,024 seeds."
     ]
-    (line,) = e2e.replay_lines([replay | {"replayed_sizes": []}])
-    assert "no batch size was captured, every batch ran eagerly" in line
+    (line,) = e2e.sampler_lines([replay | {"replayed_sizes": []}])
     assert line.endswith("eagerly (the log has the sampler's warning).")
+
+
+def test_e2e_sampler_modes_pass_their_settings_and_need_the_kernels() -> None:
+    assert e2e.SAMPLER_SETTINGS[e2e.EAGER_MODE] == {"sampler_cuda_graph": False, "sample_group": 1}
+    assert e2e.SAMPLER_SETTINGS[e2e.REPLAY_MODE] == {"sample_group": 1}
+    assert e2e.skip_reason(e2e.EAGER_MODE, torch.device("cpu")) == "needs a CUDA GPU"
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--eager-mode", "--sampler-backend", "torch"])
+    assert e2e.parse_args(["--device", "cuda", "--eager-mode"]).eager_mode
 
 
 def test_e2e_kernel_sampler_needs_cuda() -> None:

@@ -288,9 +288,13 @@ def test_sample_group_gives_the_same_blocks(rand_graph, rand_table) -> None:
                          **kwargs)  # fmt: skip
     assert grouped.sample_group == 3
     plain = DataLoader(rand_graph, torch.arange(300), NeighborSampler([3, 2]), **kwargs)
+    # on the CPU the sampler runs torch ops: one batch a call, nothing replayed
+    assert plain.sample_group == 1 and plain.sampler_cuda_graph is False
     assert same_batches(batches(grouped), batches(plain))
     with pytest.raises(IBPInputError, match="sample_group must be an int >= 1, got 0"):
         DataLoader(rand_graph, torch.arange(300), NeighborSampler([3, 2]), sample_group=0)
+    with pytest.raises(IBPInputError, match=r"sampler_cuda_graph=True replays .* runs 'torch'"):
+        DataLoader(rand_graph, torch.arange(300), NeighborSampler([3, 2]), sampler_cuda_graph=True)
 
 
 def test_more_prefetch_names_and_edge_data(rand_graph) -> None:

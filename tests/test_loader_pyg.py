@@ -1190,13 +1190,21 @@ def test_a_cuda_loader_samples_with_the_kernels_by_default(
     kwargs |= {"device": "cuda", "graph_memory": graph_memory}
     loader = NeighborLoader(rand_data, [5, 3], **kwargs)  # no sampler_backend, as upstream
     assert loader.sampler_backend == loader.node_sampler.backend == "kernel"
-    first = epoch(loader)
+    # replayed from CUDA graphs, 8 batches a call
+    assert loader.sampler_cuda_graph and loader.sample_group == 8
+    epochs = [epoch(loader), epoch(loader)]  # the second replays the shapes captured
     train = torch.arange(rand_data.num_nodes)
-    for b in first:
+    for b in epochs[0]:
         check_batch(b, rand_data, train, mask_input=False, hops=2)
+    assert loader.node_sampler._replay.graphs  # captured where the epoch started
     chosen = NeighborLoader(rand_data, [5, 3], sampler_backend="kernel", **kwargs)
-    for x, y in zip(first, epoch(chosen), strict=True):
+    for x, y in zip(epochs[0], epoch(chosen), strict=True):
         assert same_batch(x, y)  # the default is the kernel backend, draw for draw
+    eager = NeighborLoader(rand_data, [5, 3], sampler_cuda_graph=False, sample_group=1, **kwargs)
+    assert not eager.sampler_cuda_graph and eager.sample_group == 1
+    for got in epochs:  # replayed groups are the eager batches one by one
+        for x, y in zip(got, epoch(eager), strict=True):
+            assert same_batch(x, y)
 
 
 @gpu

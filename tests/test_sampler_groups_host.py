@@ -18,7 +18,7 @@ from simt.host_hops import HostHopKernels
 from test_sampler_hop_host import power_graph
 from test_sampler_replay_host import assert_same, fields, host_sampler, seed_batches
 
-from ibp_graph import sample_hop
+from ibp_graph import loading, sample_hop
 from ibp_graph.errors import IBPInputError
 from ibp_graph.graph import CSRGraph
 from ibp_graph.kernels.sample_neighbors import MAX_K
@@ -327,27 +327,35 @@ def group_loader(lib, data, csr, *, replay: bool, group: int, thread: bool):
     return loader, capture
 
 
-@pytest.mark.parametrize("thread", [False, True])
-@pytest.mark.parametrize("replay", [False, True])
-def test_the_loader_samples_groups_of_the_same_batches(lib, replay, thread) -> None:
+def group_data():
+    """A 400-node graph (seeds: 8 batches of 48 and one of 16) and its CSR."""
     from torch_geometric.data import Data
 
     gen = torch.Generator().manual_seed(12)
     ei = torch.randint(0, 400, (2, 5000), generator=gen)
     data = Data(x=torch.randn(400, 8), edge_index=ei, num_nodes=400)
-    csr = CSRGraph.from_data(data)
+    return data, CSRGraph.from_data(data)
 
-    def epochs(loader):
-        return [[(b.n_id, b.edge_index, b.e_id, b.input_id) for b in loader] for _ in range(2)]
 
-    want = epochs(group_loader(lib, data, csr, replay=False, group=1, thread=False)[0])
-    loader, capture = group_loader(lib, data, csr, replay=replay, group=3, thread=thread)
-    assert loader.sample_group == 3
-    got = epochs(loader)
+def two_epochs(loader) -> list:
+    return [[(b.n_id, b.edge_index, b.e_id, b.input_id) for b in loader] for _ in range(2)]
+
+
+def assert_same_epochs(got: list, want: list) -> None:
     for epoch_got, epoch_want in zip(got, want, strict=True):
         assert len(epoch_got) == len(epoch_want) == 9  # 400 seeds: 8 batches of 48, one of 16
         for x, y in zip(epoch_got, epoch_want, strict=True):
             assert all(torch.equal(a, b) for a, b in zip(x, y, strict=True))
+
+
+@pytest.mark.parametrize("thread", [False, True])
+@pytest.mark.parametrize("replay", [False, True])
+def test_the_loader_samples_groups_of_the_same_batches(lib, replay, thread) -> None:
+    data, csr = group_data()
+    want = two_epochs(group_loader(lib, data, csr, replay=False, group=1, thread=False)[0])
+    loader, capture = group_loader(lib, data, csr, replay=replay, group=3, thread=thread)
+    assert loader.sample_group == 3
+    assert_same_epochs(two_epochs(loader), want)
     if replay:
         # calls of 3 batches: (48, 3) twice an epoch, then (48, 2) and (16, 1), captured
         # where each epoch starts
@@ -371,6 +379,51 @@ def test_the_loaders_refuse_a_bad_sample_group(lib) -> None:
     plain = NeighborLoader(data, [3], batch_size=8, seed=1)
     for a, b in zip(loader, plain, strict=True):  # the torch backend samples one by one
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_the_loaders_group_by_default_with_the_hop_kernels(lib, replay) -> None:
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    data, csr = group_data()
+    want = two_epochs(group_loader(lib, data, csr, replay=False, group=1, thread=False)[0])
+    sampler, capture = host_sampler(lib, csr, [6, 4], replay=replay)
+    sampler.backend = "kernel"  # the harness's kernels stand in for the GPU's
+    loader = NeighborLoader(data, [6, 4], batch_size=48, seed=3, csr=csr, shuffle=True,
+                            neighbor_sampler=sampler)  # fmt: skip
+    assert loader.sample_group == loading.DEFAULT_SAMPLE_GROUP == 8
+    assert loader.sampler_cuda_graph is replay
+    assert_same_epochs(two_epochs(loader), want)
+    if replay:  # a call of 8 batches of 48, then one of the last batch, 16 seeds
+        assert set(loader.node_sampler._replay.graphs) == {(48, 8), (16, 1)}
+        assert sorted(g.replays for g in capture.graphs) == [1 + 2, 1 + 2]
+    # the torch backend samples a group's batches one by one: one a call
+    plain = NeighborLoader(data, [6, 4], batch_size=48)
+    assert plain.sample_group == 1 and plain.sampler_cuda_graph is False
+
+
+def test_sampler_cuda_graph_is_checked(monkeypatch) -> None:
+    from ibp_graph.loaders.pyg import NeighborLoader
+
+    data, csr = group_data()
+    assert loading.default_cuda_graph("kernel") and not loading.default_cuda_graph("torch")
+    with pytest.raises(IBPInputError, match=re.escape(
+        "sampler_cuda_graph=True replays the fused hop kernels' launches, so it needs "
+        "sampler_backend='kernel' (the loader's sampler runs 'torch')"
+    )):  # fmt: skip
+        NeighborLoader(data, [3], batch_size=8, sampler_cuda_graph=True)
+    with pytest.raises(IBPInputError, match="sampler_cuda_graph must be a bool, got 'str'"):
+        NeighborLoader(data, [3], batch_size=8, sampler_cuda_graph="yes")
+    assert not NeighborLoader(data, [3], batch_size=8, sampler_cuda_graph=False).sampler_cuda_graph
+    monkeypatch.setattr(loading, "_WARNED", set())
+    ours = NeighborSampler(csr, [3])
+    with pytest.warns(
+        loading.ArgumentIgnoredWarning,
+        match=re.escape("sampler_cuda_graph=True: neighbor_sampler keeps its own cuda_graph=False"),
+    ):
+        loader = NeighborLoader(data, [3], batch_size=8, neighbor_sampler=ours,
+                                sampler_cuda_graph=True)  # fmt: skip
+    assert loader.sampler_cuda_graph is False
 
 
 def test_group_shapes(lib) -> None:
