@@ -856,7 +856,8 @@ class NeighborSampler:
 
         Returns:
             Those of ``sizes`` that replay from a CUDA graph now (none without
-            ``cuda_graph=True``, or with ``disjoint=True``, ``draw="per_hop"`` or no hops
+            ``cuda_graph=True``, or with ``disjoint=True``, ``draw="per_hop"``, a fanout of
+            ``-1`` or above `ibp_graph.kernels.sample_neighbors.MAX_K`, or no hops
             (``num_neighbors=[]``): such batches are never captured, and none is sampled
             here).
 
@@ -875,8 +876,15 @@ class NeighborSampler:
         group = int(group)
         if not self.cuda_graph or self._hop_kernels is None:
             return []
-        if self.disjoint or self.draw == "per_hop" or not self.num_neighbors:
-            return []  # batches never captured (without hops there are no launches)
+        if (
+            self.disjoint
+            or self.draw == "per_hop"
+            or not self.num_neighbors
+            or any(k < 0 or k > KERNEL_MAX_K for k in self.num_neighbors)
+        ):
+            # batches never captured (without hops there are no launches; a fanout of -1 or
+            # above MAX_K reads its sizes first): nothing to sample
+            return []
         if self._replay is None:
             self._replay = BatchReplay()
         replay, device = self._replay, self.graph.device

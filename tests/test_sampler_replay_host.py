@@ -410,21 +410,30 @@ def test_capture_sizes_refuses_what_is_not_a_list_of_sizes(lib, sizes, message) 
     assert capture.graphs == [] and sampler._replay.graphs == {}
 
 
-def test_capture_sizes_stops_at_max_graphs_and_at_what_cannot_be_captured(lib) -> None:
+def test_capture_sizes_stops_at_max_graphs_and_at_what_cannot_be_captured(lib, monkeypatch) -> None:
     g = power_graph(11, n=400)
     two, capture = host_sampler(lib, g, [6, 4], replay=True, max_graphs=2)
     assert two.capture_sizes([10, 11, 12]) == [10, 11] and len(capture.graphs) == 2
-    reads, capture = host_sampler(lib, g, [-1, 3], replay=True)
+    # a hop whose frontier bound is too loose reads its sizes on the way: only running a
+    # group shows it (here with the bound lowered to 100 slots)
+    monkeypatch.setattr(sample_hop, "_BOUND_SLOTS", 100)
+    reads, capture = host_sampler(lib, g, [6, 4], replay=True)
     calls = []
     run = reads._run_group
     reads._run_group = lambda *a: calls.append(1) or run(*a)
     assert reads.capture_sizes([20]) == [] and calls == [1]  # one eager batch shows it
     assert reads.capture_sizes([20]) == [] and calls == [1]  # and it is remembered
     assert capture.graphs == []
+    monkeypatch.undo()
     plain, _ = host_sampler(lib, g, [6, 4], replay=False)
     assert plain.capture_sizes([20]) == [] and plain._replay is None
-    for kw in ({"disjoint": True}, {"draw": "per_hop"}):  # never captured: nothing sampled
-        never, capture = host_sampler(lib, g, [6, 4], replay=True, **kw)
+    for fanouts, kw in (
+        ([6, 4], {"disjoint": True}),
+        ([6, 4], {"draw": "per_hop"}),
+        ([-1, 3], {}),  # reads its sizes first
+        ([MAX_K + 1, 3], {}),  # a hop of torch ops
+    ):  # never captured: nothing sampled
+        never, capture = host_sampler(lib, g, fanouts, replay=True, **kw)
         calls.clear()
         run = never._run_group
         never._run_group = lambda *a, run=run: calls.append(1) or run(*a)

@@ -127,6 +127,10 @@ def test_unknown_key_is_named_with_the_valid_ones(tmp_path: Path) -> None:
             "sampler_backend=cuda",
             "sampler_backend must be one of 'auto', 'torch', 'kernel', got 'cuda'",
         ),
+        ("sample_group=0", "sample_group must be auto or an integer >= 1, got 0"),
+        ("sample_group=many", "sample_group must be auto or an integer >= 1, got 'many'"),
+        ("sampler_cuda_graph=maybe", "sampler_cuda_graph must be auto, true or false, got 'maybe'"),
+        ("sampler_cuda_graph=1.5", "sampler_cuda_graph must be auto, true or false, got '1.5'"),
         ("dropout=1", "dropout must be in [0, 1), got 1.0"),
         ("epochs=0", "epochs must be an integer >= 1, got 0"),
         ("dataset=imagenet", "unknown dataset 'imagenet'; known: cora, citeseer"),
@@ -430,6 +434,42 @@ def test_cli_train_json_and_repeated_sets(capsys, tmp_path: Path) -> None:
     # sampler_backend: auto, the loaders' default; the run records the backend used.
     assert data["config"]["sampler_backend"] == "auto" and data["sampler_backend"] == "torch"
     assert "sampler backend torch" in out
+
+
+def test_sampler_replay_keys_reach_the_loaders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ibp_graph.train.backends as backends_module
+    from ibp_graph.train.config import check_device_keys
+
+    cfg = TrainConfig(dataset="cora")
+    assert cfg.sampler_cuda_graph == "auto" and cfg.sample_group == "auto"
+    cfg = load_config("cora-sage", ["sampler_cuda_graph=False", "sample_group=4"])
+    assert cfg.sampler_cuda_graph is False and cfg.sample_group == 4
+    assert load_config("cora-sage", ["sample_group=AUTO"]).sample_group == "auto"
+    with pytest.raises(ConfigError, match="sampler_cuda_graph: true replays .* sampler_backend is"):
+        load_config("cora-sage", ["sampler_cuda_graph=true", "sampler_backend=torch"])
+    kernel = load_config("cora-sage", ["sampler_cuda_graph=true"])
+    with pytest.raises(ConfigError, match="but this run's device is cpu"):
+        check_device_keys(kernel, torch.device("cpu"))
+    check_device_keys(kernel, torch.device("cuda"))  # resolved to a GPU: nothing to refuse
+    given = []
+    real = backends_module.PyGBackend.loader
+
+    def loader(self, *args, **kwargs):
+        given.append((kwargs["sampler_cuda_graph"], kwargs["sample_group"]))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(backends_module.PyGBackend, "loader", loader)
+    common = ["epochs=1", "device=cpu", "ibp=false", f"workdir={tmp_path}"]
+    result = train(load_config("cora-sage", common), log=None)
+    # auto: the loaders' defaults, for torch ops on the CPU
+    assert given == [(None, None)] * 2
+    assert result.sampler_cuda_graph is False and result.sample_group == 1
+    given.clear()
+    result = train(load_config("cora-sage", [*common, "sample_group=3"]), log=None)
+    assert given == [(None, 3)] * 2 and result.sample_group == 3
+    assert result.to_dict()["sample_group"] == 3
 
 
 def test_sampler_backend_key_defaults_to_the_loaders_choice(

@@ -131,6 +131,8 @@ class Backend(abc.ABC):
         evaluation: bool = False,
         graph_memory: str = "device",
         sampler_backend: str | None = None,
+        sampler_cuda_graph: bool | None = None,
+        sample_group: int | None = None,
         use_ddp: bool = False,
         csr: Any = None,
     ) -> Any:
@@ -152,6 +154,10 @@ class Backend(abc.ABC):
             graph_memory: where the loader keeps the graph (``"device"`` or ``"uva"``).
             sampler_backend: how the sampler draws neighbors (``"torch"`` or ``"kernel"``;
                 default: None, the loader's default for its device).
+            sampler_cuda_graph: replay the hop kernels from CUDA graphs (default: None, the
+                loader's default for its backend).
+            sample_group: batches per sampler call (default: None, the loader's default for
+                its backend).
             use_ddp: each rank of the torch.distributed group takes its share of every
                 epoch's seeds, shuffled with ``seed`` on every rank (the loaders' ``use_ddp``
                 and ``ddp_seed``) (default: False).
@@ -209,6 +215,8 @@ class PyGBackend(Backend):
         evaluation: bool = False,
         graph_memory: str = "device",
         sampler_backend: str | None = None,
+        sampler_cuda_graph: bool | None = None,
+        sample_group: int | None = None,
         use_ddp: bool = False,
         csr: Any = None,
     ) -> Any:
@@ -228,6 +236,8 @@ class PyGBackend(Backend):
             prefetch=prefetch,
             graph_memory=graph_memory,
             sampler_backend=sampler_backend,
+            sampler_cuda_graph=sampler_cuda_graph,
+            sample_group=sample_group,
             use_ddp=use_ddp,
             ddp_seed=seed,
             csr=csr,
@@ -320,6 +330,8 @@ class DGLBackend(Backend):
         evaluation: bool = False,
         graph_memory: str = "device",
         sampler_backend: str | None = None,
+        sampler_cuda_graph: bool | None = None,
+        sample_group: int | None = None,
         use_ddp: bool = False,
         csr: Any = None,
     ) -> Any:
@@ -345,6 +357,8 @@ class DGLBackend(Backend):
             progress=progress,
             graph_memory=graph_memory,
             sampler_backend=sampler_backend,
+            sampler_cuda_graph=sampler_cuda_graph,
+            sample_group=sample_group,
             use_ddp=use_ddp,
             ddp_seed=seed,
         )

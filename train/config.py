@@ -100,6 +100,12 @@ class TrainConfig:
             hop kernels on a GPU when CuPy imports, else torch ops;
             `ibp_graph.loading.default_sampler_backend`), ``torch`` (torch ops) or
             ``kernel`` (the fused hop kernels; GPU runs only).
+        sampler_cuda_graph: replay the fused hop kernels' launches from CUDA graphs:
+            ``auto`` (the loaders decide: on with the kernels,
+            `ibp_graph.loading.default_cuda_graph`), ``true`` (the kernels only) or ``false``.
+        sample_group: batches per sampler call: ``auto`` (the loaders decide: 8 with the
+            kernels, 1 with torch ops, `ibp_graph.loading.default_sample_group`) or an
+            integer >= 1.
         seed: seed of the model initialisation, dropout, shuffling and sampling.
         prefetch: batches the loader prepares ahead.
         eval_batch_size: seed nodes per evaluation batch.
@@ -137,6 +143,8 @@ class TrainConfig:
     device: str = "auto"
     graph_memory: str = "device"
     sampler_backend: str = "auto"
+    sampler_cuda_graph: bool | str = "auto"
+    sample_group: int | str = "auto"
     seed: int = 0
     prefetch: int = 2
     eval_batch_size: int = 1024
@@ -187,7 +195,7 @@ def _type_name(tp: Any) -> str:
             names.append("null")
         elif typing.get_origin(opt) is list:
             names.append("a list of integers like [10, 5]")
-        elif opt is str and tp == (int | str):
+        elif opt is str and tp in (int | str, bool | str):
             names.append("'auto'")
         else:
             names.append(
@@ -303,6 +311,19 @@ def _check(cfg: TrainConfig) -> None:
     choice("backend", _BACKENDS)
     choice("graph_memory", GRAPH_MEMORY)
     choice("sampler_backend", ("auto", *SAMPLER_BACKENDS))
+    for key in ("sampler_cuda_graph", "sample_group"):
+        if isinstance(getattr(cfg, key), str):
+            setattr(cfg, key, getattr(cfg, key).strip().lower())
+    if cfg.sampler_cuda_graph not in ("auto", True, False):
+        raise bad("sampler_cuda_graph", "auto, true or false")
+    if cfg.sample_group != "auto" and (isinstance(cfg.sample_group, str) or cfg.sample_group < 1):
+        raise bad("sample_group", "auto or an integer >= 1")
+    if cfg.sampler_cuda_graph is True and cfg.sampler_backend == "torch":
+        raise ConfigError(
+            "sampler_cuda_graph: true replays the fused hop kernels' launches, but "
+            "sampler_backend is torch; use sampler_backend: kernel (or auto), or "
+            "sampler_cuda_graph: auto"
+        )
     for key in ("hidden", "layers", "heads", "batch_size", "epochs", "eval_batch_size"):
         if getattr(cfg, key) < 1:
             raise bad(key, "an integer >= 1")
@@ -347,9 +368,9 @@ def check_device_keys(cfg: TrainConfig, device: Any) -> None:
     """Check the keys that need a GPU against the run's resolved ``device`` (a ``torch.device``).
 
     Raises:
-        ConfigError: ``sampler_backend: kernel`` (the fused hop kernels run on CUDA only) or
-            ``graph_memory: uva`` (a graph in pinned host memory, read by a GPU) with a device
-            that is not a GPU.
+        ConfigError: ``sampler_backend: kernel`` or ``sampler_cuda_graph: true`` (the fused
+            hop kernels run on CUDA only) or ``graph_memory: uva`` (a graph in pinned host
+            memory, read by a GPU) with a device that is not a GPU.
     """
     if device.type == "cuda":
         return
@@ -360,6 +381,11 @@ def check_device_keys(cfg: TrainConfig, device: Any) -> None:
             f"sampler_backend: kernel runs the fused hop kernels on a GPU, but this run's device "
             f"is {device}{given}; use sampler_backend: torch (or auto: torch ops off the GPU), "
             + gpu
+        )
+    if cfg.sampler_cuda_graph is True:
+        raise ConfigError(
+            "sampler_cuda_graph: true replays the fused hop kernels' launches on a GPU, but "
+            f"this run's device is {device}{given}; use sampler_cuda_graph: auto, " + gpu
         )
     if cfg.graph_memory == "uva":
         raise ConfigError(

@@ -151,6 +151,10 @@ class RunResult:
             equal when the replicas are identical); None in a single process.
         sampler_backend: how the training loader drew neighbors, ``"torch"`` or ``"kernel"``
             (its resolved ``sampler_backend``; None before it is built).
+        sampler_cuda_graph: whether it replayed the hop kernels from CUDA graphs (its
+            resolved ``sampler_cuda_graph``; None before it is built).
+        sample_group: batches per sampler call (its resolved ``sample_group``; None before
+            it is built).
     """
 
     config: TrainConfig
@@ -165,6 +169,8 @@ class RunResult:
     world_size: int = 1
     distributed: dict[str, Any] | None = None
     sampler_backend: str | None = None
+    sampler_cuda_graph: bool | None = None
+    sample_group: int | None = None
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -214,6 +220,14 @@ class RunResult:
     def _mean(self, key: str) -> float:
         return statistics.fmean(getattr(e, key) for e in self.epochs)
 
+    def _sampling_text(self) -> str:
+        """How the fused hop kernels ran: batches a sampler call, replayed or eager."""
+        if self.sampler_backend != "kernel" or self.sample_group is None:
+            return ""
+        how = "replayed from CUDA graphs" if self.sampler_cuda_graph else "launched eagerly"
+        per = "batch" if self.sample_group == 1 else "batches"
+        return f", {self.sample_group} {per} a call, {how}"
+
     # -- output -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Everything as JSON-ready data, derived values included."""
@@ -253,7 +267,8 @@ class RunResult:
             f"stages       {per}: sample {self._mean('sample_s'):.3f} s, fetch "
             f"{self._mean('fetch_s'):.3f} s, train {self._mean('train_s'):.3f} s "
             f"(waiting on the loader {self._mean('wait_s'):.3f} s)"
-            + (f"; sampler backend {self.sampler_backend}" if self.sampler_backend else ""),
+            + (f"; sampler backend {self.sampler_backend}" if self.sampler_backend else "")
+            + self._sampling_text(),
         ]
         raw = self.raw_bytes / n
         if cfg.ibp:
@@ -515,7 +530,8 @@ def train(cfg: TrainConfig, *, log: Log | None = _stderr) -> RunResult:
         IBPInputError: the dataset cannot be loaded (unknown name, missing OGB files).
         IBPDeviceError: a CUDA device is asked for and none is usable (or the backend's
             build cannot use it: DGL's PyPI build).
-        ConfigError: ``sampler_backend: kernel`` and the run's device is not a GPU.
+        ConfigError: ``sampler_backend: kernel`` or ``sampler_cuda_graph: true`` and the run's
+            device is not a GPU.
         ImportError: the backend's framework (torch_geometric or DGL), or ogb for OGB
             datasets, is not installed.
         SharedMemoryError: (data-parallel) ``/dev/shm`` or the locked-memory limit is too
@@ -747,6 +763,8 @@ def _run(
             prefetch=cfg.prefetch,
             graph_memory=cfg.graph_memory,
             sampler_backend=None if cfg.sampler_backend == "auto" else cfg.sampler_backend,
+            sampler_cuda_graph=None if cfg.sampler_cuda_graph == "auto" else cfg.sampler_cuda_graph,
+            sample_group=None if cfg.sample_group == "auto" else cfg.sample_group,
             **({"csr": csr} if csr is not None else {}),
         )
         train_loader = backend.loader(
@@ -761,6 +779,8 @@ def _run(
             **common,
         )
         result.sampler_backend = train_loader.sampler_backend
+        result.sampler_cuda_graph = train_loader.sampler_cuda_graph
+        result.sample_group = train_loader.sample_group
         eval_loader = backend.loader(
             graph,
             eval_fanouts,
