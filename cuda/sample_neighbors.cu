@@ -25,7 +25,7 @@
 // output slots, so that no launch makes the driver reserve CAP * 8 bytes of local memory for
 // every thread the GPU can hold (2 KiB x 2,048 threads x 132 SMs is 528 MiB on an H100); and
 // the hop kernels at the end of this file (ibp_hop_draw_k{32,256}_i{32,64}, ibp_hop_all_i{32,64},
-// ibp_hop_flags, ibp_hop_emit, ibp_hop_clear; i32/i64: the CSR index width).
+// ibp_hop_flags, ibp_hop_emit, ibp_hop_clear, ibp_hop_pack; i32/i64: the CSR index width).
 // Blocks have at most IBP_SAMPLE_THREADS threads (`__launch_bounds__`).
 
 typedef unsigned long long u64;
@@ -159,6 +159,15 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 // seeds, at 0, or hop `at`'s new nodes) back to UNSEEN, the count read on the device: a batch
 // of a group leaves the map empty for the next one before the host knows its sizes
 // (ibp_graph/sample_hop.py, `clear_launched`).
+//
+// `ibp_hop_pack` copies the counted entries of `n_parts` buffers into `out`, one after the
+// other, the counts read on the device. Part p is four words of `parts`: its address, its
+// capacity (entries a row), where its count is in `counts` (the count is taken at most up to
+// the capacity) and the distance between its rows. A part has `rows` rows (a batch's nodes:
+// 1; a hop's edges: 3, the row, col and edge ids) and `out` has `rows` rows of `width`
+// entries, the sum of the counts; each part's entries follow those of the parts before it: a
+// group's nodes, or its edges, in one tensor, in the order the host cuts them into batches
+// (ibp_graph/sample_hop.py, `finish_group`).
 
 #define IBP_KNOWN (1ll << 62)
 #define IBP_UNSEEN 0x7fffffffffffffffll
@@ -270,6 +279,24 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride)
         local[nodes[e]] = IBP_UNSEEN;
+}
+
+extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
+    ibp_hop_pack(const i64* __restrict__ parts, int n_parts, const i64* __restrict__ counts,
+                 int rows, i64* __restrict__ out, i64 width) {
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    const i64 first = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    i64 at = 0;  // where part p starts in `out`
+    for (int p = 0; p < n_parts; ++p) {
+        const i64* part = reinterpret_cast<const i64*>(parts[4 * p]);
+        const i64 cap = parts[4 * p + 1];
+        const i64 row_stride = parts[4 * p + 3];
+        i64 n = counts[parts[4 * p + 2]];
+        n = n < cap ? n : cap;
+        for (i64 e = first; e < n; e += stride)
+            for (int r = 0; r < rows; ++r) out[r * width + at + e] = part[r * row_stride + e];
+        at += n;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)

@@ -30,8 +30,10 @@ on the way can be captured and replayed (`ibp_graph.sample_replay`).
 `launch_group` launches several batches of one size one after the other, each but the last
 cleared from the dense map by a kernel that reads the batch's sizes on the device
 (`clear_launched`) so that no size is read between them, and `finish_group` reads all their
-sizes at once and copies their outputs out in two ``cat`` calls: per batch, the host then cuts
-views and does no other work. A single batch is a group of one.
+sizes at once and copies their outputs out in two launches of a fifth kernel, which reads
+the counts on the device and packs every buffer's counted entries one after the other (the
+group's nodes, then its edges): per batch, the host then splits views out of the two, and
+does no other work. A single batch is a group of one.
 
 The result is what the torch hops return for the same draws: edges grouped by target in
 frontier order, within a target in ascending CSR order, new nodes in order of discovery. The
@@ -98,6 +100,13 @@ class HopKernels(Protocol):
 
     def clear(self, nodes, counts, at: int, local):
         """Set the map's entries of the first ``counts[at]`` of ``nodes`` back to unseen."""
+
+    def pack(self, parts, counts, out, *, n_parts: int, rows: int):
+        """Copy the counted entries of ``n_parts`` buffers into ``out``, one after the other.
+
+        ``parts`` holds four int64 per buffer: its address, its capacity, the position of its
+        count in ``counts`` and the distance between its ``rows`` rows.
+        """
 
     def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
              *, rows: int, k: int, begin: int, end: int, hop: int, hops: int):  # fmt: skip
@@ -422,6 +431,9 @@ class LaunchedGroup:
     def __init__(self, batches: list[LaunchedBatch], counts: torch.Tensor) -> None:
         self.batches = batches
         self.counts = counts
+        #: The table `finish_group` packs from, and its node parts: kept for a group launched
+        #: without a read (a replayed group's buffers stay those of its graph).
+        self._parts: tuple[torch.Tensor, int, list[torch.Tensor]] | None = None
 
     @property
     def launched_only(self) -> bool:
@@ -500,46 +512,92 @@ def clear_launched(kernels: HopKernels, local: torch.Tensor, batch: LaunchedBatc
 Finished = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]
 
 
-def finish_batch(batch: LaunchedBatch) -> Finished:
+def finish_batch(batch: LaunchedBatch, kernels: HopKernels) -> Finished:
     """A launched batch's outputs: `finish_group` of a group of this one batch."""
-    return finish_group(LaunchedGroup([batch], batch.counts.view(1, -1)))[0]
+    return finish_group(LaunchedGroup([batch], batch.counts.view(1, -1)), kernels)[0]
 
 
-def finish_group(group: LaunchedGroup) -> list[Finished]:
+def finish_group(group: LaunchedGroup, kernels: HopKernels) -> list[Finished]:
     """The outputs of every batch of a group, in new tensors, cut to size.
 
     Reads the sizes still unknown, of every batch at once (one host read). The group is left
     as it is, so that the buffers of a replayed group stay whole for the next replay. The
-    nodes of all the batches are copied out in one ``cat``, and so are their edges: each
-    batch's tensors are views into those two, which stay in memory while any of the group's
-    batches does.
+    nodes of all the batches are copied out in one launch of ``kernels.pack``, and so are
+    their edges: each batch's tensors are views into those two, which stay in memory while any
+    of the group's batches does.
 
     Returns:
         Per batch ``(node, row, col, edge, num_nodes, num_edges)``: the batch's nodes (seeds
         first, then each hop's new nodes in order of discovery), its edges' local ids and
         edge ids, nodes added per hop (the seeds first) and edges per hop.
     """
-    sizes: list | None = None
-    for batch in group.batches:
-        if None in batch.num_nodes or None in batch.num_edges:
-            sizes = read_counts(group.counts)
-            break
-    if sizes is None:
-        sizes = [None] * len(group.batches)
-    cuts = [batch.cut(row) for batch, row in zip(group.batches, sizes, strict=True)]
-    first = group.batches[0].nodes[0]
-    nodes = torch.cat([part for cut in cuts for part in cut[0]])
-    edge_parts = [part for cut in cuts for part in cut[1]]
-    # no hops: no edges (batches of the seeds alone)
-    edges = torch.cat(edge_parts, dim=1) if edge_parts else first.new_empty((3, 0))
-    if len(cuts) == 1:
-        (_, _, num_nodes, num_edges), (row, col, edge) = cuts[0], edges.unbind()
+    hops = group.batches[0].hops
+    if any(None in b.num_nodes or None in b.num_edges for b in group.batches):
+        sizes = [(row[: hops + 1], row[hops + 1 :]) for row in read_counts(group.counts)]
+    else:
+        sizes = [(list(b.num_nodes), list(b.num_edges)) for b in group.batches]
+    node_sizes = [sum(num_nodes) for num_nodes, _ in sizes]
+    edge_sizes = [sum(num_edges) for _, num_edges in sizes]
+    nodes, edges = _pack(group, kernels, sum(node_sizes), sum(edge_sizes))
+    if len(sizes) == 1:
+        (num_nodes, num_edges), (row, col, edge) = sizes[0], edges.unbind()
         return [(nodes, row, col, edge, num_nodes, num_edges)]
-    out: list[Finished] = []
-    node_at = edge_at = 0
-    for _, _, num_nodes, num_edges in cuts:
-        node_end, edge_end = node_at + sum(num_nodes), edge_at + sum(num_edges)
-        row, col, edge = edges[:, edge_at:edge_end].unbind()
-        out.append((nodes[node_at:node_end], row, col, edge, num_nodes, num_edges))
-        node_at, edge_at = node_end, edge_end
+    rows, cols, edge_ids = (t.split(edge_sizes) for t in edges.unbind())
+    return [
+        (node, row, col, edge, num_nodes, num_edges)
+        for node, row, col, edge, (num_nodes, num_edges) in zip(
+            nodes.split(node_sizes), rows, cols, edge_ids, sizes, strict=True
+        )
+    ]
+
+
+def _pack(
+    group: LaunchedGroup, kernels: HopKernels, num_nodes: int, num_edges: int
+) -> tuple[torch.Tensor, ...]:
+    """The group's nodes and its ``(3, E)`` edges, each packed by one launch of ``pack``."""
+    first = group.batches[0].nodes[0]
+    nodes, edges = first.new_empty(num_nodes), first.new_empty((3, num_edges))
+    parts, node_parts, _held = group._parts or _parts_table(group)
+    with kernels.launching():
+        if num_nodes:
+            kernels.pack(parts[: 4 * node_parts], group.counts, nodes, n_parts=node_parts, rows=1)
+        if num_edges:
+            edge_parts = parts.numel() // 4 - node_parts
+            kernels.pack(parts[4 * node_parts :], group.counts, edges, n_parts=edge_parts, rows=3)
+    return nodes, edges
+
+
+def _parts_table(group: LaunchedGroup) -> tuple[torch.Tensor, int, list[torch.Tensor]]:
+    """`HopKernels.pack`'s table of a group's buffers, on the device.
+
+    The node buffers first (batch by batch, the seeds first), then the edge buffers; returned
+    with the number of node buffers and the buffers it points to. A buffer cut to size on the
+    way (a hop that read its sizes) is a view: its rows are its stride apart; one whose
+    entries are not next to each other is copied first. Kept on the group where it launched
+    without a read: its buffers, a replayed group's those of its graph, stay.
+    """
+    hops = group.batches[0].hops
+    width = 2 * hops + 1  # counts per batch: nodes of the seeds and each hop, edges per hop
+    rows: tuple[list[int], list[int]] = ([], [])
+    held: list[torch.Tensor] = []
+    for k, batch in enumerate(group.batches):
+        for kind, parts, first in ((0, batch.nodes, 0), (1, batch.edges, hops + 1)):
+            for hop, part in enumerate(parts):
+                if part.shape[-1] > 1 and part.stride(-1) != 1:
+                    part = part.contiguous()
+                held.append(part)
+                rows[kind].extend(
+                    (part.data_ptr(), part.shape[-1], k * width + first + hop, part.stride(0))
+                )
+    device = group.counts.device
+    on_gpu = device.type == "cuda"
+    # Filled through NumPy, then to a GPU from pinned memory: the copy waits for nothing
+    # queued before (a tensor made from Python values would be copied synchronously).
+    table = torch.empty(len(rows[0]) + len(rows[1]), dtype=torch.int64, pin_memory=on_gpu)
+    table.numpy()[:] = rows[0] + rows[1]
+    if on_gpu:
+        table = table.to(device, non_blocking=True)
+    out = (table, len(rows[0]) // 4, held)
+    if group.launched_only:
+        group._parts = out
     return out

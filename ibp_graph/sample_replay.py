@@ -44,7 +44,7 @@ from typing import Protocol
 
 import torch
 
-from .sample_hop import Finished, LaunchedGroup, finish_group
+from .sample_hop import Finished, HopKernels, LaunchedGroup, finish_group
 
 __all__ = ["MAX_GRAPHS", "BatchReplay", "CaptureRefused", "cuda_capture"]
 
@@ -205,7 +205,12 @@ class BatchReplay:
         )
 
     def sample(
-        self, launch: Launch, inputs: torch.Tensor, shape: Shape, device: torch.device
+        self,
+        launch: Launch,
+        inputs: torch.Tensor,
+        shape: Shape,
+        device: torch.device,
+        kernels: HopKernels,
     ) -> list[Finished]:
         """The batches of a group: `finish_group` of ``launch`` of its ``inputs``.
 
@@ -217,6 +222,7 @@ class BatchReplay:
                 ``device`` is a GPU, or on ``device``).
             shape: ``(B, K)``.
             device: the graph's device.
+            kernels: the hop kernels ``launch`` uses (`finish_group` packs with them).
         """
         captured = self.graphs.get(shape)
         if (
@@ -232,13 +238,13 @@ class BatchReplay:
                 self._refused.add(shape)
             elif shape not in self._refused:
                 self._ready.add(shape)
-            return finish_group(group)
+            return finish_group(group, kernels)
         stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         if captured.done is not None:
             captured.done.wait(stream)  # after the last group's copies, whatever its stream
         captured.inputs.copy_(inputs, non_blocking=True)
         captured.graph.replay()  # on the current stream, after the copy
-        out = finish_group(captured.group)
+        out = finish_group(captured.group, kernels)
         if stream is not None:
             captured.done = stream.record_event()
         return out

@@ -822,9 +822,9 @@ class NeighborSampler:
             if self.cuda_graph and size:
                 if self._replay is None:
                     self._replay = BatchReplay()
-                finished = self._replay.sample(launch, inputs, (size, count), g.device)
+                finished = self._replay.sample(launch, inputs, (size, count), g.device, kernels)
             else:
-                finished = finish_group(launch(inputs.to(g.device, non_blocking=True)))
+                finished = finish_group(launch(inputs.to(g.device, non_blocking=True)), kernels)
             if self.subgraph_type == "induced":
                 node = finished[-1][0]
                 row, col, edge = induced_edges(g, *self._hop_entries(node, -1, 0), local)

@@ -701,6 +701,10 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
         expected.append(
             distinct({"nodes": fresh, "counts": counts, "at": 2, "local": local, "cap": 9})
         )
+        parts, packed = empty((16,), i64), empty((3, 20), i64)
+        hop.pack(parts, counts, packed, n_parts=4, rows=3)
+        values = {"n_parts": 4, "rows": 3, "width": 20}
+        expected.append(distinct({"parts": parts, "counts": counts, "out": packed, **values}))
     return expected
 
 

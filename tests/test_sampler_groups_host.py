@@ -152,7 +152,7 @@ def test_launch_group_clears_every_batch_but_the_last(lib) -> None:
     assert group.launched_only and group.counts.shape == (3, 5)
     # the first two batches cleared: one launch per node buffer (seeds, two hops) each
     assert kernels.launches.count("clear") == 6
-    *_, last = sample_hop.finish_group(group)
+    *_, last = sample_hop.finish_group(group, kernels)
     node = last[0]
     # only the last batch is in the map, each node at its local id
     held = (local != UNSEEN).nonzero().view(-1)
@@ -306,14 +306,17 @@ def test_a_replayed_group_costs_fewer_ops_a_batch(lib) -> None:
     replayed, _ = host_sampler(lib, g, [15, 10, 5], replay=True)
     single, grouped = count(replayed, seeds), count(replayed, seeds, group=8)
     eager_group = count(eager, seeds, group=8)
-    # the hops' 9, and a clear of each of the 4 node buffers of every batch but the last
-    assert eager_group["kernel_launches"] == 9 + 4 * 7 / 8 and grouped["kernel_launches"] == 0
+    # the hops' 9, a clear of each of the 4 node buffers of every batch but the last, and
+    # two packs of the group's outputs (its nodes, its edges)
+    assert eager_group["kernel_launches"] == 9 + 4 * 7 / 8 + 2 / 8
+    assert grouped["kernel_launches"] == 2 / 8
     # one read for the group's seeds' range and one for its sizes
     assert grouped["host_reads"] == eager_group["host_reads"] == 2 / 8
     assert single["host_reads"] == 2
-    # what is left a batch is mostly views (cutting the outputs), which launch nothing
-    assert grouped["other_ops"] < single["other_ops"] / 3, (grouped, single)
-    assert grouped["torch_ops"] < single["torch_ops"] * 0.6, (grouped, single)
+    # two packs copy the outputs out, so what is left a batch is a few ops: its part of the
+    # group's inputs (its keys), and views split out of the packed outputs
+    assert grouped["views"] <= 1, grouped
+    assert grouped["torch_ops"] < single["torch_ops"] / 3, (grouped, single)
     assert grouped["sampled_edges"] > 0
 
 

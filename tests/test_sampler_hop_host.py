@@ -253,7 +253,7 @@ def test_sizes_read_early_or_at_the_end_give_the_same_batches(lib, monkeypatch) 
         runs.append(out)
         # Once at the end; or before hops 2 and 3 (their bounds too loose), and at the end.
         assert len(reads) == (1 if bound else 3)
-        assert kernels.launches == ["draw", "flags", "emit"] * 3
+        assert kernels.launches == ["draw", "flags", "emit"] * 3 + ["pack", "pack"]
         assert out.node.untyped_storage().nbytes() == out.node.numel() * 8
         for t in (out.row, out.col, out.edge):  # rows of one (3, edges) tensor
             assert t.untyped_storage().nbytes() == 3 * out.row.numel() * 8
@@ -273,7 +273,8 @@ def test_a_kernel_hop_after_a_torch_hop_finds_its_sizes(lib) -> None:
     sampler = NeighborSampler(g, [MAX_K + 1, 3, 0, 2], seed=4)
     kernels = sampler._hop_kernels = HostHopKernels(lib)
     out = sampler.sample(torch.tensor([3, 9, 3, 700]))
-    assert kernels.launches == ["draw", "flags", "emit"]  # hop 2; hop 3 takes none
+    # hop 2 (hop 3 takes none), then the packs of the nodes and the edges
+    assert kernels.launches == ["draw", "flags", "emit", "pack", "pack"]
     assert out.num_sampled_edges[2:] == [0, 0] and out.num_sampled_nodes[3:] == [0, 0]
     assert sum(out.num_sampled_nodes) == out.node.numel() == out.node.unique().numel() + 1
     assert sum(out.num_sampled_edges) == out.row.numel() > out.num_sampled_edges[0] > 0
@@ -291,7 +292,8 @@ def test_fanouts_above_the_kernels_use_torch_ops(lib) -> None:
     sampler = NeighborSampler(g, [MAX_K + 1, 2], seed=1)
     kernels = sampler._hop_kernels = HostHopKernels(lib)
     out = sampler.sample(torch.tensor([0, 1, 2]))
-    assert kernels.launches == ["draw", "flags", "emit"]  # the second hop only
+    # the second hop only, then the packs of the nodes and the edges
+    assert kernels.launches == ["draw", "flags", "emit", "pack", "pack"]
     assert out.num_sampled_edges[0] == int(
         (g.indptr[1:4] - g.indptr[:3]).clamp(max=MAX_K + 1).sum()
     )
@@ -408,7 +410,7 @@ def test_gpu_batch_matches_the_host_run(lib, fanouts) -> None:
                 kernels, graph, local, s, fanouts, replace=False, per_hop=False,
                 keys=keys.to(device), torch_hop=None,
             )  # fmt: skip
-            out = finish_batch(launched)
+            out = finish_batch(launched, kernels)
         runs.append([torch.as_tensor(x).cpu() for x in out])
     host, dev = runs
     assert host[4][0] == 300 and host[1].numel() > 1000
@@ -424,7 +426,7 @@ def test_a_fused_batch_costs_few_ops_and_reads_its_sizes_once(lib) -> None:
     fused = NeighborSampler(g, [15, 10, 5], seed=0)
     fused._hop_kernels = HostHopKernels(lib)
     got = count(fused, seeds)
-    assert got["kernel_launches"] == 9  # draw, flags, emit per hop
+    assert got["kernel_launches"] == 9 + 2  # draw, flags, emit per hop; the outputs' packs
     assert got["host_reads"] == 2  # the seeds' range, then the batch's sizes once
     assert got["host_values_in"] == 0  # no `t[i] = n`: a synchronising copy on a GPU
     assert got["other_ops"] <= 20, got["top_ops"]

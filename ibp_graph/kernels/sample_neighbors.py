@@ -192,6 +192,15 @@ class CudaHopKernels:
         args = (_address(nodes), _address(counts), np.int32(at), _address(local), np.int64(cap))
         self._launch("ibp_hop_clear", cap, args)
 
+    def pack(self, parts, counts, out, *, n_parts: int, rows: int):
+        """``ibp_hop_pack``: the counted entries of ``n_parts`` buffers into ``out``."""
+        width = out.shape[-1]
+        args = (
+            _address(parts), np.int32(n_parts), _address(counts), np.int32(rows), _address(out),
+            np.int64(width),
+        )  # fmt: skip
+        self._launch("ibp_hop_pack", width, args)
+
     def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
              *, rows: int, k: int, begin: int, end: int, hop: int, hops: int):  # fmt: skip
         """``ibp_hop_emit``: the hop's edges and new nodes (``k = 0`` with ``slot_start``)."""

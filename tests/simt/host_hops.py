@@ -107,6 +107,13 @@ class HostHopKernels:
             ctypes.c_longlong(nodes.numel()), self.grid, self.block,
         )  # fmt: skip
 
+    def pack(self, parts, counts, out, *, n_parts, rows):
+        self.launches.append("pack")
+        self.lib.simt_hop_pack(
+            _p(parts), ctypes.c_int(n_parts), _p(counts), ctypes.c_int(rows), _p(out),
+            ctypes.c_longlong(out.shape[-1]), self.grid, self.block,
+        )  # fmt: skip
+
     def emit(self, nbr, pos, edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
              *, rows, k, begin, end, hop, hops):  # fmt: skip
         self.launches.append("emit")

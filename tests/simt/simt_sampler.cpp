@@ -71,6 +71,14 @@ extern "C" void simt_hop_clear(const void* nodes, const void* counts, int at, vo
     });
 }
 
+extern "C" void simt_hop_pack(const void* parts, int n_parts, const void* counts, int rows,
+                              void* out, long long width, unsigned grid, unsigned block) {
+    simt_launch(grid, block, 0, [&] {
+        ibp_hop_pack(static_cast<const i64*>(parts), n_parts, static_cast<const i64*>(counts),
+                     rows, static_cast<i64*>(out), width);
+    });
+}
+
 extern "C" void simt_hop_emit(const void* nbr, const void* pos, const void* edge_ids,
                               const void* cum, const void* slot_start, void* local, void* fresh,
                               void* row, void* col, void* edge, void* counts, long long slots,
