@@ -297,30 +297,16 @@ class LaunchedBatch:
         #: batch's launches then depend on its sizes alone, not on its values).
         self.launched_only = True
 
-    def cut(
-        self, sizes: list[int] | None = None
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int], list[int]]:
-        """``(nodes, edges, num_nodes, num_edges)``, cut to size.
-
-        Reads the sizes still unknown (one host read), unless ``sizes`` gives the values of
-        ``counts`` already read; the batch is left as it is.
-        """
-        nodes, edges = list(self.nodes), list(self.edges)
-        num_nodes, num_edges = list(self.num_nodes), list(self.num_edges)
-        if None in num_nodes or None in num_edges:
-            if sizes is None:
-                sizes = read_counts(self.counts)
-            num_nodes = sizes[: len(nodes)]
-            num_edges = sizes[self.hops + 1 : self.hops + 1 + len(edges)]
-            nodes = [part[:n] for part, n in zip(nodes, num_nodes, strict=True)]
-            edges = [part[:, :n] for part, n in zip(edges, num_edges, strict=True)]
-        return nodes, edges, num_nodes, num_edges
-
     def read(self) -> None:
         """Read the sizes still unknown (one host read) and cut their buffers to size."""
-        if None in self.num_nodes or None in self.num_edges:
-            self.launched_only = False
-        self.nodes, self.edges, self.num_nodes, self.num_edges = self.cut()
+        if None not in self.num_nodes and None not in self.num_edges:
+            return
+        self.launched_only = False
+        sizes = read_counts(self.counts)
+        self.num_nodes = sizes[: len(self.nodes)]
+        self.num_edges = sizes[self.hops + 1 : self.hops + 1 + len(self.edges)]
+        self.nodes = [part[:n] for part, n in zip(self.nodes, self.num_nodes, strict=True)]
+        self.edges = [part[:, :n] for part, n in zip(self.edges, self.num_edges, strict=True)]
 
     def add(self, edges, fresh, num_edges: int | None, num_fresh: int | None) -> None:
         """Append a hop's edges and new nodes, with their numbers (None: on the device only)."""
