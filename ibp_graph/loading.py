@@ -69,6 +69,7 @@ from .workers import (
 )
 
 __all__ = [
+    "DEFAULT_SAMPLE_GROUP",
     "GRAPH_MEMORY",
     "SEED_BOUND",
     "TORCH_LOADER_KEYWORDS",
@@ -80,7 +81,6 @@ __all__ = [
     "check_choice",
     "check_graph_memory",
     "check_prefetch",
-    "DEFAULT_SAMPLE_GROUP",
     "default_cuda_graph",
     "default_prefetch_thread",
     "default_sample_group",
