@@ -653,7 +653,9 @@ class NeighborSampler:
         that shape comes, and kept, at most 56 bytes a slot, for every batch of the group). The
         seeds and keys of a group reach the GPU in one copy. Every batch of a group but the
         last is cleared from the sampler's map by a kernel that reads its sizes there. With
-        ``subgraph_type="induced"``, and on the other backends, batches are sampled one by one.
+        ``subgraph_type="induced"``, with a fanout above
+        `ibp_graph.kernels.sample_neighbors.MAX_K` (a hop of torch ops, which draws from
+        ``generator``), and on the other backends, batches are sampled one by one.
 
         Args:
             batches: 1-D integer tensors of global node ids, one per batch.
@@ -710,7 +712,8 @@ class NeighborSampler:
 
         Each is ``(batch size, batches)``: a run of consecutive batches of one size (one
         batch each with ``subgraph_type="induced"``, whose edges need the sampler's map
-        after the hops, and on backends that sample one by one).
+        after the hops, with a fanout above ``MAX_K``, whose hop of torch ops draws from the
+        generator, and on backends that sample one by one).
         """
         shapes: list[tuple[int, int]] = []
         runs = self._groups() and self.subgraph_type != "induced"
@@ -733,8 +736,17 @@ class NeighborSampler:
         return list(values)
 
     def _groups(self) -> bool:
-        """Whether batches run as groups of the hop kernels (`_sample_group`)."""
-        return self._hop_kernels is not None and not self.disjoint and bool(self.num_neighbors)
+        """Whether batches run as groups of the hop kernels (`_sample_group`).
+
+        Not with a fanout above the kernels' ``MAX_K``: its hop of torch ops draws from
+        ``generator``, which a group seeds for every batch before any is launched.
+        """
+        return (
+            self._hop_kernels is not None
+            and not self.disjoint
+            and bool(self.num_neighbors)
+            and all(k <= KERNEL_MAX_K for k in self.num_neighbors)
+        )
 
     def _sample_group(
         self,

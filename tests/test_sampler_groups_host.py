@@ -30,7 +30,7 @@ MODES = [
     ([4, 0, 3], {}),
     ([6, 4], {"replace": True}),
     ([-1, 3], {}),  # reads the first hop's sizes on the way
-    ([MAX_K + 2, 3], {}),  # a hop of torch ops
+    ([MAX_K + 2, 3], {}),  # a hop of torch ops: groups of one
     ([5, 3], {"draw": "per_hop"}),
     ([6, 4], {"subgraph_type": "bidirectional"}),
     ([6, 4], {"subgraph_type": "induced"}),  # groups of one batch
@@ -427,6 +427,24 @@ def test_sampler_cuda_graph_is_checked(monkeypatch) -> None:
         loader = NeighborLoader(data, [3], batch_size=8, neighbor_sampler=ours,
                                 sampler_cuda_graph=True)  # fmt: skip
     assert loader.sampler_cuda_graph is False
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_a_hop_of_torch_ops_that_draws_samples_one_by_one(lib, replay) -> None:
+    # A fanout above MAX_K runs as torch ops, which draw from the sampler's generator: a group
+    # would seed it for every batch before launching any, so such batches run one by one.
+    n = 2000
+    src = torch.randint(0, n, (6000,), generator=torch.Generator().manual_seed(0))
+    g = CSRGraph.from_edge_index(torch.stack([src, torch.arange(10).repeat_interleave(600)]), n)
+    batches = [torch.randperm(10, generator=torch.Generator().manual_seed(k))[:6] for k in range(3)]
+    a, _ = host_sampler(lib, g, [MAX_K + 2, 3], replay=replay)
+    b, _ = host_sampler(lib, g, [MAX_K + 2, 3], replay=replay)
+    assert b.group_shapes([6, 6, 6]) == [(6, 1)] * 3
+    want = one_by_one(a, batches, [11, 12, 13])
+    got = b.sample_batches(batches, batch_seeds=[11, 12, 13])
+    assert all(w.num_sampled_edges[0] > 6 * (MAX_K + 2) // 2 for w in want)  # rows drawn
+    for x, y in zip(got, want, strict=True):
+        assert_same(x, y)
 
 
 def test_group_shapes(lib) -> None:
