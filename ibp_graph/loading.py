@@ -295,28 +295,32 @@ def default_cuda_graph(backend: str) -> bool:
     return backend == "kernel"
 
 
-def default_sample_group(backend: str) -> int:
+def default_sample_group(sampler: NeighborSampler) -> int:
     """What ``sample_group=None`` means: `DEFAULT_SAMPLE_GROUP` batches a call, or 1.
 
-    `DEFAULT_SAMPLE_GROUP` with the fused hop kernels, one with torch ops.
+    `DEFAULT_SAMPLE_GROUP` where the fused hop kernels launch ``sampler``'s batches without a
+    host read on the way (`ibp_graph.sampler.NeighborSampler.replayable`: every fanout from 0
+    to 256, ``draw="once"``, not ``disjoint``), one batch a call otherwise.
 
-    With ``backend="kernel"``, `ibp_graph.sampler.NeighborSampler.sample_batches` launches a
-    group of batches of one size one after the other and reads all their sizes back at once
-    (one CUDA graph replays the whole group with ``cuda_graph=True``): the same batches, with
-    less host work per batch. Measured on an H200 as in `default_cuda_graph` (groups of 8):
-    host CPU per batch 0.15 ms replayed in groups against 0.62 ms replayed one batch a call,
-    and 1.07 ms eager in groups against 1.74 ms eager one a call (over UVA: 0.28, 0.68, 1.06
-    and 1.90 ms). The torch backend samples the batches of a group one by one, so it gains
-    nothing. The costs: a group's first batch is ready once the whole group is sampled (8
-    batches of about 0.23 ms of GPU work each in that run), and a replayed group's CUDA graph
-    keeps the buffers of all its batches in GPU memory (for 1,024 seeds and fanouts
-    ``[15, 10, 5]``, at most about 52 MB a batch). Pass ``sample_group=1`` for one batch a
-    call.
+    `ibp_graph.sampler.NeighborSampler.sample_batches` then launches a group of batches of
+    one size one after the other and reads all their sizes back at once (one CUDA graph
+    replays the whole group with ``cuda_graph=True``): the same batches, with less host work
+    per batch. Measured on an H200 as in `default_cuda_graph` (groups of 8): host CPU per
+    batch 0.15 ms replayed in groups against 0.62 ms replayed one batch a call, and 1.07 ms
+    eager in groups against 1.74 ms eager one a call (over UVA: 0.28, 0.68, 1.06 and 1.90
+    ms). The costs: a group's first batch is ready once the whole group is sampled (8 batches
+    of about 0.23 ms of GPU work each in that run), and the group's batches are in GPU memory
+    together (a replayed group's CUDA graph keeps the buffers of all of them: for 1,024 seeds
+    and fanouts ``[15, 10, 5]``, at most about 52 MB a batch). Torch ops sample a group's
+    batches one by one, and hops that read their sizes (a fanout of ``-1``, as evaluation
+    loaders take whole neighborhoods, or ``draw="per_hop"``, as DGL's blocks) would gain
+    little against holding several such batches at once: one batch a call for them. Pass
+    ``sample_group`` to choose.
 
     Args:
-        backend: the sampler's backend, ``"torch"`` or ``"kernel"``.
+        sampler: the loader's neighbor sampler.
     """
-    return DEFAULT_SAMPLE_GROUP if backend == "kernel" else 1
+    return DEFAULT_SAMPLE_GROUP if sampler.replayable else 1
 
 
 def resolve_cuda_graph(cuda_graph: object, backend: str) -> bool:
@@ -606,7 +610,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
                 ``self.prefetch_thread`` to a bool before (default: None).
             sample_group: without workers, batches sampled per call of the sampler
                 (`ibp_graph.sampler.NeighborSampler.sample_batches`; the same batches);
-                None: decided by `_start_pipeline` from the sampler's backend
+                None: decided by `_start_pipeline` from the sampler
                 (`default_sample_group`) (default: None).
 
         Raises:
@@ -699,7 +703,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         if self.prefetch_thread is None:
             self.prefetch_thread = default_prefetch_thread(self.device)
         if self.sample_group is None:
-            self.sample_group = default_sample_group(node_sampler.backend)
+            self.sample_group = default_sample_group(node_sampler)
         if not self._use_workers and num_workers:
             # No workers will start: torch need not check (or warn about) their settings.
             worker_args = {k: kwargs.pop(k) for k in _WORKER_KEYWORDS if k in kwargs}

@@ -716,7 +716,13 @@ class NeighborSampler:
         generator, and on backends that sample one by one).
         """
         shapes: list[tuple[int, int]] = []
-        runs = self._groups() and self.subgraph_type != "induced"
+        # A hop of torch ops (a fanout above MAX_K) draws from `generator`, which a group
+        # seeds for every batch before launching any: one batch a group then.
+        runs = (
+            self._groups()
+            and self.subgraph_type != "induced"
+            and all(k <= KERNEL_MAX_K for k in self.num_neighbors)
+        )
         for size in sizes:
             if runs and shapes and shapes[-1][0] == size:
                 shapes[-1] = (size, shapes[-1][1] + 1)
@@ -735,18 +741,27 @@ class NeighborSampler:
             )
         return list(values)
 
-    def _groups(self) -> bool:
-        """Whether batches run as groups of the hop kernels (`_sample_group`).
+    @property
+    def replayable(self) -> bool:
+        """Whether the hop kernels launch this sampler's batches without a host read on the way.
 
-        Not with a fanout above the kernels' ``MAX_K``: its hop of torch ops draws from
-        ``generator``, which a group seeds for every batch before any is launched.
+        True with the ``"kernel"`` backend, every fanout drawn by the kernels (``0`` to
+        `ibp_graph.kernels.sample_neighbors.MAX_K`), ``draw="once"``, not ``disjoint`` and at
+        least one hop: such batches depend on their size alone, so ``cuda_graph=True``
+        captures and replays them (a batch whose frontier bound passes a few million slots
+        still reads its sizes, and is then not captured).
         """
         return (
             self._hop_kernels is not None
             and not self.disjoint
+            and self.draw == "once"
             and bool(self.num_neighbors)
-            and all(k <= KERNEL_MAX_K for k in self.num_neighbors)
+            and all(0 <= k <= KERNEL_MAX_K for k in self.num_neighbors)
         )
+
+    def _groups(self) -> bool:
+        """Whether batches run as groups of the hop kernels (`_sample_group`)."""
+        return self._hop_kernels is not None and not self.disjoint and bool(self.num_neighbors)
 
     def _sample_group(
         self,
@@ -886,17 +901,8 @@ class NeighborSampler:
         if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1:
             raise IBPInputError(f"group must be an int >= 1, got {group!r}")
         group = int(group)
-        if not self.cuda_graph or self._hop_kernels is None:
-            return []
-        if (
-            self.disjoint
-            or self.draw == "per_hop"
-            or not self.num_neighbors
-            or any(k < 0 or k > KERNEL_MAX_K for k in self.num_neighbors)
-        ):
-            # batches never captured (without hops there are no launches; a fanout of -1 or
-            # above MAX_K reads its sizes first): nothing to sample
-            return []
+        if not self.cuda_graph or not self.replayable:
+            return []  # batches never captured (`replayable`): nothing to sample
         if self._replay is None:
             self._replay = BatchReplay()
         replay, device = self._replay, self.graph.device

@@ -95,8 +95,9 @@ wheels of data.dgl.ai)                   there over UVA: ``use_uva=True`` or
 ``device`` defaults to the graph's device when the DGL graph is on a GPU, else to where the
 features deliver rows, else the CPU. On a GPU the sampler runs its hops with the fused hop
 kernels when CuPy imports (our ``sampler_backend``, default None; ``"torch"`` for torch ops),
-8 batches a call with their launches replayed from CUDA graphs where the blocks allow it (our
-``sample_group`` and ``sampler_cuda_graph``, default None).
+their launches replayed from CUDA graphs, 8 batches a call, where the blocks allow it (our
+``sampler_cuda_graph`` and ``sample_group``, default None: with ``draw="once"`` and every
+fanout from 0 to 256).
 The CUDA path is written but has not run yet: no CUDA build of DGL was available.
 
 DGL's loader arguments, and what happens to each here:
@@ -307,10 +308,11 @@ class DataLoader(BaseNodeLoader):
             the setting used (default: None).
         sample_group: ours: without workers, sample this many batches per call of the
             sampler (`ibp_graph.sampler.NeighborSampler.sample_batches`): the same blocks;
-            with the fused hop kernels, one group whose sizes are read once; None: 8 with
-            the fused hop kernels, 1 with torch ops
-            (`ibp_graph.loading.default_sample_group`). ``loader.sample_group`` holds the
-            value used (default: None).
+            with the fused hop kernels, one group whose sizes are read once; None: 8 where
+            the fused hop kernels launch a batch without reading its sizes (a sampler with
+            ``draw="once"`` and every fanout from 0 to 256), else 1: DGL's per-block draws
+            read them (`ibp_graph.loading.default_sample_group`). ``loader.sample_group``
+            holds the value used (default: None).
         **kwargs: ``torch.utils.data.DataLoader`` keywords (``num_workers``,
             ``persistent_workers``, ``prefetch_factor``, ``worker_init_fn``, ...), as DGL
             forwards them; see `ibp_graph.loading.BaseNodeLoader`.

@@ -183,10 +183,10 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
 
     On a GPU the graph is copied there once (``graph_memory="device"``, the default) and the
     sampler runs its hops there with the fused hop kernels (``sampler_backend=None``, when
-    CuPy imports; ``"torch"``: the torch ops of the CPU path, on CUDA tensors), 8 batches a
-    call, their launches replayed from CUDA graphs (``sample_group`` and
-    ``sampler_cuda_graph``, both None); worker processes are not used (a one-time warning
-    says so). With ``graph_memory="uva"`` the
+    CuPy imports; ``"torch"``: the torch ops of the CPU path, on CUDA tensors), their
+    launches replayed from CUDA graphs, 8 batches a call where no hop reads its sizes (every
+    fanout from 0 to 256) (``sampler_cuda_graph`` and ``sample_group``, both None); worker
+    processes are not used (a one-time warning says so). With ``graph_memory="uva"`` the
     graph stays in pinned host memory instead, as CUDA tensors the sampler reads over PCIe:
     for graphs larger than the GPU, at the cost of slower sampling; the batches are the same.
     Node- and edge-level attributes of ``data`` are copied to the GPU once, and sampling and
@@ -277,8 +277,9 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
         sample_group: ours: without workers, sample this many batches per call of the sampler
             (`ibp_graph.sampler.NeighborSampler.sample_batches`): the same batches; with the
             fused hop kernels, one group whose sizes are read once, replayed from one CUDA
-            graph with ``cuda_graph=True``; None: 8 with the fused hop kernels, 1 with torch
-            ops (`ibp_graph.loading.default_sample_group`). ``loader.sample_group`` holds the
+            graph with ``cuda_graph=True``; None: 8 where the fused hop kernels launch a batch
+            without reading its sizes (every fanout from 0 to 256), else 1
+            (`ibp_graph.loading.default_sample_group`). ``loader.sample_group`` holds the
             value used (default: None).
         use_ddp: each rank of ``torch.distributed`` iterates over its own share of the seeds
             (`ibp_graph.distributed.rank_share`), in an order shuffled alike on every rank

@@ -403,6 +403,13 @@ def test_the_loaders_group_by_default_with_the_hop_kernels(lib, replay) -> None:
     # the torch backend samples a group's batches one by one: one a call
     plain = NeighborLoader(data, [6, 4], batch_size=48)
     assert plain.sample_group == 1 and plain.sampler_cuda_graph is False
+    # hops that read their sizes (whole neighborhoods, per-hop draws): one a call too
+    for fanouts, kw in (([-1, 4], {}), ([6, 4], {"draw": "per_hop"})):
+        reads, _ = host_sampler(lib, csr, fanouts, replay=replay, **kw)
+        assert not reads.replayable
+        loader = NeighborLoader(data, fanouts, batch_size=48, csr=csr, neighbor_sampler=reads)
+        assert loader.sample_group == 1
+    assert sampler.replayable
 
 
 def test_sampler_cuda_graph_is_checked(monkeypatch) -> None:

@@ -465,7 +465,8 @@ def test_the_loader_captures_its_sizes_where_its_thread_could_not(lib) -> None:
 
             sampler._replay = BatchReplay(main_only)
         made = NeighborLoader(data, [6, 4], batch_size=48, seed=3, csr=csr,
-                              neighbor_sampler=sampler, prefetch_thread=thread)  # fmt: skip
+                              neighbor_sampler=sampler, prefetch_thread=thread,
+                              sample_group=1)  # fmt: skip
         return made, capture
 
     want = [(b.n_id, b.edge_index, b.e_id) for b in loader(False, False)[0]]

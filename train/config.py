@@ -103,9 +103,9 @@ class TrainConfig:
         sampler_cuda_graph: replay the fused hop kernels' launches from CUDA graphs:
             ``auto`` (the loaders decide: on with the kernels,
             `ibp_graph.loading.default_cuda_graph`), ``true`` (the kernels only) or ``false``.
-        sample_group: batches per sampler call: ``auto`` (the loaders decide: 8 with the
-            kernels, 1 with torch ops, `ibp_graph.loading.default_sample_group`) or an
-            integer >= 1.
+        sample_group: batches per sampler call: ``auto`` (the loaders decide: 8 where the
+            kernels launch a batch without reading its sizes, else 1,
+            `ibp_graph.loading.default_sample_group`) or an integer >= 1.
         seed: seed of the model initialisation, dropout, shuffling and sampling.
         prefetch: batches the loader prepares ahead.
         eval_batch_size: seed nodes per evaluation batch.
