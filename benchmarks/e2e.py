@@ -62,12 +62,12 @@ fetch`` overlaps ``train``; on the CPU nothing overlaps and ``wait`` contains th
 the batches are prepared on the loaders' prefetch thread (``--prefetch-thread``, or the
 ``ibp-thread`` mode of ``--thread-mode``: IBP on with the thread, beside the other modes).
 Every mode samples with the loaders' default sampler settings: on a GPU, the fused hop
-kernels, ``sample_group`` batches a sampler call (8), their launches replayed from CUDA
-graphs (``sampler_cuda_graph``). Two modes (GPU) run ``ibp-thread`` with other settings, on
-the same batches: ``--replay-mode`` adds ``ibp-replay``, replayed one batch a call
-(``sample_group=1``), and ``--eager-mode`` adds ``ibp-eager``, launched eagerly one batch a
-call (``sampler_cuda_graph=False, sample_group=1``: the loaders' default before they replayed
-groups).
+kernels, their launches replayed from CUDA graphs (``sampler_cuda_graph``), 8 batches a
+sampler call where no hop reads its sizes (``sample_group``; the configs' fanouts). Two
+modes (GPU) run ``ibp-thread`` with other settings, on the same batches: ``--replay-mode``
+adds ``ibp-replay``, replayed one batch a call (``sample_group=1``), and ``--eager-mode``
+adds ``ibp-eager``, launched eagerly one batch a call (``sampler_cuda_graph=False,
+sample_group=1``: the loaders' default before they replayed groups).
 The last epoch of every mode also keeps its timeline (`benchmarks.epoch_timeline`: each
 batch's sample and fetch intervals, from the side stream's CUDA events on a GPU, each step's,
 and the loop's waits in ``next()``, on one clock from the epoch's start): the results say how
