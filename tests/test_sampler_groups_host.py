@@ -180,6 +180,28 @@ def test_the_clear_kernel_resets_the_counted_nodes_only(lib) -> None:
     assert torch.equal(local, before)
 
 
+def test_the_pack_kernel_copies_the_counted_entries_one_part_after_the_other(lib) -> None:
+    kernels = HostHopKernels(lib)
+
+    def table(*parts):  # (tensor, position of its count) per part
+        rows = [(t.data_ptr(), t.shape[-1], at, t.stride(0)) for t, at in parts]
+        return torch.tensor([v for row in rows for v in row], dtype=torch.int64)
+
+    a, b, c = torch.arange(10, 16), torch.arange(20, 24), torch.arange(30, 33)
+    counts = torch.tensor([4, 9, 0, 2])  # a: 4 of 6; b: 9, capped at its 4; c: none
+    out = torch.full((8,), -1, dtype=torch.int64)
+    kernels.pack(table((a, 0), (b, 1), (c, 2)), counts, out, n_parts=3, rows=1)
+    assert out.tolist() == [10, 11, 12, 13, 20, 21, 22, 23]
+    # rows of edges: a (3, 5) buffer cut to (3, 4) on the way keeps its rows 5 apart
+    whole = torch.arange(15).view(3, 5)
+    cut, other = whole[:, :4], torch.arange(100, 106).view(3, 2)
+    edges = torch.full((3, 4), -1, dtype=torch.int64)  # 3 of cut, 1 of other
+    kernels.pack(table((cut, 3), (other, 0)), torch.tensor([1, 0, 0, 3]), edges, n_parts=2,
+                 rows=3)  # fmt: skip
+    assert torch.equal(edges, torch.cat([cut[:, :3], other[:, :1]], dim=1))
+    assert kernels.launches == ["pack", "pack"]
+
+
 def test_other_backends_sample_one_by_one(lib) -> None:
     g = power_graph(36, n=400)
     batches = seed_batches(g, [30, 30, 12], seed=5)
