@@ -15,8 +15,10 @@ on a GPU, one launch each, then one synchronisation), timed on the main thread:
 - beside a thread running the same short ops back to back;
 - beside a thread running pure Python for 100 us at a time, the GIL given up between;
 - with a real loader: ibp-graph's PyG ``NeighborLoader`` over Cora (raw features and the
-  IBP table; on a GPU also the IBP table with a sampler that replays its hops' launches
-  from CUDA graphs, ``cuda_graph=True``: fewer ops on the thread), one step a batch, its
+  IBP table, the loaders' default sampler: on a GPU, its hops' launches replayed from CUDA
+  graphs, 8 batches a sampler call; on a GPU also the IBP table with the hops launched
+  eagerly, one batch a call, ``sampler_cuda_graph=False, sample_group=1``: more ops on the
+  thread), one step a batch, its
   batches prepared on the prefetch thread (``prefetch_thread=True``) or in the training
   loop's thread (``False``, where nothing runs beside the step).
 
@@ -149,24 +151,23 @@ def run_beside(
                 thread.join()
 
 
-#: The loaders' names (their features), and on a GPU the one whose sampler replays its hops'
-#: launches from CUDA graphs (fewer ops on the thread).
+#: The loaders' names (their features, the loaders' default sampler), and on a GPU the one
+#: whose sampler launches its hops eagerly, one batch a call (more ops on the thread).
 LOADERS = ("raw", "IBP")
-REPLAYED = "IBP, replayed sampler"
+EAGER = "IBP, eager sampler, one batch a call"
 
 
 def make_loaders(device: torch.device, folder: Path) -> dict[tuple[str, bool], object]:
-    """Cora loaders by (name, prefetch thread): raw and IBP features (on a GPU, IBP with a
-    sampler that replays CUDA graphs too), each with its batches prepared on the prefetch
-    thread (True) or in the loop's thread (False), each run for one epoch (warm). On a GPU the
-    features are e2e.py's: a `PinnedRawTable` and a `CudaIBPTable`, shared by the loaders."""
+    """Cora loaders by (name, prefetch thread): raw and IBP features (on a GPU, IBP with the
+    hop kernels launched eagerly, one batch a call, too), each with its batches prepared on
+    the prefetch thread (True) or in the loop's thread (False), each run for one epoch (warm).
+    On a GPU the features are e2e.py's: a `PinnedRawTable` and a `CudaIBPTable`, shared by the
+    loaders."""
     from torch_geometric.data import Data
 
     import ibp_graph
     from ibp_graph.datasets import load_dataset
-    from ibp_graph.graph import CSRGraph
     from ibp_graph.loaders.pyg import NeighborLoader
-    from ibp_graph.sampler import NeighborSampler
 
     ds = load_dataset("cora")
     data = Data(x=ds.x, y=ds.y, edge_index=ds.edge_index)
@@ -179,15 +180,11 @@ def make_loaders(device: torch.device, folder: Path) -> dict[tuple[str, bool], o
         ibp = CudaIBPTable(table.path, device=device, progress=False)
     kinds: list[tuple[str, object, bool]] = [("raw", raw, False), ("IBP", ibp, False)]
     if device.type == "cuda":
-        kinds.append((REPLAYED, ibp, True))
+        kinds.append((EAGER, ibp, True))
     loaders = {}
-    for name, features, replayed in kinds:
+    for name, features, eager in kinds:
         for thread in (False, True):
-            extra = {}
-            if replayed:
-                csr = CSRGraph.from_data(data).to(device)
-                sampler = NeighborSampler(csr, [10, 10], backend="kernel", cuda_graph=True)
-                extra = {"csr": csr, "neighbor_sampler": sampler}
+            extra = {"sampler_cuda_graph": False, "sample_group": 1} if eager else {}
             loaders[name, thread] = NeighborLoader(
                 data,
                 num_neighbors=[10, 10],
