@@ -54,6 +54,7 @@ import torch
 
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
+from .pinned import to_device
 from .sample_index import dense_seed
 
 #: A hop's slots must stay below this: the used count fills the low 32 bits of a flag word,
@@ -575,15 +576,11 @@ def _parts_table(group: LaunchedGroup) -> tuple[torch.Tensor, int, list[torch.Te
                 rows[kind].extend(
                     (part.data_ptr(), part.shape[-1], k * width + first + hop, part.stride(0))
                 )
-    device = group.counts.device
-    on_gpu = device.type == "cuda"
-    # Filled through NumPy, then to a GPU from pinned memory: the copy waits for nothing
-    # queued before (a tensor made from Python values would be copied synchronously).
-    table = torch.empty(len(rows[0]) + len(rows[1]), dtype=torch.int64, pin_memory=on_gpu)
+    # Filled through NumPy (a tensor made from Python values would reach a GPU by a copy that
+    # waits for the stream), then copied there through pinned memory, waiting for nothing.
+    table = torch.empty(len(rows[0]) + len(rows[1]), dtype=torch.int64)
     table.numpy()[:] = rows[0] + rows[1]
-    if on_gpu:
-        table = table.to(device, non_blocking=True)
-    out = (table, len(rows[0]) // 4, held)
+    out = (to_device(table, group.counts.device), len(rows[0]) // 4, held)
     if group.launched_only:
         group._parts = out
     return out
