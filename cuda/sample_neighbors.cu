@@ -176,6 +176,8 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 // and the signed 64-bit sum never overflows).
 #define IBP_FRESH_ONE (1ll << 32)
 #define IBP_USED_MASK 0xffffffffll
+// Slots a lane of ibp_hop_draw_* claims at once (below).
+#define IBP_CLAIM_LOADS 4
 
 #ifndef IBP_RELAXED_DEFINED
 // The map entries that ibp_hop_emit reads while another thread may rewrite them: volatile
@@ -204,11 +206,9 @@ __device__ __forceinline__ i64 slot_row(i64 e, int k, const i64* __restrict__ sl
 
 template <typename I>
 __device__ __forceinline__ void claim_slot(const I* __restrict__ indices, i64 p, i64 e,
-                                           long long* local, i64* __restrict__ nbr,
-                                           i64* __restrict__ pos) {
+                                           long long* local, i64* __restrict__ nbr) {
     const i64 v = (i64)indices[p];
     nbr[e] = v;
-    pos[e] = p;
     atomicMin(local + v, (long long)e);
 }
 
@@ -221,30 +221,51 @@ __device__ void hop_draw(const i64* __restrict__ indptr, const I* __restrict__ i
     const u64 base = (u64)key[0];
     const i64 used = rows_at ? min(rows_at[0], rows) : rows;
     const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += stride) {
-        const i64 e0 = i * k;
-        int taken = 0;
-        const i64 v = i < used ? frontier[i] : -1;
-        const i64 start = v >= 0 ? indptr[v] : 0;
-        const i64 n = v >= 0 ? indptr[v + 1] - start : 0;
-        if (n > 0 && (replace || n > k)) {
-            // Above IBP_LOCAL_PICKS the picks are drawn into the row's pos slots: claiming
-            // slot e0 + t reads picked[t] before it overwrites that slot.
-            i64 scratch[CAP <= IBP_LOCAL_PICKS ? CAP : 1];
-            i64* picked = CAP <= IBP_LOCAL_PICKS ? scratch : pos + e0;
-            if (replace) draw_replace<CAP>(base, i, n, k, picked);
-            else draw_distinct<CAP>(base, i, n, k, picked);
-            for (; taken < k; ++taken) {
-                claim_slot<I>(indices, start + picked[taken], e0 + taken, local, nbr, pos);
+    const int lane = threadIdx.x & 31;
+    // The warp's lanes take rows i0 .. i0 + 31 together (i0 is the same for all of them, so
+    // every lane reaches the __syncwarp; blocks are whole warps). Each lane first draws its
+    // row's CSR positions into the row's pos slots; then the warp claims its rows' slots,
+    // consecutive lanes taking consecutive slots, so that one load instruction of the warp
+    // reads neighboring entries of `indices`: a few 32-byte sectors, where a lane per row
+    // would touch one per lane. That is what costs over UVA, where every sector is a PCIe read.
+    for (i64 i0 = (i64)blockIdx.x * blockDim.x + (threadIdx.x & ~31); i0 < rows; i0 += stride) {
+        const i64 i = i0 + lane;
+        if (i < rows) {
+            const i64 e0 = i * k;
+            int taken = 0;
+            const i64 v = i < used ? frontier[i] : -1;
+            const i64 start = v >= 0 ? indptr[v] : 0;
+            const i64 n = v >= 0 ? indptr[v + 1] - start : 0;
+            if (n > 0 && (replace || n > k)) {
+                // Above IBP_LOCAL_PICKS the picks are drawn into the row's pos slots, each
+                // then turned into its CSR position in place.
+                i64 scratch[CAP <= IBP_LOCAL_PICKS ? CAP : 1];
+                i64* picked = CAP <= IBP_LOCAL_PICKS ? scratch : pos + e0;
+                if (replace) draw_replace<CAP>(base, i, n, k, picked);
+                else draw_distinct<CAP>(base, i, n, k, picked);
+                for (; taken < k; ++taken) pos[e0 + taken] = start + picked[taken];
+            } else {
+                for (; taken < n; ++taken) pos[e0 + taken] = start + taken;
             }
-        } else {
-            for (; taken < n; ++taken) {
-                claim_slot<I>(indices, start + taken, e0 + taken, local, nbr, pos);
-            }
+            for (int s = taken; s < k; ++s) pos[e0 + s] = -1;
         }
-        for (int s = taken; s < k; ++s) {
-            nbr[e0 + s] = -1;
-            pos[e0 + s] = -1;
+        __syncwarp();
+        // IBP_CLAIM_LOADS slots a lane at a time: their loads of `indices` are all issued
+        // before the first is used, so a lane waits once for them over UVA, not once each.
+        const i64 last = (i0 + 32 < rows ? i0 + 32 : rows) * k;
+        for (i64 e = i0 * k + lane; e < last; e += 32 * IBP_CLAIM_LOADS) {
+            i64 v[IBP_CLAIM_LOADS];
+#pragma unroll
+            for (int u = 0; u < IBP_CLAIM_LOADS; ++u) {
+                const i64 p = e + 32 * u < last ? pos[e + 32 * u] : -1;
+                v[u] = p >= 0 ? (i64)indices[p] : -1;
+            }
+#pragma unroll
+            for (int u = 0; u < IBP_CLAIM_LOADS; ++u) {
+                if (e + 32 * u >= last) break;
+                nbr[e + 32 * u] = v[u];
+                if (v[u] >= 0) atomicMin(local + v[u], (long long)(e + 32 * u));
+            }
         }
     }
 }
@@ -258,7 +279,9 @@ __device__ void hop_all(const i64* __restrict__ indptr, const I* __restrict__ in
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
         const i64 i = slot_row(e, 0, slot_start, rows);
-        claim_slot<I>(indices, indptr[frontier[i]] + (e - slot_start[i]), e, local, nbr, pos);
+        const i64 p = indptr[frontier[i]] + (e - slot_start[i]);
+        pos[e] = p;
+        claim_slot<I>(indices, p, e, local, nbr);
     }
 }
 
