@@ -28,8 +28,12 @@ ops, ``kernel`` with the CUDA kernel of ``cuda/sample_neighbors.cu``), 50 batche
 distinct random seeds with fanouts [15, 10, 5] after 3 warm-up batches. Every backend samples the
 same seed batches. ``--backend`` lists the backends (default: ``torch`` on CPU, both on CUDA;
 ``kernel`` needs CUDA). On CUDA each case also runs with the graph in pinned host memory read
-over UVA (``CSRGraph.to_uva``, the loaders' ``graph_memory="uva"``) beside the graph in GPU
-memory (``--graph-memory``, default both). Reported, one row per index width, graph memory and
+over UVA (``CSRGraph.to_uva``, the loaders' ``graph_memory="uva"``: ``indptr`` in GPU memory,
+int64 sources and edge ids interleaved) beside the graph in GPU memory (``--graph-memory``,
+default both); ``uva-separate`` in ``--graph-memory`` adds rows with every array in pinned host
+memory, each on its own (``to_uva(indptr_in_gpu=False, pairs=False)``, the layout before),
+for the ``kernel`` backend's last variant only (with ``--group`` and ``--cuda-graph``, the
+loaders' default). Reported, one row per index width, graph memory and
 backend: the median batch time, the median of per-batch sampled edges per second and the total
 edges / total time; also the sampling thread's CPU time per batch (``time.thread_time``
 inside ``sample()``) and, on CUDA, the GPU's busy time per batch (the summed durations of the
@@ -600,11 +604,16 @@ def run(
         placed = {"host" if device.type == "cpu" else "device": graph}
         if device.type == "cuda" and "uva" in args.graph_memory:
             placed["uva"] = graph.to_uva(device)
+        if device.type == "cuda" and "uva-separate" in args.graph_memory:
+            placed["uva-separate"] = graph.to_uva(device, indptr_in_gpu=False, pairs=False)
         if device.type == "cuda" and "device" not in args.graph_memory:
             del placed["device"]
         for memory, g in placed.items():
             for backend in backends:
-                for grid, graphs, host_seeds, group in variants(backend, args):
+                rows = variants(backend, args)
+                if memory == "uva-separate":  # the layout before, beside the default only
+                    rows = rows[-1:] if backend == "kernel" else []
+                for grid, graphs, host_seeds, group in rows:
                     row = measure(g, args, label, backend, memory, grid, graphs, host_seeds, group)
                     row = {"csr_build_s": build, **row}
                     print(f"  {row}", file=sys.stderr, flush=True)
@@ -892,7 +901,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
         default=["device", "uva"],
         metavar="device,uva",
-        help="on CUDA: the graph in GPU memory, in pinned host memory over UVA, or both",
+        help="on CUDA: the graph in GPU memory, in pinned host memory over UVA (to_uva's "
+        "layout), or both; uva-separate: also every array over UVA on its own (the layout "
+        "before), for the kernel backend's last variant",
     )
     p.add_argument(
         "--hop-grids",
@@ -940,8 +951,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --compare-dgl: the torch.set_num_threads values to run (default: 1,2)",
     )
     args = p.parse_args(argv)
-    if not args.graph_memory or set(args.graph_memory) - {"device", "uva"}:
-        p.error(f"--graph-memory: expected device, uva or device,uva, got {args.graph_memory}")
+    if not args.graph_memory or set(args.graph_memory) - {"device", "uva", "uva-separate"}:
+        p.error(
+            "--graph-memory: expected device, uva or uva-separate, comma-separated, got "
+            f"{args.graph_memory}"
+        )
     if args.group < 1:
         p.error(f"--group: expected a number of batches >= 1, got {args.group}")
     if args.device == "cpu" and args.backend == ["kernel"]:

@@ -17,12 +17,16 @@ samples batches with the hop kernels' own source run on the host (the tests' SIM
 
 - ``indptr``: a lane per frontier row reads ``indptr[v]`` and ``indptr[v + 1]``, the sectors of
   both counted once per warp;
-- ``indices``, a lane per row: the draw as it was up to this file's commit, each lane reading
-  its row's slots one after the other, so that load ``t`` of a warp reads slot ``t`` of 32
-  rows;
-- ``indices``, the warp's slots: the draw now, the warp's lanes taking its 32 rows' slots in
+- ``indices``, a lane per row: the draw before commit 5ac28d6, each lane reading its row's
+  slots one after the other, so that load ``t`` of a warp reads slot ``t`` of 32 rows;
+- ``indices``, the warp's slots: the draw since, the warp's lanes taking its 32 rows' slots in
   order, so that a load reads 32 consecutive slots;
-- ``edge_ids``: the emit, a lane per slot, 32 consecutive slots a load.
+- ``edge_ids``: the emit, a lane per slot, 32 consecutive slots a load;
+- pairs: the warp's slots in the pairs layout (`CSRGraph.pairs`, `to_uva`'s default for int64
+  indices), where one 16-byte load reads a slot's source and edge id, and the emit reads none.
+
+Then, per batch, the layouts: every array over UVA, before and since the warp's slots; then
+``indptr`` in GPU memory; then (int64 indices) pairs as well, `to_uva`'s default.
 
 A load's sectors are counted within one warp instruction only: sectors that a cache might
 still hold from an earlier instruction are counted again. Counts do not depend on timing; a
@@ -58,7 +62,7 @@ SECTOR = 32
 #: Lanes of a warp.
 WARP = 32
 #: The counted arrays and load patterns, in the order of the tables.
-PATTERNS = ("indptr", "indices_lane_per_row", "indices_warp_slots", "edge_ids")
+PATTERNS = ("indptr", "indices_lane_per_row", "indices_warp_slots", "edge_ids", "pairs")
 
 
 def sectors_per_load(addresses: np.ndarray) -> int:
@@ -113,6 +117,7 @@ def draw_sectors(
         "indices_lane_per_row": sectors_per_load(at(per_row, index_bytes)),
         "indices_warp_slots": sectors_per_load(at(in_order, index_bytes)),
         "edge_ids": sectors_per_load(at(flat, 8)),
+        "pairs": sectors_per_load(at(in_order, 16)),
     }
 
 
@@ -145,6 +150,8 @@ def measure(graph: CSRGraph, fanouts: list[int], seeds: list[torch.Tensor], lib)
     """
     from simt.host_hops import HostHopKernels
 
+    if graph.pairs:  # its draws leave edge ids in pos, not the positions counted here
+        raise ValueError("measure counts a graph of separate arrays; this one is pairs")
     sampler = NeighborSampler(graph, fanouts, seed=0)
     kernels = RecordingKernels(HostHopKernels(lib, grid=4, block=128))
     sampler._hop_kernels = kernels
@@ -166,6 +173,20 @@ def measure(graph: CSRGraph, fanouts: list[int], seeds: list[torch.Tensor], lib)
     return {"hops": hops, "total": total, "edges_per_batch": round(edges / n, 1)}
 
 
+def layouts(total: dict, index_dtype: str) -> list[tuple[str, float | None]]:
+    """Sectors per batch of each layout (`layouts` of the module docstring); None: not made."""
+    before = total["indptr"] + total["indices_lane_per_row"] + total["edge_ids"]
+    warp = total["indices_warp_slots"] + total["edge_ids"]
+    return [
+        ("every array over UVA, a lane per row's slots (before)", before),
+        ("every array over UVA, the warp's slots", total["indptr"] + warp),
+        ("indptr in GPU memory", warp),
+        ("indptr in GPU memory, pairs (to_uva's default)", total["pairs"])
+        if index_dtype == "int64"
+        else ("pairs (int64 indices only)", None),
+    ]
+
+
 def markdown(env: dict, payload: dict) -> str:
     lines = header_lines("Reads of a UVA graph per sampled batch (hop kernels)", env)[:-1]
     lines += [
@@ -174,11 +195,11 @@ def markdown(env: dict, payload: dict) -> str:
         f"- kernels: {payload['kernels']}",
         "",
         "32-byte sectors asked of host memory per batch, each load instruction of a warp "
-        "counted on its own (benchmarks/uva_reads.py says how):",
+        "counted on its own (benchmarks/uva_reads.py says how), by array and load pattern:",
         "",
         "| indices | hop | rows | used slots | indptr | indices, a lane per row (before) "
-        "| indices, the warp's slots (now) | edge_ids (emit) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| indices, the warp's slots | edge_ids (emit) | pairs, the warp's slots |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in payload["runs"]:
         named = [(str(h + 1), hop) for h, hop in enumerate(run["hops"])] + [("all", run["total"])]
@@ -188,21 +209,16 @@ def markdown(env: dict, payload: dict) -> str:
                 + " | ".join(f"{hop[p]:,.0f}" for p in PATTERNS)
                 + " |"
             )
-    lines += ["", "Sectors per batch over UVA, all hops:", ""]
-    lines += [
-        "| indices | before (a lane per row) | now (the warp's slots) | now / before "
-        "| now, indptr in GPU memory | that / before |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines += ["", "Sectors per batch over UVA, all hops, by layout:", ""]
+    lines += ["| indices | layout | sectors | / before |", "|---|---|---|---|"]
     for run in payload["runs"]:
-        t = run["total"]
-        before = t["indptr"] + t["indices_lane_per_row"] + t["edge_ids"]
-        now = t["indptr"] + t["indices_warp_slots"] + t["edge_ids"]
-        no_ptr = now - t["indptr"]
-        lines.append(
-            f"| {run['indices']} | {before:,.0f} | {now:,.0f} | {now / before:.2f} "
-            f"| {no_ptr:,.0f} | {no_ptr / before:.2f} |"
-        )
+        rows = layouts(run["total"], run["indices"])
+        before = rows[0][1]
+        for name, n in rows:
+            if n is None:
+                lines.append(f"| {run['indices']} | {name} | - | - |")
+            else:
+                lines.append(f"| {run['indices']} | {name} | {n:,.0f} | {n / before:.2f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,8 +24,9 @@
 // common fanouts) in a per-thread array of CAP words (local memory); above, in the row's own k
 // output slots, so that no launch makes the driver reserve CAP * 8 bytes of local memory for
 // every thread the GPU can hold (2 KiB x 2,048 threads x 132 SMs is 528 MiB on an H100); and
-// the hop kernels at the end of this file (ibp_hop_draw_k{32,256}_i{32,64}, ibp_hop_all_i{32,64},
-// ibp_hop_flags, ibp_hop_emit, ibp_hop_clear, ibp_hop_pack; i32/i64: the CSR index width).
+// the hop kernels at the end of this file (ibp_hop_draw_k{32,256}_{i32,i64,pairs},
+// ibp_hop_all_{i32,i64,pairs}, ibp_hop_flags, ibp_hop_emit, ibp_hop_clear, ibp_hop_pack;
+// i32/i64: the CSR index width; pairs: 64-bit indices, each with its edge id, `IndexEdge`).
 // Blocks have at most IBP_SAMPLE_THREADS threads (`__launch_bounds__`).
 
 typedef unsigned long long u64;
@@ -123,7 +124,7 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 //
 // The hop expands `rows` frontier nodes (global ids `frontier[i]`, local ids `begin + i`) into
 // slots: slot e holds one sampled in-neighbor, its global id `nbr[e]` and CSR position
-// `pos[e]`, or -1 in both (an unused slot). Two layouts:
+// `pos[e]` (with pairs, its edge id), or -1 in both (an unused slot). Two layouts:
 //   - fanout k > 0 (`ibp_hop_draw_*`): row i owns slots i*k .. i*k+k-1. A row with at most k
 //     in-neighbors (and replace == 0) takes all of them, in CSR order, then -1s; otherwise the
 //     draw above (distinct, or with replacement when `replace` != 0), offsets ascending.
@@ -144,7 +145,8 @@ IBP_SAMPLE_NEIGHBORS(ibp_sample_neighbors_k256, 256)
 // last word holds the two totals. `ibp_hop_emit` writes, for used slot e, at position
 // used(cum[e]) - 1 of the hop's edges: row = the neighbor's local id (a fresh node numbered
 // `end + fresh(cum[v]) - 1` after its first slot v, so in order of first occurrence), col = its
-// target's local id, edge = edge_ids[pos[e]]; a fresh slot also appends its node to `fresh`
+// target's local id, edge = edge_ids[pos[e]] (pos[e] itself where edge_ids is null: the
+// edge id a pairs hop left there); a fresh slot also appends its node to `fresh`
 // and enters it in the map. A node's entry is read by several threads while its first slot
 // rewrites it; both values (its first slot, or its final id) give the same local id.
 //
@@ -204,11 +206,42 @@ __device__ __forceinline__ i64 slot_row(i64 e, int k, const i64* __restrict__ sl
     return lo;
 }
 
+// An entry of a graph's CSR as the hop kernels read it: an in-neighbor (`int` or `i64`
+// indices), or an in-neighbor with its edge id, the two in one 16-byte word (`IndexEdge`:
+// CSRGraph's pairs layout, ibp_graph/graph.py), so that one load, one sector, reads both.
+struct __align__(16) IndexEdge {
+    i64 index;
+    i64 edge;
+};
+
+__device__ __forceinline__ i64 entry_index(int x) { return x; }
+__device__ __forceinline__ i64 entry_index(i64 x) { return x; }
+__device__ __forceinline__ i64 entry_index(IndexEdge x) { return x.index; }
+
+// An unused slot's entry (in-neighbor -1).
 template <typename I>
-__device__ __forceinline__ void claim_slot(const I* __restrict__ indices, i64 p, i64 e,
-                                           long long* local, i64* __restrict__ nbr) {
-    const i64 v = (i64)indices[p];
+__device__ __forceinline__ I no_entry() {
+    return I(-1);
+}
+template <>
+__device__ __forceinline__ IndexEdge no_entry<IndexEdge>() {
+    return IndexEdge{-1, -1};
+}
+
+// A claimed slot's `pos`: its CSR position `p`, or with pairs its edge id (so that
+// ibp_hop_emit, given no edge_ids, reads none).
+__device__ __forceinline__ i64 slot_pos(int, i64 p) { return p; }
+__device__ __forceinline__ i64 slot_pos(i64, i64 p) { return p; }
+__device__ __forceinline__ i64 slot_pos(IndexEdge x, i64) { return x.edge; }
+
+// Slot `e` takes the in-neighbor of `entry` (read at CSR position `p`): its id to nbr[e],
+// its position or edge id to pos[e], and the dense map's claim.
+template <typename I>
+__device__ __forceinline__ void claim_slot(I entry, i64 p, i64 e, long long* local,
+                                           i64* __restrict__ nbr, i64* __restrict__ pos) {
+    const i64 v = entry_index(entry);
     nbr[e] = v;
+    pos[e] = slot_pos(entry, p);
     atomicMin(local + v, (long long)e);
 }
 
@@ -254,17 +287,18 @@ __device__ void hop_draw(const i64* __restrict__ indptr, const I* __restrict__ i
         // before the first is used, so a lane waits once for them over UVA, not once each.
         const i64 last = (i0 + 32 < rows ? i0 + 32 : rows) * k;
         for (i64 e = i0 * k + lane; e < last; e += 32 * IBP_CLAIM_LOADS) {
-            i64 v[IBP_CLAIM_LOADS];
+            i64 p[IBP_CLAIM_LOADS];
+            I x[IBP_CLAIM_LOADS];
 #pragma unroll
             for (int u = 0; u < IBP_CLAIM_LOADS; ++u) {
-                const i64 p = e + 32 * u < last ? pos[e + 32 * u] : -1;
-                v[u] = p >= 0 ? (i64)indices[p] : -1;
+                p[u] = e + 32 * u < last ? pos[e + 32 * u] : -1;
+                x[u] = p[u] >= 0 ? indices[p[u]] : no_entry<I>();
             }
 #pragma unroll
             for (int u = 0; u < IBP_CLAIM_LOADS; ++u) {
                 if (e + 32 * u >= last) break;
-                nbr[e + 32 * u] = v[u];
-                if (v[u] >= 0) atomicMin(local + v[u], (long long)(e + 32 * u));
+                if (p[u] >= 0) claim_slot<I>(x[u], p[u], e + 32 * u, local, nbr, pos);
+                else nbr[e + 32 * u] = -1;
             }
         }
     }
@@ -280,8 +314,7 @@ __device__ void hop_all(const i64* __restrict__ indptr, const I* __restrict__ in
     for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < slots; e += stride) {
         const i64 i = slot_row(e, 0, slot_start, rows);
         const i64 p = indptr[frontier[i]] + (e - slot_start[i]);
-        pos[e] = p;
-        claim_slot<I>(indices, p, e, local, nbr);
+        claim_slot<I>(indices[p], p, e, local, nbr, pos);
     }
 }
 
@@ -355,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(IBP_SAMPLE_THREADS)
         }
         row[at] = id;
         col[at] = begin + slot_row(e, k, slot_start, rows);
-        edge[at] = edge_ids[pos[e]];
+        edge[at] = edge_ids ? edge_ids[pos[e]] : pos[e];
     }
 }
 
@@ -381,5 +414,8 @@ IBP_HOP_DRAW(ibp_hop_draw_k32_i32, 32, int)
 IBP_HOP_DRAW(ibp_hop_draw_k32_i64, 32, i64)
 IBP_HOP_DRAW(ibp_hop_draw_k256_i32, 256, int)
 IBP_HOP_DRAW(ibp_hop_draw_k256_i64, 256, i64)
+IBP_HOP_DRAW(ibp_hop_draw_k32_pairs, 32, IndexEdge)
+IBP_HOP_DRAW(ibp_hop_draw_k256_pairs, 256, IndexEdge)
 IBP_HOP_ALL(ibp_hop_all_i32, int)
 IBP_HOP_ALL(ibp_hop_all_i64, i64)
+IBP_HOP_ALL(ibp_hop_all_pairs, IndexEdge)

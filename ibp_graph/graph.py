@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,20 +48,56 @@ def _uva_tensor(buf: Any, ptr: int, like: torch.Tensor, index: int) -> torch.Ten
     return torch.from_dlpack(arr)
 
 
-def _uva_host_copy(t: torch.Tensor) -> torch.Tensor | None:
-    """A CPU copy of a UVA tensor made by `CSRGraph.to_uva`, read from host memory.
-
-    None when ``t`` is not such a tensor. Reading the pinned pages on the host is a memcpy;
-    ``t.cpu()`` would be a device-to-host copy of memory that is already on the host.
-    """
+def _uva_buffer(t: torch.Tensor) -> Any:
+    """The pinned buffer of a UVA tensor made by `CSRGraph.to_uva` (or a view of one), or None."""
     if t.device.type != "cuda":
         return None
-    buf = _UVA_BUFFERS.get(t.data_ptr())
-    if buf is None or buf.device_ptr != t.data_ptr():
+    return _UVA_BUFFERS.get(t.untyped_storage().data_ptr())
+
+
+def _uva_host_copy(t: torch.Tensor) -> torch.Tensor | None:
+    """A contiguous CPU copy of a UVA tensor made by `CSRGraph.to_uva`, read from host memory.
+
+    None when ``t`` is not such a tensor (or a view of one). Reading the pinned pages on the
+    host is a memcpy; ``t.cpu()`` would be a device-to-host copy of memory that is already on
+    the host.
+    """
+    buf = _uva_buffer(t)
+    base = t.untyped_storage().data_ptr()
+    if buf is None or buf.device_ptr != base:
         return None
-    nbytes = t.numel() * t.element_size()
-    host = torch.from_numpy(buf.array[:nbytes].copy())
-    return host.view(t.dtype).reshape(t.shape)
+    nbytes = t.untyped_storage().nbytes()
+    host = torch.from_numpy(buf.array[:nbytes]).view(t.dtype)
+    return host.as_strided(t.shape, t.stride(), t.storage_offset()).clone(
+        memory_format=torch.contiguous_format
+    )
+
+
+def _is_pairs(indices: torch.Tensor, edge_ids: torch.Tensor) -> bool:
+    """Whether ``indices`` and ``edge_ids`` are the two columns of one ``(E, 2)`` int64 array.
+
+    That is `CSRGraph.pairs`: entry ``p``'s source and edge id are one 16-byte word, 16-byte
+    aligned, which the hop kernels read with one load.
+    """
+    if indices.dtype != torch.int64 or edge_ids.dtype != torch.int64:
+        return False
+    if indices.device != edge_ids.device or indices.numel() != edge_ids.numel():
+        return False
+    if indices.untyped_storage().data_ptr() != edge_ids.untyped_storage().data_ptr():
+        return False
+    strided = indices.numel() <= 1 or indices.stride() == edge_ids.stride() == (2,)
+    return (
+        strided and edge_ids.data_ptr() == indices.data_ptr() + 8 and indices.data_ptr() % 16 == 0
+    )
+
+
+def _in_gpu_memory(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` in ``device``'s own memory (a UVA tensor is copied there from host memory)."""
+    host = _uva_host_copy(t)
+    if host is not None:
+        return host.to(device)
+    moved = t.to(device)
+    return moved.clone() if _uva_buffer(moved) is not None else moved
 
 
 def _type_name(x: object) -> str:
@@ -134,12 +170,17 @@ class CSRGraph:
         edge_ids: ``(num_edges,)`` int64 position of every entry's edge in the original
             ``edge_index``.
         num_nodes: number of nodes.
+
+    Every array is contiguous, except in the pairs layout (`pairs`), which `to_uva` makes by
+    default: int64 ``indices`` and ``edge_ids`` are then the two columns of one
+    ``(num_edges, 2)`` array.
     """
 
     indptr: torch.Tensor
     indices: torch.Tensor
     edge_ids: torch.Tensor
     num_nodes: int
+    _pairs: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = self.num_nodes
@@ -149,6 +190,10 @@ class CSRGraph:
             t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or t.dim() != 1:
                 raise IBPInputError(f"{name} must be a 1-D torch.Tensor, got {t!r:.80}")
+        pairs = _is_pairs(self.indices, self.edge_ids)
+        object.__setattr__(self, "_pairs", pairs)
+        for name in ("indptr",) if pairs else ("indptr", "indices", "edge_ids"):
+            t = getattr(self, name)
             if not t.is_contiguous():  # the kernels read them as flat arrays
                 object.__setattr__(self, name, t.contiguous())
         if self.indptr.dtype != torch.int64 or self.indptr.numel() != n + 1:
@@ -281,6 +326,16 @@ class CSRGraph:
         return self.indptr.device
 
     @property
+    def pairs(self) -> bool:
+        """Whether every entry's source and edge id are one 16-byte word (the pairs layout).
+
+        Int64 ``indices`` and ``edge_ids`` are then the columns of one ``(num_edges, 2)``
+        array, so that the hop kernels read a sampled edge's source and id with one load:
+        over UVA, one PCIe read where separate arrays take two (`to_uva`).
+        """
+        return self._pairs
+
+    @property
     def num_edges(self) -> int:
         """Number of CSR entries (edges, reversed ones included)."""
         return self.indices.numel()
@@ -335,48 +390,112 @@ class CSRGraph:
             edge_ids=self.edge_ids.pin_memory(),
         )
 
-    def to_uva(self, device: str | torch.device = "cuda") -> CSRGraph:
+    def to_uva(
+        self,
+        device: str | torch.device = "cuda",
+        *,
+        indptr_in_gpu: bool | None = None,
+        pairs: bool | None = None,
+    ) -> CSRGraph:
         """The graph in pinned host memory, as CUDA tensors the GPU reads over UVA.
 
-        For graphs larger than the GPU: the arrays stay in host memory (page-locked and
-        mapped), yet they are CUDA tensors, so the sampler runs on the GPU and reads them
-        over PCIe (zero-copy). The memory is released after the last tensor that uses it is
-        dropped, at the next safe point (`ibp_graph.pinned.release_deferred`: when new memory
-        is pinned, when a prefetching loader ends an epoch, at exit), never with a device-wide
-        synchronise in the middle of an epoch. ``to("cpu")`` copies it back on the host.
+        For graphs larger than the GPU: the in-neighbor arrays stay in host memory
+        (page-locked and mapped), yet they are CUDA tensors, so the sampler runs on the GPU
+        and reads them over PCIe (zero-copy). The memory is released after the last tensor
+        that uses it is dropped, at the next safe point (`ibp_graph.pinned.release_deferred`:
+        when new memory is pinned, when a prefetching loader ends an epoch, at exit), never
+        with a device-wide synchronise in the middle of an epoch. ``to("cpu")`` copies it
+        back on the host.
+
+        Every sector the GPU reads over PCIe is a round trip, so by default the layout keeps
+        them few (`benchmarks/uva_reads.py` counts them): ``indptr``, 8 bytes a node and read
+        once for every sampled node, goes to GPU memory; and int64 ``indices`` and
+        ``edge_ids`` are interleaved (`pairs`), so that one read gets a sampled edge's source
+        and id. A graph already over UVA on that GPU (`is_uva`, also `uva_in_place`'s) is
+        returned as it is, unless an argument asks for another layout.
+
+        Example:
+            >>> uva = graph.to_uva("cuda")  # doctest: +SKIP
+            >>> uva.is_uva(), uva.pairs, uva.indptr.is_cuda  # doctest: +SKIP
+            (True, True, True)
+
+        Args:
+            device: the GPU that reads the graph (default: ``"cuda"``).
+            indptr_in_gpu: copy ``indptr`` to the GPU's memory (``(num_nodes + 1) * 8``
+                bytes); False keeps it in pinned host memory too. None: True, or as it is in
+                a UVA graph (default: None).
+            pairs: interleave ``indices`` and ``edge_ids`` in one ``(num_edges, 2)`` int64
+                array (`pairs`); needs int64 indices (an int32 graph, chosen for its 4-byte
+                indices, would grow to 16 bytes an edge). None: when the indices are int64,
+                or as it is in a UVA graph (default: None).
 
         Raises:
+            IBPInputError: ``pairs=True`` with int32 indices, or an argument of the wrong
+                type.
             IBPDeviceError: without a CUDA GPU.
         """
         from .kernels.runtime import cupy, device_index, require_cuda
         from .pinned import PinnedBuffer
 
+        uva = self.is_uva()
+        if indptr_in_gpu is None:
+            indptr_in_gpu = not uva or _uva_buffer(self.indptr) is None
+        indptr_in_gpu = check_bool("indptr_in_gpu", indptr_in_gpu)
+        wide = self.indices.dtype == torch.int64
+        if pairs is None:
+            pairs = self.pairs if uva else wide
+        pairs = check_bool("pairs", pairs)
+        if pairs and not wide:
+            raise IBPInputError(
+                "to_uva(pairs=True) interleaves 8-byte indices with their edge ids; this "
+                f"graph's indices are {self.indices.dtype} (pass pairs=False, or build it "
+                "with indices_dtype=torch.int64)"
+            )
         require_cuda("CSRGraph.to_uva")
         dev = torch.device(device)
         index = device_index(dev)
+        cuda = torch.device("cuda", index)
         cp = cupy()
 
-        if self.is_uva() and device_index(self.device) == index:
+        if (
+            uva
+            and device_index(self.device) == index
+            and self.pairs == pairs
+            and (_uva_buffer(self.indptr) is None) == indptr_in_gpu
+        ):
             return self
 
-        def mapped(t: torch.Tensor) -> torch.Tensor:
-            host = _uva_host_copy(t)  # a UVA graph of another GPU: read on the host
-            if host is None:
-                host = t.detach().cpu().contiguous()
-            nbytes = host.numel() * host.element_size()
+        def host(t: torch.Tensor) -> torch.Tensor:
+            copy = _uva_host_copy(t)  # a UVA graph of another GPU: read on the host
+            return copy if copy is not None else t.detach().cpu().contiguous()
+
+        def mapped(like: torch.Tensor, fill) -> torch.Tensor:
+            nbytes = like.numel() * like.element_size()
             # Pinned, mapped and wrapped with `index` current: the registration, the device
             # address and the DLPack exchange all belong to that device.
             with torch.cuda.device(index), cp.cuda.Device(index):
                 buf = PinnedBuffer(max(nbytes, 1), "CSRGraph.to_uva", cp.cuda)
-                buf.array[:nbytes] = host.view(torch.uint8).reshape(-1).numpy()
-                return _uva_tensor(buf, buf.pin(), host, index)
+                view = torch.from_numpy(buf.array[:nbytes]).view(like.dtype).view(like.shape)
+                fill(view)
+                return _uva_tensor(buf, buf.pin(), like, index)
 
-        return replace(
-            self,
-            indptr=mapped(self.indptr),
-            indices=mapped(self.indices),
-            edge_ids=mapped(self.edge_ids),
-        )
+        def flat(t: torch.Tensor) -> torch.Tensor:
+            src = host(t)
+            return mapped(src, lambda view: view.copy_(src))
+
+        indptr = _in_gpu_memory(self.indptr, cuda) if indptr_in_gpu else flat(self.indptr)
+        if not pairs:
+            return replace(
+                self, indptr=indptr, indices=flat(self.indices), edge_ids=flat(self.edge_ids)
+            )
+
+        def interleave(view: torch.Tensor) -> None:
+            view[:, 0].copy_(host(self.indices))
+            view[:, 1].copy_(host(self.edge_ids))
+
+        shape = torch.empty((self.num_edges, 2), dtype=torch.int64, device="meta")
+        both = mapped(shape, interleave)
+        return replace(self, indptr=indptr, indices=both[:, 0], edge_ids=both[:, 1])
 
     def uva_in_place(
         self, region: np.ndarray, device: str | torch.device = "cuda", what: str = "graph"
@@ -438,10 +557,14 @@ class CSRGraph:
             )
 
     def is_uva(self) -> bool:
-        """Whether the arrays are CUDA tensors over pinned host memory (`to_uva`)."""
-        return all(
-            t.device.type == "cuda" and t.data_ptr() in _UVA_BUFFERS
-            for t in (self.indptr, self.indices, self.edge_ids)
+        """Whether the in-neighbor arrays are CUDA tensors over pinned host memory (`to_uva`).
+
+        ``indices`` and ``edge_ids`` are; ``indptr`` is too, or is in the same GPU's memory.
+        """
+        return (
+            _uva_buffer(self.indices) is not None
+            and _uva_buffer(self.edge_ids) is not None
+            and self.indptr.device == self.indices.device
         )
 
     def is_pinned(self) -> bool:

@@ -91,6 +91,8 @@ class HopKernels(Protocol):
         """Fill ``k`` slots per frontier row with drawn in-neighbors, claiming new nodes.
 
         ``rows`` frontier rows, or the first ``rows_at[0]`` of them when ``rows_at`` is a tensor.
+        ``pos`` gets each slot's CSR position, or its edge id where ``indices`` is strided
+        (the pairs layout, `ibp_graph.graph.CSRGraph.pairs`); so does `take_all`'s.
         """
 
     def take_all(self, indptr, indices, frontier, slot_start, local, nbr, pos, slots: int):
@@ -114,6 +116,7 @@ class HopKernels(Protocol):
         """Write the hop's edges and new nodes at their ranks, and its totals in ``counts``.
 
         ``begin < 0``: the frontier's place (``begin``, ``end``) comes from ``counts`` instead.
+        ``edge_ids`` None: ``pos`` holds the edge ids already (a pairs graph's hop).
         """
 
 
@@ -259,8 +262,10 @@ def _launch_hop(
     fresh = torch.empty(min(slots, g.num_nodes), dtype=i64, device=device)
     edges = torch.empty((3, slots), dtype=i64, device=device)
     row, col, edge = edges.unbind()
+    # A pairs graph's draw leaves each slot's edge id in pos: the emit reads no edge_ids.
     kernels.emit(
-        nbr, pos, g.edge_ids, cum, slot_start, local, fresh, row, col, edge, counts,
+        nbr, pos, None if g.pairs else g.edge_ids, cum, slot_start, local, fresh, row, col,
+        edge, counts,
         rows=rows, k=max(fanout, 0), begin=begin, end=end, hop=hop, hops=hops,
     )  # fmt: skip
     return edges, fresh, cum

@@ -664,29 +664,42 @@ def test_uva_graph_lifetime_and_to() -> None:
     # (closing it calls `release_deferred`) between the drop and the count below.
     gc.collect()
     release_deferred()
-    uva = cpu.to_uva(CUDA)
-    assert uva.is_uva() and uva.device.type == "cuda" and not cpu.to(CUDA).is_uva()
-    assert uva.to(CUDA) is uva  # already on that GPU: stays in host memory
-    assert uva.to_uva(CUDA) is uva  # nothing pinned twice
-    back = uva.to("cpu")  # read on the host, no device-to-host copy
-    for name in ("indptr", "indices", "edge_ids"):
-        assert torch.equal(getattr(back, name), getattr(cpu, name))
+    # The default layout (indptr in GPU memory, sources and edge ids in one pinned buffer),
+    # then every array in a pinned buffer of its own.
+    layouts = ({}, {"indptr_in_gpu": False, "pairs": False})
+    uvas = [cpu.to_uva(CUDA, **kwargs) for kwargs in layouts]
+    assert uvas[0].pairs and uvas[0].indptr.is_cuda and not uvas[1].pairs
     seeds = torch.arange(512, device=CUDA)
     dev = cpu.to(CUDA)
-    got = NeighborSampler(uva, [10, 5], seed=3).sample(seeds)
     want = NeighborSampler(dev, [10, 5], seed=3).sample(seeds)
-    assert torch.equal(got.node, want.node) and torch.equal(got.edge, want.edge)
+    for uva, kwargs in zip(uvas, layouts, strict=True):
+        assert uva.is_uva() and uva.device.type == "cuda" and not cpu.to(CUDA).is_uva()
+        assert uva.to(CUDA) is uva  # already on that GPU: stays in host memory
+        assert uva.to_uva(CUDA, **kwargs) is uva  # nothing pinned twice
+        back = uva.to("cpu")  # read on the host, no device-to-host copy
+        for name in ("indptr", "indices", "edge_ids"):
+            assert torch.equal(getattr(back, name), getattr(cpu, name))
+            assert getattr(back, name).is_contiguous()
+        got = NeighborSampler(uva, [10, 5], seed=3).sample(seeds)
+        assert torch.equal(got.node, want.node) and torch.equal(got.edge, want.edge)
+    # Another layout of a UVA graph: built anew from its host memory.
+    other = uvas[0].to_uva(CUDA, pairs=False)
+    assert other.is_uva() and not other.pairs and torch.equal(other.edge_ids.cpu(), cpu.edge_ids)
+    del other
     if SANITIZED:
         # Under compute-sanitizer (H100: memcheck, synccheck) the CuPy memory over the graph
         # outlives a sample from it: after the drop, a synchronise and gc.collect() no buffer
         # was deferred, where the same steps without the tool defer all three. The lifetime
         # is checked in the plain GPU run; the reads above are what the tools check.
         return
-    # Dropped mid-epoch: no synchronise, the memory is released at the next safe point.
-    del uva, got
+    # Dropped mid-epoch: no synchronise, the memory is released at the next safe point: the
+    # pairs buffer of the first layout, the three arrays of the second.
     gc.collect()
-    assert deferred_count() == 3
-    assert release_deferred() == 3 and deferred_count() == 0
+    release_deferred()
+    del uva, uvas, got
+    gc.collect()
+    assert deferred_count() == 4
+    assert release_deferred() == 4 and deferred_count() == 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ _NAMED_TYPES = {
     "ptrdiff_t": "i8",
     "intptr_t": "i8",
     "uintptr_t": "u8",
+    # The sampler's pairs entry (cuda/sample_neighbors.cu): an int64 source and its int64 edge
+    # id, passed as the sources' column of the (E, 2) int64 array.
+    "IndexEdge": "i8",
     "float": "f4",
     "double": "f8",
     "half": "f2",
@@ -647,6 +650,15 @@ def launch_raw_gather(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch)
     return expected
 
 
+#: `csr_indices` of the pairs layout (`CSRGraph.pairs`): int64 sources interleaved with edge ids.
+PAIRS = "pairs"
+
+
+def csr_indices(dtype: torch.dtype | str) -> torch.Tensor:
+    """A graph's ``indices`` of 500 entries: int32, int64, or the sources of `PAIRS`."""
+    return empty((500, 2), torch.int64)[:, 0] if dtype == PAIRS else empty((500,), dtype)
+
+
 def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> list:
     # Its argument checks want CUDA tensors; keep the dtype and shape ones.
     def check_int64(name: str, t: torch.Tensor, device: torch.device | None) -> torch.device:
@@ -668,9 +680,9 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
         indptr, local = empty((101,), i64), empty((100,), i64)
         edge_ids, key = empty((500,), i64), empty((1,), i64)
         for (k, replace), index_dtype in itertools.product(
-            ((2, True), (32, False), (33, True), (module.MAX_K, False)), (torch.int32, i64)
+            ((2, True), (32, False), (33, True), (module.MAX_K, False)), (torch.int32, i64, PAIRS)
         ):
-            indices, frontier = empty((500,), index_dtype), empty((rows,), i64)
+            indices, frontier = csr_indices(index_dtype), empty((rows,), i64)
             nbr, pos, rows_at = empty((rows * k,), i64), empty((rows * k,), i64), empty((1,), i64)
             hop.draw(indptr, indices, frontier, rows_at, key, local, nbr, pos, rows=rows, k=k,
                      replace=replace)  # fmt: skip
@@ -679,8 +691,8 @@ def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.Monkey
             expected.append(distinct({**tensors, "rows": rows, "k": k, "replace": int(replace)}))
         slots = 77
         nbr, pos, start = empty((slots,), i64), empty((slots,), i64), empty((rows + 1,), i64)
-        for index_dtype in (torch.int32, i64):
-            indices, frontier = empty((500,), index_dtype), empty((rows,), i64)
+        for index_dtype in (torch.int32, i64, PAIRS):
+            indices, frontier = csr_indices(index_dtype), empty((rows,), i64)
             hop.take_all(indptr, indices, frontier, start, local, nbr, pos, slots)
             tensors = {"indptr": indptr, "indices": indices, "frontier": frontier}
             tensors |= {"slot_start": start, "local": local, "nbr": nbr, "pos": pos}

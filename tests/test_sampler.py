@@ -248,6 +248,60 @@ def test_csr_bad_containers():
         CSRGraph(torch.zeros(3, dtype=torch.int32), torch.zeros(0), torch.zeros(0), 2)
 
 
+def _pairs_of(g: CSRGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    both = torch.stack([g.indices.long(), g.edge_ids], 1)
+    return both[:, 0], both[:, 1]
+
+
+def test_csr_pairs_layout_is_kept_and_samples_alike():
+    g = CSRGraph.from_edge_index(random_graph(4), 60)
+    assert not g.pairs
+    indices, edge_ids = _pairs_of(g)
+    p = CSRGraph(g.indptr, indices, edge_ids, g.num_nodes)
+    assert p.pairs and p.indices.data_ptr() == indices.data_ptr()  # kept, not copied
+    assert p.to("cpu") is p
+    back = p.to("cpu", non_blocking=False)
+    assert back.pairs
+    seeds = torch.tensor([0, 5, 9, 33])
+    for fanouts in ([3, 2], [-1]):
+        got = NeighborSampler(p, fanouts, seed=1).sample(seeds)
+        want = NeighborSampler(g, fanouts, seed=1).sample(seeds)
+        assert torch.equal(got.node, want.node) and torch.equal(got.edge, want.edge)
+        assert torch.equal(got.row, want.row) and torch.equal(got.col, want.col)
+
+
+def test_csr_strided_arrays_that_are_not_pairs_are_made_contiguous():
+    g = CSRGraph.from_edge_index(random_graph(5), 60)
+    e = g.num_edges
+    buf = torch.zeros((e + 1) * 2, dtype=torch.int64)
+    # The right stride, but one word off 16-byte alignment: not pairs, each array copied.
+    src, ids = buf[1 : 2 * e + 1 : 2], buf[2 : 2 * e + 2 : 2]
+    src.copy_(g.indices)
+    ids.copy_(g.edge_ids)
+    shifted = CSRGraph(g.indptr, src, ids, g.num_nodes)
+    assert not shifted.pairs
+    assert shifted.indices.is_contiguous() and shifted.edge_ids.is_contiguous()
+    assert torch.equal(shifted.indices, g.indices) and torch.equal(shifted.edge_ids, g.edge_ids)
+    # Edge ids before their sources (the other order): not pairs either.
+    indices, edge_ids = _pairs_of(g)
+    swapped = CSRGraph(g.indptr, edge_ids.clone(), indices.clone(), g.num_nodes)
+    assert not swapped.pairs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"pairs": True}, r"to_uva\(pairs=True\) interleaves 8-byte indices .* torch.int32"),
+        ({"pairs": 1}, "pairs must be a bool"),
+        ({"indptr_in_gpu": "yes"}, "indptr_in_gpu must be a bool"),
+    ],
+)
+def test_uva_layout_arguments_are_checked_before_the_gpu(kwargs, match):
+    g = CSRGraph.from_edge_index(random_graph(6), 60, indices_dtype=torch.int32)
+    with pytest.raises(IBPInputError, match=match):
+        g.to_uva("cuda", **kwargs)
+
+
 def test_empty_graph_with_nodes():
     g = CSRGraph.from_edge_index(torch.zeros(2, 0, dtype=torch.long), 4)
     assert g.indptr.tolist() == [0] * 5
@@ -587,14 +641,19 @@ def test_uva_graph_needs_a_gpu() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_uva_graph_samples_like_a_device_graph() -> None:
     edge_index = torch.randint(0, 500, (2, 5000), generator=torch.Generator().manual_seed(0))
-    graph = CSRGraph.from_edge_index(edge_index, num_nodes=500)
-    on_gpu = graph.to("cuda")
-    uva = graph.to_uva("cuda")
-    assert uva.indices.is_cuda and torch.equal(uva.indices.cpu(), graph.indices)
     seeds = torch.arange(0, 500, 7, device="cuda")
-    a = NeighborSampler(on_gpu, [5, 3], seed=1).sample(seeds)
-    b = NeighborSampler(uva, [5, 3], seed=1).sample(seeds)
-    assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
+    layouts = ({}, {"pairs": False}, {"indptr_in_gpu": False})
+    for dtype, kwargs in itertools.product((torch.int64, torch.int32), layouts):
+        graph = CSRGraph.from_edge_index(edge_index, num_nodes=500, indices_dtype=dtype)
+        on_gpu = graph.to("cuda")
+        uva = graph.to_uva("cuda", **kwargs)
+        assert uva.pairs == (dtype == torch.int64 and kwargs.get("pairs", True))
+        assert uva.indptr.is_cuda and torch.equal(uva.indptr.cpu(), graph.indptr)
+        assert uva.indices.is_cuda and torch.equal(uva.indices.cpu(), graph.indices)
+        for fanouts, backend in (([5, 3], "kernel"), ([5, -1], "kernel"), ([5, 3], "torch")):
+            a = NeighborSampler(on_gpu, fanouts, seed=1, backend=backend).sample(seeds)
+            b = NeighborSampler(uva, fanouts, seed=1, backend=backend).sample(seeds)
+            assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge), (kwargs, dtype)
 
 
 # --------------------------------------------------------------------------------------------

@@ -476,3 +476,73 @@ def test_read_counts_waits_on_the_tensors_own_device(monkeypatch) -> None:
     assert sample_hop.read_counts(t()) == [4, 7]
     cuda1 = torch.device("cuda", 1)
     assert log == [("copy", cuda1, True), ("record", f"stream of {cuda1}"), ("wait",), ("read",)]
+
+
+# --------------------------------------------------------------------------------------------
+# The pairs layout (`CSRGraph.pairs`: sources and edge ids interleaved, as `to_uva` places them)
+# --------------------------------------------------------------------------------------------
+
+
+def as_pairs(g: CSRGraph) -> CSRGraph:
+    """``g`` with its int64 sources and edge ids interleaved in one ``(E, 2)`` array."""
+    both = torch.stack([g.indices.long(), g.edge_ids], 1)
+    out = CSRGraph(indptr=g.indptr, indices=both[:, 0], edge_ids=both[:, 1], num_nodes=g.num_nodes)
+    assert out.pairs and out.indices.stride(0) == 2
+    return out
+
+
+class EmitRecorder(HostHopKernels):
+    """Host hop kernels that keep the ``edge_ids`` every emit was given."""
+
+    def __init__(self, lib) -> None:
+        super().__init__(lib)
+        self.edge_ids: list[torch.Tensor | None] = []
+
+    def emit(self, nbr, pos, edge_ids, *args, **kwargs):
+        self.edge_ids.append(edge_ids)
+        return super().emit(nbr, pos, edge_ids, *args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("fanouts", "replace", "draw"),
+    [
+        ([5, 3, 2], False, "once"),  # draws of 32 at most
+        ([40, -1], False, "once"),  # above 32, then every in-neighbor
+        ([4, 0, 3], True, "once"),
+        ([3, 2], False, "per_hop"),
+        ([MAX_K + 1, 3], False, "once"),  # torch ops, then a kernel hop
+    ],
+)
+def test_a_pairs_graph_samples_the_batches_of_separate_arrays(lib, fanouts, replace, draw) -> None:
+    g = power_graph(16)
+    pairs = as_pairs(g)
+    kernels = EmitRecorder(lib)
+    got_sampler = NeighborSampler(pairs, fanouts, seed=3, replace=replace, draw=draw)
+    got_sampler._hop_kernels = kernels
+    want_sampler = NeighborSampler(g, fanouts, seed=3, replace=replace, draw=draw)
+    want_sampler._hop_kernels = HostHopKernels(lib)
+    for b in range(3):
+        seeds = torch.randint(0, g.num_nodes, (20,), generator=torch.Generator().manual_seed(b))
+        got, want = got_sampler.sample(seeds), want_sampler.sample(seeds)
+        for name in ("node", "row", "col", "edge"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), name
+        assert got.num_sampled_edges == want.num_sampled_edges
+        assert sum(want.num_sampled_edges) > 0
+    # The draw left each edge id in pos: no emit read edge_ids.
+    assert kernels.edge_ids and all(e is None for e in kernels.edge_ids)
+
+
+def test_a_pairs_graph_samples_the_groups_of_separate_arrays(lib) -> None:
+    g = power_graph(17, n=600)
+    batches = [
+        torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(b))[:25]
+        for b in range(4)
+    ]
+    outs = []
+    for graph in (g, as_pairs(g)):
+        sampler = NeighborSampler(graph, [6, 4], seed=2)
+        sampler._hop_kernels = HostHopKernels(lib)
+        outs.append(sampler.sample_batches(batches, batch_seeds=[7, 8, 9, 10]))
+    for got, want in zip(*reversed(outs), strict=True):
+        for name in ("node", "row", "col", "edge"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), name

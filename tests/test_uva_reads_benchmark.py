@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from conftest import random_graph
 
@@ -28,6 +29,10 @@ def test_draw_sectors_follow_each_load_pattern() -> None:
     # The warp's slots: one load reads positions 0, 1 and 100: sectors 0 and 25.
     assert got["indices_warp_slots"] == 2
     assert got["edge_ids"] == 2
+    # Pairs: 16-byte entries, positions 0 and 1 in sector 0, 100 in sector 50.
+    assert got["pairs"] == 2
+    wide = draw_sectors(np.array([5, 9]), np.array([0, 2, 100, -1]), k=2, index_bytes=8)
+    assert wide["indices_warp_slots"] == 2 and wide["pairs"] == 3  # 2 x 16 bytes: sector 1
     # 4-byte indices: position 100 is in sector 12, positions 0 and 1 in sector 0.
     assert draw_sectors(np.array([5, 9]), pos, k=2, index_bytes=4)["indices_warp_slots"] == 2
 
@@ -53,3 +58,15 @@ def test_measure_counts_every_used_slot_of_a_batch(lib) -> None:
     assert total["indices_lane_per_row"] == total["slots_used"]
     assert 0 < total["indices_warp_slots"] <= total["indices_lane_per_row"]
     assert got["hops"][0]["rows"] == 40
+    # A batch's sectors by layout, every array over UVA first: each layout reads fewer.
+    counts = [n for _, n in uva_reads.layouts(total, "int64")]
+    assert counts == sorted(counts, reverse=True) and counts[-1] < counts[0]
+    assert uva_reads.layouts(total, "int32")[-1][1] is None
+
+
+def test_measure_refuses_a_pairs_graph(lib) -> None:
+    g = CSRGraph.from_edge_index(random_graph(3, n=50, e=300), num_nodes=50)
+    both = torch.stack([g.indices, g.edge_ids], 1)
+    pairs = CSRGraph(g.indptr, both[:, 0], both[:, 1], g.num_nodes)
+    with pytest.raises(ValueError, match="this one is pairs"):
+        uva_reads.measure(pairs, [2], [torch.arange(5)], lib)

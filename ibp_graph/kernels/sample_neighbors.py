@@ -157,13 +157,21 @@ class CudaHopKernels:
         fn((grid,), (THREADS_PER_BLOCK,), args)
 
     @staticmethod
-    def _index_bits(indices: torch.Tensor) -> int:
-        return 32 if indices.dtype == torch.int32 else 64
+    def _suffix(indices: torch.Tensor) -> str:
+        """The entry points' suffix for a graph's ``indices``: i32, i64, or pairs.
+
+        Strided int64 indices are the pairs layout (`ibp_graph.graph.CSRGraph.pairs`: a
+        `CSRGraph` keeps no other non-contiguous array); the kernels read each entry's source
+        and edge id from ``indices``' address with one 16-byte load.
+        """
+        if indices.dtype == torch.int32:
+            return "i32"
+        return "pairs" if indices.stride(0) == 2 else "i64"
 
     def draw(self, indptr, indices, frontier, rows_at, key, local, nbr, pos, *, rows: int,
              k: int, replace: bool):  # fmt: skip
         """``ibp_hop_draw_*``: ``k`` slots per frontier row (``k`` in ``[1, MAX_K]``)."""
-        entry = f"ibp_hop_draw_k{capacity(k)}_i{self._index_bits(indices)}"
+        entry = f"ibp_hop_draw_k{capacity(k)}_{self._suffix(indices)}"
         args = (
             *map(_address, (indptr, indices, frontier, rows_at, key, local, nbr, pos)),
             np.int64(rows),
@@ -174,7 +182,7 @@ class CudaHopKernels:
 
     def take_all(self, indptr, indices, frontier, slot_start, local, nbr, pos, slots: int):
         """``ibp_hop_all_*``: every in-neighbor of the frontier rows, ``slots`` in all."""
-        entry = f"ibp_hop_all_i{self._index_bits(indices)}"
+        entry = f"ibp_hop_all_{self._suffix(indices)}"
         args = (
             *map(_address, (indptr, indices, frontier, slot_start, local, nbr, pos)),
             np.int64(frontier.numel()),

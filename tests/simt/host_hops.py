@@ -62,6 +62,11 @@ def build(out: Path) -> ctypes.CDLL:
 GRID, BLOCK = 3, 64
 
 
+def _entry_bytes(indices: torch.Tensor) -> int:
+    """Bytes of a CSR entry as the kernels read it: 16 for the pairs layout (index, edge id)."""
+    return 16 if indices.dtype == torch.int64 and indices.stride(0) == 2 else indices.element_size()
+
+
 def _p(t: torch.Tensor | None) -> ctypes.c_void_p:
     return ctypes.c_void_p(0 if t is None else t.data_ptr())
 
@@ -80,7 +85,7 @@ class HostHopKernels:
              replace):  # fmt: skip
         self.launches.append("draw")
         self.lib.simt_hop_draw(
-            ctypes.c_int(capacity(k)), ctypes.c_int(indices.element_size()),
+            ctypes.c_int(capacity(k)), ctypes.c_int(_entry_bytes(indices)),
             *map(_p, (indptr, indices, frontier, rows_at, key, local, nbr, pos)),
             ctypes.c_longlong(rows), ctypes.c_int(k), ctypes.c_int(int(replace)),
             self.grid, self.block,
@@ -89,7 +94,7 @@ class HostHopKernels:
     def take_all(self, indptr, indices, frontier, slot_start, local, nbr, pos, slots):
         self.launches.append("take_all")
         self.lib.simt_hop_all(
-            ctypes.c_int(indices.element_size()),
+            ctypes.c_int(_entry_bytes(indices)),
             *map(_p, (indptr, indices, frontier, slot_start, local, nbr, pos)),
             ctypes.c_longlong(frontier.numel()), self.grid, self.block,
         )  # fmt: skip

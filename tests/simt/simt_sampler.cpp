@@ -15,7 +15,8 @@ extern "C" void simt_sample_neighbors(int cap, const void* deg, const void* key,
     });
 }
 
-// The hop kernels (cuda/sample_neighbors.cu). cap: 32 or 256; index_bytes: 4 or 8.
+// The hop kernels (cuda/sample_neighbors.cu). cap: 32 or 256; index_bytes: 4 or 8, or 16 for
+// pairs (64-bit indices each with its edge id, `IndexEdge`).
 extern "C" void simt_hop_draw(int cap, int index_bytes, const void* indptr, const void* indices,
                               const void* frontier, const void* rows_at, const void* key,
                               void* local, void* nbr, void* pos, long long rows, int k,
@@ -27,15 +28,22 @@ extern "C" void simt_hop_draw(int cap, int index_bytes, const void* indptr, cons
     auto lo = static_cast<long long*>(local);
     auto nb = static_cast<i64*>(nbr);
     auto ps = static_cast<i64*>(pos);
+    auto i4 = static_cast<const int*>(indices);
+    auto i8 = static_cast<const i64*>(indices);
+    auto ie = static_cast<const IndexEdge*>(indices);
     simt_launch(grid, block, 0, [&] {
         if (cap == 32 && index_bytes == 4)
-            ibp_hop_draw_k32_i32(ip, (const int*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k32_i32(ip, i4, f, ra, ky, lo, nb, ps, rows, k, replace);
+        else if (cap == 32 && index_bytes == 8)
+            ibp_hop_draw_k32_i64(ip, i8, f, ra, ky, lo, nb, ps, rows, k, replace);
         else if (cap == 32)
-            ibp_hop_draw_k32_i64(ip, (const i64*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k32_pairs(ip, ie, f, ra, ky, lo, nb, ps, rows, k, replace);
         else if (index_bytes == 4)
-            ibp_hop_draw_k256_i32(ip, (const int*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k256_i32(ip, i4, f, ra, ky, lo, nb, ps, rows, k, replace);
+        else if (index_bytes == 8)
+            ibp_hop_draw_k256_i64(ip, i8, f, ra, ky, lo, nb, ps, rows, k, replace);
         else
-            ibp_hop_draw_k256_i64(ip, (const i64*)indices, f, ra, ky, lo, nb, ps, rows, k, replace);
+            ibp_hop_draw_k256_pairs(ip, ie, f, ra, ky, lo, nb, ps, rows, k, replace);
     });
 }
 
@@ -51,7 +59,8 @@ extern "C" void simt_hop_all(int index_bytes, const void* indptr, const void* in
     auto ps = static_cast<i64*>(pos);
     simt_launch(grid, block, 0, [&] {
         if (index_bytes == 4) ibp_hop_all_i32(ip, (const int*)indices, f, ss, lo, nb, ps, rows);
-        else ibp_hop_all_i64(ip, (const i64*)indices, f, ss, lo, nb, ps, rows);
+        else if (index_bytes == 8) ibp_hop_all_i64(ip, (const i64*)indices, f, ss, lo, nb, ps, rows);
+        else ibp_hop_all_pairs(ip, (const IndexEdge*)indices, f, ss, lo, nb, ps, rows);
     });
 }
 
