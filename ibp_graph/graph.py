@@ -498,7 +498,12 @@ class CSRGraph:
         return replace(self, indptr=indptr, indices=both[:, 0], edge_ids=both[:, 1])
 
     def uva_in_place(
-        self, region: np.ndarray, device: str | torch.device = "cuda", what: str = "graph"
+        self,
+        region: np.ndarray,
+        device: str | torch.device = "cuda",
+        what: str = "graph",
+        *,
+        indptr_in_gpu: bool = True,
     ) -> CSRGraph:
         """The graph as CUDA tensors over its own host memory, pinned in place: nothing copied.
 
@@ -507,7 +512,7 @@ class CSRGraph:
         `ibp_graph.distributed.host.share_host_graph`). ``region`` is pinned as a whole and
         the arrays become CUDA tensors at their places in it; it is unpinned, never freed,
         when the last of them is dropped, and this graph (whose arrays keep the memory
-        mapped) is held until then.
+        mapped) is held until then. A graph in the pairs layout (`pairs`) keeps it.
 
         Args:
             region: a writable, C-contiguous 1-D ``uint8`` array that starts on a page and
@@ -515,10 +520,13 @@ class CSRGraph:
                 uses.
             device: the GPU that reads the graph (default: ``"cuda"``).
             what: the memory's name in error messages (default: ``"graph"``).
+            indptr_in_gpu: copy ``indptr`` to the GPU's memory, as `to_uva` does (default:
+                True); False reads it in ``region`` too.
 
         Raises:
             ValueError: ``region`` is not such an array, or an array of the graph is not a
-                contiguous CPU tensor inside it.
+                contiguous CPU tensor inside it (the two columns of one, with pairs).
+            IBPInputError: ``indptr_in_gpu`` is not a bool.
             IBPDeviceError: without a CUDA GPU.
             PinningError: CUDA refused to pin ``region``.
         """
@@ -526,9 +534,16 @@ class CSRGraph:
         from .pinned import TAIL_PAD, PinnedBuffer, check_backing
 
         check_backing(region, region.size if isinstance(region, np.ndarray) else 0, what)
+        indptr_in_gpu = check_bool("indptr_in_gpu", indptr_in_gpu)
         base, usable = region.ctypes.data, region.size - TAIL_PAD
-        for name in ("indptr", "indices", "edge_ids"):
-            t = getattr(self, name)
+        block = None  # with pairs, the (E, 2) array behind indices and edge_ids
+        if self.pairs and self.indices.device.type == "cpu":
+            block = self.indices.as_strided((self.num_edges, 2), (2, 1))
+        arrays = {"indptr": self.indptr}
+        arrays |= {"indices and edge_ids": block} if block is not None else {
+            "indices": self.indices, "edge_ids": self.edge_ids,
+        }  # fmt: skip
+        for name, t in arrays.items():
             at = t.data_ptr() - base
             inside = 0 <= at and at + t.numel() * t.element_size() <= usable
             if t.numel() and not (t.device.type == "cpu" and t.is_contiguous() and inside):
@@ -538,6 +553,7 @@ class CSRGraph:
                 )
         require_cuda("CSRGraph.uva_in_place")
         index = device_index(torch.device(device))
+        cuda = torch.device("cuda", index)
         cp = cupy()
         with torch.cuda.device(index), cp.cuda.Device(index):
             buf = PinnedBuffer(usable, what, cp.cuda, backing=region)
@@ -546,14 +562,15 @@ class CSRGraph:
 
             def mapped(t: torch.Tensor) -> torch.Tensor:
                 if not t.numel():
-                    return torch.empty(0, dtype=t.dtype, device=torch.device("cuda", index))
+                    return torch.empty(t.shape, dtype=t.dtype, device=cuda)
                 return _uva_tensor(buf, ptr + t.data_ptr() - base, t, index)
 
+            indptr = self.indptr.to(cuda) if indptr_in_gpu else mapped(self.indptr)
+            if block is not None:
+                both = mapped(block)
+                return replace(self, indptr=indptr, indices=both[:, 0], edge_ids=both[:, 1])
             return replace(
-                self,
-                indptr=mapped(self.indptr),
-                indices=mapped(self.indices),
-                edge_ids=mapped(self.edge_ids),
+                self, indptr=indptr, indices=mapped(self.indices), edge_ids=mapped(self.edge_ids)
             )
 
     def is_uva(self) -> bool:

@@ -348,16 +348,38 @@ def _csr(seed: int = 0, dtype: torch.dtype = torch.int64) -> CSRGraph:
 def test_the_graph_segment_leaves_a_tail_to_pin_in_place() -> None:
     from ibp_graph.distributed.shared_graph import _layout
 
-    for dtype in (torch.int64, torch.int32):
+    for dtype, pairs in ((torch.int64, False), (torch.int32, False), (torch.int64, True)):
         graph = _csr(dtype=dtype)
-        end = _layout(graph.num_nodes, graph.num_edges, graph.indices.element_size())[3]
-        size = graph_segment_size(graph)
+        index_bytes = 16 if pairs else graph.indices.element_size()
+        end = _layout(graph.num_nodes, graph.num_edges, index_bytes)[3]
+        size = graph_segment_size(graph, pairs)
         assert size % 4096 == 0 and size - end >= TAIL_PAD
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_a_shared_graph_in_the_pairs_layout_samples_alike(seg_name) -> None:
+    from ibp_graph.sampler import NeighborSampler
+
+    graph = _csr(5)
+    with SharedSegment.create(seg_name, graph_segment_size(graph, True)) as seg:
+        share_graph(graph, seg, pairs=True)
+        got = attach_graph(seg)
+        assert got.pairs and np.shares_memory(got.indices.numpy(), seg.array)
+        for key in ("indptr", "indices", "edge_ids"):
+            assert torch.equal(getattr(got, key), getattr(graph, key)), key
+        seeds = torch.arange(0, 50, 4)
+        a = NeighborSampler(graph, [4, 3], seed=2).sample(seeds)
+        b = NeighborSampler(got, [4, 3], seed=2).sample(seeds)
+        assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
+        del got, b
+    with pytest.raises(ibp_graph.IBPInputError, match="this graph's indices are torch.int32"):
+        graph_segment_size(_csr(dtype=torch.int32), pairs=True)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "pairs"), [(torch.int64, False), (torch.int32, False), (torch.int64, True)]
+)
 def test_uva_in_place_pins_the_segment_once_and_maps_each_array_at_its_place(
-    seg_name, monkeypatch, dtype
+    seg_name, monkeypatch, dtype, pairs
 ) -> None:
     # No GPU here: CUDA's runtime is the stub and the CUDA tensors are stand-ins that name
     # the address they would read; the GPU test below reads through real ones.
@@ -381,18 +403,25 @@ def test_uva_in_place_pins_the_segment_once_and_maps_each_array_at_its_place(
     monkeypatch.setattr(torch.cuda, "device", lambda i: contextlib.nullcontext())
     monkeypatch.setattr(graph_module, "_uva_tensor", tensor)
     graph = _csr(dtype=dtype)
-    with SharedSegment.create(seg_name, graph_segment_size(graph)) as seg:
-        shared = share_graph(graph, seg)
-        got = shared.uva_in_place(seg.array, torch.device("cuda", 1), "graph-seg")
+    with SharedSegment.create(seg_name, graph_segment_size(graph, pairs)) as seg:
+        shared = share_graph(graph, seg, pairs)
+        assert shared.pairs == pairs
+        got = shared.uva_in_place(
+            seg.array, torch.device("cuda", 1), "graph-seg", indptr_in_gpu=False
+        )
         # one registration: the whole segment, where it is
         assert [(ptr, size) for ptr, size, _ in rt.registrations] == [(seg.address, seg.nbytes)]
         (buf,) = {id(m[0]): m[0] for m in made}.values()
         assert buf.array is seg.array and buf.pages == "backing"
-        names = ("indptr", "indices", "edge_ids")
+        # Each array mapped at its place; with pairs, indptr and the (E, 2) block.
+        names = ("indptr", "indices") if pairs else ("indptr", "indices", "edge_ids")
         for name, (_, ptr, like, index) in zip(names, made, strict=True):
             assert ptr == getattr(shared, name).data_ptr()  # the stub maps host = device
             assert like.dtype == getattr(graph, name).dtype and index == 1
             assert int(getattr(got, name)[0]) == ptr
+        if pairs:
+            assert made[1][2].shape == (graph.num_edges, 2) and got.pairs
+            assert int(got.edge_ids[0]) == made[1][1]  # the same block's second column
         assert got.num_nodes == graph.num_nodes
         buf.close()
         assert rt.unregistered() == [seg.address]
@@ -418,15 +447,18 @@ def test_uva_in_place_refuses_arrays_outside_the_region(seg_name) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_a_shared_graph_is_read_over_uva_in_place(seg_name) -> None:
+@pytest.mark.parametrize("pairs", [False, True])
+def test_gpu_a_shared_graph_is_read_over_uva_in_place(seg_name, pairs) -> None:
+    from ibp_graph.graph import _uva_buffer
     from ibp_graph.loading import place_graph
     from ibp_graph.sampler import NeighborSampler
 
     graph = _csr(3)
-    with SharedSegment.create(seg_name, graph_segment_size(graph)) as seg:
-        shared = share_graph(graph, seg)
+    with SharedSegment.create(seg_name, graph_segment_size(graph, pairs)) as seg:
+        shared = share_graph(graph, seg, pairs)
         uva = shared.uva_in_place(seg.array, torch.device("cuda"))
-        assert uva.is_uva() and uva.indices.is_cuda
+        assert uva.is_uva() and uva.indices.is_cuda and uva.indptr.is_cuda
+        assert _uva_buffer(uva.indptr) is None and uva.pairs == pairs  # indptr in GPU memory
         assert place_graph(uva, torch.device("cuda"), "uva") is uva  # not pinned again
         for name in ("indptr", "indices", "edge_ids"):
             assert torch.equal(getattr(uva, name).cpu(), getattr(graph, name))

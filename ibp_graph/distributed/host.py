@@ -130,7 +130,9 @@ def share_host_graph(
     The returned graph's tensors are views of the segment (kept mapped while they live).
     With ``uva``, they are instead CUDA tensors that ``ctx.device`` reads over UVA from the
     segment, which this rank pins in place for its GPU (`CSRGraph.uva_in_place`): one copy
-    of the graph per host, where `CSRGraph.to_uva` would pin a copy per rank.
+    of the graph per host, where `CSRGraph.to_uva` would pin a copy per rank. The layout is
+    `to_uva`'s: int64 sources and edge ids interleaved in the segment (`CSRGraph.pairs`),
+    ``indptr`` copied to each rank's GPU.
 
     Raises:
         SharedMemoryError: ``/dev/shm`` is too small for the graph, or with ``uva``, pinning
@@ -144,7 +146,9 @@ def share_host_graph(
 
     def create() -> SharedSegment:
         graph = build().to("cpu")
-        return _filled(name, graph_segment_size(graph), lambda seg: share_graph(graph, seg))
+        pairs = uva and graph.indices.element_size() == 8  # int64: pairs, as to_uva
+        size = graph_segment_size(graph, pairs)
+        return _filled(name, size, lambda seg: share_graph(graph, seg, pairs))
 
     segment = _one_per_host(ctx, name, create)
     graph = attach_graph(segment)
