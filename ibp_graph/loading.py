@@ -375,8 +375,10 @@ def place_graph(graph: CSRGraph, device: torch.device, graph_memory: str = "devi
         device: where sampling runs (the loader's resolved device).
         graph_memory: ``"device"``: the graph is copied to ``device`` (returned as it is when
             it is there already). ``"uva"``: the graph stays in pinned host memory as CUDA
-            tensors that the GPU reads over UVA (`CSRGraph.to_uva`), for graphs larger than
-            the GPU; needs a CUDA ``device`` (default: ``"device"``).
+            tensors that the GPU reads over UVA (`CSRGraph.to_uva`: ``indptr`` copied to
+            ``device``, int64 sources and edge ids interleaved), for graphs larger than the
+            GPU; a graph over UVA already is returned as it is; needs a CUDA ``device``
+            (default: ``"device"``).
 
     Raises:
         IBPInputError: ``graph_memory`` is not one of `GRAPH_MEMORY`, or is ``"uva"`` with a
