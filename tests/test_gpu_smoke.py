@@ -49,8 +49,8 @@ def test_install_sees_the_gpu_and_builds_every_kernel() -> None:
         "raw_gather.cu": [f"ibp_raw_gather_v{v}" for v in (16, 8, 4, 2, 1)]
         + ["ibp_raw_gather_lines"],
         "sample_neighbors.cu": ["ibp_sample_neighbors_k32", "ibp_sample_neighbors_k256"]
-        + [f"ibp_hop_draw_k{k}_i{i}" for k in (32, 256) for i in (32, 64)]
-        + [f"ibp_hop_all_i{i}" for i in (32, 64)]
+        + [f"ibp_hop_draw_k{k}_{i}" for k in (32, 256) for i in ("i32", "i64", "pairs")]
+        + [f"ibp_hop_all_{i}" for i in ("i32", "i64", "pairs")]
         + ["ibp_hop_flags", "ibp_hop_emit", "ibp_hop_clear", "ibp_hop_pack"],
     }
     for source, names in entries.items():
