@@ -187,7 +187,8 @@ class NeighborLoader(BaseNodeLoader, PyGNeighborLoader):
     launches replayed from CUDA graphs, 8 batches a call where no hop reads its sizes (every
     fanout from 0 to 256) (``sampler_cuda_graph`` and ``sample_group``, both None); worker
     processes are not used (a one-time warning says so). With ``graph_memory="uva"`` the
-    graph stays in pinned host memory instead, as CUDA tensors the sampler reads over PCIe:
+    graph stays in pinned host memory instead, as CUDA tensors the sampler reads over PCIe
+    (only ``indptr``, 8 bytes a node, is copied to the GPU; `ibp_graph.graph.CSRGraph.to_uva`):
     for graphs larger than the GPU, at the cost of slower sampling; the batches are the same.
     Node- and edge-level attributes of ``data`` are copied to the GPU once, and sampling and
     fetching run on a side stream, ``prefetch`` batches ahead, on a background thread unless
