@@ -589,7 +589,11 @@ class CSRGraph:
         return all(t.is_pinned() for t in (self.indptr, self.indices, self.edge_ids))
 
     def __repr__(self) -> str:
+        layout = ", pairs=True" if self.pairs else ""
+        if self.is_uva():
+            where = "GPU" if _uva_buffer(self.indptr) is None else "host"
+            layout = f", uva=True, indptr_in={where}{layout}"
         return (
             f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
-            f"indices_dtype={self.indices.dtype}, device={self.device})"
+            f"indices_dtype={self.indices.dtype}, device={self.device}{layout})"
         )

@@ -669,6 +669,8 @@ def test_uva_graph_lifetime_and_to() -> None:
     layouts = ({}, {"indptr_in_gpu": False, "pairs": False})
     uvas = [cpu.to_uva(CUDA, **kwargs) for kwargs in layouts]
     assert uvas[0].pairs and uvas[0].indptr.is_cuda and not uvas[1].pairs
+    assert "uva=True, indptr_in=GPU, pairs=True)" in repr(uvas[0])
+    assert "uva=True, indptr_in=host)" in repr(uvas[1])
     seeds = torch.arange(512, device=CUDA)
     dev = cpu.to(CUDA)
     want = NeighborSampler(dev, [10, 5], seed=3).sample(seeds)

@@ -259,6 +259,7 @@ def test_csr_pairs_layout_is_kept_and_samples_alike():
     indices, edge_ids = _pairs_of(g)
     p = CSRGraph(g.indptr, indices, edge_ids, g.num_nodes)
     assert p.pairs and p.indices.data_ptr() == indices.data_ptr()  # kept, not copied
+    assert repr(p).endswith("device=cpu, pairs=True)") and "pairs" not in repr(g)
     assert p.to("cpu") is p
     back = p.to("cpu", non_blocking=False)
     assert back.pairs
