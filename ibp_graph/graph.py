@@ -181,6 +181,7 @@ class CSRGraph:
     edge_ids: torch.Tensor
     num_nodes: int
     _pairs: bool = field(init=False, repr=False, compare=False)
+    _entries: torch.Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = self.num_nodes
@@ -196,6 +197,10 @@ class CSRGraph:
             t = getattr(self, name)
             if not t.is_contiguous():  # the kernels read them as flat arrays
                 object.__setattr__(self, name, t.contiguous())
+        entries = self.indices
+        if pairs:
+            entries = entries.as_strided((entries.numel(), 2), (2, 1))
+        object.__setattr__(self, "_entries", entries)
         if self.indptr.dtype != torch.int64 or self.indptr.numel() != n + 1:
             raise IBPInputError(
                 f"indptr must be int64 of length num_nodes + 1 = {n + 1}, got "
@@ -334,6 +339,15 @@ class CSRGraph:
         over UVA, one PCIe read where separate arrays take two (`to_uva`).
         """
         return self._pairs
+
+    @property
+    def entries(self) -> torch.Tensor:
+        """What the hop kernels read at a CSR position.
+
+        ``indices``, or with `pairs` the ``(num_edges, 2)`` int64 array of sources and edge
+        ids behind it.
+        """
+        return self._entries
 
     @property
     def num_edges(self) -> int:

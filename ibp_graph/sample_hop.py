@@ -91,8 +91,9 @@ class HopKernels(Protocol):
         """Fill ``k`` slots per frontier row with drawn in-neighbors, claiming new nodes.
 
         ``rows`` frontier rows, or the first ``rows_at[0]`` of them when ``rows_at`` is a tensor.
-        ``pos`` gets each slot's CSR position, or its edge id where ``indices`` is strided
-        (the pairs layout, `ibp_graph.graph.CSRGraph.pairs`); so does `take_all`'s.
+        ``indices`` is the graph's `ibp_graph.graph.CSRGraph.entries`. ``pos`` gets each
+        slot's CSR position, or its edge id where ``indices`` is 2-D (``(E, 2)``: sources and
+        edge ids, `ibp_graph.graph.CSRGraph.pairs`); so does `take_all`'s.
         """
 
     def take_all(self, indptr, indices, frontier, slot_start, local, nbr, pos, slots: int):
@@ -249,10 +250,10 @@ def _launch_hop(
     nbr, pos, cum = torch.empty((3, slots), dtype=i64, device=device)
     g = graph
     if fanout > 0:
-        kernels.draw(g.indptr, g.indices, frontier, rows_at, key, local, nbr, pos, rows=rows,
+        kernels.draw(g.indptr, g.entries, frontier, rows_at, key, local, nbr, pos, rows=rows,
                      k=fanout, replace=replace)  # fmt: skip
     else:
-        kernels.take_all(g.indptr, g.indices, frontier, slot_start, local, nbr, pos, slots)
+        kernels.take_all(g.indptr, g.entries, frontier, slot_start, local, nbr, pos, slots)
     # One word per slot, used in the low 32 bits and fresh in the high ones: one 1-D scan
     # (device-wide on CUDA). torch walks a (slots, 2) tensor scanned along dim 0 with one block
     # of two threads, the likely reason why hops that did so took 62 ms of GPU time a batch on

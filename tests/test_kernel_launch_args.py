@@ -650,13 +650,13 @@ def launch_raw_gather(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch)
     return expected
 
 
-#: `csr_indices` of the pairs layout (`CSRGraph.pairs`): int64 sources interleaved with edge ids.
+#: `csr_indices` of the pairs layout (`CSRGraph.entries` of a pairs graph: (E, 2) int64).
 PAIRS = "pairs"
 
 
 def csr_indices(dtype: torch.dtype | str) -> torch.Tensor:
-    """A graph's ``indices`` of 500 entries: int32, int64, or the sources of `PAIRS`."""
-    return empty((500, 2), torch.int64)[:, 0] if dtype == PAIRS else empty((500,), dtype)
+    """A graph's `CSRGraph.entries` of 500 entries: int32, int64 or `PAIRS`."""
+    return empty((500, 2), torch.int64) if dtype == PAIRS else empty((500,), dtype)
 
 
 def launch_sample_neighbors(module: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> list:

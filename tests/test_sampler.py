@@ -260,6 +260,9 @@ def test_csr_pairs_layout_is_kept_and_samples_alike():
     p = CSRGraph(g.indptr, indices, edge_ids, g.num_nodes)
     assert p.pairs and p.indices.data_ptr() == indices.data_ptr()  # kept, not copied
     assert repr(p).endswith("device=cpu, pairs=True)") and "pairs" not in repr(g)
+    # What the hop kernels read: the (E, 2) sources and edge ids, or the indices alone.
+    assert p.entries.shape == (g.num_edges, 2) and torch.equal(p.entries[:, 1], g.edge_ids)
+    assert p.entries.data_ptr() == indices.data_ptr() and g.entries is g.indices
     assert p.to("cpu") is p
     back = p.to("cpu", non_blocking=False)
     assert back.pairs

@@ -158,15 +158,14 @@ class CudaHopKernels:
 
     @staticmethod
     def _suffix(indices: torch.Tensor) -> str:
-        """The entry points' suffix for a graph's ``indices``: i32, i64, or pairs.
+        """The entry points' suffix for a graph's `ibp_graph.graph.CSRGraph.entries`.
 
-        Strided int64 indices are the pairs layout (`ibp_graph.graph.CSRGraph.pairs`: a
-        `CSRGraph` keeps no other non-contiguous array); the kernels read each entry's source
-        and edge id from ``indices``' address with one 16-byte load.
+        i32 or i64 for 1-D indices; pairs for the ``(E, 2)`` int64 sources and edge ids of
+        `ibp_graph.graph.CSRGraph.pairs`, whose kernels read an entry with one 16-byte load.
         """
-        if indices.dtype == torch.int32:
-            return "i32"
-        return "pairs" if indices.stride(0) == 2 else "i64"
+        if indices.dim() == 2:
+            return "pairs"
+        return "i32" if indices.dtype == torch.int32 else "i64"
 
     def draw(self, indptr, indices, frontier, rows_at, key, local, nbr, pos, *, rows: int,
              k: int, replace: bool):  # fmt: skip

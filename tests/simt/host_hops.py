@@ -63,8 +63,11 @@ GRID, BLOCK = 3, 64
 
 
 def _entry_bytes(indices: torch.Tensor) -> int:
-    """Bytes of a CSR entry as the kernels read it: 16 for the pairs layout (index, edge id)."""
-    return 16 if indices.dtype == torch.int64 and indices.stride(0) == 2 else indices.element_size()
+    """Bytes of a CSR entry as the kernels read it (`CSRGraph.entries`).
+
+    16 for the ``(E, 2)`` sources and edge ids of the pairs layout.
+    """
+    return 16 if indices.dim() == 2 else indices.element_size()
 
 
 def _p(t: torch.Tensor | None) -> ctypes.c_void_p:
