@@ -550,13 +550,10 @@ class CSRGraph:
         check_backing(region, region.size if isinstance(region, np.ndarray) else 0, what)
         indptr_in_gpu = check_bool("indptr_in_gpu", indptr_in_gpu)
         base, usable = region.ctypes.data, region.size - TAIL_PAD
-        block = None  # with pairs, the (E, 2) array behind indices and edge_ids
-        if self.pairs and self.indices.device.type == "cpu":
-            block = self.indices.as_strided((self.num_edges, 2), (2, 1))
-        arrays = {"indptr": self.indptr}
-        arrays |= {"indices and edge_ids": block} if block is not None else {
-            "indices": self.indices, "edge_ids": self.edge_ids,
-        }  # fmt: skip
+        if self.pairs:  # the (E, 2) array behind indices and edge_ids is mapped as one
+            arrays = {"indptr": self.indptr, "indices and edge_ids": self.entries}
+        else:
+            arrays = {"indptr": self.indptr, "indices": self.indices, "edge_ids": self.edge_ids}
         for name, t in arrays.items():
             at = t.data_ptr() - base
             inside = 0 <= at and at + t.numel() * t.element_size() <= usable
@@ -580,8 +577,8 @@ class CSRGraph:
                 return _uva_tensor(buf, ptr + t.data_ptr() - base, t, index)
 
             indptr = self.indptr.to(cuda) if indptr_in_gpu else mapped(self.indptr)
-            if block is not None:
-                both = mapped(block)
+            if self.pairs:
+                both = mapped(self.entries)
                 return replace(self, indptr=indptr, indices=both[:, 0], edge_ids=both[:, 1])
             return replace(
                 self, indptr=indptr, indices=mapped(self.indices), edge_ids=mapped(self.edge_ids)
