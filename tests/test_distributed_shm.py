@@ -373,6 +373,8 @@ def test_a_shared_graph_in_the_pairs_layout_samples_alike(seg_name) -> None:
         del got, b
     with pytest.raises(ibp_graph.IBPInputError, match="this graph's indices are torch.int32"):
         graph_segment_size(_csr(dtype=torch.int32), pairs=True)
+    with pytest.raises(ibp_graph.IBPInputError, match="pairs must be a bool"):
+        graph_segment_size(graph, pairs="yes")
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ import mmap
 import numpy as np
 import torch
 
-from ..errors import IBPFormatError, IBPInputError
+from ..errors import IBPFormatError, IBPInputError, check_bool
 from ..graph import CSRGraph
 from ..pinned import TAIL_PAD
 from .shm import SharedSegment, round_up
@@ -50,7 +50,7 @@ def _layout(num_nodes: int, num_edges: int, index_bytes: int) -> tuple[int, int,
 
 
 def _index_bytes(graph: CSRGraph, pairs: bool) -> int:
-    if not pairs:
+    if not check_bool("pairs", pairs):
         return graph.indices.element_size()
     if graph.indices.dtype != torch.int64:
         raise IBPInputError(
