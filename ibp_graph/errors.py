@@ -92,6 +92,18 @@ def as_int(value: object) -> int | None:
     return int(value)
 
 
+def check_int(name: str, value: object, minimum: int) -> int:
+    """``value`` as a Python int if it is an integer (`as_int`) of at least ``minimum``.
+
+    Raises:
+        IBPInputError: it is not, e.g. ``"prefetch must be an int >= 0, got -1"``.
+    """
+    n = as_int(value)
+    if n is None or n < minimum:
+        raise IBPInputError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return n
+
+
 def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     """``value`` if it is one of the strings ``allowed``.
 

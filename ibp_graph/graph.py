@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import IBPInputError, check_bool
+from .errors import IBPInputError, check_bool, check_int
 
 __all__ = ["CSRGraph"]
 
@@ -184,9 +184,8 @@ class CSRGraph:
     _entries: torch.Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        n = self.num_nodes
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise IBPInputError(f"num_nodes must be an int >= 1, got {n!r}")
+        n = check_int("num_nodes", self.num_nodes, 1)
+        object.__setattr__(self, "num_nodes", n)
         for name in ("indptr", "indices", "edge_ids"):
             t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or t.dim() != 1:

@@ -52,7 +52,7 @@ import torch
 import torch.utils.data
 
 from .distributed import rank_block, rank_share, share_size
-from .errors import IBPInputError, as_int, check_bool, check_choice
+from .errors import IBPInputError, as_int, check_bool, check_choice, check_int
 from .graph import CSRGraph
 from .kernels import runtime
 from .prefetch import LoaderStats, Prefetcher
@@ -209,9 +209,7 @@ def check_prefetch(prefetch: object) -> int:
     Raises:
         IBPInputError: it is not.
     """
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-        raise IBPInputError(f"prefetch must be an int >= 0, got {prefetch!r}")
-    return prefetch
+    return check_int("prefetch", prefetch, 0)
 
 
 def check_sample_group(sample_group: object) -> int | None:
@@ -220,15 +218,7 @@ def check_sample_group(sample_group: object) -> int | None:
     Raises:
         IBPInputError: it is not.
     """
-    if sample_group is None:
-        return None
-    if (
-        isinstance(sample_group, bool)
-        or not isinstance(sample_group, (int, np.integer))
-        or sample_group < 1
-    ):
-        raise IBPInputError(f"sample_group must be an int >= 1, got {sample_group!r}")
-    return int(sample_group)
+    return None if sample_group is None else check_int("sample_group", sample_group, 1)
 
 
 def check_graph_memory(graph_memory: object) -> str:
@@ -748,9 +738,7 @@ class BaseNodeLoader(torch.utils.data.DataLoader, abc.ABC):
         Raises:
             IBPInputError: ``epoch`` is not an int >= 0.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise IBPInputError(f"epoch must be an int >= 0, got {epoch!r}")
-        self._epoch = int(epoch)
+        self._epoch = check_int("epoch", epoch, 0)
 
     def _order_seed(self, epoch: int, *rank: int) -> int:
         base = self.ddp_seed if self.use_ddp else self.seed

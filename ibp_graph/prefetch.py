@@ -62,7 +62,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from .errors import IBPInputError, check_bool, check_choice
+from .errors import IBPInputError, check_bool, check_choice, check_int
 from .kernels.runtime import launch_marks
 from .pinned import release_deferred
 from .producer import BackgroundProducer
@@ -307,8 +307,7 @@ class Prefetcher(Generic[S, T]):
         thread: bool = False,
     ) -> None:
         thread = check_bool("thread", thread)
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-            raise IBPInputError(f"depth must be an int >= 0, got {depth!r}")
+        depth = check_int("depth", depth, 0)
         if not callable(fetch_fn):
             raise IBPInputError(f"fetch_fn must be callable, got '{type(fetch_fn).__name__}'")
         self.device = torch.device(device)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .errors import IBPDeviceError, IBPInputError, check_bool, check_choice
+from .errors import IBPDeviceError, IBPInputError, check_bool, check_choice, check_int
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
 from .kernels.sample_neighbors import CudaHopKernels, kernel_sample
@@ -898,9 +898,7 @@ class NeighborSampler:
         for size in sizes:
             if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
                 raise IBPInputError(f"sizes must hold ints >= 0, got {size!r}")
-        if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1:
-            raise IBPInputError(f"group must be an int >= 1, got {group!r}")
-        group = int(group)
+        group = check_int("group", group, 1)
         if not self.cuda_graph or not self.replayable:
             return []  # batches never captured (`replayable`): nothing to sample
         if self._replay is None:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ibp_graph.errors import IBPInputError, check_bool, check_choice
+from ibp_graph.errors import IBPInputError, check_bool, check_choice, check_int
 from ibp_graph.graph import CSRGraph
 from ibp_graph.loading import as_int, resolve_seed, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
@@ -368,7 +368,4 @@ class MultiLayerFullNeighborSampler(NeighborSampler):
     """
 
     def __init__(self, num_layers: int, **kwargs: Any) -> None:
-        layers = as_int(num_layers)
-        if layers is None or layers < 0:
-            raise IBPInputError(f"num_layers must be an int >= 0, got {num_layers!r}")
-        super().__init__([-1] * layers, **kwargs)
+        super().__init__([-1] * check_int("num_layers", num_layers, 0), **kwargs)

@@ -308,3 +308,33 @@ def test_docstrings_name_the_errors() -> None:
         assert f"{name}:" in raises
     assert "the table is empty" in ibp_graph.compress.__doc__.split("Raises:")[1]
     assert "(0, 0)" not in ibp_graph.IBPTable.stored_row_range.__doc__
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [(3, 3), (np.int64(2), 2), (torch.tensor(1), 1), (0, None), (-1, None), (True, None),
+     (2.0, None), ("3", None), (np.array([1]), None)],
+)  # fmt: skip
+def test_check_int_takes_integers_from_the_minimum(value, want) -> None:
+    from ibp_graph import errors
+
+    if want is None:
+        with pytest.raises(IBPInputError, match=r"^depth must be an int >= 1, got "):
+            errors.check_int("depth", value, 1)
+    else:
+        got = errors.check_int("depth", value, 1)
+        assert got == want and type(got) is int
+
+
+def test_int_arguments_share_one_check() -> None:
+    # num_nodes, world_size, a loader's epoch: one rule, one message shape.
+    from ibp_graph.distributed.shard import rank_share
+    from ibp_graph.graph import CSRGraph
+
+    g = CSRGraph(torch.zeros(3, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                 torch.zeros(0, dtype=torch.long), np.int64(2))  # fmt: skip
+    assert g.num_nodes == 2 and type(g.num_nodes) is int
+    with pytest.raises(IBPInputError, match="num_nodes must be an int >= 1, got True"):
+        CSRGraph(g.indptr, g.indices, g.edge_ids, True)
+    with pytest.raises(IBPInputError, match=r"world_size must be an int >= 1, got 0"):
+        rank_share(torch.arange(4), rank=0, world_size=0)

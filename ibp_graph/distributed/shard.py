@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import IBPInputError
+from ..errors import IBPInputError, check_int
 
 __all__ = ["rank_block", "rank_share", "share_size"]
 
 
 def _check(rank: object, world_size: object) -> tuple[int, int]:
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise IBPInputError(f"world_size must be an int >= 1, got {world_size!r}")
+    world_size = check_int("world_size", world_size, 1)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise IBPInputError(f"rank must be an int in [0, {world_size}), got {rank!r}")
     return rank, world_size

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import IBPError, IBPInputError
+from ..errors import IBPError, IBPInputError, check_int
 from ..pinned import gib
 
 __all__ = [
@@ -164,8 +164,7 @@ class SharedSegment:
                 (naming the sizes and how to raise it).
         """
         name = _check_name(name)
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
-            raise IBPInputError(f"segment size must be an int >= 1, got {nbytes!r}")
+        nbytes = check_int("segment size", nbytes, 1)
         path = Path(shm_dir) / name
         check_shm_space(nbytes, shm_dir)
         try:
