@@ -610,10 +610,7 @@ def run(
             del placed["device"]
         for memory, g in placed.items():
             for backend in backends:
-                rows = variants(backend, args)
-                if memory == "uva-separate":  # the layout before, beside the default only
-                    rows = rows[-1:] if backend == "kernel" else []
-                for grid, graphs, host_seeds, group in rows:
+                for grid, graphs, host_seeds, group in placed_variants(memory, backend, args):
                     row = measure(g, args, label, backend, memory, grid, graphs, host_seeds, group)
                     row = {"csr_build_s": build, **row}
                     print(f"  {row}", file=sys.stderr, flush=True)
@@ -830,6 +827,17 @@ def variants(backend: str, args: argparse.Namespace) -> list[tuple[float | None,
         rows += [(None, graph, True, 1) for graph in graphs]
     if args.group > 1:
         rows += [(None, graph, True, args.group) for graph in graphs]
+    return rows
+
+
+def placed_variants(
+    memory: str, backend: str, args: argparse.Namespace
+) -> list[tuple[float | None, bool, bool, int]]:
+    """`variants` for the graph in ``memory``: with ``uva-separate`` (the UVA layout before
+    `CSRGraph.to_uva`'s default, beside it), the ``kernel`` backend's last one only."""
+    rows = variants(backend, args)
+    if memory == "uva-separate":
+        return rows[-1:] if backend == "kernel" else []
     return rows
 
 

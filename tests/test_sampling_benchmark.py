@@ -193,6 +193,15 @@ def test_cuda_graph_adds_one_kernel_row_and_host_seeds_two_more(bench) -> None:
         bench.parse_args(["--device", "cuda", "--group", "0"])
     row = {"backend": "kernel", "hop_grid": None, "cuda_graph": True}
     assert bench.backend_label(row) == "kernel, CUDA graph"
+    # The old UVA layout runs beside the default, at the loaders' default variant only.
+    session = bench.parse_args(
+        [*argv, "--host-seeds", "--group", "8", "--graph-memory", "device,uva,uva-separate"]
+    )
+    assert session.graph_memory == ["device", "uva", "uva-separate"]
+    for memory in ("device", "uva"):
+        assert bench.placed_variants(memory, "kernel", session) == bench.variants("kernel", session)
+    assert bench.placed_variants("uva-separate", "kernel", session) == [(None, True, True, 8)]
+    assert bench.placed_variants("uva-separate", "torch", session) == []
     assert bench.backend_label({**row, "cuda_graph": False}) == "kernel"
     label = bench.backend_label({**row, "host_seeds": True})
     assert label == "kernel, CUDA graph, seeds from the host"
