@@ -100,8 +100,9 @@
 #              graph (--cuda-graph), and both again with the seeds given on the host as the
 #              loaders give them (--host-seeds), and again 8 batches per sample_batches call
 #              (--group 8); time, host CPU, GPU busy and ops per batch, and where a batch's
-#              time goes: kernels, torch ops, Python functions; the UVA graph also in the
-#              layout before to_uva's default, replayed groups only: uva-separate).
+#              time goes: kernels, torch ops, Python functions; replayed groups only, the
+#              UVA graph also in the layout before to_uva's default, uva-separate, and the
+#              device graph with sources and edge ids interleaved, device-pairs).
 #   e2e        about 1-2 min: benchmarks/e2e.py on Cora and CiteSeer, 20 timed epochs a mode
 #              (the modes take turns epoch by epoch: 40-50 ms epochs vary), with --thread-mode (IBP
 #              on also with the prefetch thread, beside the other modes), --replay-mode
@@ -848,8 +849,8 @@ for stage in "${STAGES[@]}"; do
         ;;
     sampling)
         run 360 sampling.log python3 benchmarks/sampling.py --device cuda \
-            --graph-memory device,uva,uva-separate --hop-grids default,32 --cuda-graph \
-            --host-seeds --group 8 --out "$OUT" || rc=$?
+            --graph-memory device,uva,uva-separate,device-pairs --hop-grids default,32 \
+            --cuda-graph --host-seeds --group 8 --out "$OUT" || rc=$?
         ;;
     e2e)
         run 200 e2e.log python3 benchmarks/e2e.py --device cuda --epochs 21 \

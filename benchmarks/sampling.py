@@ -23,35 +23,37 @@ that hubs are spread over the id range. Everything is seeded (``torch.Generator(
 for the graph, seed 1 for the seed nodes, seed 0 for the sampler).
 
 Measured: the time to build the in-neighbor `CSRGraph` (int64 and int32 indices), then, per
-index width and per sampler backend (``NeighborSampler(backend=...)``: ``torch`` draws with torch
-ops, ``kernel`` with the CUDA kernel of ``cuda/sample_neighbors.cu``), 50 batches of 1,024
-distinct random seeds with fanouts [15, 10, 5] after 3 warm-up batches. Every backend samples the
-same seed batches. ``--backend`` lists the backends (default: ``torch`` on CPU, both on CUDA;
-``kernel`` needs CUDA). On CUDA each case also runs with the graph in pinned host memory read
-over UVA (``CSRGraph.to_uva``, the loaders' ``graph_memory="uva"``: ``indptr`` in GPU memory,
-int64 sources and edge ids interleaved) beside the graph in GPU memory (``--graph-memory``,
-default both); ``uva-separate`` in ``--graph-memory`` adds rows with every array in pinned host
-memory, each on its own (``to_uva(indptr_in_gpu=False, pairs=False)``, the layout before),
-for the ``kernel`` backend's last variant only (with ``--group`` and ``--cuda-graph``, the
-loaders' default). Reported, one row per index width, graph memory and
-backend: the median batch time, the median of per-batch sampled edges per second and the total
-edges / total time; also the sampling thread's CPU time per batch (``time.thread_time``
-inside ``sample()``) and, on CUDA, the GPU's busy time per batch (the summed durations of the
-kernels and copies of 5 profiled batches) and the ratio of the two: host time per batch
-against the batch's GPU time; and the torch ops, hop-kernel launches and host reads of one more
-batch (`benchmarks/sampling_ops.py`). The ``kernel`` backend runs every hop with fanout up to
-256 as three launches and one host read (`ibp_graph.sample_hop`); ``--hop-grids`` runs it at
-each of several grid caps (``default``: the library's one block per SM; a number: blocks per
-SM, cut to what the SMs hold), a row each; ``--cuda-graph`` adds a row of the ``kernel``
-backend at its default grid with ``cuda_graph=True`` (`ibp_graph.sample_replay`: a batch's
-launches captured once per batch size and replayed; the warm-up batches run it eagerly, capture
-it, then replay it). Every row gives the sampler its seeds on the graph's device, where a seed
-range check reads two values back; ``--host-seeds`` adds ``kernel`` rows (default grid, and
-replayed with ``--cuda-graph``) whose seeds come from the CPU, as the loaders give them: checked
-there, then copied over without a wait; ``--group K`` adds such rows (eager, and replayed
-with ``--cuda-graph``) that sample K batches per `NeighborSampler.sample_batches` call, one group
-whose sizes are read once (and replayed from one CUDA graph), every figure per batch (the call's
-divided by K). Threads: torch's default (all visible cores).
+index width and per sampler backend (``NeighborSampler(backend=...)``: ``torch`` draws with
+torch ops, ``kernel`` with the CUDA kernel of ``cuda/sample_neighbors.cu``), 50 batches of 1,024
+distinct random seeds with fanouts [15, 10, 5] after 3 warm-up batches. Every backend samples
+the same seed batches. ``--backend`` lists the backends (default: ``torch`` on CPU, both on
+CUDA; ``kernel`` needs CUDA). On CUDA each case also runs with the graph in pinned host memory
+read over UVA (``CSRGraph.to_uva``, the loaders' ``graph_memory="uva"``: ``indptr`` in GPU
+memory, int64 sources and edge ids interleaved) beside the graph in GPU memory
+(``--graph-memory``, default both); ``uva-separate`` in ``--graph-memory`` adds rows with every
+array in pinned host memory, each on its own (``to_uva(indptr_in_gpu=False, pairs=False)``, the
+layout before), and ``device-pairs`` rows with the graph in GPU memory in the pairs layout
+(``CSRGraph.as_pairs``, int64 indices only), both for the ``kernel`` backend's last variant only
+(with ``--group`` and ``--cuda-graph``, the loaders' default). Reported, one row per index
+width, graph memory and backend: the median batch time, the median of per-batch sampled edges
+per second and the total edges / total time; also the sampling thread's CPU time per batch
+(``time.thread_time`` inside ``sample()``) and, on CUDA, the GPU's busy time per batch (the
+summed durations of the kernels and copies of 5 profiled batches) and the ratio of the two: host
+time per batch against the batch's GPU time; and the torch ops, hop-kernel launches and host
+reads of one more batch (`benchmarks/sampling_ops.py`). The ``kernel`` backend runs every hop
+with fanout up to 256 as three launches and one host read (`ibp_graph.sample_hop`);
+``--hop-grids`` runs it at each of several grid caps (``default``: the library's one block per
+SM; a number: blocks per SM, cut to what the SMs hold), a row each; ``--cuda-graph`` adds a row
+of the ``kernel`` backend at its default grid with ``cuda_graph=True``
+(`ibp_graph.sample_replay`: a batch's launches captured once per batch size and replayed; the
+warm-up batches run it eagerly, capture it, then replay it). Every row gives the sampler its
+seeds on the graph's device, where a seed range check reads two values back; ``--host-seeds``
+adds ``kernel`` rows (default grid, and replayed with ``--cuda-graph``) whose seeds come from
+the CPU, as the loaders give them: checked there, then copied over without a wait; ``--group K``
+adds such rows (eager, and replayed with ``--cuda-graph``) that sample K batches per
+`NeighborSampler.sample_batches` call, one group whose sizes are read once (and replayed from
+one CUDA graph), every figure per batch (the call's divided by K). Threads: torch's default (all
+visible cores).
 
 Where a batch's time goes, per row (`benchmarks.time_split`, 5 of the measured seed batches
 again): the GPU kernels and copies by time, the torch ops by their own host time, and the
@@ -141,6 +143,8 @@ GOAL_OVER_DGL = 1.0
 DGL_TARGET_VERSION = "2.1.0"
 DGL_TARGET_THREADS = (1, 2)
 DGL_TARGET_CONTENDER = "ibp-graph once"
+#: Where ``--graph-memory`` may put the graph on CUDA (see its help).
+GRAPH_MEMORY_CHOICES = ("device", "uva", "uva-separate", "device-pairs")
 #: The results of ``--compare-dgl`` (README and benchmarks/scoreboard.py read them).
 COMPARE_DGL_NAME = "sampling-cpu"
 #: The results of a plain CPU run: a name of their own, not `COMPARE_DGL_NAME`.
@@ -606,6 +610,9 @@ def run(
             placed["uva"] = graph.to_uva(device)
         if device.type == "cuda" and "uva-separate" in args.graph_memory:
             placed["uva-separate"] = graph.to_uva(device, indptr_in_gpu=False, pairs=False)
+        if device.type == "cuda" and "device-pairs" in args.graph_memory and not graph.pairs:
+            if graph.indices.dtype == torch.int64:  # int32 indices are never interleaved
+                placed["device-pairs"] = graph.as_pairs()
         if device.type == "cuda" and "device" not in args.graph_memory:
             del placed["device"]
         for memory, g in placed.items():
@@ -834,9 +841,10 @@ def placed_variants(
     memory: str, backend: str, args: argparse.Namespace
 ) -> list[tuple[float | None, bool, bool, int]]:
     """`variants` for the graph in ``memory``: with ``uva-separate`` (the UVA layout before
-    `CSRGraph.to_uva`'s default, beside it), the ``kernel`` backend's last one only."""
+    `CSRGraph.to_uva`'s default, beside it) and ``device-pairs`` (the graph in GPU memory in
+    the pairs layout, `CSRGraph.as_pairs`), the ``kernel`` backend's last one only."""
     rows = variants(backend, args)
-    if memory == "uva-separate":
+    if memory in ("uva-separate", "device-pairs"):
         return rows[-1:] if backend == "kernel" else []
     return rows
 
@@ -910,8 +918,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=["device", "uva"],
         metavar="device,uva",
         help="on CUDA: the graph in GPU memory, in pinned host memory over UVA (to_uva's "
-        "layout), or both; uva-separate: also every array over UVA on its own (the layout "
-        "before), for the kernel backend's last variant",
+        "layout), or both; for the kernel backend's last variant also: uva-separate, every "
+        "array over UVA on its own (the layout before); device-pairs, the graph in GPU "
+        "memory with sources and edge ids interleaved (int64 indices)",
     )
     p.add_argument(
         "--hop-grids",
@@ -959,9 +968,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --compare-dgl: the torch.set_num_threads values to run (default: 1,2)",
     )
     args = p.parse_args(argv)
-    if not args.graph_memory or set(args.graph_memory) - {"device", "uva", "uva-separate"}:
+    if not args.graph_memory or set(args.graph_memory) - set(GRAPH_MEMORY_CHOICES):
         p.error(
-            "--graph-memory: expected device, uva or uva-separate, comma-separated, got "
+            f"--graph-memory: expected {', '.join(GRAPH_MEMORY_CHOICES)}, comma-separated, got "
             f"{args.graph_memory}"
         )
     if args.group < 1:

@@ -382,6 +382,38 @@ class CSRGraph:
         )
         return self if moved.indptr is self.indptr else moved
 
+    def as_pairs(self, pairs: bool = True) -> CSRGraph:
+        """The same graph, on the same device, in the pairs layout (`pairs`) or out of it.
+
+        ``self`` when it is in that layout already. For a graph over UVA, `to_uva` makes the
+        layout in pinned memory instead.
+
+        Args:
+            pairs: True: int64 ``indices`` and ``edge_ids`` interleaved in one new
+                ``(num_edges, 2)`` array; False: each in its own contiguous array
+                (default: True).
+
+        Raises:
+            IBPInputError: ``pairs`` is not a bool, ``pairs=True`` with int32 indices, or a
+                UVA graph (`is_uva`).
+        """
+        pairs = check_bool("pairs", pairs)
+        if pairs == self.pairs:
+            return self
+        if self.is_uva():
+            raise IBPInputError(
+                f"as_pairs would copy this UVA graph to GPU memory; use to_uva(pairs={pairs})"
+            )
+        if not pairs:
+            return replace(self, indices=self.indices.clone(), edge_ids=self.edge_ids.clone())
+        if self.indices.dtype != torch.int64:
+            raise IBPInputError(
+                "as_pairs interleaves 8-byte indices with their edge ids; this graph's indices "
+                f"are {self.indices.dtype}"
+            )
+        both = torch.stack([self.indices, self.edge_ids], 1)
+        return replace(self, indices=both[:, 0], edge_ids=both[:, 1])
+
     def pin_memory(self) -> CSRGraph:
         """A copy in page-locked host memory (faster, asynchronous copies to the GPU).
 

@@ -259,7 +259,12 @@ def test_stage_commands_parse_with_the_benchmarks_own_parsers() -> None:
     # sampling: both backends (the default on CUDA), the fused hops at two grids.
     (samp,) = (sampling.parse_args(c) for c in cmds["sampling"])
     assert samp.device == "cuda" and samp.backend is None and str(samp.out) == "/tmp/o"
-    assert samp.hop_grids == [None, 32.0] and samp.graph_memory == ["device", "uva", "uva-separate"]
+    assert samp.hop_grids == [None, 32.0] and samp.graph_memory == [
+        "device",
+        "uva",
+        "uva-separate",
+        "device-pairs",
+    ]
     # replayed from CUDA graphs, and both ways again with the seeds from the host (loaders)
     assert samp.cuda_graph and samp.host_seeds
     # gil: the step of short ops beside the threads and Cora's loaders, on the GPU.

@@ -274,6 +274,22 @@ def test_csr_pairs_layout_is_kept_and_samples_alike():
         assert torch.equal(got.row, want.row) and torch.equal(got.col, want.col)
 
 
+def test_csr_as_pairs_and_back():
+    g = CSRGraph.from_edge_index(random_graph(7), 60)
+    p = g.as_pairs()
+    assert p.pairs and p.as_pairs() is p and g.as_pairs(False) is g
+    back = p.as_pairs(False)
+    assert not back.pairs and back.indices.is_contiguous() and back.edge_ids.is_contiguous()
+    for name in ("indptr", "indices", "edge_ids"):
+        assert torch.equal(getattr(p, name), getattr(g, name))
+        assert torch.equal(getattr(back, name), getattr(g, name))
+    assert g.indices.stride() == (1,)  # the original is left as it was
+    with pytest.raises(IBPInputError, match="this graph's indices are torch.int32"):
+        CSRGraph.from_edge_index(random_graph(7), 60, indices_dtype=torch.int32).as_pairs()
+    with pytest.raises(IBPInputError, match="pairs must be a bool"):
+        g.as_pairs(1)
+
+
 def test_csr_strided_arrays_that_are_not_pairs_are_made_contiguous():
     g = CSRGraph.from_edge_index(random_graph(5), 60)
     e = g.num_edges
@@ -654,10 +670,16 @@ def test_uva_graph_samples_like_a_device_graph() -> None:
         assert uva.pairs == (dtype == torch.int64 and kwargs.get("pairs", True))
         assert uva.indptr.is_cuda and torch.equal(uva.indptr.cpu(), graph.indptr)
         assert uva.indices.is_cuda and torch.equal(uva.indices.cpu(), graph.indices)
+        # The graph in GPU memory in the pairs layout too (as_pairs; int64 only).
+        others = [uva] + ([on_gpu.as_pairs()] if dtype == torch.int64 else [])
         for fanouts, backend in (([5, 3], "kernel"), ([5, -1], "kernel"), ([5, 3], "torch")):
             a = NeighborSampler(on_gpu, fanouts, seed=1, backend=backend).sample(seeds)
-            b = NeighborSampler(uva, fanouts, seed=1, backend=backend).sample(seeds)
-            assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge), (kwargs, dtype)
+            for other in others:
+                b = NeighborSampler(other, fanouts, seed=1, backend=backend).sample(seeds)
+                assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge), (kwargs, dtype)
+    assert not uva.pairs  # the last: int32 indices, every array over UVA
+    with pytest.raises(IBPInputError, match=r"use to_uva\(pairs=True\)"):
+        uva.as_pairs()
 
 
 # --------------------------------------------------------------------------------------------

@@ -202,6 +202,7 @@ def test_cuda_graph_adds_one_kernel_row_and_host_seeds_two_more(bench) -> None:
         assert bench.placed_variants(memory, "kernel", session) == bench.variants("kernel", session)
     assert bench.placed_variants("uva-separate", "kernel", session) == [(None, True, True, 8)]
     assert bench.placed_variants("uva-separate", "torch", session) == []
+    assert bench.placed_variants("device-pairs", "kernel", session) == [(None, True, True, 8)]
     assert bench.backend_label({**row, "cuda_graph": False}) == "kernel"
     label = bench.backend_label({**row, "host_seeds": True})
     assert label == "kernel, CUDA graph, seeds from the host"
