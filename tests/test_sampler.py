@@ -648,6 +648,49 @@ def test_sampler_on_cuda():
         assert torch.allclose(freq, torch.full((10,), 0.3, dtype=torch.double), atol=0.04)
 
 
+@pytest.mark.parametrize("pairs", [True, False])
+def test_to_uva_lays_out_the_pinned_memory_without_a_gpu(monkeypatch, pairs) -> None:
+    # No GPU here: CUDA's runtime is the stub, and each "CUDA tensor" is a CPU view of the
+    # pinned buffer it would read, so the bytes to_uva wrote are what the views hold.
+    import contextlib
+
+    from cuda_runtime_stub import CudaRuntimeStub
+
+    from ibp_graph import graph as graph_module
+    from ibp_graph.kernels import runtime
+
+    rt = CudaRuntimeStub()
+    cp = SimpleNamespace(
+        cuda=SimpleNamespace(runtime=rt, Device=lambda i: contextlib.nullcontext())
+    )
+    made = []
+
+    def tensor(buf, ptr, like, index):
+        made.append((buf, ptr, like))
+        nbytes = like.numel() * like.element_size()
+        return torch.from_numpy(buf.array[:nbytes]).view(like.dtype).view(like.shape)
+
+    monkeypatch.setattr(runtime, "require_cuda", lambda what: None)
+    monkeypatch.setattr(runtime, "cupy", lambda: cp)
+    monkeypatch.setattr(runtime, "device_index", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda i: contextlib.nullcontext())
+    monkeypatch.setattr(graph_module, "_uva_tensor", tensor)
+    g = CSRGraph.from_edge_index(random_graph(8), 60)
+    out = g.to_uva("cuda", indptr_in_gpu=False, pairs=pairs)
+    assert out.pairs == pairs and [like.shape for _, _, like in made] == (
+        [(61,), (g.num_edges, 2)] if pairs else [(61,), (g.num_edges,), (g.num_edges,)]
+    )
+    for name in ("indptr", "indices", "edge_ids"):
+        assert torch.equal(getattr(out, name), getattr(g, name)), name
+    if pairs:  # one buffer: each entry's source, then its edge id
+        buf = made[1][0]
+        words = np.frombuffer(buf.array[: 16 * g.num_edges], dtype=np.int64).reshape(-1, 2)
+        assert np.array_equal(words, torch.stack([g.indices, g.edge_ids], 1).numpy())
+        assert out.entries.data_ptr() == buf.array.ctypes.data
+    # every buffer pinned once
+    assert len(rt.registrations) == len(made) and all(b.pages != "backing" for b, _, _ in made)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_uva_graph_needs_a_gpu() -> None:
     from ibp_graph.errors import IBPDeviceError
