@@ -610,7 +610,7 @@ def run(
             placed["uva"] = graph.to_uva(device)
         if device.type == "cuda" and "uva-separate" in args.graph_memory:
             placed["uva-separate"] = graph.to_uva(device, indptr_in_gpu=False, pairs=False)
-        if device.type == "cuda" and "device-pairs" in args.graph_memory and not graph.pairs:
+        if device.type == "cuda" and "device-pairs" in args.graph_memory:
             if graph.indices.dtype == torch.int64:  # int32 indices are never interleaved
                 placed["device-pairs"] = graph.as_pairs()
         if device.type == "cuda" and "device" not in args.graph_memory:

@@ -91,6 +91,21 @@ def _is_pairs(indices: torch.Tensor, edge_ids: torch.Tensor) -> bool:
     )
 
 
+def check_pairs_dtype(indices_dtype: torch.dtype, what: str) -> None:
+    """Refuse the pairs layout (`CSRGraph.pairs`) for ``indices_dtype`` other than int64.
+
+    ``what`` names the call that would make it (``"to_uva(pairs=True)"``, ...).
+
+    Raises:
+        IBPInputError: the indices are not int64.
+    """
+    if indices_dtype != torch.int64:
+        raise IBPInputError(
+            f"{what} interleaves 8-byte indices with their edge ids; this graph's indices are "
+            f"{indices_dtype} (pass pairs=False, or build it with indices_dtype=torch.int64)"
+        )
+
+
 def _in_gpu_memory(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``t`` in ``device``'s own memory (a UVA tensor is copied there from host memory)."""
     host = _uva_host_copy(t)
@@ -180,7 +195,6 @@ class CSRGraph:
     indices: torch.Tensor
     edge_ids: torch.Tensor
     num_nodes: int
-    _pairs: bool = field(init=False, repr=False, compare=False)
     _entries: torch.Tensor = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -191,7 +205,6 @@ class CSRGraph:
             if not isinstance(t, torch.Tensor) or t.dim() != 1:
                 raise IBPInputError(f"{name} must be a 1-D torch.Tensor, got {t!r:.80}")
         pairs = _is_pairs(self.indices, self.edge_ids)
-        object.__setattr__(self, "_pairs", pairs)
         for name in ("indptr",) if pairs else ("indptr", "indices", "edge_ids"):
             t = getattr(self, name)
             if not t.is_contiguous():  # the kernels read them as flat arrays
@@ -337,7 +350,7 @@ class CSRGraph:
         array, so that the hop kernels read a sampled edge's source and id with one load:
         over UVA, one PCIe read where separate arrays take two (`to_uva`).
         """
-        return self._pairs
+        return self._entries.dim() == 2
 
     @property
     def entries(self) -> torch.Tensor:
@@ -406,11 +419,7 @@ class CSRGraph:
             )
         if not pairs:
             return replace(self, indices=self.indices.clone(), edge_ids=self.edge_ids.clone())
-        if self.indices.dtype != torch.int64:
-            raise IBPInputError(
-                "as_pairs interleaves 8-byte indices with their edge ids; this graph's indices "
-                f"are {self.indices.dtype}"
-            )
+        check_pairs_dtype(self.indices.dtype, "as_pairs")
         both = torch.stack([self.indices, self.edge_ids], 1)
         return replace(self, indices=both[:, 0], edge_ids=both[:, 1])
 
@@ -486,16 +495,11 @@ class CSRGraph:
         if indptr_in_gpu is None:
             indptr_in_gpu = not uva or _uva_buffer(self.indptr) is None
         indptr_in_gpu = check_bool("indptr_in_gpu", indptr_in_gpu)
-        wide = self.indices.dtype == torch.int64
         if pairs is None:
-            pairs = self.pairs if uva else wide
+            pairs = self.pairs if uva else self.indices.dtype == torch.int64
         pairs = check_bool("pairs", pairs)
-        if pairs and not wide:
-            raise IBPInputError(
-                "to_uva(pairs=True) interleaves 8-byte indices with their edge ids; this "
-                f"graph's indices are {self.indices.dtype} (pass pairs=False, or build it "
-                "with indices_dtype=torch.int64)"
-            )
+        if pairs:
+            check_pairs_dtype(self.indices.dtype, "to_uva(pairs=True)")
         require_cuda("CSRGraph.to_uva")
         dev = torch.device(device)
         index = device_index(dev)

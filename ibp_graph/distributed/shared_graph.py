@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import IBPFormatError, IBPInputError, check_bool
-from ..graph import CSRGraph
+from ..graph import CSRGraph, check_pairs_dtype
 from ..pinned import TAIL_PAD
 from .shm import SharedSegment, round_up
 
@@ -52,11 +52,7 @@ def _layout(num_nodes: int, num_edges: int, index_bytes: int) -> tuple[int, int,
 def _index_bytes(graph: CSRGraph, pairs: bool) -> int:
     if not check_bool("pairs", pairs):
         return graph.indices.element_size()
-    if graph.indices.dtype != torch.int64:
-        raise IBPInputError(
-            f"the pairs layout interleaves 8-byte indices with their edge ids; this graph's "
-            f"indices are {graph.indices.dtype}"
-        )
+    check_pairs_dtype(graph.indices.dtype, "share_graph(pairs=True)")
     return _PAIRS
 
 
