@@ -441,6 +441,8 @@ def test_uva_in_place_refuses_arrays_outside_the_region(seg_name) -> None:
         with pytest.raises(ValueError, match="1-D uint8"):
             graph.uva_in_place([1, 2, 3])
         shared = share_graph(graph, seg)
+        with pytest.raises(ibp_graph.IBPInputError, match="indptr_in_gpu must be a bool"):
+            shared.uva_in_place(seg.array, indptr_in_gpu="yes")
         if not torch.cuda.is_available():
             with pytest.raises(ibp_graph.IBPDeviceError, match="needs a CUDA GPU"):
                 shared.uva_in_place(seg.array)
