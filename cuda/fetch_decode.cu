@@ -24,7 +24,8 @@
 // stores any; then the latter are visited one by one. A word that does not escape is its code's
 // entry with its payload deposited into the column's free bits: by two shifts when those bits
 // lie in at most two runs (every float column whose mask holds the exponent's top bits, with
-// or without the sign: `layouts`), by a loop over the runs of the mask otherwise. A flat row of
+// or without the sign: `layouts`), by three when they lie in three (two 16-bit floats in a
+// word), by a loop over the runs of the mask otherwise. A flat row of
 // more than 64 words whose output row is 16-byte aligned is decoded 16 bytes of neighbouring
 // words a lane too (decode_flat_spans), and one of more than 32 4-byte words whose output row
 // is 8-byte aligned 8 bytes a lane: its codes one field a lane, its payloads placed by a warp
@@ -156,25 +157,36 @@ __device__ __forceinline__ W pdep(W p, W m) {
 }
 
 // A column's layout word (`layouts`, (k, V) u32, built once per table by the host:
-// ibp_graph/kernels/fetch_decode.py, column_layouts): bits 0-6 its free bits' count F, 7-13
-// the length N1 < word bits of the first run of free bits, 14-19 where that run starts, 20-25
-// where the second run starts, bit 26 set when the free bits lie in at most those two runs
-// (no free bit: N1 = 0; all free: the runs [0, bits - 1) and [bits - 1, bits)), 27-31 the
-// code width.
+// ibp_graph/kernels/fetch_decode.py, column_layouts): bits 0-6 its free bits' count F, 7-12
+// the length N1 < word bits of the first run of free bits, bit 13 set when the free bits form
+// exactly three runs, 14-19 where the first run starts, 20-25 where the second run starts,
+// bit 26 set when the free bits lie in at most those two runs (no free bit: N1 = 0; all free:
+// the runs [0, bits - 1) and [bits - 1, bits)), 27-31 the code width.
+#define LAYOUT_THREE_RUNS (1u << 13)
 #define LAYOUT_TWO_RUNS (1u << 26)
 __device__ __forceinline__ u32 layout_free_bits(u32 layout) { return layout & 127u; }
 __device__ __forceinline__ int layout_code_width(u32 layout) { return (int)(layout >> 27); }
 
 // Deposit the F low bits of `p` (nothing above them) into a column's free bits: two shifts
-// when its layout has at most two runs, otherwise the loop over the runs of the free bits of
-// its `mask` (read only then).
+// when its layout has at most two runs; three when it has three (two 16-bit floats in a
+// 32-bit word: each half's low bits, then the low half's sign with the high half's low bits,
+// then the high half's sign), the second run's length and the third's start read off its
+// `mask`; otherwise the loop over the runs of the free bits of its `mask`. The mask is read
+// only for three runs or more.
 template <typename W>
 __device__ __forceinline__ W deposit(W p, u32 layout, const W* __restrict__ mask) {
-    if (!(layout & LAYOUT_TWO_RUNS)) return pdep<W>(p, (W)~*mask);
-    const int n1 = (int)((layout >> 7) & 127u);
+    const int n1 = (int)((layout >> 7) & 63u);
     const int lo1 = (int)((layout >> 14) & 63u);
     const int lo2 = (int)((layout >> 20) & 63u);
-    return ((p & ((W(1) << n1) - W(1))) << lo1) | ((p >> n1) << lo2);
+    const W first = (p & ((W(1) << n1) - W(1))) << lo1;
+    if (layout & LAYOUT_TWO_RUNS) return first | ((p >> n1) << lo2);
+    if (layout & LAYOUT_THREE_RUNS) {
+        const W rest = (W)~*mask >> lo2;  // the second run from bit 0, a gap, the third
+        const int n2 = Word<W>::ctz(~rest);
+        const int lo3 = lo2 + n2 + Word<W>::ctz(rest >> n2);
+        return first | (((p >> n1) & ((W(1) << n2) - W(1))) << lo2) | ((p >> (n1 + n2)) << lo3);
+    }
+    return pdep<W>(p, (W)~*mask);
 }
 
 // `p`, which the compiler may no longer see as a kernel parameter plus an offset: a table's

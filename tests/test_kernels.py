@@ -21,6 +21,7 @@ from ibp_graph.bitops import bit_runs, pdep, popcount
 from ibp_graph.errors import IBPInputError
 from ibp_graph.kernels import runtime
 from ibp_graph.kernels.fetch_decode import (
+    LAYOUT_THREE_RUNS,
     LAYOUT_TWO_RUNS,
     check_launch,
     column_layouts,
@@ -105,10 +106,22 @@ def test_kernels_of_sources_built_per_entry_are_built_alone(monkeypatch) -> None
     ]
 
 
-def _deposit_by_layout(p: int, layout: int) -> int:
-    """The fused kernel's two-shift deposit of payload ``p`` by a layout word."""
-    n1, lo1, lo2 = (layout >> 7) & 127, (layout >> 14) & 63, (layout >> 20) & 63
-    return ((p & ((1 << n1) - 1)) << lo1) | ((p >> n1) << lo2)
+def _deposit_by_layout(p: int, layout: int, free: int, bits: int) -> int:
+    """The fused kernel's deposit of payload ``p`` by a layout word: two shifts, or three with
+    the second run's length and the third's start read off the column's free bits."""
+    n1, lo1, lo2 = (layout >> 7) & 63, (layout >> 14) & 63, (layout >> 20) & 63
+    first = (p & ((1 << n1) - 1)) << lo1
+    if layout & LAYOUT_TWO_RUNS:
+        return first | ((p >> n1) << lo2)
+    assert layout & LAYOUT_THREE_RUNS
+    rest = free >> lo2
+    n2 = _ctz(~rest & ((1 << bits) - 1))
+    lo3 = lo2 + n2 + _ctz(rest >> n2)
+    return first | (((p >> n1) & ((1 << n2) - 1)) << lo2) | ((p >> (n1 + n2)) << lo3)
+
+
+def _ctz(x: int) -> int:
+    return (x & -x).bit_length() - 1
 
 
 @pytest.mark.parametrize("word_bytes", [4, 8])
@@ -117,9 +130,11 @@ def test_column_layouts_deposit_as_the_codec_does(word_bytes) -> None:
     top = (1 << bits) - 1
     rng = np.random.default_rng(word_bytes)
     # Free bits (~mask): none, all, one run at 0, one in the middle, the top bit, a float's
-    # mantissa and sign (two runs), three runs, every other bit; then random masks.
+    # mantissa and sign (two runs), three runs (two float16 values among them), four, every
+    # other bit; then random masks.
     free = [0, top, 0xFF, 0xFF0, 1 << (bits - 1), (1 << 23) - 1 | 1 << (bits - 1)]
-    free += [0b1110000110000111, int("01" * (bits // 2), 2)]
+    free += [0b1110000110000111, 0x83FF83FF, 0x0F0F0F0F, int("01" * (bits // 2), 2)]
+    free += [(1 << (bits - 1)) | 0xF0 | 1, 0x7 << (bits - 5) | 0x3C | 0x1]
     free += [int(v) for v in rng.integers(0, top, 40, dtype=np.uint64, endpoint=True)]
     dtype = {4: np.uint32, 8: np.uint64}[word_bytes]
     masks = (~np.array(free, dtype=np.uint64) & np.uint64(top)).astype(dtype).reshape(2, -1)
@@ -132,17 +147,20 @@ def test_column_layouts_deposit_as_the_codec_does(word_bytes) -> None:
     assert np.array_equal(layouts & 127, count)  # free bits
     assert np.array_equal(layouts >> 27, code_bits)
     two = (layouts & LAYOUT_TWO_RUNS) != 0
+    three = (layouts & LAYOUT_THREE_RUNS) != 0
     run_count = (runs.mask != 0).sum(axis=0)
     assert np.array_equal(two, run_count <= 2)
-    assert two.any() and (~two).any()
-    for c, j in zip(*np.nonzero(two), strict=True):
+    assert np.array_equal(three, run_count == 3)
+    assert two.any() and three.any() and (run_count > 3).any()
+    for c, j in zip(*np.nonzero(two | three), strict=True):
         f = int(count[c, j])
         payloads = [int.from_bytes(rng.bytes(8), "little") >> (64 - f) for _ in range(8)]
         for p in [0, (1 << f) - 1, *payloads] if f else [0]:
             want = int(pdep(np.array([p], dtype=dtype), runs.take((c, j)))[0])
             layout = int(layouts[c, j])
-            assert _deposit_by_layout(p, layout) == want, (hex(int(~masks[c, j]) & top), p)
-            assert (layout >> 7) & 127 < bits  # no shift reaches the word's width
+            free_bits = int(~masks[c, j]) & top
+            assert _deposit_by_layout(p, layout, free_bits, bits) == want, (hex(free_bits), p)
+            assert (layout >> 7) & 63 < bits  # no shift reaches the word's width
 
 
 def test_smem_plan_fits_the_largest_row() -> None:

@@ -22,6 +22,7 @@ from ibp_graph.codec import row_layout
 from ibp_graph.cuda_table import raw_bypass
 from ibp_graph.dtypes import row_bytes, rows_to_words
 from ibp_graph.kernels.fetch_decode import (
+    LAYOUT_THREE_RUNS,
     LAYOUT_TWO_RUNS,
     WARP,
     codec_prefixes,
@@ -168,7 +169,7 @@ def test_fused_kernel_matches_the_numpy_decoder(
 
 def _runs_table(rng: np.random.Generator, word_bytes: int, rows: int = 400) -> np.ndarray:
     """Words whose free bits lie in one run (low, middle, top), two (a float's mantissa and
-    sign), three or more, or none, and random words: each deposit path of the fused kernel."""
+    sign), three, four, or none, and random words: each deposit path of the fused kernel."""
     bits = 8 * word_bytes
     dtype = {4: np.int32, 8: np.int64}[word_bytes]
 
@@ -178,7 +179,7 @@ def _runs_table(rng: np.random.Generator, word_bytes: int, rows: int = 400) -> n
         return ((words & np.uint64(free)) | (base & ~np.uint64(free))).view(np.int64).astype(dtype)
 
     top = 1 << (bits - 1)
-    frees = [0xFF, 0xFF0, top, (1 << 23) - 1 | top, 0b1110000110000111, 0x0F0F0F, 0]
+    frees = [0xFF, 0xFF0, top, (1 << 23) - 1 | top, 0b1110000110000111, 0x0F0F0F0F, 0]
     columns = [varying(f) for f in frees] + [varying((1 << bits) - 1)]
     return np.stack(columns, axis=1)
 
@@ -192,7 +193,8 @@ def test_free_bits_in_any_number_of_runs_decode(lib, tmp_path, word_bytes, doubl
     params = table.params
     layouts = column_layouts(params.masks, params.code_bits, params.word_bytes)
     two = (layouts & LAYOUT_TWO_RUNS) != 0
-    assert two.any() and (~two).any()  # both deposits run
+    three = (layouts & LAYOUT_THREE_RUNS) != 0
+    assert two.any() and three.any() and (~two & ~three).any()  # every deposit runs
     ids = rng.integers(0, x.shape[0], 300)
     out, error = fetch_on_host(lib, table, ids, double_buffer=double_buffer)
     assert error.tolist() == [0, 0]

@@ -127,20 +127,24 @@ def _unsigned_words(masks: np.ndarray, word_bytes: int) -> np.ndarray:
 
 #: Bit 26 of a layout word: the column's free bits lie in at most two runs.
 LAYOUT_TWO_RUNS = 1 << 26
+#: Bit 13 of a layout word: the column's free bits lie in exactly three runs.
+LAYOUT_THREE_RUNS = 1 << 13
 
 
 def column_layouts(masks: np.ndarray, code_bits: np.ndarray, word_bytes: int) -> np.ndarray:
     """Per column of each cluster, one uint32 the fused kernel decodes a word with.
 
-    Bits 0-6: the word's free (unmasked) bits F; 7-13: the length of the first run of free
-    bits, N1 (less than the word's bits); 14-19: where that run starts; 20-25: where the
-    second run starts; bit 26 (`LAYOUT_TWO_RUNS`): the free bits lie in at most these two
-    runs, so a payload is deposited by two shifts, ``(p & (2**N1 - 1)) << lo1 | (p >> N1) <<
-    lo2``, as the codec's `pdep` does run by run (`bitops.bit_runs`); 27-31: the code width.
-    A column with no free bit has N1 = 0; one with every bit free, the runs ``[0, bits - 1)``
-    and ``[bits - 1, bits)``, so that no shift reaches the word's width. Columns with more
-    runs (bit 26 clear) are deposited from their mask by the kernel's loop. Computed once per
-    table.
+    Bits 0-6: the word's free (unmasked) bits F; 7-12: the length of the first run of free
+    bits, N1 (less than the word's bits); bit 13 (`LAYOUT_THREE_RUNS`): the free bits lie in
+    exactly three runs; 14-19: where the first run starts; 20-25: where the second run starts;
+    bit 26 (`LAYOUT_TWO_RUNS`): the free bits lie in at most these two runs, so a payload is
+    deposited by two shifts, ``(p & (2**N1 - 1)) << lo1 | (p >> N1) << lo2``, as the codec's
+    `pdep` does run by run (`bitops.bit_runs`); 27-31: the code width. A column with no free
+    bit has N1 = 0; one with every bit free, the runs ``[0, bits - 1)`` and ``[bits - 1,
+    bits)``, so that no shift reaches the word's width. A column with three runs (two 16-bit
+    floats in a 32-bit word, whose exponents' top bits are masked) is deposited by three
+    shifts, the kernel reading the second run's length and the third's start off its mask;
+    one with more runs, by the kernel's loop over its mask's runs. Computed once per table.
 
     Args:
         masks: ``(k, V)`` words of ``word_bytes`` bytes (any integer type of that width).
@@ -149,8 +153,8 @@ def column_layouts(masks: np.ndarray, code_bits: np.ndarray, word_bytes: int) ->
     """
     bits = 8 * word_bytes
     runs = bit_runs(~_unsigned_words(masks, word_bytes), bits)
-    # Run lengths and starts, padded with empty runs to at least two.
-    lengths = np.zeros((max(runs.count, 2),) + code_bits.shape, dtype=np.int64)
+    # Run lengths and starts, padded with empty runs to at least three.
+    lengths = np.zeros((max(runs.count, 3),) + code_bits.shape, dtype=np.int64)
     starts = np.zeros_like(lengths)
     lengths[: runs.count] = popcount(runs.mask)
     starts[: runs.count] = runs.lo
@@ -158,9 +162,11 @@ def column_layouts(masks: np.ndarray, code_bits: np.ndarray, word_bytes: int) ->
     first = np.where(whole, bits - 1, lengths[0])
     second_lo = np.where(whole, bits - 1, starts[1])
     two = (lengths[2:] == 0).all(axis=0)
+    three = (lengths[2] != 0) & (lengths[3:] == 0).all(axis=0)
     layout = (
         lengths.sum(axis=0)
         | first << 7
+        | three.astype(np.int64) << 13
         | starts[0] << 14
         | second_lo << 20
         | two.astype(np.int64) << 26
