@@ -1,4 +1,5 @@
-// Fused fetch + decode of IBP rows (docs/FORMAT.md), one warp per requested row.
+// Fused fetch + decode of IBP rows (docs/FORMAT.md), one warp per requested row; rows of at
+// most 256 bytes of words two a warp, one a half-warp, when both are flat (fetch_decode_halves).
 //
 // The warp copies its row's stored bytes from the row section (pinned host memory read over
 // UVA, or device memory) into shared memory with aligned 16-byte loads (or asynchronous
@@ -299,9 +300,10 @@ __device__ __forceinline__ Staged locate_row(const O* __restrict__ offsets,
 }
 
 // Stage the 16-byte-aligned span holding row `s` (nothing for row -1) into `buf` (u32 words),
-// then two zero words for reads that straddle its end. ASYNC: with `copy_async16` (the caller
-// commits and waits); otherwise with plain loads (the caller syncs the warp).
-template <bool ASYNC>
+// then two zero words for reads that straddle its end, by LANES lanes (`lane` 0..LANES-1).
+// ASYNC: with `copy_async16` (the caller commits and waits); otherwise with plain loads (the
+// caller syncs the warp).
+template <bool ASYNC, int LANES = 32>
 __device__ __forceinline__ void stage_row(const u8* __restrict__ rows, const Staged& s,
                                           u32* buf, int lane) {
     if (s.cluster < 0) return;
@@ -309,7 +311,7 @@ __device__ __forceinline__ void stage_row(const u8* __restrict__ rows, const Sta
     const int chunks = (int)row_chunks(s.start, s.len);
     const uint4* src = reinterpret_cast<const uint4*>(rows + first);
     uint4* dst = reinterpret_cast<uint4*>(buf);
-    for (int q = lane; q < chunks; q += 32) {
+    for (int q = lane; q < chunks; q += LANES) {
         if (ASYNC) {
             copy_async16(dst + q, src + q);
         } else {
@@ -902,12 +904,215 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     }
 }
 
+// Rows of at most HALF_ROW_BYTES bytes of words (64 4-byte words, 32 8-byte ones) are decoded
+// two a warp, one a half-warp of 16 lanes with 16 bytes of words each (fetch_decode_halves).
+#define HALF_ROW_BYTES 256
+
+// Store a lane's K words of columns j .. j + K - 1 (16 bytes) of `out_row`, whatever its
+// alignment: one 16-byte store where it is 16-byte aligned, two 8-byte stores where it is
+// 8-byte aligned, else word by word.
+template <typename W, int K>
+__device__ __forceinline__ void store_lane_words_any(u8* out_row, int j, u32 in_row,
+                                                     const W (&word)[K], int row_bytes,
+                                                     bool word_aligned) {
+    static_assert(K * sizeof(W) == 16, "16 bytes of words");
+    constexpr int H = K / 2;
+    if (((size_t)out_row & 15) == 0) {
+        store_lane_words<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
+    } else if (((size_t)out_row & 7) == 0) {
+        W lo[H], hi[H];
+#pragma unroll
+        for (int i = 0; i < H; ++i) {
+            lo[i] = word[i];
+            hi[i] = word[H + i];
+        }
+        store_lane_words<W, H>(out_row, j, in_row & ((1u << H) - 1u), lo, row_bytes,
+                               word_aligned);
+        store_lane_words<W, H>(out_row, j + H, in_row >> H, hi, row_bytes, word_aligned);
+    } else {
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            if ((in_row >> i) & 1u) store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
+        }
+    }
+}
+
+// A flat row of at most 16 K words (K = LaneWords) decoded by one half of the warp (`lane`'s
+// bit 4 says which; K neighbouring columns a lane), while the other half decodes another: the
+// step of decode_flat_spans, its scan and shuffles over each half's 16 lanes. Both halves run
+// the same instructions: a half without a request (`active` false) takes part with no column,
+// and a row whose codes or payloads run past its stored length (zeroed, output position `p`
+// recorded in `error[1]`) leaves only after the shuffles. `s`: the staged row (in `buf`), of
+// cluster `s.cluster`; `out_row` aligned to its word or not.
+template <typename W>
+__device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u8* out_row,
+                                 int* error, i64 p, const W* __restrict__ masks,
+                                 const W* __restrict__ bitvals,
+                                 const u32* __restrict__ code_prefix,
+                                 const u32* __restrict__ layouts, int V, int E, int row_bytes,
+                                 bool word_aligned, int lane) {
+    constexpr int K = LaneWords<W>::value;
+    const int TB = Word<W>::BITS;
+    const int hl = lane & 15;
+    const int c = active ? s.cluster : 0;
+    const u32 base = (u32)(s.start & 15ull) * 8u;
+    const u64 len_bits = (u64)s.len * 8;
+    const u32* __restrict__ cpre = held(code_prefix + (size_t)c * (V + 1));
+    const u32 code_at = base + 1;  // the codes, past the row's flag bit
+    const u32 cursor = code_at + ro(cpre, (u32)V);  // the payloads, past every code
+    bool ok = active && (u64)(cursor - base) <= len_bits;
+    const W* __restrict__ entries = held(bitvals + (size_t)c * E * V);  // [e * V + j]
+    const u32* __restrict__ layout_of = held(layouts + (size_t)c * V);
+    const W* __restrict__ mask_of = masks + (size_t)c * V;
+    const int j = K * hl;  // the lane's first column
+    const u32 in_row = ok ? lane_in_row<K>(j, V) : 0u;
+    u32 layout[K];
+    if (in_row == (1u << K) - 1u && ((size_t)layout_of % (4 * K)) == 0) {
+        load_vector<u32, K>(layout_of + j, layout);
+    } else {
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            layout[i] = (in_row >> i) & 1u ? ro(layout_of, (u32)(j + i)) : 0u;
+        }
+    }
+    u32 code_bits_total = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i) code_bits_total += (u32)layout_code_width(layout[i]);
+    const u32 field =
+        in_row != 0 ? read_bits(buf, code_at + ro(cpre, (u32)j), (int)code_bits_total) : 0u;
+    u32 code[K], esc[K];
+    u32 lane_bits = 0;  // the lane's payload bits
+    u32 shift = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+        const int b = layout_code_width(layout[i]);
+        esc[i] = (1u << b) - 1u;
+        code[i] = (field >> shift) & esc[i];
+        shift += (u32)b;
+        if ((in_row >> i) & 1u) {
+            lane_bits += code[i] == esc[i] ? (u32)TB : layout_free_bits(layout[i]);
+        }
+    }
+    u32 incl = lane_bits;  // the half's inclusive scan
+#pragma unroll
+    for (int d = 1; d < 16; d <<= 1) {
+        const u32 t = __shfl_up_sync(FULL_MASK, incl, d);
+        if (hl >= d) incl += t;
+    }
+    const u32 end = cursor + __shfl_sync(FULL_MASK, incl, lane | 15);
+    ok = ok && (u64)(end - base) <= len_bits;
+    if (!ok) {
+        if (active) {
+            if (hl == 0) record_first(&error[1], p);
+            for (int jj = hl; jj < V; jj += 16) {
+                store_word<W>(out_row, jj, W(0), row_bytes, word_aligned);
+            }
+        }
+        return;
+    }
+    u32 at = cursor + incl - lane_bits;
+    W word[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+        word[i] = W(0);
+        if ((in_row >> i) & 1u) {
+            const bool escaped = code[i] == esc[i];
+            const int w = escaped ? TB : (int)layout_free_bits(layout[i]);
+            const W payload = read_word<W>(buf, at, w);
+            at += (u32)w;
+            word[i] = escaped ? payload
+                              : (W)(ro(entries, code[i] * (u32)V + (u32)(j + i)) |
+                                    deposit<W>(payload, layout[i], mask_of + j + i));
+        }
+    }
+    store_lane_words_any<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
+}
+
+// The one-buffer kernel's loop for rows of at most HALF_ROW_BYTES bytes of words: requests r
+// and r + 1 a step, one a half-warp. Each half stages its row into its own buffer of the
+// warp's two (16 lanes); when both rows are flat and stored compressed (or one half has no
+// request), each half decodes its own (decode_flat_half), else the whole warp takes them one
+// after the other as the wider rows' loop does (out-of-range ids, rows too long, raw and
+// grouped rows). Same arguments as fetch_decode.
+template <typename W, typename O>
+__device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __restrict__ offsets,
+                                    const u8* __restrict__ cluster_ids,
+                                    const W* __restrict__ masks,
+                                    const u8* __restrict__ code_bits,
+                                    const W* __restrict__ bitvals,
+                                    const u32* __restrict__ code_prefix,
+                                    const u32* __restrict__ free_prefix,
+                                    const u32* __restrict__ layouts,
+                                    const i64* __restrict__ idx,
+                                    const i64* __restrict__ out_pos, u8* __restrict__ out,
+                                    int* __restrict__ error, i64 n, i64 num_rows, int V, int E,
+                                    int align, int row_bytes, int buf_words) {
+    IBP_DYNAMIC_SMEM(u32, smem);
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    const int C = (V + 31) >> 5;
+    // The warp's 16-byte aligned share: two buffers, the codes and the subgroups.
+    u32* buf = smem + (size_t)warp * ((2 * buf_words + ((V + C + 3) >> 2) + 3) & ~3);
+    const i64 step = 2 * (i64)gridDim.x * warps;
+    i64 r = 2 * ((i64)blockIdx.x * warps + warp);
+    const int half = lane >> 4;
+    u8* codes = reinterpret_cast<u8*>(buf + 2 * buf_words);
+    u8* subs = codes + V;
+    u32* mine = buf + half * buf_words;
+    const bool word_aligned = (row_bytes == V * (int)sizeof(W));
+    const u32 raw_bytes = (u32)(V * (int)sizeof(W));
+    // The id of the half's next request, read while the current one is staged and decoded.
+    i64 id1 = r + half < n ? idx[r + half] : -1;
+    for (; r < n; r += step) {
+        const i64 q = r + half;  // the half's request
+        const bool active = q < n;
+        const Staged s = locate_row(offsets, cluster_ids, id1, num_rows, align, buf_words);
+        id1 = q + step < n ? idx[q + step] : -1;
+        stage_row<false, 16>(rows, s, mine, lane & 15);
+        const i64 p = active ? (out_pos ? out_pos[q] : q) : 0;  // the output row
+        __syncwarp();  // the staged bytes (and zero words) of every lane are visible
+        const bool flat = active && s.cluster >= 0 && s.len < raw_bytes &&
+                          read_bits(mine, (u32)(s.start & 15ull) * 8u, 1) == 0;
+        if (__ballot_sync(FULL_MASK, active && !flat) == 0) {
+            decode_flat_half<W>(mine, s, active, out + p * (i64)row_bytes, error, p, masks,
+                                bitvals, code_prefix, layouts, V, E, row_bytes, word_aligned,
+                                lane);
+        } else {
+            for (int h = 0; h < 2; ++h) {
+                const int from = 16 * h;
+                if (!__shfl_sync(FULL_MASK, (int)active, from)) continue;  // warp-uniform
+                Staged t;
+                t.start = __shfl_sync(FULL_MASK, s.start, from);
+                t.len = __shfl_sync(FULL_MASK, s.len, from);
+                t.cluster = __shfl_sync(FULL_MASK, s.cluster, from);
+                const i64 ph = __shfl_sync(FULL_MASK, p, from);
+                u8* out_row = out + ph * (i64)row_bytes;
+                if (t.cluster == ROW_OUT_OF_RANGE) {
+                    if (lane == 0) record_first(&error[0], ph);
+                    zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+                } else if (t.cluster == ROW_TOO_LONG) {
+                    reject_corrupt_row<W>(out_row, error, ph, V, row_bytes, word_aligned, lane);
+                } else {
+                    decode_row<W, Code0Loads<W, 1>::value>(
+                        buf + h * buf_words, codes, subs, t, masks, code_bits, bitvals,
+                        code_prefix, free_prefix, layouts, out_row, error, ph, V, E, row_bytes,
+                        word_aligned, lane);
+                }
+                __syncwarp();  // done with the scratch before the other row writes it
+            }
+        }
+        __syncwarp();  // done with the buffers before they are written again
+    }
+}
+
 // Shared memory per warp: BUFFERS staging buffers of `buf_words` (a multiple of 4) u32 of row
-// bytes, then V code bytes and C subgroup bytes, rounded up to 16 bytes; the host sizes it
-// (ibp_graph/kernels/fetch_decode.py). The row section must be readable up to 16 bytes past
-// its end (the loader pads it).
+// bytes (two for rows of at most HALF_ROW_BYTES bytes of words), then V code bytes and C
+// subgroup bytes, rounded up to 16 bytes; the host sizes it (ibp_graph/kernels/fetch_decode.py,
+// smem_plan). The row section must be readable up to 16 bytes past its end (the loader pads it).
 //
-// BUFFERS 1: each row is staged with plain loads, then decoded. BUFFERS 2 (double
+// BUFFERS 1: each row is staged with plain loads, then decoded; rows of at most
+// HALF_ROW_BYTES bytes of words two a warp, one a half-warp (fetch_decode_halves). BUFFERS 2 (double
 // buffering): a warp stages its next row with asynchronous copies before it decodes the
 // current one, so the next row's reads (over PCIe) overlap the current row's decoding.
 template <typename W, typename O, int BUFFERS>
@@ -989,6 +1194,8 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         s1 = s2;
     }
 }
+// The entry points. The one-buffer ones decode rows of at most HALF_ROW_BYTES bytes of words
+// two a warp (fetch_decode_halves: two staging buffers a warp, the host's plan says so).
 #define IBP_FETCH_DECODE(NAME, W, O, BUFFERS)                                                \
     extern "C" __global__ void                                                               \
     __launch_bounds__(IBP_FETCH_THREADS, IBP_FETCH_MIN_BLOCKS) NAME(                         \
@@ -999,9 +1206,17 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         const u32* __restrict__ layouts, const i64* __restrict__ idx,                        \
         const i64* __restrict__ out_pos, u8* __restrict__ out, int* __restrict__ error,      \
         i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {        \
-        fetch_decode<W, O, BUFFERS>(rows, offsets, cluster_ids, masks, code_bits, bitvals,   \
-                                    code_prefix, free_prefix, layouts, idx, out_pos, out,    \
-                                    error, n, num_rows, V, E, align, row_bytes, buf_words);  \
+        if (BUFFERS == 1 && V * (int)sizeof(W) <= HALF_ROW_BYTES) {                          \
+            fetch_decode_halves<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, \
+                                      code_prefix, free_prefix, layouts, idx, out_pos, out,  \
+                                      error, n, num_rows, V, E, align, row_bytes,            \
+                                      buf_words);                                            \
+        } else {                                                                             \
+            fetch_decode<W, O, BUFFERS>(rows, offsets, cluster_ids, masks, code_bits,        \
+                                        bitvals, code_prefix, free_prefix, layouts, idx,     \
+                                        out_pos, out, error, n, num_rows, V, E, align,       \
+                                        row_bytes, buf_words);                               \
+        }                                                                                    \
     }
 
 IBP_FETCH_DECODE(ibp_fetch_decode_w4_o4, u32, u32, 1)

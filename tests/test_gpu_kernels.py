@@ -245,6 +245,36 @@ def test_double_buffered_kernel_gives_the_one_buffer_bits(tmp_path, word_bytes, 
                 assert _bits_equal(_launch(where, ids, double_buffer=True)[0], want)
 
 
+def test_narrow_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> None:
+    """Rows of at most HALF_ROW_BYTES bytes of words decode two a warp in the one-buffer
+    kernel (flat pairs a half-warp each, other pairs one row after the other), one a warp in
+    the double-buffered one: float16 pairs (free bits in three runs), flat and grouped rows,
+    bad ids, an odd count, from pinned and device memory, at tiny and full grids."""
+    from ibp_graph.kernels.fetch_decode import HALF_ROW_BYTES
+
+    rng = np.random.default_rng(31)
+    half = rng.standard_normal((3000, 100)).astype(np.float16)
+    half[::3, 40:] = 0  # grouped rows among the flat ones
+    with _table(half, tmp_path) as table:
+        codec = table.codec
+        assert codec.num_words * codec.word_bytes <= HALF_ROW_BYTES
+        stored = _stored_bytes(table)
+        on_gpu = torch.zeros(stored.size + 16, dtype=torch.uint8, device=CUDA)
+        on_gpu[: stored.size] = torch.from_numpy(stored.copy()).to(CUDA)
+        n = _n(6001)
+        ids = _ids(rng, half.shape[0], n)
+        bad = ids.clone()
+        bad[[1, n // 2, n - 1]] = torch.tensor([-1, half.shape[0], 1 << 40], device=CUDA)
+        for rows_ptr in (codec.rows_ptr, on_gpu.data_ptr()):
+            where = dataclasses.replace(codec, rows_ptr=rows_ptr)
+            for max_blocks in (None, 1):
+                out, error = _launch(where, ids, max_blocks=max_blocks)
+                assert error == [0, 0] and _bits_equal(out, half[ids.cpu().numpy()])
+                got, error = _launch(where, bad, max_blocks=max_blocks)
+                want = _launch(where, bad, max_blocks=max_blocks, double_buffer=True)
+                assert error == want[1] == [2, 0] and torch.equal(got, want[0])
+
+
 def test_double_buffered_tables_fetch_the_same_rows_and_errors(tmp_path) -> None:
     rng = np.random.default_rng(23)
     # 16 KiB rows, half of them dense: two buffers a warp, well over 48 KB a block.

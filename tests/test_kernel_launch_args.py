@@ -43,7 +43,7 @@ import torch
 from conftest import close_while_its_thread_waits
 
 from ibp_graph.cuda_table import as_signed_tensor
-from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM, DeviceCodec
+from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM, HALF_ROW_BYTES, DeviceCodec
 from ibp_graph.kernels.runtime import NVRTC_OPTIONS, cuda_dir
 
 CPU = torch.device("cpu")
@@ -1132,15 +1132,20 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
 
 
 @pytest.mark.parametrize("launcher", ["raw_gather", "fetch_decode"])
-def test_block_warps_size_each_block_and_the_grid_it_needs(launcher, monkeypatch) -> None:
+@pytest.mark.parametrize("v", [16, 65])
+def test_block_warps_size_each_block_and_the_grid_it_needs(launcher, v, monkeypatch) -> None:
+    """The grid covers the rows: one a warp, or two for the fused kernel's rows of at most
+    HALF_ROW_BYTES bytes of words (16 words, not 65)."""
     module = importlib.import_module(f"ibp_graph.kernels.{launcher}")
     launches = record(module, monkeypatch)
     n = 1000
-    launch = fetch_call(module, launcher, n, 16)[0]
+    launch = fetch_call(module, launcher, n, v)[0]
+    rows_per_warp = 2 if launcher == "fetch_decode" and 4 * v <= HALF_ROW_BYTES else 1
     for warps, block in ((None, 256), (1, 32), (8, 256), (32, 1024)):
         launch(block_warps=warps)
         got = launches[-1]
-        assert got.block == (block,) and got.grid == (-(-n // (block // 32)),), warps
+        assert got.block == (block,), warps
+        assert got.grid == (-(-n // (block // 32 * rows_per_warp)),), warps
         assert not check_launch(got)  # within the entry point's __launch_bounds__
         if launcher == "fetch_decode":  # the staging shared memory grows with the warps
             assert got.shared_mem == block // 32 * launches[0].shared_mem // 8

@@ -21,6 +21,7 @@ from ibp_graph.bitops import bit_runs, pdep, popcount
 from ibp_graph.errors import IBPInputError
 from ibp_graph.kernels import runtime
 from ibp_graph.kernels.fetch_decode import (
+    HALF_ROW_BYTES,
     LAYOUT_THREE_RUNS,
     LAYOUT_TWO_RUNS,
     check_launch,
@@ -171,6 +172,20 @@ def test_smem_plan_fits_the_largest_row() -> None:
     assert plan.bytes_per_warp % 16 == 0
     assert plan.bytes_per_block <= 48 * 1024
     assert 1 <= plan.warps_per_block <= 8
+
+
+def test_smem_plan_stages_two_narrow_rows_a_warp() -> None:
+    """The one-buffer kernel decodes rows of at most HALF_ROW_BYTES bytes of words two a warp,
+    each staged in a buffer of its own; the double-buffered kernel keeps one row a warp."""
+    for words, word_bytes in ((64, 4), (32, 8), (1, 4)):
+        plan = smem_plan(words, word_bytes, 4, 48 * 1024)
+        assert words * word_bytes <= HALF_ROW_BYTES and plan.halves and plan.buffers == 1
+        two = smem_plan(words, word_bytes, 4, 48 * 1024, buffers=2)
+        assert not two.halves and two.bytes_per_warp == plan.bytes_per_warp
+    for words, word_bytes in ((65, 4), (33, 8)):
+        plan = smem_plan(words, word_bytes, 4, 48 * 1024)
+        assert not plan.halves
+        assert plan.bytes_per_warp < smem_plan(words, word_bytes, 4, 48 * 1024, 2).bytes_per_warp
 
 
 def test_smem_plan_sized_for_the_longest_stored_row() -> None:

@@ -22,6 +22,7 @@ from ibp_graph.codec import row_layout
 from ibp_graph.cuda_table import raw_bypass
 from ibp_graph.dtypes import row_bytes, rows_to_words
 from ibp_graph.kernels.fetch_decode import (
+    HALF_ROW_BYTES,
     LAYOUT_THREE_RUNS,
     LAYOUT_TWO_RUNS,
     WARP,
@@ -349,6 +350,30 @@ def test_corrupt_row_sets_the_error_slot_and_is_zero_filled(lib, tmp_path) -> No
     out, error = fetch_on_host(lib, table, np.array([good, row, row]), grid=1)
     assert error.tolist() == [0, 2]
     assert (out[1:] == 0).all()  # no half-decoded row
+
+
+@pytest.mark.parametrize("cut", ["payloads", "codes"])
+def test_a_narrow_flat_row_cut_short_is_corrupt_beside_a_good_one(lib, tmp_path, cut) -> None:
+    """Rows of at most HALF_ROW_BYTES bytes of words decode two a warp, one a half-warp: a
+    flat row whose payloads (2 bytes cut) or codes (1 byte left) run past its stored length is
+    zero-filled and reported, in either half, while the other half's row decodes."""
+    x = np.random.default_rng(12).standard_normal((40, 100)).astype(np.float16)
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    params = table.params
+    assert params.num_words * params.word_bytes <= HALF_ROW_BYTES
+    flat = [i for i in range(40) if _row_kinds(table, np.array([i])) == {"flat"}]
+    first, second, row = flat[:3]  # rows before `row` keep their bytes
+    length = int(table.offsets[row + 1] - table.offsets[row]) * table.align
+    table._offsets = table.offsets.copy()
+    table._offsets[row + 1 :] -= 2 if cut == "payloads" else length - 1
+    # flat rows two a warp: the cut row in the second half, then in the first
+    ids = np.array([first, row, row, second, second, first])
+    for warps in (1, 2):
+        out, error = fetch_on_host(lib, table, ids, grid=1, warps=warps)
+        assert error.tolist() == [0, 2]
+        assert (out[[1, 2]] == 0).all()  # no half-decoded row
+        good = [0, 3, 4, 5]
+        assert np.array_equal(out[good], x[ids[good]].view(np.uint8).reshape(len(good), -1))
 
 
 @pytest.mark.parametrize("double_buffer", [False, True])

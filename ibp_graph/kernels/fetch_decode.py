@@ -27,6 +27,10 @@ from .runtime import (
 
 SOURCE = "fetch_decode.cu"
 WARP = 32
+#: The one-buffer kernel decodes rows of at most this many bytes of words two a warp, one a
+#: half-warp (the kernel's HALF_ROW_BYTES): 16 lanes of 16 bytes.
+HALF_ROW_BYTES = 256
+
 #: Shared memory a block may use without opting in.
 DEFAULT_SMEM = 48 * 1024
 
@@ -38,7 +42,8 @@ class SmemPlan:
     buf_words: int  # u32 words staging one row (16-byte chunks plus zeroed slack)
     bytes_per_warp: int
     warps_per_block: int
-    buffers: int = 1  # staging buffers per warp (2: double buffering)
+    buffers: int = 1  # the kernel's staging buffers per warp (2: double buffering)
+    halves: bool = False  # two rows a warp, one a half-warp, in two staging buffers
 
     @property
     def bytes_per_block(self) -> int:
@@ -61,7 +66,9 @@ def smem_plan(
     longest is known and shorter) and may start anywhere in a 16-byte chunk, so it spans at
     most ``ceil((15 + that) / 16)`` chunks; two zero words follow for reads that straddle the
     end. A warp has ``buffers`` such buffers (2: double buffering), then the V code bytes and
-    C subgroup bytes. The kernel refuses a row longer than its buffer (``error[1]``).
+    C subgroup bytes. The one-buffer kernel decodes rows of at most `HALF_ROW_BYTES` bytes of
+    words two a warp, one a half-warp (``halves``), each staged in a buffer of its own: two
+    buffers. The kernel refuses a row longer than its buffer (``error[1]``).
 
     Sizing for the longest stored row rather than the raw width matters for sparse tables:
     Cora's 5,732-byte rows are stored in at most 80 bytes, so a warp's share shrinks from
@@ -83,7 +90,8 @@ def smem_plan(
     chunks = -(-(15 + raw) // 16)
     buf_words = 4 * chunks + 4
     extra_words = -(-(num_words + -(-num_words // 32)) // 4)
-    per_warp = ((buffers * buf_words + extra_words + 3) & ~3) * 4
+    halves = buffers == 1 and num_words * word_bytes <= HALF_ROW_BYTES
+    per_warp = (((2 if halves else buffers) * buf_words + extra_words + 3) & ~3) * 4
     if per_warp > max_smem:
         staged = "double-buffered " if buffers == 2 else ""
         raise ValueError(
@@ -93,7 +101,11 @@ def smem_plan(
         )
     warps = max(1, min(int(warps), max_smem // per_warp))
     return SmemPlan(
-        buf_words=buf_words, bytes_per_warp=per_warp, warps_per_block=warps, buffers=buffers
+        buf_words=buf_words,
+        bytes_per_warp=per_warp,
+        warps_per_block=warps,
+        buffers=buffers,
+        halves=halves,
     )
 
 
@@ -465,8 +477,9 @@ def fetch_decode(
         fn = kernel(
             SOURCE, _entry(codec, double_buffer), device.index, max_smem=max_smem if wide else None
         )
+        rows_per_block = plan.warps_per_block * (2 if plan.halves else 1)
         grid = grid_size(
-            -(-spans[0][1] // plan.warps_per_block),
+            -(-spans[0][1] // rows_per_block),
             device,
             max_blocks,
             kernel_fn=fn,
