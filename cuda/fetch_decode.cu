@@ -213,11 +213,14 @@ __device__ __forceinline__ T ro(const T* p, u32 i) {
 #endif
 }
 
+// The inclusive sum of `v` over the lanes of each LANES-lane segment of the warp (32: the
+// whole warp; 16: each half), up to this lane.
+template <int LANES = 32>
 __device__ __forceinline__ u32 warp_inclusive_scan(u32 v, int lane) {
 #pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
+    for (int d = 1; d < LANES; d <<= 1) {
         const u32 t = __shfl_up_sync(FULL_MASK, v, d);
-        if (lane >= d) v += t;
+        if ((lane & (LANES - 1)) >= d) v += t;
     }
     return v;
 }
@@ -667,6 +670,35 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
     if (!fits) reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
 }
 
+// Store a lane's K words of columns j .. j + K - 1 (16 bytes) of `out_row`, whatever its
+// alignment: one 16-byte store where it is 16-byte aligned, two 8-byte stores where it is
+// 8-byte aligned, else word by word.
+template <typename W, int K>
+__device__ __forceinline__ void store_lane_words_any(u8* out_row, int j, u32 in_row,
+                                                     const W (&word)[K], int row_bytes,
+                                                     bool word_aligned) {
+    static_assert(K * sizeof(W) == 16, "16 bytes of words");
+    constexpr int H = K / 2;
+    if (((size_t)out_row & 15) == 0) {
+        store_lane_words<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
+    } else if (((size_t)out_row & 7) == 0) {
+        W lo[H], hi[H];
+#pragma unroll
+        for (int i = 0; i < H; ++i) {
+            lo[i] = word[i];
+            hi[i] = word[H + i];
+        }
+        store_lane_words<W, H>(out_row, j, in_row & ((1u << H) - 1u), lo, row_bytes,
+                               word_aligned);
+        store_lane_words<W, H>(out_row, j + H, in_row >> H, hi, row_bytes, word_aligned);
+    } else {
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            if ((in_row >> i) & 1u) store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
+        }
+    }
+}
+
 // The pass of decode_row for a flat (ungrouped) row, K neighbouring columns a lane (16 or 8
 // bytes of words; `out_row` aligned to that), 32 K columns a step. Every column has a code, so
 // a lane's codes are one field at its first column's code prefix (`cpre`, from `code_at`),
@@ -676,21 +708,28 @@ __device__ void decode_grouped_no_free(const u32* buf, const u8* subs, const Sta
 // The lane loads its layout words in one load where aligned and stores its words in one. A
 // lane whose columns run past the row takes them word by word. Returns false (and stops)
 // when the payloads run past the row's `len_bits`.
-template <typename W, int K>
+//
+// LANES 16 (fetch_decode_halves): each half of the warp decodes a row of its own of at most
+// 16 K words, in one step, the scan and the shuffles over its 16 lanes, its `out_row` aligned
+// to its words or not; a half that is not `live` (no request, or its codes run past its row)
+// takes part in the shuffles with no column. A half's `return false` comes after the step's
+// last shuffle, so the halves never part ways at one.
+template <typename W, int K, int LANES = 32>
 __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 base,
                                   u64 len_bits, const W* __restrict__ entries,
                                   const u32* __restrict__ cpre,
                                   const u32* __restrict__ layout_of,
                                   const W* __restrict__ mask_of, u8* out_row, int V,
-                                  int row_bytes, bool word_aligned, int lane) {
+                                  int row_bytes, bool word_aligned, int lane,
+                                  bool live = true) {
     const int TB = Word<W>::BITS;
     const bool vec_layouts = ((size_t)layout_of % (4 * K)) == 0;
-    for (int j0 = 0; j0 < V; j0 += 32 * K) {
-        const int j = j0 + K * lane;  // the lane's first column
-        const bool whole = j + K <= V;  // all K columns in the row
-        const u32 in_row = lane_in_row<K>(j, V);
+    // (16 lanes: one step, since V <= 16 K)
+    for (int j0 = 0; j0 < (LANES == 32 ? V : 1); j0 += LANES * K) {
+        const int j = j0 + K * (lane & (LANES - 1));  // the lane's first column
+        const u32 in_row = live ? lane_in_row<K>(j, V) : 0u;
         u32 layout[K];
-        if (whole && vec_layouts) {  // K layout words in one load
+        if (in_row == (1u << K) - 1u && vec_layouts) {  // K layout words in one load
             load_vector<u32, K>(layout_of + j, layout);
         } else {
 #pragma unroll
@@ -717,9 +756,9 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
                 lane_bits += code[i] == esc[i] ? (u32)TB : layout_free_bits(layout[i]);
             }
         }
-        const u32 incl = warp_inclusive_scan(lane_bits, lane);
-        const u32 end = cursor + __shfl_sync(FULL_MASK, incl, 31);
-        if ((u64)(end - base) > len_bits) return false;  // warp-uniform
+        const u32 incl = warp_inclusive_scan<LANES>(lane_bits, lane);
+        const u32 end = cursor + __shfl_sync(FULL_MASK, incl, lane | (LANES - 1));
+        if (live && (u64)(end - base) > len_bits) return false;  // uniform in the segment
         u32 at = cursor + incl - lane_bits;
         W word[K];
 #pragma unroll
@@ -735,7 +774,13 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
                                         deposit<W>(payload, layout[i], mask_of + j + i));
             }
         }
-        store_lane_words<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
+        if (LANES == 32 || in_row != 0) {  // (a half that is not live writes nothing)
+            if constexpr (LANES == 32) {
+                store_lane_words<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
+            } else {
+                store_lane_words_any<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
+            }
+        }
         cursor = end;
     }
     return true;
@@ -908,42 +953,11 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
 // two a warp, one a half-warp of 16 lanes with 16 bytes of words each (fetch_decode_halves).
 #define HALF_ROW_BYTES 256
 
-// Store a lane's K words of columns j .. j + K - 1 (16 bytes) of `out_row`, whatever its
-// alignment: one 16-byte store where it is 16-byte aligned, two 8-byte stores where it is
-// 8-byte aligned, else word by word.
-template <typename W, int K>
-__device__ __forceinline__ void store_lane_words_any(u8* out_row, int j, u32 in_row,
-                                                     const W (&word)[K], int row_bytes,
-                                                     bool word_aligned) {
-    static_assert(K * sizeof(W) == 16, "16 bytes of words");
-    constexpr int H = K / 2;
-    if (((size_t)out_row & 15) == 0) {
-        store_lane_words<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
-    } else if (((size_t)out_row & 7) == 0) {
-        W lo[H], hi[H];
-#pragma unroll
-        for (int i = 0; i < H; ++i) {
-            lo[i] = word[i];
-            hi[i] = word[H + i];
-        }
-        store_lane_words<W, H>(out_row, j, in_row & ((1u << H) - 1u), lo, row_bytes,
-                               word_aligned);
-        store_lane_words<W, H>(out_row, j + H, in_row >> H, hi, row_bytes, word_aligned);
-    } else {
-#pragma unroll
-        for (int i = 0; i < K; ++i) {
-            if ((in_row >> i) & 1u) store_word<W>(out_row, j + i, word[i], row_bytes, word_aligned);
-        }
-    }
-}
-
 // A flat row of at most 16 K words (K = LaneWords) decoded by one half of the warp (`lane`'s
-// bit 4 says which; K neighbouring columns a lane), while the other half decodes another: the
-// step of decode_flat_spans, its scan and shuffles over each half's 16 lanes. Both halves run
-// the same instructions: a half without a request (`active` false) takes part with no column,
-// and a row whose codes or payloads run past its stored length (zeroed, output position `p`
-// recorded in `error[1]`) leaves only after the shuffles. `s`: the staged row (in `buf`), of
-// cluster `s.cluster`; `out_row` aligned to its word or not.
+// bit 4 says which) while the other half decodes another: decode_flat_spans over 16 lanes.
+// `s`: the staged row (in `buf`), of cluster `s.cluster`; `active` false: the half has no
+// request and only takes part. A row whose codes or payloads run past its stored length is
+// zeroed and output position `p` recorded in `error[1]`.
 template <typename W>
 __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u8* out_row,
                                  int* error, i64 p, const W* __restrict__ masks,
@@ -951,81 +965,23 @@ __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u
                                  const u32* __restrict__ code_prefix,
                                  const u32* __restrict__ layouts, int V, int E, int row_bytes,
                                  bool word_aligned, int lane) {
-    constexpr int K = LaneWords<W>::value;
-    const int TB = Word<W>::BITS;
-    const int hl = lane & 15;
     const int c = active ? s.cluster : 0;
     const u32 base = (u32)(s.start & 15ull) * 8u;
     const u64 len_bits = (u64)s.len * 8;
     const u32* __restrict__ cpre = held(code_prefix + (size_t)c * (V + 1));
     const u32 code_at = base + 1;  // the codes, past the row's flag bit
     const u32 cursor = code_at + ro(cpre, (u32)V);  // the payloads, past every code
-    bool ok = active && (u64)(cursor - base) <= len_bits;
-    const W* __restrict__ entries = held(bitvals + (size_t)c * E * V);  // [e * V + j]
-    const u32* __restrict__ layout_of = held(layouts + (size_t)c * V);
-    const W* __restrict__ mask_of = masks + (size_t)c * V;
-    const int j = K * hl;  // the lane's first column
-    const u32 in_row = ok ? lane_in_row<K>(j, V) : 0u;
-    u32 layout[K];
-    if (in_row == (1u << K) - 1u && ((size_t)layout_of % (4 * K)) == 0) {
-        load_vector<u32, K>(layout_of + j, layout);
-    } else {
-#pragma unroll
-        for (int i = 0; i < K; ++i) {
-            layout[i] = (in_row >> i) & 1u ? ro(layout_of, (u32)(j + i)) : 0u;
+    const bool live = active && (u64)(cursor - base) <= len_bits;
+    const bool fits = decode_flat_spans<W, LaneWords<W>::value, 16>(
+        buf, code_at, cursor, base, len_bits, held(bitvals + (size_t)c * E * V), cpre,
+        held(layouts + (size_t)c * V), masks + (size_t)c * V, out_row, V, row_bytes,
+        word_aligned, lane, live);
+    if (active && !(live && fits)) {
+        if ((lane & 15) == 0) record_first(&error[1], p);
+        for (int j = lane & 15; j < V; j += 16) {
+            store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
         }
     }
-    u32 code_bits_total = 0;
-#pragma unroll
-    for (int i = 0; i < K; ++i) code_bits_total += (u32)layout_code_width(layout[i]);
-    const u32 field =
-        in_row != 0 ? read_bits(buf, code_at + ro(cpre, (u32)j), (int)code_bits_total) : 0u;
-    u32 code[K], esc[K];
-    u32 lane_bits = 0;  // the lane's payload bits
-    u32 shift = 0;
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-        const int b = layout_code_width(layout[i]);
-        esc[i] = (1u << b) - 1u;
-        code[i] = (field >> shift) & esc[i];
-        shift += (u32)b;
-        if ((in_row >> i) & 1u) {
-            lane_bits += code[i] == esc[i] ? (u32)TB : layout_free_bits(layout[i]);
-        }
-    }
-    u32 incl = lane_bits;  // the half's inclusive scan
-#pragma unroll
-    for (int d = 1; d < 16; d <<= 1) {
-        const u32 t = __shfl_up_sync(FULL_MASK, incl, d);
-        if (hl >= d) incl += t;
-    }
-    const u32 end = cursor + __shfl_sync(FULL_MASK, incl, lane | 15);
-    ok = ok && (u64)(end - base) <= len_bits;
-    if (!ok) {
-        if (active) {
-            if (hl == 0) record_first(&error[1], p);
-            for (int jj = hl; jj < V; jj += 16) {
-                store_word<W>(out_row, jj, W(0), row_bytes, word_aligned);
-            }
-        }
-        return;
-    }
-    u32 at = cursor + incl - lane_bits;
-    W word[K];
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-        word[i] = W(0);
-        if ((in_row >> i) & 1u) {
-            const bool escaped = code[i] == esc[i];
-            const int w = escaped ? TB : (int)layout_free_bits(layout[i]);
-            const W payload = read_word<W>(buf, at, w);
-            at += (u32)w;
-            word[i] = escaped ? payload
-                              : (W)(ro(entries, code[i] * (u32)V + (u32)(j + i)) |
-                                    deposit<W>(payload, layout[i], mask_of + j + i));
-        }
-    }
-    store_lane_words_any<W, K>(out_row, j, in_row, word, row_bytes, word_aligned);
 }
 
 // The one-buffer kernel's loop for rows of at most HALF_ROW_BYTES bytes of words: requests r
