@@ -968,7 +968,7 @@ __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u
     const int c = active ? s.cluster : 0;
     const u32 base = (u32)(s.start & 15ull) * 8u;
     const u64 len_bits = (u64)s.len * 8;
-    const u32* __restrict__ cpre = held(code_prefix + (size_t)c * (V + 1));
+    const u32* __restrict__ cpre = code_prefix + (size_t)c * (V + 1);
     const u32 code_at = base + 1;  // the codes, past the row's flag bit
     const u32 cursor = code_at + ro(cpre, (u32)V);  // the payloads, past every code
     const bool live = active && (u64)(cursor - base) <= len_bits;
