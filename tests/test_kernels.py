@@ -174,6 +174,21 @@ def test_smem_plan_fits_the_largest_row() -> None:
     assert 1 <= plan.warps_per_block <= 8
 
 
+def test_the_launchers_constants_are_the_kernels() -> None:
+    """HALF_ROW_BYTES and the layout word's flags are defined in cuda/fetch_decode.cu and again
+    for the host (its plan and column_layouts): the two must agree."""
+    from ibp_graph.kernels.runtime import read_source
+
+    defines = dict(re.findall(r"^#define (\w+) (.+)$", read_source("fetch_decode.cu"), re.M))
+    assert int(defines["HALF_ROW_BYTES"]) == HALF_ROW_BYTES
+    for name, value in (
+        ("LAYOUT_TWO_RUNS", LAYOUT_TWO_RUNS),
+        ("LAYOUT_THREE_RUNS", LAYOUT_THREE_RUNS),
+    ):
+        shift = re.fullmatch(r"\(1u << (\d+)\)", defines[name])
+        assert shift and 1 << int(shift.group(1)) == value, name
+
+
 def test_smem_plan_stages_two_narrow_rows_a_warp() -> None:
     """The one-buffer kernel decodes rows of at most HALF_ROW_BYTES bytes of words two a warp,
     each staged in a buffer of its own; the double-buffered kernel keeps one row a warp."""

@@ -416,7 +416,9 @@ def fetch_decode(
     ``error`` is a zeroed ``(2,)`` int32 CUDA tensor: afterwards ``error[0]`` holds 1 + the
     smallest output position of an out-of-range id and ``error[1]`` 1 + the smallest output
     position of a corrupt row (0 when none); the output rows of both are zero-filled, so every
-    row of ``out`` is written. Give every launch its own slots, zeroed on ``stream``. The
+    row of ``out`` is written. A warp decodes a row; the one-buffer kernel decodes rows of at
+    most `HALF_ROW_BYTES` bytes of words two a warp, one a half-warp. Give every launch its
+    own slots, zeroed on ``stream``. The
     launch does not synchronise; ``stream`` waits for the work queued on torch's current
     stream before it starts.
 
