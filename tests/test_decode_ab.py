@@ -112,9 +112,8 @@ def test_a_baseline_with_the_same_entry_points_is_accepted(tmp_path, nvrtc) -> N
 
 
 def test_a_baseline_the_launcher_cannot_launch_is_refused(tmp_path, nvrtc) -> None:
-    one_more = CURRENT.replace(
-        "int row_bytes, int buf_words) {", "int row_bytes, int buf_words, int extra) {"
-    )
+    macro = "i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {"
+    one_more = CURRENT.replace(macro, macro.replace("buf_words)", "buf_words, int extra)"))
     assert one_more.count("int extra") == 1  # the entry points' macro
     with pytest.raises(SystemExit, match=r"ibp_fetch_decode_\w+ takes other parameters .*\(21\)"):
         decode_ab.check_sources(_baseline(tmp_path, one_more))
