@@ -124,7 +124,10 @@ def walk(listing: Listing, start: str, decisions: str, stop: str | None = None) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Prints the count, and the branch where a decision is needed; writes no file.",
+    )
     parser.add_argument("listing", type=Path, help="nvdisasm -c -g output")
     parser.add_argument("function", help="the kernel's name, e.g. ibp_fetch_decode_w4_o4")
     parser.add_argument("start", help="a label (.L_x_N) or hex address to start from")

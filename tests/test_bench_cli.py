@@ -22,6 +22,7 @@ COMMITTED = "folder for the results (default: benchmarks/results/, the committed
 OTHER_OUT = {
     "bundle_planetoid.py": "--out OUT folder for the .npz files (default: ibp_graph/data/",
     "profile_fetch.py": "--out OUT --summarise: the markdown page (default: profile.md",
+    "sass_walk.py": "writes no file",
     "scoreboard.py": "--out OUT where targets.md/json go (default: the --results folder)",
 }
 
