@@ -93,11 +93,11 @@ PTX_ARCH = "compute_80"
 def entry_points(text: str, name: str) -> dict[str, tuple[str, ...]]:
     """The PTX entry points of CUDA source ``text`` (called ``name``): name -> parameter types.
 
-    Compiled with NVRTC (the dev extra) for `PTX_ARCH` with the package's options (once per
-    text and name: a compile takes seconds). Raises SystemExit naming ``name`` when NVRTC is
-    missing or the source does not compile.
+    Compiled with NVRTC (the dev extra) for `PTX_ARCH` with the package's options less the
+    optimiser (`SIGNATURE_OPTIONS`: the signatures are the same), once per text and name.
+    Raises SystemExit naming ``name`` when NVRTC is missing or the source does not compile.
     """
-    from ibp_graph.kernels.runtime import NVRTC_OPTIONS
+    from ibp_graph.kernels.runtime import SIGNATURE_OPTIONS
 
     try:
         from cupy.cuda import nvrtc
@@ -107,7 +107,7 @@ def entry_points(text: str, name: str) -> dict[str, tuple[str, ...]]:
         raise SystemExit(f"decode_ab: NVRTC is needed to compare the kernels ({exc})") from None
     prog = nvrtc.createProgram(text, name, [], [])
     try:
-        nvrtc.compileProgram(prog, [f"--gpu-architecture={PTX_ARCH}", *NVRTC_OPTIONS])
+        nvrtc.compileProgram(prog, [f"--gpu-architecture={PTX_ARCH}", *SIGNATURE_OPTIONS])
     except nvrtc.NVRTCError:
         log = nvrtc.getProgramLog(prog).strip().splitlines()
         raise SystemExit(

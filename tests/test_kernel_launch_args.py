@@ -44,7 +44,7 @@ from conftest import close_while_its_thread_waits
 
 from ibp_graph.cuda_table import as_signed_tensor
 from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM, HALF_ROW_BYTES, DeviceCodec
-from ibp_graph.kernels.runtime import NVRTC_OPTIONS, cuda_dir
+from ibp_graph.kernels.runtime import SIGNATURE_OPTIONS, cuda_dir
 
 CPU = torch.device("cpu")
 
@@ -943,7 +943,7 @@ def test_parsed_signatures_match_nvrtcs_ptx(source) -> None:
     except Exception as exc:  # noqa: BLE001 - any failure to load NVRTC means: cannot check
         pytest.skip(f"NVRTC is not loadable here ({type(exc).__name__}: {exc})")
     prog = nvrtc.createProgram((cuda_dir() / source).read_text(), source, [], [])
-    nvrtc.compileProgram(prog, ["--gpu-architecture=compute_80", *NVRTC_OPTIONS])
+    nvrtc.compileProgram(prog, ["--gpu-architecture=compute_80", *SIGNATURE_OPTIONS])
     ptx = nvrtc.getPTX(prog)
     ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
     compiled = {

@@ -58,9 +58,9 @@ def test_every_kernel_compiles(source: str, arch: str, nvrtc) -> None:
 
 
 def _ptx_entries(nvrtc, text: str, name: str) -> dict[str, list[str]]:
-    """The PTX entry points of ``text`` (sm_80, the package's options): name -> parameters."""
+    """The PTX entry points of ``text`` (sm_80, `SIGNATURE_OPTIONS`): name -> parameters."""
     prog = nvrtc.createProgram(text, name, [], [])
-    nvrtc.compileProgram(prog, ["--gpu-architecture=sm_80", *NVRTC_OPTIONS])
+    nvrtc.compileProgram(prog, ["--gpu-architecture=sm_80", *runtime.SIGNATURE_OPTIONS])
     ptx = nvrtc.getPTX(prog)
     ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
     found = re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)
@@ -1105,11 +1105,15 @@ def test_line_information_is_asked_for_by_its_variable_and_compiles(nvrtc, monke
     assert nvrtc_options() == NVRTC_OPTIONS
     monkeypatch.setenv(LINEINFO_ENV, "1")
     assert nvrtc_options() == (*NVRTC_OPTIONS, "-lineinfo")
-    text = (cuda_dir() / "fetch_decode.cu").read_text()
+    # One entry point, to PTX only (quicker): every kernel's whole build is
+    # test_every_kernel_compiles.
+    text = runtime.entry_source(
+        (cuda_dir() / "fetch_decode.cu").read_text(), "ibp_fetch_decode_db_w4_o4"
+    )
     ptx = {}
     for options in (NVRTC_OPTIONS, nvrtc_options()):
         prog = nvrtc.createProgram(text, "fetch_decode.cu", [], [])
-        nvrtc.compileProgram(prog, ["--gpu-architecture=sm_90", *options])
+        nvrtc.compileProgram(prog, ["--gpu-architecture=compute_90", *options])
         out = nvrtc.getPTX(prog)
         ptx[options] = out.decode() if isinstance(out, bytes) else out
     # The PTX of the second names its lines in fetch_decode.cu; the first's does not.
@@ -1131,7 +1135,7 @@ def test_a_module_built_with_line_information_names_its_file(nvrtc, monkeypatch)
     # Compiled under CuPy's name for it (a temporary file), the lines name the source file,
     # and keep their numbers: the entry's own line is where the file has it.
     prog = nvrtc.createProgram(text, "/tmp/gone/kern.cu", [], [])
-    nvrtc.compileProgram(prog, ["--gpu-architecture=sm_90", *options])
+    nvrtc.compileProgram(prog, ["--gpu-architecture=compute_90", *options])
     ptx = nvrtc.getPTX(prog)
     ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
     files = dict(re.findall(r'\.file\s+(\d+)\s+"([^"]+)"', ptx))
