@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -54,33 +55,57 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ibp"))
 
 #: The test that waits for the sanitized runs (tests/test_kernels_sanitized.py).
 SANITIZED_TEST = "test_host_kernel_tests_pass_under_the_sanitizer"
-#: The runs of `sanitize.start_ci_runs`, and their folder, in the session's stash.
-SANITIZED_RUNS = pytest.StashKey[tuple[dict, str]]()
+#: The processes of `sanitize.start_ci_runs`, and their folder, in the starter's stash.
+SANITIZED_RUNS = pytest.StashKey[tuple[list, Path]]()
+
+
+def _xdist_sanitized_folder(testrunuid: str) -> Path:
+    """The sanitized runs' folder of a pytest-xdist run: its controller's and every worker's."""
+    return Path(tempfile.gettempdir()) / f"ibp-graph-sanitized-{testrunuid}"
+
+
+def _start_sanitized_runs(config: pytest.Config, nodeids: list[str], folder: Path | None) -> None:
+    """Start the sanitized runs the tests ``nodeids`` include a wait for, writing in ``folder``
+    (a new temporary folder if None)."""
+    chosen = [m.group(1) for i in nodeids if (m := re.search(rf"{SANITIZED_TEST}\[(.+)\]$", i))]
+    if chosen and not config.option.collectonly:
+        if folder is None:
+            folder = Path(tempfile.mkdtemp(prefix="ibp-graph-sanitized-"))
+        folder.mkdir(exist_ok=True)
+        config.stash[SANITIZED_RUNS] = (sanitize.start_ci_runs(chosen, folder), folder)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the sanitized runs that collected tests wait for, now, beside the whole suite.
 
-    Each is a process of a few minutes; started before the first test, they use the core time
-    the suite leaves idle (much of it runs on one thread) instead of adding their time to its
-    end. Not under ``--collect-only``.
+    Each is a process of a few minutes; started before the first test, they use core time the
+    suite leaves idle instead of adding their time to its end. Not under ``--collect-only``;
+    under pytest-xdist (``-n``), the controller starts them
+    (`pytest_xdist_node_collection_finished`), not each worker.
     """
-    chosen = [
-        item.callspec.params["names"]
-        for item in session.items
-        if getattr(item, "originalname", None) == SANITIZED_TEST
-    ]
-    if chosen and not session.config.option.collectonly:
-        folder = tempfile.mkdtemp(prefix="ibp-graph-sanitized-")
-        runs = sanitize.start_ci_runs(chosen, Path(folder))
-        session.config.stash[SANITIZED_RUNS] = (runs, folder)
+    if not hasattr(session.config, "workerinput"):
+        _start_sanitized_runs(session.config, [item.nodeid for item in session.items], None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """pytest-xdist's controller, as its first worker has collected: start the sanitized runs."""
+    if node.config.stash.get(SANITIZED_RUNS, None) is None:
+        folder = _xdist_sanitized_folder(node.workerinput["testrunuid"])
+        _start_sanitized_runs(node.config, list(ids), folder)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker a core, at most 4 (each holds torch, PyG and DGL: about 1 GB)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     started = session.config.stash.get(SANITIZED_RUNS, None)
     if started is not None:
-        runs, folder = started
-        sanitize.stop_runs(runs)
+        procs, folder = started
+        sanitize.stop_runs(procs)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -107,9 +132,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def sanitized_runs(request) -> dict:
-    """The sanitized runs started at collection, per sanitizer list (`sanitize.start_ci_runs`)."""
-    return request.config.stash[SANITIZED_RUNS][0]
+def sanitized_runs(request) -> Path:
+    """The folder of the sanitized runs started at collection (`sanitize.start_ci_runs`)."""
+    started = request.config.stash.get(SANITIZED_RUNS, None)
+    if started is not None:
+        return started[1]
+    return _xdist_sanitized_folder(request.config.workerinput["testrunuid"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -213,6 +213,19 @@ def test_255_clusters(tmp_path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _stored_bytes(table) -> np.ndarray:
+    cpu = table.cpu_table
+    return np.asarray(cpu.rows_section).view(np.uint8)[: cpu.stored_bytes]
+
+
+def _rows_in_gpu_memory(table) -> torch.Tensor:
+    """A copy of ``table``'s stored rows in GPU memory, with the 16 readable bytes past them."""
+    stored = _stored_bytes(table)
+    on_gpu = torch.zeros(stored.size + 16, dtype=torch.uint8, device=CUDA)
+    on_gpu[: stored.size] = torch.from_numpy(stored.copy()).to(CUDA)
+    return on_gpu
+
+
 @pytest.mark.parametrize("word_bytes,offsets", [(4, torch.int32), (8, torch.int64)])
 def test_double_buffered_kernel_gives_the_one_buffer_bits(tmp_path, word_bytes, offsets) -> None:
     rng = np.random.default_rng(20 + word_bytes)
@@ -224,9 +237,7 @@ def test_double_buffered_kernel_gives_the_one_buffer_bits(tmp_path, word_bytes, 
     ]:
         with _table(x, tmp_path, word_bytes=word_bytes) as table:
             codec = dataclasses.replace(table.codec, offsets=table.codec.offsets.to(offsets))
-            stored = _stored_bytes(table)
-            on_gpu = torch.zeros(stored.size + 16, dtype=torch.uint8, device=CUDA)
-            on_gpu[: stored.size] = torch.from_numpy(stored.copy()).to(CUDA)
+            on_gpu = _rows_in_gpu_memory(table)
             n = _n(6000)
             ids = _ids(rng, x.shape[0], n)
             bad = ids.clone()
@@ -258,9 +269,7 @@ def test_narrow_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> None:
     with _table(half, tmp_path) as table:
         codec = table.codec
         assert codec.num_words * codec.word_bytes <= HALF_ROW_BYTES
-        stored = _stored_bytes(table)
-        on_gpu = torch.zeros(stored.size + 16, dtype=torch.uint8, device=CUDA)
-        on_gpu[: stored.size] = torch.from_numpy(stored.copy()).to(CUDA)
+        on_gpu = _rows_in_gpu_memory(table)
         n = _n(6001)
         ids = _ids(rng, half.shape[0], n)
         bad = ids.clone()
@@ -459,18 +468,11 @@ def test_a_corrupt_row_sets_its_slot_and_is_zero_filled(tmp_path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _stored_bytes(table) -> np.ndarray:
-    cpu = table.cpu_table
-    return np.asarray(cpu.rows_section).view(np.uint8)[: cpu.stored_bytes]
-
-
 def test_decoding_rows_that_sit_in_device_memory(tmp_path) -> None:
     rng = np.random.default_rng(7)
     x = _sparse(rng, 900, 77)
     with _table(x, tmp_path, word_bytes=8, align=16) as table:
-        stored = _stored_bytes(table)
-        on_gpu = torch.zeros(stored.size + 16, dtype=torch.uint8, device=CUDA)
-        on_gpu[: stored.size] = torch.from_numpy(stored.copy()).to(CUDA)
+        on_gpu = _rows_in_gpu_memory(table)
         codec = dataclasses.replace(table.codec, rows_ptr=on_gpu.data_ptr())
         idx = _ids(rng, 900, 3000)
         out, error = _launch(codec, idx)

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -751,14 +752,33 @@ def test_a_test_shard_keeps_every_nth_test_and_the_shards_keep_each_once() -> No
         return [line for line in done.stdout.splitlines() if "::" in line]
 
     whole = ids("")
-    shards = [ids(f"{i}/3") for i in (1, 2, 3)]
-    assert len(whole) > 3 and all(shards)
-    assert sorted(sum(shards, [])) == sorted(whole)  # each test in exactly one shard
-    assert shards[0] == whole[0::3] and shards[2] == whole[2::3]  # in the suite's order
+    assert len(whole) > 3 and ids("2/3") == whole[1::3]  # in the suite's order
+    done = collected("4/3")
+    assert done.returncode != 0
+    assert "IBP_GRAPH_TEST_SHARD must be i/n with 1 <= i <= n, got '4/3'" in done.stderr
+
+
+def test_the_shard_hook_splits_a_selection_into_disjoint_parts(monkeypatch) -> None:
+    """The hook itself, in this process: every shard of 7 selected tests, and bad values."""
+    from conftest import pytest_collection_modifyitems as shard
+
+    deselected: list = []
+    config = types.SimpleNamespace(
+        hook=types.SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items))
+    )
+    whole = [f"test_{i}" for i in range(7)]
+    shards = []
+    for i in (1, 2, 3):
+        monkeypatch.setenv("IBP_GRAPH_TEST_SHARD", f"{i}/3")
+        items, deselected[:] = list(whole), []
+        shard(config, items)
+        assert items == whole[i - 1 :: 3] and sorted(items + deselected) == whole
+        shards.append(items)
+    assert sorted(sum(shards, [])) == whole  # each test in exactly one shard
     for bad in ("0/3", "4/3", "2", "a/b"):
-        done = collected(bad)
-        assert done.returncode != 0
-        assert f"IBP_GRAPH_TEST_SHARD must be i/n with 1 <= i <= n, got '{bad}'" in done.stderr
+        monkeypatch.setenv("IBP_GRAPH_TEST_SHARD", bad)
+        with pytest.raises(pytest.UsageError, match=f"1 <= i <= n, got '{bad}'"):
+            shard(config, list(whole))
 
 
 def test_the_gpu_tests_collect_without_dgl_and_ogb() -> None:

@@ -101,15 +101,13 @@ KERNEL_TEST_TIMEOUT_S = 1200
 @pytest.mark.slow
 @pytest.mark.parametrize("names", KERNEL_TEST_SANITIZERS)
 def test_host_kernel_tests_pass_under_the_sanitizer(names, sanitized_runs) -> None:
-    run = sanitized_runs[names]
+    try:
+        run = sanitize.ci_run_result(names, sanitized_runs, KERNEL_TEST_TIMEOUT_S)
+    except TimeoutError as exc:
+        pytest.fail(str(exc))
     if isinstance(run, str):
         pytest.skip(run)
-    proc, log = run
-    try:
-        code = proc.wait(timeout=KERNEL_TEST_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the host kernel tests under {names} took over {KERNEL_TEST_TIMEOUT_S} s")
-    out = log.read_text(errors="replace")
+    code, out = run
     why = sanitize.startup_failure(out) if code else None
     if why is not None:
         pytest.skip(f"the sanitizer cannot run on this machine: {why}")
@@ -227,3 +225,15 @@ def test_warnings_stop_the_harness_build_unless_told_otherwise(
     with pytest.raises(host_hops.HarnessBuildError, match="stopped here"):
         host_hops.build(tmp_path / "lib.so")
     assert ("-Werror" in seen[0]) is expected and "-Wall" in seen[0]
+
+
+def test_a_wait_for_a_sanitized_run_gives_its_skip_reason_its_result_or_a_timeout(
+    tmp_path,
+) -> None:
+    (tmp_path / "thread.skip").write_text("g++ has no libtsan.so (the thread sanitizer)")
+    assert sanitize.ci_run_result("thread", tmp_path, 5).startswith("g++ has no libtsan.so")
+    (tmp_path / "address-undefined.log").write_text("1 failed")
+    (tmp_path / "address-undefined.status").write_text("1")
+    assert sanitize.ci_run_result("address,undefined", tmp_path, 5) == (1, "1 failed")
+    with pytest.raises(TimeoutError, match="under thread,undefined took over 0.2 s"):
+        sanitize.ci_run_result("thread,undefined", tmp_path, 0.2)

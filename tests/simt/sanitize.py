@@ -37,6 +37,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 #: Environment variable naming the sanitizers the harness is built with (g++'s ``-fsanitize=``
@@ -162,33 +164,72 @@ CI_SUBSET = (
 )
 
 
-def start_ci_runs(sanitizers: list[str], folder: Path) -> dict[str, tuple | str]:
+def _write(path: Path, text: str) -> None:
+    """Write ``path`` whole at once: a reader sees it complete or not at all."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
+
+
+def _stem(folder: Path, names: str) -> Path:
+    return folder / names.replace(",", "-")
+
+
+def start_ci_runs(sanitizers: list[str], folder: Path) -> list[subprocess.Popen]:
     """Start the `CI_SUBSET` of the host kernel tests under each of ``sanitizers``, at once.
 
-    Each run is one process, its output in a log in ``folder``. Returns, per comma-separated
-    list of sanitizers, ``(process, log)``, or why it cannot run here (`SanitizerUnavailable`).
+    Each run is one process writing into ``folder``, per comma-separated list of sanitizers
+    ``NAMES`` (commas as dashes): its output in ``NAMES.log`` and, once it ends, its exit
+    status in ``NAMES.status``; or, where it cannot run here, why in ``NAMES.skip``
+    (`SanitizerUnavailable`). Any process of the machine may wait for them (`ci_run_result`):
+    under pytest-xdist the controller starts them and a worker waits. Returns the processes.
     """
     cmd = pytest_command(["-q", "-x", "-k", CI_SUBSET])
-    runs: dict[str, tuple | str] = {}
+    procs = []
     for names in dict.fromkeys(sanitizers):
+        stem = _stem(folder, names)
         try:
             env = environment(parse(names))
         except SanitizerUnavailable as exc:
-            runs[names] = str(exc)
+            _write(stem.with_suffix(".skip"), str(exc))
             continue
-        log = folder / f"{names.replace(',', '-')}.log"
-        with log.open("w") as out:
+        with stem.with_suffix(".log").open("w") as out:
             proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        runs[names] = (proc, log)
-    return runs
+
+        def note_status(proc: subprocess.Popen = proc, stem: Path = stem) -> None:
+            _write(stem.with_suffix(".status"), str(proc.wait()))
+
+        threading.Thread(target=note_status, daemon=True).start()
+        procs.append(proc)
+    return procs
 
 
-def stop_runs(runs: dict[str, tuple | str]) -> None:
+def ci_run_result(names: str, folder: Path, timeout: float) -> tuple[int, str] | str:
+    """Wait for the run of ``names`` that `start_ci_runs` started in ``folder``.
+
+    Returns its exit status and output, or why it could not run here (a string).
+
+    Raises:
+        TimeoutError: it has not ended (or not been started) within ``timeout`` seconds.
+    """
+    stem = _stem(folder, names)
+    status, skip = stem.with_suffix(".status"), stem.with_suffix(".skip")
+    deadline = time.monotonic() + timeout
+    while not status.exists():
+        if skip.exists():
+            return skip.read_text()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the host kernel tests under {names} took over {timeout:g} s")
+        time.sleep(0.5)
+    return int(status.read_text()), stem.with_suffix(".log").read_text(errors="replace")
+
+
+def stop_runs(procs: list[subprocess.Popen]) -> None:
     """Kill the runs of `start_ci_runs` still under way."""
-    for run in runs.values():
-        if isinstance(run, tuple) and run[0].poll() is None:
-            run[0].kill()
-            run[0].wait()
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
