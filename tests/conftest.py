@@ -55,7 +55,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ibp"))
 
 #: The test that waits for the sanitized runs (tests/test_kernels_sanitized.py).
 SANITIZED_TEST = "test_host_kernel_tests_pass_under_the_sanitizer"
-#: The processes of `sanitize.start_ci_runs`, and their folder, in the starter's stash.
+#: The runs of `sanitize.start_ci_runs`, and their folder, in the starter's stash.
 SANITIZED_RUNS = pytest.StashKey[tuple[list, Path]]()
 
 
@@ -104,8 +104,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     started = session.config.stash.get(SANITIZED_RUNS, None)
     if started is not None:
-        procs, folder = started
-        sanitize.stop_runs(procs)
+        runs, folder = started
+        sanitize.stop_runs(runs)
         shutil.rmtree(folder, ignore_errors=True)
 
 

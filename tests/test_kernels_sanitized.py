@@ -237,3 +237,13 @@ def test_a_wait_for_a_sanitized_run_gives_its_skip_reason_its_result_or_a_timeou
     assert sanitize.ci_run_result("address,undefined", tmp_path, 5) == (1, "1 failed")
     with pytest.raises(TimeoutError, match="under thread,undefined took over 0.2 s"):
         sanitize.ci_run_result("thread,undefined", tmp_path, 0.2)
+
+
+def test_a_stopped_run_has_its_status_written(tmp_path) -> None:
+    runs = sanitize.start_ci_runs(["thread", "thread"], tmp_path)
+    if not runs:
+        pytest.skip((tmp_path / "thread.skip").read_text())
+    assert len(runs) == 1  # one run a sanitizer list
+    sanitize.stop_runs(runs)  # killed at once, and its status written
+    assert (tmp_path / "thread.status").read_text() == str(-signal.SIGKILL)
+    assert sanitize.ci_run_result("thread", tmp_path, 0)[0] == -signal.SIGKILL

@@ -175,17 +175,20 @@ def _stem(folder: Path, names: str) -> Path:
     return folder / names.replace(",", "-")
 
 
-def start_ci_runs(sanitizers: list[str], folder: Path) -> list[subprocess.Popen]:
+def start_ci_runs(
+    sanitizers: list[str], folder: Path
+) -> list[tuple[subprocess.Popen, threading.Thread]]:
     """Start the `CI_SUBSET` of the host kernel tests under each of ``sanitizers``, at once.
 
     Each run is one process writing into ``folder``, per comma-separated list of sanitizers
     ``NAMES`` (commas as dashes): its output in ``NAMES.log`` and, once it ends, its exit
     status in ``NAMES.status``; or, where it cannot run here, why in ``NAMES.skip``
     (`SanitizerUnavailable`). Any process of the machine may wait for them (`ci_run_result`):
-    under pytest-xdist the controller starts them and a worker waits. Returns the processes.
+    under pytest-xdist the controller starts them and a worker waits. Returns each process
+    with the thread that writes its status.
     """
     cmd = pytest_command(["-q", "-x", "-k", CI_SUBSET])
-    procs = []
+    runs = []
     for names in dict.fromkeys(sanitizers):
         stem = _stem(folder, names)
         try:
@@ -199,9 +202,10 @@ def start_ci_runs(sanitizers: list[str], folder: Path) -> list[subprocess.Popen]
         def note_status(proc: subprocess.Popen = proc, stem: Path = stem) -> None:
             _write(stem.with_suffix(".status"), str(proc.wait()))
 
-        threading.Thread(target=note_status, daemon=True).start()
-        procs.append(proc)
-    return procs
+        noting = threading.Thread(target=note_status, daemon=True)
+        noting.start()
+        runs.append((proc, noting))
+    return runs
 
 
 def ci_run_result(names: str, folder: Path, timeout: float) -> tuple[int, str] | str:
@@ -224,12 +228,13 @@ def ci_run_result(names: str, folder: Path, timeout: float) -> tuple[int, str] |
     return int(status.read_text()), stem.with_suffix(".log").read_text(errors="replace")
 
 
-def stop_runs(procs: list[subprocess.Popen]) -> None:
-    """Kill the runs of `start_ci_runs` still under way."""
-    for proc in procs:
+def stop_runs(runs: list[tuple[subprocess.Popen, threading.Thread]]) -> None:
+    """Kill the runs of `start_ci_runs` still under way, and wait until every status is written
+    (so that the caller may then remove their folder)."""
+    for proc, noting in runs:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        noting.join()
 
 
 def main(argv: list[str] | None = None) -> int:
