@@ -179,14 +179,16 @@ def report(result: dict, baseline: dict | None) -> str:
         rule += "---|---|---|"
     lines += [head, rule]
     for run_name, ranks in result["runs"].items():
-        old = baseline["runs"].get(run_name) if baseline else None
+        old = {w["rank"]: w for w in baseline["runs"].get(run_name, [])} if baseline else {}
         for r in ranks:
             row = f"| {run_name} | {r['rank']} | {mib(r['peak_rss_bytes'])} "
             row += f"| {mib(r['peak_pss_bytes'])} | {mib(r['epoch_pss_bytes'])} |"
-            if old:
-                was = old[r["rank"]]
+            was = old.get(r["rank"])
+            if was:
                 row += f" {mib(was['peak_rss_bytes'])} | {mib(was['peak_pss_bytes'])} |"
                 row += f" {mib(was['epoch_pss_bytes'])} |"
+            elif baseline:
+                row += " - | - | - |"
             lines.append(row)
     return "\n".join(lines) + "\n"
 

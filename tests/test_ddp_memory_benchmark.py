@@ -43,19 +43,32 @@ def test_the_synthetic_dataset_loads_as_a_bundled_one(tmp_path) -> None:
     assert torch.equal(again.x, ds.x) and torch.equal(again.edge_index, ds.edge_index)
 
 
+def _earlier(commit: str) -> dict:
+    """An earlier results file's content: each rank of both runs with its own peaks."""
+    ranks = [
+        {
+            "rank": r,
+            "peak_rss_bytes": (90 + r) << 20,
+            "peak_pss_bytes": (60 + r) << 20,
+            "epoch_pss_bytes": (50 + r) << 20,
+        }
+        for r in (0, 1)
+    ]
+    return {"env": {"git_commit": commit}, "runs": {"IBP": ranks, "raw": ranks[:1]}}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not shm.SHM_DIR.is_dir(), reason="no /dev/shm on this system")
 def test_a_small_run_reports_every_rank_of_both_runs_beside_a_baseline(tmp_path) -> None:
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(_earlier("0123abc")))
     small = ["--nodes", "3000", "--features", "40", "--density", "0.1", "--train", "600"]
-    cmd = [sys.executable, SCRIPT, *small, "--out", str(tmp_path / "a")]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    first = tmp_path / "a" / f"{ddp_memory.NAME}.json"
-    cmd = [*cmd[:-1], str(tmp_path / "b"), "--baseline", str(first)]
+    cmd = [sys.executable, SCRIPT, *small, "--out", str(tmp_path / "b"), "--baseline", str(earlier)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "b" / f"{ddp_memory.NAME}.json").read_text())
     assert result["x_bytes"] == 3000 * 40 * 4 and result["args"]["ranks"] == 2
+    assert result["baseline"] == _earlier("0123abc")
     assert set(result["runs"]) == {"IBP", "raw"}
     for ranks in result["runs"].values():
         assert [r["rank"] for r in ranks] == [0, 1] and all(r["status"] == 0 for r in ranks)
@@ -64,8 +77,18 @@ def test_a_small_run_reports_every_rank_of_both_runs_beside_a_baseline(tmp_path)
     page = (tmp_path / "b" / f"{ddp_memory.NAME}.md").read_text()
     assert page.startswith("# Host memory of a data-parallel run, per rank")
     assert "commit" in page and "command: `" in page
-    assert page.count("| IBP |") == 2 and page.count("| raw |") == 2
-    assert "before (" in page and "PSS after the epoch" in page
+    assert "before (0123abc): peak RSS | peak PSS | PSS after the epoch |" in page
+    rows = [line for line in page.splitlines() if line.startswith(("| IBP |", "| raw |"))]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| IBP", "0"],
+        ["| IBP", "1"],
+        ["| raw", "0"],
+        ["| raw", "1"],
+    ]
+    # the earlier peaks stand beside this run's, by rank; a rank it lacks gets dashes
+    assert rows[1].endswith("| 91 | 61 | 51 |") and rows[2].endswith("| 90 | 60 | 50 |")
+    assert rows[3].endswith("| - | - | - |")
+    assert "PSS after the epoch" in page
 
 
 def test_bad_sizes_are_usage_errors() -> None:
