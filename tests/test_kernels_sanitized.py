@@ -9,6 +9,7 @@ collected (``tests/conftest.py``); ``python tests/simt/sanitize.py <sanitizers>`
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -247,3 +248,23 @@ def test_a_stopped_run_has_its_status_written(tmp_path) -> None:
     sanitize.stop_runs(runs)  # killed at once, and its status written
     assert (tmp_path / "thread.status").read_text() == str(-signal.SIGKILL)
     assert sanitize.ci_run_result("thread", tmp_path, 0)[0] == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("switch", ["default", "ucontext"])
+def test_both_ways_of_switching_lanes_run_a_warp_alike(tmp_path, switch) -> None:
+    """The harness switches lanes in a few instructions on x86-64 and with ucontext elsewhere
+    (``-DSIMT_UCONTEXT`` here): either runs a warp's lanes to the same sum and stops a
+    divergent ``__syncwarp``."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ to build the host harness of the CUDA kernels")
+    lib = tmp_path / "selfcheck.so"
+    cmd = ["g++", "-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-Wno-unknown-pragmas"]
+    cmd += ["-DSIMT_UCONTEXT"] if switch == "ucontext" else []
+    cmd += ["-o", str(lib), str(ROOT / "tests" / "simt" / "simt_selfcheck.cpp")]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    plain = {k: v for k, v in os.environ.items() if k != sanitize.SANITIZE_ENV}
+    ok = _selfcheck(lib, 0, plain)
+    assert ok.returncode == 0 and "sum 1344" in ok.stdout, ok.stderr[-3000:]
+    stuck = _selfcheck(lib, 5, plain)
+    assert stuck.returncode == -signal.SIGABRT and "warp-divergent barrier" in stuck.stderr

@@ -24,8 +24,9 @@ report stops the run with a non-zero exit status and names the kernel's source l
   lane writes and another reads with no ``__syncwarp`` between is reported.
 
 The harness runs a warp's lanes as fibers of one thread and tells both sanitizers of every
-switch between them, as their fiber interfaces ask; the address sanitizer still warns once,
-at the first switch, that it "doesn't fully support makecontext/swapcontext".
+switch between them, as their fiber interfaces ask. (Where the harness switches with ucontext,
+on other machines than x86-64, the address sanitizer also warns once, at the first switch,
+that it "doesn't fully support makecontext/swapcontext".)
 
 These check the kernels' source on the host; compute-sanitizer on a GPU remains the real check
 (``benchmarks/gpu_session.sh``, stage ``sanitize``).

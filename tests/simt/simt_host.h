@@ -1,7 +1,6 @@
 // Runs CUDA kernels of cuda/*.cu on the host, for tests on machines without a GPU.
 //
-// Each warp of a block is an OS thread, and each of its 32 lanes a fiber (ucontext) of that
-// thread: a lane runs until its next warp-level shuffle, vote or __syncwarp, then the next lane
+// Each warp of a block is an OS thread, and each of its 32 lanes a fiber of that thread: a lane runs until its next warp-level shuffle, vote or __syncwarp, then the next lane
 // runs, so those calls are barriers among the warp's lanes at the cost of a user-space switch
 // (the kernels only call them in warp-uniform code; a warp whose lanes part ways there stops
 // the process with a message). Blocks run one after another, each with exactly the dynamic
@@ -21,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -60,6 +60,7 @@ extern "C" void __tsan_release(void* addr);
 extern "C" void __sanitizer_start_switch_fiber(void** fake_stack, const void* bottom, size_t size);
 extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack, const void** bottom,
                                                 size_t* size);
+extern "C" void __asan_unpoison_memory_region(const volatile void* addr, size_t size);
 #define SIMT_ASAN(...) __VA_ARGS__
 #else
 #define SIMT_ASAN(...)
@@ -71,10 +72,70 @@ struct PendingCopy {
     const void* src;
 };
 
+// A fiber's saved context, and the switch from one fiber to another. On x86-64 the switch
+// pushes the callee-saved registers on the stack it leaves, saves that stack pointer, loads
+// the other's and pops its registers: a few instructions, where swapcontext also saves and
+// restores the signal mask, a system call at every switch (most of the harness's time went
+// there). Elsewhere, or built with -DSIMT_UCONTEXT, ucontext.
+#if defined(__x86_64__) && !defined(SIMT_UCONTEXT)
+using SimtContext = void*;  // the stack pointer of a fiber that is not running
+// Saves this fiber's stack pointer in *save, resumes the fiber whose stack pointer is *load.
+// Both are read and written here alone, out of the sanitizers' sight, as swapcontext's are:
+// the thread sanitizer knows which fiber runs only at the switch's ends.
+extern "C" void simt_switch_context(void** save, void* const* load);
+// Weak and hidden: each source file including this defines it, and the library keeps one.
+asm(R"(
+    .pushsection .text
+    .weak simt_switch_context
+    .hidden simt_switch_context
+    .type simt_switch_context, @function
+simt_switch_context:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq (%rsi), %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size simt_switch_context, .-simt_switch_context
+    .popsection
+)");
+inline void simt_switch(SimtContext& save, SimtContext& load) { simt_switch_context(&save, &load); }
+// Make `context` start `entry` (which never returns) on the `size` bytes at `stack`: the
+// registers' slots, then `entry` for the switch's `ret`, then a return address `entry` never
+// uses. `entry` starts as if called: its stack pointer 8 past a multiple of 16.
+inline void simt_make_context(SimtContext& context, void* stack, size_t size, void (*entry)()) {
+    auto top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t{15};
+    void** sp = reinterpret_cast<void**>(top);
+    *--sp = nullptr;
+    *--sp = reinterpret_cast<void*>(entry);
+    for (int i = 0; i < 6; ++i) *--sp = nullptr;
+    context = sp;
+}
+#else
+using SimtContext = ucontext_t;
+inline void simt_switch(SimtContext& save, SimtContext& load) { swapcontext(&save, &load); }
+inline void simt_make_context(SimtContext& context, void* stack, size_t size, void (*entry)()) {
+    getcontext(&context);
+    context.uc_stack.ss_sp = stack;
+    context.uc_stack.ss_size = size;
+    context.uc_link = nullptr;  // `entry` never returns
+    makecontext(&context, entry, 0);
+}
+#endif
+
 // One lane: its indices, its context and stack, its asynchronous copies.
 struct Lane {
     dim3 thread, block, block_dim, grid_dim;
-    ucontext_t context;
+    SimtContext context{};
     void* stack = nullptr;
     void* fiber = nullptr;  // the thread sanitizer's
     std::atomic<bool> done{false};
@@ -85,7 +146,7 @@ struct Lane {
 // One warp: its thread's own context (which runs the lanes in turn) and the lanes' slots.
 struct WarpSync {
     Lane lanes[32];
-    ucontext_t home;
+    SimtContext home{};
     void* home_fiber = nullptr;
     const void* home_bottom = nullptr;  // the address sanitizer's view of the thread's stack
     size_t home_size = 0;
@@ -130,7 +191,7 @@ inline void simt_yield() {
     SIMT_TSAN(__tsan_switch_to_fiber(w->home_fiber, 1));
     SIMT_ASAN(void* fake = nullptr;
               __sanitizer_start_switch_fiber(&fake, w->home_bottom, w->home_size));
-    swapcontext(&me->context, &w->home);
+    simt_switch(me->context, w->home);
     SIMT_ASAN(__sanitizer_finish_switch_fiber(fake, &w->home_bottom, &w->home_size));
 }
 
@@ -272,7 +333,22 @@ inline std::common_type_t<A, B> min(A a, B b) {
 inline constexpr size_t SIMT_LANE_STACK = 256 << 10;
 inline constexpr size_t SIMT_GUARD = 64 << 10;  // a page on any Linux page size
 
+// Stacks are kept for the next launch: mapping fresh ones at every launch and faulting their
+// pages in (under the sanitizers, their shadow too) cost more than the kernels they ran.
+inline std::mutex simt_stacks_lock;
+inline std::vector<void*> simt_free_stacks;
+
 inline void* simt_new_stack() {
+    {
+        std::lock_guard<std::mutex> hold(simt_stacks_lock);
+        if (!simt_free_stacks.empty()) {
+            void* stack = simt_free_stacks.back();
+            simt_free_stacks.pop_back();
+            // the frames a lane left there are gone: no red zones of theirs
+            SIMT_ASAN(__asan_unpoison_memory_region(stack, SIMT_LANE_STACK));
+            return stack;
+        }
+    }
     void* base = mmap(nullptr, SIMT_GUARD + SIMT_LANE_STACK, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED || mprotect(base, SIMT_GUARD, PROT_NONE) != 0) {
@@ -283,7 +359,8 @@ inline void* simt_new_stack() {
 }
 
 inline void simt_free_stack(void* stack) {
-    munmap(static_cast<unsigned char*>(stack) - SIMT_GUARD, SIMT_GUARD + SIMT_LANE_STACK);
+    std::lock_guard<std::mutex> hold(simt_stacks_lock);
+    simt_free_stacks.push_back(stack);
 }
 
 // Where a lane starts: the kernel, then back to its warp's thread for good.
@@ -294,11 +371,12 @@ inline void simt_lane_main() {
     (*w->kernel)();
     Lane* me = simt_lane();
     SIMT_TSAN(void* home = w->home_fiber);  // read before the lane's end is released
-    SIMT_TSAN(__tsan_release(&w->ended));
     me->done.store(true, std::memory_order_relaxed);
+    SIMT_TSAN(__tsan_release(&w->ended));  // the lane's last access to its warp's memory
     SIMT_TSAN(__tsan_switch_to_fiber(home, 1));
     SIMT_ASAN(__sanitizer_start_switch_fiber(nullptr, w->home_bottom, w->home_size));
-    // returns to the context's link: the warp's thread
+    simt_switch(me->context, w->home);  // for good: an ended lane is not resumed
+    std::abort();
 }
 
 // Runs one block's warp `w` on this thread: its lanes in turn, one turn between barriers,
@@ -310,11 +388,7 @@ inline void simt_run_warp(WarpSync& w) {
         lane.done.store(false, std::memory_order_relaxed);
         lane.open_group.clear();  // a block starts with no copies under way
         lane.groups.clear();
-        getcontext(&lane.context);
-        lane.context.uc_stack.ss_sp = lane.stack;
-        lane.context.uc_stack.ss_size = SIMT_LANE_STACK;
-        lane.context.uc_link = &w.home;
-        makecontext(&lane.context, simt_lane_main, 0);
+        simt_make_context(lane.context, lane.stack, SIMT_LANE_STACK, simt_lane_main);
     }
     SIMT_TSAN(__tsan_release(&simt_warp_started));
     for (;;) {
@@ -325,7 +399,7 @@ inline void simt_run_warp(WarpSync& w) {
             SIMT_TSAN(__tsan_switch_to_fiber(lane.fiber, 1));
             SIMT_ASAN(void* fake = nullptr;
                       __sanitizer_start_switch_fiber(&fake, lane.stack, SIMT_LANE_STACK));
-            swapcontext(&w.home, &lane.context);
+            simt_switch(w.home, lane.context);
             SIMT_ASAN(__sanitizer_finish_switch_fiber(fake, nullptr, nullptr));
             (lane.done.load(std::memory_order_relaxed) ? ended : waiting) += 1;
         }
