@@ -9,9 +9,17 @@ Hypothesis runs derandomized (the same examples on every run and every machine) 
 
 from __future__ import annotations
 
+import os
+
+# Idle OpenMP threads sleep instead of spinning. The suite runs processes side by side
+# (pytest-xdist's workers, the sanitized runs, the ranks of the distributed tests), and torch's
+# spinning threads took the cores from them: a fetch benchmark test beside two busy processes
+# used 2.6 times the CPU time it needs. libgomp reads this as torch loads, hence before the
+# imports below; subprocesses inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import ctypes
 import json
-import os
 import re
 import shutil
 import struct
