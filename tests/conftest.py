@@ -117,13 +117,44 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def spread_cases(items: list[pytest.Item], n: int) -> list[pytest.Item]:
+    """At most ``n`` cases of each test function, spread over its parametrisations in order:
+    the first, the last and evenly between (``n`` >= 2); tests keep their order."""
+    cases: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        key = (str(item.path), getattr(item, "originalname", item.name))
+        cases.setdefault(key, []).append(item)
+    kept = set()
+    for group in cases.values():
+        last = len(group) - 1
+        picks = (
+            range(len(group)) if len(group) <= n else (round(k * last / (n - 1)) for k in range(n))
+        )
+        kept.update(id(group[i]) for i in picks)
+    return [item for item in items if id(item) in kept]
+
+
+def _keep(config: pytest.Config, items: list[pytest.Item], keep: list[pytest.Item]) -> None:
+    kept = {id(item) for item in keep}
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+    items[:] = keep
+
+
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``IBP_GRAPH_TEST_SHARD=i/n`` keeps the i-th of every n selected tests (i from 1).
+    """``IBP_GRAPH_TEST_CASES=n`` keeps at most n cases of each test function (`spread_cases`);
+    then ``IBP_GRAPH_TEST_SHARD=i/n`` keeps the i-th of every n selected tests (i from 1).
 
-    The GPU session script splits the slowest sanitizer run (racecheck, over the fused fetch's
-    tests) over n processes at once with it; the n shards together run each test once.
+    The sanitized runs beside the suite take a spread of each host kernel test's cases
+    (`sanitize.CI_CASES`). The GPU session script splits the slowest sanitizer run (racecheck,
+    over the fused fetch's tests) over n processes at once with the shards; the n shards
+    together run each test once.
     """
+    cases = os.environ.get("IBP_GRAPH_TEST_CASES")
+    if cases:
+        if not cases.isdigit() or int(cases) < 2:
+            raise pytest.UsageError(f"IBP_GRAPH_TEST_CASES must be a number >= 2, got {cases!r}")
+        _keep(config, items, spread_cases(items, int(cases)))
     shard = os.environ.get("IBP_GRAPH_TEST_SHARD")
     if not shard:
         return
@@ -133,10 +164,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         i = n = 0
     if not 1 <= i <= n:
         raise pytest.UsageError(f"IBP_GRAPH_TEST_SHARD must be i/n with 1 <= i <= n, got {shard!r}")
-    keep = items[i - 1 :: n]
-    kept = {id(item) for item in keep}
-    config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
-    items[:] = keep
+    _keep(config, items, items[i - 1 :: n])
 
 
 @pytest.fixture(scope="session")

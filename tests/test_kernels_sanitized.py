@@ -266,3 +266,42 @@ def test_lanes_switched_with_ucontext_run_a_warp_alike(tmp_path) -> None:
     assert ok.returncode == 0 and "sum 1344" in ok.stdout, ok.stderr[-3000:]
     stuck = _selfcheck(lib, 5, plain)
     assert stuck.returncode == -signal.SIGABRT and "warp-divergent barrier" in stuck.stderr
+
+
+def test_the_ci_runs_keep_a_spread_of_each_tests_cases(monkeypatch) -> None:
+    """The collection hook the CI runs set (`sanitize.CI_CASES`), in this process."""
+    from types import SimpleNamespace
+
+    from conftest import pytest_collection_modifyitems as hook
+
+    def case(name: str, i: int | None) -> SimpleNamespace:
+        return SimpleNamespace(
+            path=Path(f"tests/test_{name[0]}.py"), originalname=name,
+            name=name if i is None else f"{name}[{i}]",
+        )  # fmt: skip
+
+    whole = [case("alone", None), *(case("pair", i) for i in range(2))]
+    whole += [case("five", i) for i in range(5)] + [case("seven", i) for i in range(7)]
+    deselected: list = []
+    config = SimpleNamespace(
+        hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items))
+    )
+    monkeypatch.setenv("IBP_GRAPH_TEST_CASES", "3")
+    items = list(whole)
+    hook(config, items)
+    assert [i.name for i in items] == [
+        "alone", "pair[0]", "pair[1]", "five[0]", "five[2]", "five[4]", "seven[0]", "seven[3]",
+        "seven[6]",
+    ]  # fmt: skip
+    assert sorted(map(id, items + deselected)) == sorted(map(id, whole))
+    # then the shards split what is left
+    monkeypatch.setenv("IBP_GRAPH_TEST_SHARD", "2/2")
+    items = list(whole)
+    hook(config, items)
+    assert [i.name for i in items] == ["pair[0]", "five[0]", "five[4]", "seven[3]"]
+    monkeypatch.delenv("IBP_GRAPH_TEST_SHARD")
+    for bad in ("1", "0", "x", "-3"):
+        monkeypatch.setenv("IBP_GRAPH_TEST_CASES", bad)
+        with pytest.raises(pytest.UsageError, match=f"a number >= 2, got '{bad}'"):
+            hook(config, list(whole))
+    assert sanitize.CI_CASES >= 2

@@ -157,12 +157,18 @@ def pytest_command(args: list[str]) -> list[str]:
 
 #: pytest ``-k`` of the host kernel tests run in CI under each sanitizer: every kernel and
 #: variant (one buffer and double-buffered, 4- and 8-byte words and offsets, raw gather, the
-#: sampler's draws and hops), without the slowest parametrisations (real tables, 255 clusters,
-#: the output-position and the one-buffer decoder grids), which the full run covers.
+#: sampler's draws and hops), without the slowest tests (real tables, 255 clusters, the
+#: output-position and the one-buffer decoder grids), which the full run covers.
 CI_SUBSET = (
     "not real_tables and not 255_clusters and not identity_order"
     " and not test_fused_kernel_matches_the_numpy_decoder and not equally_likely"
 )
+#: ... and of each test left, at most this many cases: its first, middle and last
+#: parametrisation (``$IBP_GRAPH_TEST_CASES``, tests/conftest.py): every kernel's code under
+#: each sanitizer at both ends of each sweep, in 40% of the time. A fault that only the
+#: sizes between reach is left to the full run (``python tests/simt/sanitize.py thread``) and
+#: to compute-sanitizer on a GPU; the suite's own run of every case checks their values.
+CI_CASES = 3
 
 
 def _write(path: Path, text: str) -> None:
@@ -179,7 +185,8 @@ def _stem(folder: Path, names: str) -> Path:
 def start_ci_runs(
     sanitizers: list[str], folder: Path
 ) -> list[tuple[subprocess.Popen, threading.Thread]]:
-    """Start the `CI_SUBSET` of the host kernel tests under each of ``sanitizers``, at once.
+    """Start the `CI_SUBSET` of the host kernel tests (`CI_CASES` of each) under each of
+    ``sanitizers``, at once.
 
     Each run is one process writing into ``folder``, per comma-separated list of sanitizers
     ``NAMES`` (commas as dashes): its output in ``NAMES.log`` and, once it ends, its exit
@@ -193,7 +200,7 @@ def start_ci_runs(
     for names in dict.fromkeys(sanitizers):
         stem = _stem(folder, names)
         try:
-            env = environment(parse(names))
+            env = {**environment(parse(names)), "IBP_GRAPH_TEST_CASES": str(CI_CASES)}
         except SanitizerUnavailable as exc:
             _write(stem.with_suffix(".skip"), str(exc))
             continue
