@@ -1,7 +1,8 @@
 // Runs CUDA kernels of cuda/*.cu on the host, for tests on machines without a GPU.
 //
-// Each warp of a block is an OS thread, and each of its 32 lanes a fiber of that thread: a lane runs until its next warp-level shuffle, vote or __syncwarp, then the next lane
-// runs, so those calls are barriers among the warp's lanes at the cost of a user-space switch
+// Each warp of a block is an OS thread, and each of its 32 lanes a fiber of that thread: a lane
+// runs until its next warp-level shuffle, vote or __syncwarp, then the next lane runs, so those
+// calls are barriers among the warp's lanes at the cost of a user-space switch
 // (the kernels only call them in warp-uniform code; a warp whose lanes part ways there stops
 // the process with a message). Blocks run one after another, each with exactly the dynamic
 // shared memory asked for. This checks the kernels' logic (indexing, bit reads, scans,
@@ -20,7 +21,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -60,7 +60,6 @@ extern "C" void __tsan_release(void* addr);
 extern "C" void __sanitizer_start_switch_fiber(void** fake_stack, const void* bottom, size_t size);
 extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack, const void** bottom,
                                                 size_t* size);
-extern "C" void __asan_unpoison_memory_region(const volatile void* addr, size_t size);
 #define SIMT_ASAN(...) __VA_ARGS__
 #else
 #define SIMT_ASAN(...)
@@ -333,22 +332,7 @@ inline std::common_type_t<A, B> min(A a, B b) {
 inline constexpr size_t SIMT_LANE_STACK = 256 << 10;
 inline constexpr size_t SIMT_GUARD = 64 << 10;  // a page on any Linux page size
 
-// Stacks are kept for the next launch: mapping fresh ones at every launch and faulting their
-// pages in (under the sanitizers, their shadow too) cost more than the kernels they ran.
-inline std::mutex simt_stacks_lock;
-inline std::vector<void*> simt_free_stacks;
-
 inline void* simt_new_stack() {
-    {
-        std::lock_guard<std::mutex> hold(simt_stacks_lock);
-        if (!simt_free_stacks.empty()) {
-            void* stack = simt_free_stacks.back();
-            simt_free_stacks.pop_back();
-            // the frames a lane left there are gone: no red zones of theirs
-            SIMT_ASAN(__asan_unpoison_memory_region(stack, SIMT_LANE_STACK));
-            return stack;
-        }
-    }
     void* base = mmap(nullptr, SIMT_GUARD + SIMT_LANE_STACK, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED || mprotect(base, SIMT_GUARD, PROT_NONE) != 0) {
@@ -359,8 +343,7 @@ inline void* simt_new_stack() {
 }
 
 inline void simt_free_stack(void* stack) {
-    std::lock_guard<std::mutex> hold(simt_stacks_lock);
-    simt_free_stacks.push_back(stack);
+    munmap(static_cast<unsigned char*>(stack) - SIMT_GUARD, SIMT_GUARD + SIMT_LANE_STACK);
 }
 
 // Where a lane starts: the kernel, then back to its warp's thread for good.
