@@ -32,12 +32,15 @@ class HarnessBuildError(RuntimeError):
         self.unsupported = unsupported
 
 
-def build(out: Path) -> ctypes.CDLL:
+def build(
+    out: Path, sources: list[Path] | None = None, defines: tuple[str, ...] = ()
+) -> ctypes.CDLL:
     """Compile the harness into the shared library ``out`` and load it.
 
-    Warnings are errors, unless ``$IBP_GRAPH_SIMT_WERROR`` is ``0``: the GPU session sets it,
-    since another g++ may warn where this one does not, and there the harness is only a
-    reference for the GPU's results.
+    ``sources``: the ``simt_*.cpp`` files to compile (default: all); ``defines``: macros to
+    define (``-D``). Warnings are errors, unless ``$IBP_GRAPH_SIMT_WERROR`` is ``0``: the GPU
+    session sets it, since another g++ may warn where this one does not, and there the harness
+    is only a reference for the GPU's results.
 
     Raises:
         HarnessBuildError: no g++, or the sources do not build.
@@ -49,8 +52,9 @@ def build(out: Path) -> ctypes.CDLL:
     if os.environ.get("IBP_GRAPH_SIMT_WERROR", "1") != "0":
         flags.append("-Werror")
     flags += sanitizer_flags()
+    flags += [f"-D{name}" for name in defines]
     cmd = [cxx, *flags, "-Wno-unknown-pragmas", "-o", str(out)]
-    cmd += [str(p) for p in sorted(HERE.glob("simt_*.cpp"))]
+    cmd += [str(p) for p in (sources or sorted(HERE.glob("simt_*.cpp")))]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         old = "c++20" in done.stderr or "atomic_ref" in done.stderr
