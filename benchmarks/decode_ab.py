@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import re
 import statistics
 import sys
 import tempfile
@@ -93,35 +92,16 @@ PTX_ARCH = "compute_80"
 def entry_points(text: str, name: str) -> dict[str, tuple[str, ...]]:
     """The PTX entry points of CUDA source ``text`` (called ``name``): name -> parameter types.
 
-    Compiled with NVRTC (the dev extra) for `PTX_ARCH` with the package's options less the
-    optimiser (`SIGNATURE_OPTIONS`: the signatures are the same), once per text and name.
-    Raises SystemExit naming ``name`` when NVRTC is missing or the source does not compile.
+    Compiled with NVRTC (the dev extra) for `PTX_ARCH` by `ibp_graph.kernels.ptx`, once per
+    text and name. Raises SystemExit in one line when NVRTC is missing, or naming ``name`` when
+    the source does not compile.
     """
-    from ibp_graph.kernels.runtime import SIGNATURE_OPTIONS
+    from ibp_graph.kernels import ptx
 
     try:
-        from cupy.cuda import nvrtc
-
-        nvrtc.getVersion()
-    except Exception as exc:  # ImportError, or a CuPy without its NVRTC library
-        raise SystemExit(f"decode_ab: NVRTC is needed to compare the kernels ({exc})") from None
-    prog = nvrtc.createProgram(text, name, [], [])
-    try:
-        nvrtc.compileProgram(prog, [f"--gpu-architecture={PTX_ARCH}", *SIGNATURE_OPTIONS])
-    except nvrtc.NVRTCError:
-        log = nvrtc.getProgramLog(prog).strip().splitlines()
-        raise SystemExit(
-            f"decode_ab: {name} does not compile: {log[0] if log else 'no log'}"
-        ) from None
-    ptx = nvrtc.getPTX(prog)
-    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
-    entries = {}
-    for entry, params in re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx):
-        # ".param .u64 .ptr .global .align 1 <entry>_param_0": the declaration less its name
-        entries[entry] = tuple(
-            " ".join(p.split()[:-1]) for p in params.replace("\n", " ").split(",") if p.strip()
-        )
-    return entries
+        return ptx.entry_points(ptx.compile_ptx(text, name, PTX_ARCH)[0])
+    except (RuntimeError, ptx.PTXCompileError) as exc:
+        raise SystemExit(f"decode_ab: {exc}") from None
 
 
 def check_sources(baseline: Path) -> dict[str, Any]:

@@ -411,16 +411,12 @@ def sparse_table() -> np.ndarray:
 @pytest.fixture
 def nvrtc():
     """CuPy's NVRTC module (the dev extra), which compiles the kernels; the test skips without."""
-    try:
-        from cupy.cuda import nvrtc
+    from ibp_graph.kernels import ptx
 
-        nvrtc.getVersion()
-    except Exception as exc:  # noqa: BLE001 - any failure to load NVRTC means: cannot check
-        pytest.skip(
-            f"NVRTC is not loadable here ({type(exc).__name__}: {exc}); "
-            "install the dev extra (nvidia-cuda-nvrtc)"
-        )
-    return nvrtc
+    try:
+        return ptx.nvrtc()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")

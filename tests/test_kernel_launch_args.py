@@ -43,8 +43,9 @@ import torch
 from conftest import close_while_its_thread_waits
 
 from ibp_graph.cuda_table import as_signed_tensor
+from ibp_graph.kernels import ptx
 from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM, HALF_ROW_BYTES, DeviceCodec
-from ibp_graph.kernels.runtime import SIGNATURE_OPTIONS, cuda_dir
+from ibp_graph.kernels.runtime import cuda_dir
 
 CPU = torch.device("cpu")
 
@@ -934,21 +935,12 @@ def _c_param_bytes(param: CParam) -> int:
 
 
 @pytest.mark.parametrize("source", sorted(c.source for c in CASES))
-def test_parsed_signatures_match_nvrtcs_ptx(source) -> None:
+def test_parsed_signatures_match_nvrtcs_ptx(source, nvrtc) -> None:
     """The parser's parameter lists have the count and widths of the compiled entry points."""
-    try:
-        from cupy.cuda import nvrtc
-
-        nvrtc.getVersion()
-    except Exception as exc:  # noqa: BLE001 - any failure to load NVRTC means: cannot check
-        pytest.skip(f"NVRTC is not loadable here ({type(exc).__name__}: {exc})")
-    prog = nvrtc.createProgram((cuda_dir() / source).read_text(), source, [], [])
-    nvrtc.compileProgram(prog, ["--gpu-architecture=compute_80", *SIGNATURE_OPTIONS])
-    ptx = nvrtc.getPTX(prog)
-    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+    code = ptx.compile_ptx((cuda_dir() / source).read_text(), source, "compute_80")[0]
     compiled = {
-        m.group(1): [_ptx_param_bytes(d) for d in m.group(2).split(",") if d.strip()]
-        for m in re.finditer(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)
+        entry: [_ptx_param_bytes(d) for d in params]
+        for entry, params in ptx.entry_points(code).items()
     }
     parsed = {name: [_c_param_bytes(p) for p in ps] for name, ps in signatures(source).items()}
     assert parsed == compiled

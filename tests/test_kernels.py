@@ -8,6 +8,7 @@ import gc
 import inspect
 import mmap
 import re
+import sys
 import threading
 import types
 
@@ -19,7 +20,7 @@ from cuda_runtime_stub import CudaRuntimeStub
 import ibp_graph
 from ibp_graph.bitops import bit_runs, pdep, popcount
 from ibp_graph.errors import IBPInputError
-from ibp_graph.kernels import runtime
+from ibp_graph.kernels import ptx, runtime
 from ibp_graph.kernels.fetch_decode import (
     HALF_ROW_BYTES,
     LAYOUT_THREE_RUNS,
@@ -45,36 +46,55 @@ def test_sources_are_found() -> None:
 @pytest.mark.parametrize("source", [p.name for p in source_files()])
 def test_every_kernel_compiles(source: str, arch: str, nvrtc) -> None:
     text = (cuda_dir() / source).read_text()
-    prog = nvrtc.createProgram(text, source, [], [])
     try:
-        nvrtc.compileProgram(prog, [f"--gpu-architecture={arch}", *NVRTC_OPTIONS])
-    except nvrtc.NVRTCError:
-        pytest.fail(f"{source} does not compile for {arch}:\n{nvrtc.getProgramLog(prog)}")
-    log = nvrtc.getProgramLog(prog)
+        code, log = ptx.compile_ptx(text, source, arch, NVRTC_OPTIONS)
+    except ptx.PTXCompileError as exc:
+        pytest.fail(f"{exc}\n{exc.log}")
     assert "warning" not in log.lower(), f"{source} ({arch}) compiles with warnings:\n{log}"
-    ptx = nvrtc.getPTX(prog)
-    entries = set(re.findall(r"\.entry\s+(\w+)", ptx.decode() if isinstance(ptx, bytes) else ptx))
-    assert entries, f"{source} defines no kernels"
+    assert ptx.entry_points(code), f"{source} defines no kernels"
 
 
-def _ptx_entries(nvrtc, text: str, name: str) -> dict[str, list[str]]:
-    """The PTX entry points of ``text`` (sm_80, `SIGNATURE_OPTIONS`): name -> parameters."""
-    prog = nvrtc.createProgram(text, name, [], [])
-    nvrtc.compileProgram(prog, ["--gpu-architecture=sm_80", *runtime.SIGNATURE_OPTIONS])
-    ptx = nvrtc.getPTX(prog)
-    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
-    found = re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx)
-    return {e: re.findall(r"\.param\s+\.(\w+)", params) for e, params in found}
+def test_ptx_entry_points_keep_types_and_array_lengths_less_the_names() -> None:
+    code = """
+.visible .entry ibp_a(
+\t.param .u64 .ptr .global .align 1 ibp_a_param_0,
+\t.param .align 8 .b8 ibp_a_param_1[16],
+\t.param .u32 ibp_a_param_2
+)
+{ ret; }
+.visible .entry ibp_b()
+{ ret; }
+"""
+    assert ptx.entry_points(code) == {
+        "ibp_a": (".param .u64 .ptr .global .align 1", ".param .align 8 .b8[16]", ".param .u32"),
+        "ibp_b": (),
+    }
+    assert ptx.entry_points("// no kernels") == {}
+
+
+def test_a_source_that_does_not_compile_is_named_with_its_first_error(nvrtc) -> None:
+    text = 'extern "C" __global__ void k(int* x) { x[0] = undeclared; }\n'
+    with pytest.raises(ptx.PTXCompileError, match=r"^bad\.cu does not compile for sm_80: ") as e:
+        ptx.compile_ptx(text, "bad.cu", "sm_80")
+    assert "undeclared" in str(e.value) and "\n" not in str(e.value)
+    assert "undeclared" in e.value.log
+
+
+def test_nvrtc_that_cannot_load_is_one_line(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy.cuda", None)  # importing it fails
+    with pytest.raises(RuntimeError, match=r"^NVRTC is not loadable here \(\w*Error: .*extra"):
+        ptx.nvrtc()
 
 
 @pytest.mark.parametrize("source", sorted(runtime.BUILT_PER_ENTRY))
 def test_an_entry_point_built_alone_is_the_same_kernel(source: str, nvrtc) -> None:
     """`entry_source` keeps one entry point's definition: that kernel, with its parameters."""
     text = (cuda_dir() / source).read_text()
-    whole = _ptx_entries(nvrtc, text, source)
+    whole = ptx.entry_points(ptx.compile_ptx(text, source, "sm_80")[0])
     assert len(whole) > 1
     for entry, params in whole.items():
-        assert _ptx_entries(nvrtc, runtime.entry_source(text, entry), source) == {entry: params}
+        alone = ptx.compile_ptx(runtime.entry_source(text, entry), source, "sm_80")[0]
+        assert ptx.entry_points(alone) == {entry: params}
     with pytest.raises(ValueError, match="defines the entry point 'ibp_nothing'"):
         runtime.entry_source(text, "ibp_nothing")
 
@@ -1110,15 +1130,13 @@ def test_line_information_is_asked_for_by_its_variable_and_compiles(nvrtc, monke
     text = runtime.entry_source(
         (cuda_dir() / "fetch_decode.cu").read_text(), "ibp_fetch_decode_db_w4_o4"
     )
-    ptx = {}
-    for options in (NVRTC_OPTIONS, nvrtc_options()):
-        prog = nvrtc.createProgram(text, "fetch_decode.cu", [], [])
-        nvrtc.compileProgram(prog, ["--gpu-architecture=compute_90", *options])
-        out = nvrtc.getPTX(prog)
-        ptx[options] = out.decode() if isinstance(out, bytes) else out
+    code = {
+        options: ptx.compile_ptx(text, "fetch_decode.cu", "compute_90", options)[0]
+        for options in (NVRTC_OPTIONS, nvrtc_options())
+    }
     # The PTX of the second names its lines in fetch_decode.cu; the first's does not.
-    assert ".loc" not in ptx[NVRTC_OPTIONS] and ".loc" in ptx[nvrtc_options()]
-    assert "fetch_decode.cu" in ptx[nvrtc_options()]
+    assert ".loc" not in code[NVRTC_OPTIONS] and ".loc" in code[nvrtc_options()]
+    assert "fetch_decode.cu" in code[nvrtc_options()]
 
 
 def test_a_module_built_with_line_information_names_its_file(nvrtc, monkeypatch) -> None:
@@ -1134,14 +1152,11 @@ def test_a_module_built_with_line_information_names_its_file(nvrtc, monkeypatch)
     assert text.startswith(f'#line 1 "{path}"\n') and "-lineinfo" in options
     # Compiled under CuPy's name for it (a temporary file), the lines name the source file,
     # and keep their numbers: the entry's own line is where the file has it.
-    prog = nvrtc.createProgram(text, "/tmp/gone/kern.cu", [], [])
-    nvrtc.compileProgram(prog, ["--gpu-architecture=compute_90", *options])
-    ptx = nvrtc.getPTX(prog)
-    ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
-    files = dict(re.findall(r'\.file\s+(\d+)\s+"([^"]+)"', ptx))
+    code = ptx.compile_ptx(text, "/tmp/gone/kern.cu", "compute_90", options)[0]
+    files = dict(re.findall(r'\.file\s+(\d+)\s+"([^"]+)"', code))
     assert str(path) in files.values() and "/tmp/gone/kern.cu" not in files.values()
     (number,) = [n for n, f in files.items() if f == str(path)]
-    lines = {int(x) for x in re.findall(rf"\.loc\s+{number}\s+(\d+)\s", ptx)}
+    lines = {int(x) for x in re.findall(rf"\.loc\s+{number}\s+(\d+)\s", code)}
     source = path.read_text().splitlines()
     at = next(i for i, line in enumerate(source, 1) if "const u64 first = s.start" in line)
     assert at in lines and max(lines) < len(source)  # a line of stage_row, at its number
