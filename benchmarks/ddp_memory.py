@@ -9,7 +9,7 @@ seeded), then runs ``torch.distributed.run --standalone --nproc-per-node R`` on 
 with the CPU (gloo) and the ``cora-sage`` config pointed at it (``root=``): one epoch over
 ``--train`` seeds, fanouts [5, 5], batches of 512, evaluation on 1,000 nodes. It runs IBP on
 (``ibp=true``: rows from the host's shared compressed table) and off (``ibp=false``: raw
-features), one after the other.
+features), one after the other; ``--runs IBP`` or ``--runs raw`` runs one of them alone.
 
 Each rank runs the CLI in this file's ``--rank`` mode, which writes its peak resident set
 size (``getrusage``'s ``ru_maxrss``, which counts pages it touched in shared segments too)
@@ -38,6 +38,8 @@ from benchmarks._env import add_out, environment, header_lines, write_json_md  #
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "ddp-memory-cpu"
+#: The runs, by name: whether each reads the host's compressed table (``ibp=``).
+RUNS = {"IBP": True, "raw": False}
 #: Seconds between two samples of a rank's PSS.
 PSS_EVERY_S = 0.05
 
@@ -204,6 +206,13 @@ def main() -> None:
     parser.add_argument("--degree", type=int, default=10)
     parser.add_argument("--train", type=int, default=4096)
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        choices=RUNS,
+        default=list(RUNS),
+        help="which runs, in this order (default: both)",
+    )
     parser.add_argument("--baseline", type=Path, help="an earlier results file to compare")
     add_out(parser)
     args = parser.parse_args()
@@ -213,7 +222,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ddp-memory-") as tmp:
         folder = Path(tmp)
         x_bytes = write_dataset(folder / "cora.npz", args)
-        runs = {"IBP": run(True, folder, args), "raw": run(False, folder, args)}
+        runs = {name: run(RUNS[name], folder, args) for name in dict.fromkeys(args.runs)}
     result = {
         "env": environment(),
         "args": {k: v for k, v in vars(args).items() if k not in ("out", "baseline")},
