@@ -305,7 +305,7 @@ baseline_dir() {
 # spaces), or nothing (said why) when there is none that the package's launcher can launch
 # as it is.
 prepare_baseline() {
-    local py=$1 dir base bases=()
+    local py=$1 dir base bases=() dirs=() missing="" accepted="" i
     rm -rf "$DATA"/baseline-cuda "$DATA"/baseline-cuda-*
     if ! git rev-parse --git-dir >/dev/null 2>&1; then
         echo "baseline: not a git checkout; the decodeab stage will refuse"
@@ -319,32 +319,61 @@ prepare_baseline() {
     if [ "${#bases[@]}" -eq 0 ]; then
         bases=("")
     fi
-    local i outcome
+    # Each version's source in its folder, up to the first that is missing.
     for i in "${!bases[@]}"; do
         base=${bases[$i]} dir=$(baseline_dir $((i + 1)))
-        # What a missing or refused version leaves: no decodeab, or the newer versions alone.
-        outcome="the decodeab stage will refuse"
-        [ "$i" -gt 0 ] && outcome="the decodeab stage compares the newer version(s) alone"
         mkdir -p "$dir"
         if [ -z "$base" ] || ! git show "$base:cuda/fetch_decode.cu" >"$dir/fetch_decode.cu" \
             2>/dev/null; then
             rm -rf "$dir"
-            echo "baseline: no cuda/fetch_decode.cu at" \
-                "'${base:-an earlier commit with other code}'; $outcome"
-            return 0
+            missing="no cuda/fetch_decode.cu at '${base:-an earlier commit with other code}'"
+            break
         fi
         git rev-parse --short "$base" >"$dir/COMMIT"
-        if "$py" -c "import sys; sys.path.insert(0, '.')
+        dirs+=("$dir")
+    done
+    # One process checks them all (the package imported and the current source compiled
+    # once), newest first, printing each it accepts; it stops at the first it refuses.
+    if [ "${#dirs[@]}" -gt 0 ]; then
+        accepted=$("$py" - "${dirs[@]}" <<'EOF'
+import sys
 from pathlib import Path
+
+sys.path.insert(0, ".")
 from benchmarks.decode_ab import check_sources
-check_sources(Path('$dir'))"; then
-            echo "baseline: cuda/fetch_decode.cu at $(cat "$dir/COMMIT") -> $dir"
-        else
-            rm -rf "$dir"
-            echo "baseline: refused (above); $outcome"
+
+for folder in sys.argv[1:]:
+    try:
+        check_sources(Path(folder))
+    except SystemExit as exc:
+        sys.exit(str(exc))
+    print(folder, flush=True)
+EOF
+        )
+    fi
+    # What a missing or refused version leaves: no decodeab, or the newer versions alone.
+    for i in "${!dirs[@]}"; do
+        dir=${dirs[$i]}
+        if ! grep -qxF "$dir" <<<"$accepted"; then
+            rm -rf "${dirs[@]:$i}"
+            echo "baseline: refused (above); $(baseline_outcome "$i")"
             return 0
         fi
+        echo "baseline: cuda/fetch_decode.cu at $(cat "$dir/COMMIT") -> $dir"
     done
+    if [ -n "$missing" ]; then
+        echo "baseline: $missing; $(baseline_outcome "${#dirs[@]}")"
+    fi
+}
+
+# baseline_outcome I: what the decodeab stage does where the I-th version (0: the newest) is
+# missing or refused.
+baseline_outcome() {
+    if [ "$1" -eq 0 ]; then
+        echo "the decodeab stage will refuse"
+    else
+        echo "the decodeab stage compares the newer version(s) alone"
+    fi
 }
 
 # prepare_examples PYTHON: device_data/upstream/pyg/examples/ holds the PyG example scripts

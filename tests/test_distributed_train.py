@@ -101,7 +101,7 @@ def graphs(tmp_path_factory) -> dict[str, tuple[Path, Path, int]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "world"), [("cora", 2), ("synthetic", 4)])
+@pytest.mark.parametrize(("name", "world"), [("cora", 2), ("synthetic", 3)])
 def test_ranks_split_the_seeds_share_one_table_and_get_identical_features(
     graphs, tmp_path, name, world
 ) -> None:
