@@ -8,20 +8,19 @@ from __future__ import annotations
 import contextlib
 import numbers
 import os
-import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .codec import ALIGNMENTS, best_clusters, encode, stored_sizes
 from .container import IBPWriter, path_text, resolve_output
 from .dtypes import as_table, rows_to_words, words_per_row
 from .errors import IBPInputError, as_int, check_bool
 from .preprocess import DEFAULT_SAMPLE_ROWS, SAMPLE_WORD_CAP, THRESHOLDS, fit, fit_work
+from .progress import work_bar
 from .sources import TableSource, open_source
 from .table import IBPTable
 
@@ -123,19 +122,6 @@ def sample_ids(num_rows: int, num_words: int, sample: int | None, seed: int) -> 
         return np.arange(num_rows, dtype=np.int64)
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(num_rows, size=count, replace=False)).astype(np.int64)
-
-
-def _bar(total: int, desc: str, show: bool | None) -> tqdm:
-    """A bar of ``total`` rows on stderr: always (True), never (False) or on a terminal (None)."""
-    return tqdm(
-        total=total,
-        unit="row",
-        unit_scale=True,
-        desc=desc,
-        disable=show is False if show is not None else None,
-        file=sys.stderr,
-        leave=False,
-    )
 
 
 def _identity(a: Any) -> Any:
@@ -261,16 +247,14 @@ def compress(
     v = words_per_row(d, name, word_bytes)
     ids = sample_ids(n, v, sample, seed)
     raw_bytes = array.shape[0] * array.shape[1] * array.dtype.itemsize
-    show = (
-        progress if progress is not None else (None if raw_bytes >= PROGRESS_MIN_BYTES else False)
-    )
+    shown = {"unit": "row", "show": progress, "size": raw_bytes, "min_size": PROGRESS_MIN_BYTES}
     sample_words = rows_to_words(np.asarray(array[ids]), name, word_bytes)
     s = sample_words.shape[0]
     fit_align = 1 if align == "auto" else align
     # align="auto" encodes the sample once more, with each of the fitted clusters.
     align_work = min(clusters, s) * s if align == "auto" else 0
     total = fit_work(s, word_bytes, clusters=clusters, threshold=th) + align_work
-    with _bar(total, f"fit {out.name} ({s:,}-row sample)", show) as bar:
+    with work_bar(total, f"fit {out.name} ({s:,}-row sample)", **shown) as bar:
         fitted = fit(
             sample_words,
             name,
@@ -297,7 +281,7 @@ def compress(
     raw_rows = np.zeros(n, dtype=bool)
     with (
         IBPWriter(out) as writer,
-        _bar(n, f"compress {out.name}", show) as bar,
+        work_bar(n, f"compress {out.name}", **shown) as bar,
         on_device,
     ):
         for s in range(0, n, per_batch):

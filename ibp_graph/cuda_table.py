@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .dtypes import as_table, row_bytes, storage_dtype, torch_dtype
 from .errors import IBPFormatError, IBPIndexError, IBPInputError, check_bool
@@ -18,6 +16,7 @@ from .kernels.fetch_decode import DeviceCodec, check_idx, check_launch, fetch_de
 from .kernels.raw_gather import raw_gather
 from .kernels.runtime import check_block_warps, check_chunk_rows, cupy, require_cuda
 from .pinned import PinnedBuffer
+from .progress import work_bar
 from .table import IBPTable
 from .threads import hold
 
@@ -38,23 +37,10 @@ def _device(device: str | torch.device) -> torch.device:
     return dev
 
 
-def _bar(total: int, desc: str, progress: bool | None) -> tqdm:
-    show = progress if progress is not None else (None if total >= PROGRESS_MIN_BYTES else False)
-    return tqdm(
-        total=total,
-        unit="B",
-        unit_scale=True,
-        desc=desc,
-        file=sys.stderr,
-        disable=show is False if show is not None else None,
-        leave=False,
-    )
-
-
 def _fill_pinned(buffer: PinnedBuffer, source: np.ndarray, desc: str, progress) -> None:
     """Copy ``source``'s bytes as they are into ``buffer`` (chunk by chunk, with a bar)."""
     flat = source.reshape(-1).view(np.uint8)
-    with _bar(flat.size, desc, progress) as bar:
+    with work_bar(flat.size, desc, unit="B", show=progress, min_size=PROGRESS_MIN_BYTES) as bar:
         for s in range(0, flat.size, COPY_CHUNK):
             part = flat[s : s + COPY_CHUNK]
             buffer.array[s : s + part.size] = part
@@ -72,7 +58,7 @@ def _fill_pinned_rows(
     n, d = rows.shape
     width = d * storage.itemsize
     step = max(1, COPY_CHUNK // max(width, 1))
-    with _bar(n * width, desc, progress) as bar:
+    with work_bar(n * width, desc, unit="B", show=progress, min_size=PROGRESS_MIN_BYTES) as bar:
         for r in range(0, n, step):
             part = np.ascontiguousarray(rows[r : r + step], dtype=storage)
             flat = part.reshape(-1).view(np.uint8)

@@ -17,6 +17,7 @@ import pytest
 import ibp_graph
 from ibp_graph.cli.main import main
 from ibp_graph.preprocess import fit, fit_work
+from ibp_graph.progress import work_bar
 
 compress_module = importlib.import_module("ibp_graph.compress")
 
@@ -82,14 +83,13 @@ def test_the_bar_changes_no_byte(capsys, tmp_path: Path, options: dict) -> None:
 
 def test_the_fit_bar_reaches_its_total(monkeypatch, capsys, tmp_path: Path) -> None:
     bars = []
-    make = compress_module._bar
 
-    def recording(total: int, desc: str, show: bool | None):
-        bar = make(total, desc, show)
+    def recording(total: int, desc: str, **kw):
+        bar = work_bar(total, desc, **kw)
         bars.append((bar, total))
         return bar
 
-    monkeypatch.setattr(compress_module, "_bar", recording)
+    monkeypatch.setattr(compress_module, "work_bar", recording)
     ibp_graph.compress(table(), tmp_path / "t.ibp", clusters=3, progress=True).close()
     capsys.readouterr()
     (fit_bar, planned), (encode_bar, _) = bars
@@ -147,3 +147,23 @@ def test_cli_fit_bar_follows_its_flags(
     assert code == 0, terminal.getvalue()
     assert capsys.readouterr().out == f"{out}\n"
     assert ("fit x.ibp" in terminal.getvalue()) is shown, terminal.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("show", "size", "shown"),
+    [(True, 1, True), (False, 1000, False), (None, 99, False), (None, 100, True)],
+)
+def test_a_work_bar_follows_its_flag_and_on_its_own_skips_a_small_job(
+    monkeypatch, show: bool | None, size: int, shown: bool
+) -> None:
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with work_bar(7, "job", unit="row", show=show, size=size, min_size=100) as bar:
+        assert bar.disable is not shown
+        bar.update(7)
+    assert ("job" in terminal.getvalue()) is shown
+    with work_bar(100, "all", unit="B", show=None, min_size=100) as bar:  # size: the total
+        assert not bar.disable
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # not a terminal: None shows nothing
+    with work_bar(100, "all", unit="B", show=None) as bar:
+        assert bar.disable

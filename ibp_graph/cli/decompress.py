@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from .. import open as open_table
 from ..dtypes import storage_dtype
 from ..errors import IBPInputError
+from ..progress import work_bar
 from ..table import IBPTable
 from ._common import (
     UsageError,
@@ -92,15 +91,8 @@ def write_npy(table: IBPTable, path: Path, *, progress: bool | None = None) -> N
     try:
         preallocate(path, out.offset + out.nbytes)
         per_chunk = max(1, CHUNK_BYTES // max(1, d * dtype.itemsize))
-        with tqdm(
-            total=n,
-            unit="row",
-            unit_scale=True,
-            desc=f"decompress {Path(table.path).name}",
-            disable=None if progress is None else not progress,
-            file=sys.stderr,
-            leave=False,
-        ) as bar:
+        desc = f"decompress {Path(table.path).name}"
+        with work_bar(n, desc, unit="row", show=progress) as bar:
             for start in range(0, n, per_chunk):
                 stop = min(n, start + per_chunk)
                 out[start:stop] = table.read(slice(start, stop))
