@@ -11,6 +11,7 @@ integer argument (a NumPy integer or a 0-d integer tensor counts).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -102,6 +103,33 @@ def check_int(name: str, value: object, minimum: int) -> int:
     if n is None or n < minimum:
         raise IBPInputError(f"{name} must be an int >= {minimum}, got {value!r}")
     return n
+
+
+def check_fanouts(name: str, fanouts: object) -> tuple[int, ...]:
+    """``fanouts``, neighbors to draw per hop (``-1``: all of them, ``0``: none), as ints.
+
+    A sequence (a list, a tuple) or a 1-D tensor or array of integers (`as_int`).
+
+    Raises:
+        IBPInputError: it is not, naming ``name`` and the index, e.g. ``"num_neighbors must
+            be a list of ints, got 'float' at index 1"`` or ``"fanouts[1] must be >= -1 (-1:
+            all neighbors, 0: none), got -2"``.
+    """
+    if isinstance(fanouts, (torch.Tensor, np.ndarray)) and fanouts.ndim == 1:
+        fanouts = list(fanouts)
+    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
+        raise IBPInputError(f"{name} must be a list of ints, got '{type(fanouts).__name__}'")
+    out = []
+    for i, value in enumerate(fanouts):
+        k = as_int(value)
+        if k is None:
+            raise IBPInputError(
+                f"{name} must be a list of ints, got '{type(value).__name__}' at index {i}"
+            )
+        if k < -1:
+            raise IBPInputError(f"{name}[{i}] must be >= -1 (-1: all neighbors, 0: none), got {k}")
+        out.append(k)
+    return tuple(out)
 
 
 def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:

@@ -46,7 +46,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .errors import IBPDeviceError, IBPInputError, check_bool, check_choice, check_int
+from .errors import (
+    IBPDeviceError,
+    IBPInputError,
+    check_bool,
+    check_choice,
+    check_fanouts,
+    check_int,
+)
 from .graph import CSRGraph
 from .kernels.sample_neighbors import MAX_K as KERNEL_MAX_K
 from .kernels.sample_neighbors import CudaHopKernels, kernel_sample
@@ -160,25 +167,6 @@ class SampledBatch:
     def num_edges(self) -> int:
         """Number of sampled edges."""
         return self.row.numel()
-
-
-def _check_num_neighbors(num_neighbors: object) -> tuple[int, ...]:
-    if not isinstance(num_neighbors, (list, tuple)):
-        raise IBPInputError(
-            f"num_neighbors must be a list of ints, got '{type(num_neighbors).__name__}'"
-        )
-    out = []
-    for i, k in enumerate(num_neighbors):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-            raise IBPInputError(
-                f"num_neighbors must be a list of ints, got '{type(k).__name__}' at index {i}"
-            )
-        if k < -1:
-            raise IBPInputError(
-                f"num_neighbors[{i}] must be >= -1 (-1: all neighbors, 0: none), got {int(k)}"
-            )
-        out.append(int(k))
-    return tuple(out)
 
 
 def _check_backend(backend: object, graph: CSRGraph) -> str:
@@ -324,7 +312,7 @@ class NeighborSampler:
         if not isinstance(graph, CSRGraph):
             raise IBPInputError(f"graph must be a CSRGraph, got '{type(graph).__name__}'")
         self.graph = graph
-        self.num_neighbors = _check_num_neighbors(num_neighbors)
+        self.num_neighbors = check_fanouts("num_neighbors", num_neighbors)
         self.backend = _check_backend(backend, graph)
         self.replace = check_bool("replace", replace)
         self.disjoint = check_bool("disjoint", disjoint)

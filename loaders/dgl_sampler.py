@@ -37,12 +37,11 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
-from ibp_graph.errors import IBPInputError, check_bool, check_choice, check_int
+from ibp_graph.errors import IBPInputError, check_bool, check_choice, check_fanouts, check_int
 from ibp_graph.graph import CSRGraph
-from ibp_graph.loading import as_int, resolve_seed, type_name, unsupported
+from ibp_graph.loading import resolve_seed, type_name, unsupported
 from ibp_graph.sampler import NeighborSampler as CSRNeighborSampler
 
 from .dgl_blocks import DRAWS, node_ids, to_blocks
@@ -118,25 +117,11 @@ def structure(graph: Any) -> Any:
 
 
 def _check_fanouts(fanouts: object) -> list[int]:
-    if isinstance(fanouts, (torch.Tensor, np.ndarray)) and fanouts.ndim == 1:
-        fanouts = list(fanouts)
-    if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence):
-        raise IBPInputError(f"fanouts must be a list of ints, got '{type_name(fanouts)}'")
-    out = []
-    for i, value in enumerate(fanouts):
-        if isinstance(value, Mapping):
-            raise unsupported(
-                "fanouts", fanouts, "per-edge-type fanouts belong to heterogeneous graphs"
-            )
-        k = as_int(value)
-        if k is None:
-            raise IBPInputError(
-                f"fanouts must be a list of ints, got '{type_name(value)}' at index {i}"
-            )
-        if k < -1:
-            raise IBPInputError(f"fanouts[{i}] must be >= -1 (-1: all neighbors), got {k}")
-        out.append(k)
-    return out
+    if isinstance(fanouts, Sequence) and any(isinstance(v, Mapping) for v in fanouts):
+        raise unsupported(
+            "fanouts", fanouts, "per-edge-type fanouts belong to heterogeneous graphs"
+        )
+    return list(check_fanouts("fanouts", fanouts))
 
 
 def _check_names(name: str, names: object) -> list[str]:

@@ -543,13 +543,23 @@ def test_neighbor_frequencies_uniform(monkeypatch, sort_cost):
         ({"a": [1]}, "got 'dict'"),
         ([3, 1.5], "got 'float' at index 1"),
         ([True], "got 'bool' at index 0"),
-        ([3, -2], r"num_neighbors\[1\] must be >= -1"),
+        ([3, -2], r"num_neighbors\[1\] must be >= -1 \(-1: all neighbors, 0: none\), got -2"),
+        (np.array([[1, 2]]), "num_neighbors must be a list of ints, got 'ndarray'"),
+        (torch.tensor([1.0]), "got 'Tensor' at index 0"),
     ],
 )
 def test_bad_num_neighbors(num_neighbors, match):
     g = CSRGraph.from_edge_index(HAND, 7)
     with pytest.raises(IBPInputError, match=match):
         NeighborSampler(g, num_neighbors)
+
+
+@pytest.mark.parametrize(
+    "num_neighbors", [[2, -1, 0], (2, -1, 0), torch.tensor([2, -1, 0]), np.array([2, -1, 0])]
+)
+def test_num_neighbors_of_any_integer_sequence(num_neighbors):
+    g = CSRGraph.from_edge_index(HAND, 7)
+    assert NeighborSampler(g, num_neighbors).num_neighbors == (2, -1, 0)
 
 
 def test_bad_sampler_args():
