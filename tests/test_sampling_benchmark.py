@@ -57,18 +57,28 @@ def test_sampling_benchmark_writes_its_results(tmp_path: Path) -> None:
     assert "int64, host, torch (per call, 2 calls profiled" in md
 
 
-def test_sampling_benchmark_rejects_bad_options() -> None:
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--graph-memory", "gpu"], "--graph-memory: expected device, uva"),
+        (["--device", "cpu", "--backend", "kernel"], "--backend kernel needs --device cuda"),
+        (
+            ["--hop-grids", "default,0"],
+            "each grid is 'default' or a positive number of blocks per SM, got '0'",
+        ),
+        (["--backend", "numba"], "expected a comma-separated list of torch, kernel"),
+        (["--compare-dgl", "--device", "cuda"], "--compare-dgl times CPU samplers"),
+    ],
+)
+def test_sampling_benchmark_rejects_bad_options(bench, capsys, argv, said) -> None:
+    with pytest.raises(SystemExit) as done:
+        bench.parse_args(argv)
+    assert done.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_usage_error_exits_2_from_the_command_line() -> None:
     done = run("--graph-memory", "gpu")
     assert done.returncode == 2 and "--graph-memory: expected device, uva" in done.stderr
-    done = run("--device", "cpu", "--backend", "kernel")
-    assert done.returncode == 2 and "--backend kernel needs --device cuda" in done.stderr
-    done = run("--hop-grids", "default,0")
-    assert done.returncode == 2
-    assert "each grid is 'default' or a positive number of blocks per SM, got '0'" in done.stderr
-    done = run("--backend", "numba")
-    assert (
-        done.returncode == 2 and "expected a comma-separated list of torch, kernel" in done.stderr
-    )
 
 
 def test_sampling_benchmark_compares_with_dgl(tmp_path: Path) -> None:
@@ -107,11 +117,6 @@ def test_sampling_benchmark_compares_with_dgl(tmp_path: Path) -> None:
         ours = next(r for r in run_["results"] if r["contender"] == "ibp-graph once")
         assert t["value"] == ours["ratio_to_dgl"] and t["met"] == (ours["ratio_to_dgl"] >= 1)
     assert "## Targets" in md and "| ibp-graph once / DGL edges/s | 2 thread(s) |" in md
-
-
-def test_compare_dgl_rejects_gpu_options() -> None:
-    done = run("--compare-dgl", "--device", "cuda")
-    assert done.returncode == 2 and "--compare-dgl times CPU samplers" in done.stderr
 
 
 @pytest.fixture(scope="module")
