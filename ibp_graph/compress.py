@@ -247,14 +247,14 @@ def compress(
     v = words_per_row(d, name, word_bytes)
     ids = sample_ids(n, v, sample, seed)
     raw_bytes = array.shape[0] * array.shape[1] * array.dtype.itemsize
-    shown = {"unit": "row", "show": progress, "size": raw_bytes, "min_size": PROGRESS_MIN_BYTES}
+    bar_args = {"unit": "row", "show": progress, "size": raw_bytes, "min_size": PROGRESS_MIN_BYTES}
     sample_words = rows_to_words(np.asarray(array[ids]), name, word_bytes)
     s = sample_words.shape[0]
     fit_align = 1 if align == "auto" else align
     # align="auto" encodes the sample once more, with each of the fitted clusters.
     align_work = min(clusters, s) * s if align == "auto" else 0
     total = fit_work(s, word_bytes, clusters=clusters, threshold=th) + align_work
-    with work_bar(total, f"fit {out.name} ({s:,}-row sample)", **shown) as bar:
+    with work_bar(total, f"fit {out.name} ({s:,}-row sample)", **bar_args) as bar:
         fitted = fit(
             sample_words,
             name,
@@ -281,7 +281,7 @@ def compress(
     raw_rows = np.zeros(n, dtype=bool)
     with (
         IBPWriter(out) as writer,
-        work_bar(n, f"compress {out.name}", **shown) as bar,
+        work_bar(n, f"compress {out.name}", **bar_args) as bar,
         on_device,
     ):
         for s in range(0, n, per_batch):
