@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
-from simt import sanitize
+from simt import host_hops, sanitize
 from simt.host_hops import HarnessBuildError
 from simt.host_hops import build as build_harness
 
@@ -56,6 +56,35 @@ settings.register_profile(
     max_examples=500,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ibp"))
+
+# --------------------------------------------------------------------------------------------
+# One build of each host harness for the whole run
+# --------------------------------------------------------------------------------------------
+
+#: The folder of the run's harness builds, where this process made it (and removes it).
+HARNESS_CACHE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the run a folder of harness builds (`simt.host_hops.CACHE_ENV`) unless one is set.
+
+    The pytest-xdist workers, the sanitized runs and the tests' own subprocesses inherit it,
+    so each build of the harness (plain, each sanitizer, each set of macros) compiles once in
+    the run, where each process compiled its own (the address sanitizer's takes about 40 s).
+    """
+    if not os.environ.get(host_hops.CACHE_ENV):
+        folder = Path(tempfile.mkdtemp(prefix="ibp-graph-harness-"))
+        os.environ[host_hops.CACHE_ENV] = str(folder)
+        config.stash[HARNESS_CACHE] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(HARNESS_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get(host_hops.CACHE_ENV) == str(folder):
+            del os.environ[host_hops.CACHE_ENV]
+
 
 # --------------------------------------------------------------------------------------------
 # The host kernel tests under the sanitizers, beside the suite

@@ -216,6 +216,7 @@ def test_warnings_stop_the_harness_build_unless_told_otherwise(
         return subprocess.CompletedProcess(cmd, 1, "", "stopped here")
 
     monkeypatch.setattr(host_hops.subprocess, "run", compile_only)
+    monkeypatch.setenv(host_hops.CACHE_ENV, str(tmp_path / "cache"))  # none built there yet
     if werror is None:
         monkeypatch.delenv("IBP_GRAPH_SIMT_WERROR", raising=False)
     else:
@@ -245,6 +246,34 @@ def test_a_stopped_run_has_its_status_written(tmp_path) -> None:
     sanitize.stop_runs(runs)  # killed at once, and its status written
     assert (tmp_path / "thread.status").read_text() == str(-signal.SIGKILL)
     assert sanitize.ci_run_result("thread", tmp_path, 0)[0] == -signal.SIGKILL
+
+
+def test_a_harness_build_is_compiled_once_per_command_and_sources(monkeypatch, tmp_path) -> None:
+    """With a cache folder, the same command on the same sources links the first build."""
+    compiled = []
+
+    def compile_into(cmd, **kwargs):
+        out = Path(cmd[cmd.index("-o") + 1])
+        out.write_text(f"build {len(compiled)}")
+        compiled.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(host_hops.subprocess, "run", compile_into)
+    monkeypatch.setattr(host_hops.ctypes, "CDLL", lambda path: Path(path).read_text())
+    monkeypatch.setenv(host_hops.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(sanitize.SANITIZE_ENV, raising=False)
+    assert host_hops.build(tmp_path / "a.so") == "build 0"
+    assert host_hops.build(tmp_path / "b.so") == "build 0" and len(compiled) == 1
+    assert host_hops.build(tmp_path / "a.so", defines=("SIMT_UCONTEXT",)) == "build 1"
+    monkeypatch.setenv(sanitize.SANITIZE_ENV, "thread")  # another command: -fsanitize=thread
+    assert host_hops.build(tmp_path / "c.so") == "build 2"
+    assert sorted(p.name for p in (tmp_path / "cache").glob("*.so")) == sorted(
+        f"libsimt-{host_hops._key([*c[: c.index('-o')]])}.so" for c in compiled
+    )
+    assert not list((tmp_path / "cache").glob("*.part"))
+    monkeypatch.delenv(host_hops.CACHE_ENV)  # no folder: every build compiles
+    assert host_hops.build(tmp_path / "d.so") == "build 3"
+    assert host_hops.build(tmp_path / "d.so") == "build 4"
 
 
 def test_lanes_switched_with_ucontext_run_a_warp_alike(tmp_path) -> None:

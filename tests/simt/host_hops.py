@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -32,6 +34,12 @@ class HarnessBuildError(RuntimeError):
         self.unsupported = unsupported
 
 
+#: Environment variable naming a folder where `build` keeps what it compiles, keyed by the
+#: command and every source it reads, for any process to reuse (tests/conftest.py sets it
+#: for a test run and its subprocesses); unset, every build compiles.
+CACHE_ENV = "IBP_GRAPH_SIMT_CACHE"
+
+
 def build(
     out: Path, sources: list[Path] | None = None, defines: tuple[str, ...] = ()
 ) -> ctypes.CDLL:
@@ -40,7 +48,9 @@ def build(
     ``sources``: the ``simt_*.cpp`` files to compile (default: all); ``defines``: macros to
     define (``-D``). Warnings are errors, unless ``$IBP_GRAPH_SIMT_WERROR`` is ``0``: the GPU
     session sets it, since another g++ may warn where this one does not, and there the harness
-    is only a reference for the GPU's results.
+    is only a reference for the GPU's results. Where ``$IBP_GRAPH_SIMT_CACHE`` names a folder,
+    a library built there before with the same command from the same sources is linked to
+    ``out`` instead (one process builds it while the others wait).
 
     Raises:
         HarnessBuildError: no g++, or the sources do not build.
@@ -53,16 +63,46 @@ def build(
         flags.append("-Werror")
     flags += sanitizer_flags()
     flags += [f"-D{name}" for name in defines]
-    cmd = [cxx, *flags, "-Wno-unknown-pragmas", "-o", str(out)]
-    cmd += [str(p) for p in (sources or sorted(HERE.glob("simt_*.cpp")))]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        old = "c++20" in done.stderr or "atomic_ref" in done.stderr
-        raise HarnessBuildError(f"the kernels do not build on the host:\n{done.stderr}", old)
+    files = [str(p) for p in (sources or sorted(HERE.glob("simt_*.cpp")))]
+    cmd = [cxx, *flags, "-Wno-unknown-pragmas", *files]
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        _compile(cmd, out)
+        return ctypes.CDLL(str(out))
+    cached = Path(folder) / f"libsimt-{_key(cmd)}.so"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with open(cached.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cached.exists():
+            part = cached.with_name(f"{cached.name}.{os.getpid()}.part")
+            _compile(cmd, part)
+            os.replace(part, cached)
+    out.unlink(missing_ok=True)
+    try:
+        os.link(cached, out)
+    except OSError:  # another file system
+        shutil.copyfile(cached, out)
     return ctypes.CDLL(str(out))
 
 
-#: Grid and block of the host launches (blocks run one after another, a fiber per lane).
+def _compile(cmd: list[str], out: Path) -> None:
+    done = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True)
+    if done.returncode != 0:
+        old = "c++20" in done.stderr or "atomic_ref" in done.stderr
+        raise HarnessBuildError(f"the kernels do not build on the host:\n{done.stderr}", old)
+
+
+def _key(cmd: list[str]) -> str:
+    """What a build depends on: the command, the compiler's file and every source it reads."""
+    digest = hashlib.sha256("\0".join(cmd).encode())
+    compiler = os.stat(cmd[0])
+    digest.update(f"{compiler.st_size}:{compiler.st_mtime_ns}".encode())
+    read = sorted([*HERE.glob("simt_*"), *(HERE.parents[1] / "cuda").glob("*.cu")])
+    for path in read:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
 GRID, BLOCK = 3, 64
 
 
