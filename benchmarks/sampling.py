@@ -103,6 +103,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -661,19 +662,36 @@ def load_dgl():
     return dgl
 
 
-def contenders(edge_index: torch.Tensor, args: argparse.Namespace) -> dict:
-    """name -> function(seeds) -> sampled edges, for `compare_dgl`."""
-    dgl = load_dgl()
-    graph = CSRGraph.from_edge_index(edge_index, args.nodes)
-    dg = dgl.graph((edge_index[0], edge_index[1]), num_nodes=args.nodes).formats("csc")
-    dg.create_formats_()
-    dgl_sampler = dgl.dataloading.NeighborSampler(list(reversed(args.fanouts)))
+#: The samplers `compare_dgl` times side by side, in its order.
+CONTENDERS = ("dgl", "ibp-graph once", "ibp-graph per_hop", "ibp-graph once, torch ops")
 
-    def dgl_batch(seeds: torch.Tensor) -> int:
-        _, _, blocks = dgl_sampler.sample_blocks(dg, seeds)
-        return sum(block.num_edges() for block in blocks)
 
-    def ours(draw: str, compiled: bool):
+def contenders(
+    edge_index: torch.Tensor, args: argparse.Namespace, names: Sequence[str] = CONTENDERS
+) -> dict:
+    """name -> function(seeds) -> sampled edges, for `compare_dgl`: the ``names`` ones.
+
+    DGL is imported, and its graph built, only where ``"dgl"`` is among them.
+    """
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        raise ValueError(f"no contender {unknown[0]!r}; they are {', '.join(CONTENDERS)}")
+    built = {}
+    if "dgl" in names:
+        dgl = load_dgl()
+        dg = dgl.graph((edge_index[0], edge_index[1]), num_nodes=args.nodes).formats("csc")
+        dg.create_formats_()
+        dgl_sampler = dgl.dataloading.NeighborSampler(list(reversed(args.fanouts)))
+
+        def dgl_batch(seeds: torch.Tensor) -> int:
+            _, _, blocks = dgl_sampler.sample_blocks(dg, seeds)
+            return sum(block.num_edges() for block in blocks)
+
+        built["dgl"] = dgl_batch
+    ours = [n for n in names if n != "dgl"]
+    graph = CSRGraph.from_edge_index(edge_index, args.nodes) if ours else None
+
+    def sampled(draw: str, compiled: bool):
         sampler = NeighborSampler(graph, args.fanouts, seed=args.seed, draw=draw)
 
         def batch(seeds: torch.Tensor) -> int:
@@ -686,12 +704,13 @@ def contenders(edge_index: torch.Tensor, args: argparse.Namespace) -> dict:
 
         return batch
 
-    return {
-        "dgl": dgl_batch,
-        "ibp-graph once": ours("once", True),
-        "ibp-graph per_hop": ours("per_hop", True),
-        "ibp-graph once, torch ops": ours("once", False),
+    how = {
+        "ibp-graph once": ("once", True),
+        "ibp-graph per_hop": ("per_hop", True),
+        "ibp-graph once, torch ops": ("once", False),
     }
+    built.update((name, sampled(*how[name])) for name in ours)
+    return {name: built[name] for name in names}
 
 
 def compare_dgl(edge_index: torch.Tensor, args: argparse.Namespace, env: dict, info: dict):

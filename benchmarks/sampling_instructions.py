@@ -79,7 +79,7 @@ def child(args: argparse.Namespace) -> None:
     """One contender's batches, the measured ones between the client requests."""
     torch.set_num_threads(1)
     data = torch.load(args.data)
-    sample = contenders(data["edge_index"], args)[args.child]
+    sample = contenders(data["edge_index"], args, [args.child])[args.child]
     seeds = data["seeds"]
     for s in seeds[: args.warmup]:
         sample(s)

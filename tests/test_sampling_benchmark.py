@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -410,3 +411,17 @@ def test_cpu_baseline_runs_on_one_thread(bench) -> None:
         bench.NeighborSampler = original
     assert len(seen) == 12 and all(n == 1 for _, n in seen)
     assert all(torch.equal(s, seeds[1 + i]) for i, (s, _) in enumerate(seen))
+
+
+def test_contenders_are_built_by_name(bench) -> None:
+    """Only the named samplers are built (DGL imported for ``"dgl"`` alone), in that order."""
+    args = argparse.Namespace(nodes=500, fanouts=[3, 2], seed=0)
+    edge_index = bench.power_law_edges(500, 4000, seed=0)
+    names = ["ibp-graph once, torch ops", "ibp-graph once"]
+    built = bench.contenders(edge_index, args, names)
+    assert list(built) == names
+    seeds = torch.arange(16)
+    assert all(0 < sample(seeds) <= 16 * (3 + 3 * 2) for sample in built.values())
+    assert list(bench.CONTENDERS)[0] == "dgl"
+    with pytest.raises(ValueError, match="no contender 'numba'; they are dgl, "):
+        bench.contenders(edge_index, args, ["numba"])

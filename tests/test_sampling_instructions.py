@@ -93,8 +93,7 @@ def test_bad_counts_are_refused(argv: list[str], capsys) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_one_contender_is_counted_under_callgrind(tmp_path: Path) -> None:
-    """A tiny graph under valgrind (about 35 s, most of it imports): the count comes back."""
-    pytest.importorskip("dgl", reason="the contenders include DGL's sampler")
+    """A tiny graph under valgrind (most of the time goes to imports): the count comes back."""
     lib = si.build_helper(tmp_path)
     data = tmp_path / "graph.pt"
     seeds = si.torch.randperm(2000, generator=si.torch.Generator().manual_seed(0))
