@@ -662,8 +662,14 @@ def load_dgl():
     return dgl
 
 
+#: Our samplers among the contenders: name -> (draw, hops compiled).
+OURS = {
+    "ibp-graph once": ("once", True),
+    "ibp-graph per_hop": ("per_hop", True),
+    "ibp-graph once, torch ops": ("once", False),
+}
 #: The samplers `compare_dgl` times side by side, in its order.
-CONTENDERS = ("dgl", "ibp-graph once", "ibp-graph per_hop", "ibp-graph once, torch ops")
+CONTENDERS = ("dgl", *OURS)
 
 
 def contenders(
@@ -704,12 +710,7 @@ def contenders(
 
         return batch
 
-    how = {
-        "ibp-graph once": ("once", True),
-        "ibp-graph per_hop": ("per_hop", True),
-        "ibp-graph once, torch ops": ("once", False),
-    }
-    built.update((name, sampled(*how[name])) for name in ours)
+    built.update((name, sampled(*OURS[name])) for name in ours)
     return {name: built[name] for name in names}
 
 

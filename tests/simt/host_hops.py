@@ -103,6 +103,7 @@ def _key(cmd: list[str]) -> str:
     return digest.hexdigest()[:24]
 
 
+#: Grid and block of the host launches (blocks run one after another, a fiber per lane).
 GRID, BLOCK = 3, 64
 
 
