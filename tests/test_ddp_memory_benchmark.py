@@ -127,3 +127,8 @@ def test_bad_sizes_are_usage_errors() -> None:
         [sys.executable, SCRIPT, "--nodes", "100"], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "--nodes must exceed --train + 1000" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--runs", "both"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "argument --runs: invalid choice: 'both' (choose from 'IBP', 'raw')" in proc.stderr
