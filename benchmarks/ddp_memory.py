@@ -195,10 +195,8 @@ def report(result: dict, baseline: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "--rank":
-        rest = sys.argv[3:]
-        raise SystemExit(rank_main(Path(sys.argv[2]), rest[1:] if rest[:1] == ["--"] else rest))
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of `main` (``argv``: None for ``sys.argv[1:]``), checked."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=200_000)
     parser.add_argument("--features", type=int, default=1000)
@@ -215,9 +213,17 @@ def main() -> None:
     )
     parser.add_argument("--baseline", type=Path, help="an earlier results file to compare")
     add_out(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.nodes < args.train + 1000 or min(args.features, args.degree, args.ranks) < 1:
         parser.error("--nodes must exceed --train + 1000; --features, --degree, --ranks >= 1")
+    return args
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--rank":
+        rest = sys.argv[3:]
+        raise SystemExit(rank_main(Path(sys.argv[2]), rest[1:] if rest[:1] == ["--"] else rest))
+    args = parse_args()
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
     with tempfile.TemporaryDirectory(prefix="ddp-memory-") as tmp:
         folder = Path(tmp)

@@ -122,13 +122,21 @@ def test_the_report_matches_the_baselines_ranks_by_rank() -> None:
     assert "before" not in ddp_memory.report(result, None)
 
 
-def test_bad_sizes_are_usage_errors() -> None:
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, "--nodes", "100"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert proc.returncode == 2 and "--nodes must exceed --train + 1000" in proc.stderr
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, "--runs", "both"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert proc.returncode == 2
-    assert "argument --runs: invalid choice: 'both' (choose from 'IBP', 'raw')" in proc.stderr
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--nodes", "100"], "--nodes must exceed --train + 1000"),
+        (["--ranks", "0"], "--features, --degree, --ranks >= 1"),
+        (["--runs", "both"], "argument --runs: invalid choice: 'both' (choose from 'IBP', 'raw')"),
+    ],
+)
+def test_bad_options_are_usage_errors(argv: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        ddp_memory.parse_args(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_defaults_run_both_in_order() -> None:
+    args = ddp_memory.parse_args([])
+    assert args.runs == ["IBP", "raw"] and args.ranks == 2 and args.baseline is None
+    assert ddp_memory.parse_args(["--runs", "raw", "IBP"]).runs == ["raw", "IBP"]
