@@ -135,11 +135,12 @@
 #              GIL, short ops, pure Python) and with Cora's loaders (batches on the prefetch
 #              thread or serial): what sharing the GIL costs a launch-bound step, op by op.
 #   examples   about 1 min: benchmarks/upstream_examples.py over the PyG example scripts
-#              that prepare copied (reddit.py, hierarchical_sampling.py, infomax_inductive.py;
-#              ogbn_train.py needs ogb, which the image lacks, and is reported as skipped),
-#              each with only its NeighborLoader import changed to ours, on synthetic data: on
-#              a GPU they put data.x (infomax: data.edge_index too) on the device and pass
-#              num_workers, so our CUDA path runs them.
+#              that prepare copied (reddit.py, hierarchical_sampling.py, infomax_inductive.py,
+#              multi_gpu/distributed_sampling.py: a process per GPU, NCCL, DDP; ogbn_train.py
+#              needs ogb, which the image lacks, and is reported as skipped), each with only
+#              its NeighborLoader import changed to ours, on synthetic data: on a GPU they put
+#              data.x (infomax: data.edge_index too) on the device and pass num_workers, so our
+#              CUDA path runs them.
 #
 # A device command runs at most 10 minutes and returns at most 8 files from $OUT, 2 folders
 # deep: every stage writes straight under $OUT as it goes (so a stage cut off still returns

@@ -16,6 +16,13 @@ git repository read at ``--pyg-rev`` / ``--dgl-rev`` with ``git show``.
   ``--batch_size 256 --fan_out 5``, since its disjoint trees at the defaults hold 1.1M nodes a
   batch), each with ``--dataset ogbn-arxiv --dataset_dir ../data --epochs 2
   --num_workers 2``;
+- PyG ``examples/multi_gpu/distributed_sampling.py`` (on a GPU only: one process per GPU,
+  NCCL, ``DistributedDataParallel``): ``x`` and ``y`` moved to the GPU, ``edge_index`` left on
+  the host, a loader per split with ``num_workers=4``, persistent workers and
+  ``drop_last=True``, 20 epochs. At the default 3,000 nodes its validation and test splits
+  (about 600 nodes each) are smaller than its batch of 1,024, which it drops, so it prints
+  their accuracies as nan (0 / 0), as it would with PyG's loader; the training accuracy is
+  the check;
 - DGL ``examples/pytorch/graphsage/node_classification.py --mode cpu``:
   ``DglNodePropPredDataset("ogbn-products")``, ``NeighborSampler`` with
   ``prefetch_node_feats`` / ``prefetch_labels``, 10 epochs, then a layer-wise inference with
@@ -29,7 +36,8 @@ works. ``ogbn_train.py`` runs with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` in its
 ogb 1.3.6 reads its processed file with ``torch.load``, which torch 2.6 and later refuse
 otherwise, with PyG's loader as with ours. The import line of each framework (`SWAPS`) must
 appear exactly once in a script; it becomes ours and nothing else changes. A script whose
-modules do not import here (ogb, DGL, ...) is skipped and reported as such. Reported per run:
+modules do not import here (ogb, DGL, ...), or that needs a CUDA device where there is none,
+is skipped and reported as such. Reported per run:
 the exit status, the wall time and the script's last lines. ``--export DIR`` writes the
 scripts as they are upstream to ``DIR/<framework>/examples/`` instead (``--pyg DIR/pyg`` then
 runs them on a machine without the checkout: benchmarks/gpu_session.sh's ``examples`` stage).
@@ -92,6 +100,8 @@ class Example:
     env: tuple[tuple[str, str], ...] = ()
     #: Modules the script imports that may be missing (it is skipped where one is).
     needs: tuple[str, ...] = ()
+    #: It runs on CUDA devices only, with NCCL (skipped where either is missing).
+    cuda: bool = False
 
     @property
     def label(self) -> str:
@@ -103,6 +113,7 @@ EXAMPLES: tuple[Example, ...] = (
     Example("pyg", "reddit.py", needs=("scipy", "tqdm")),
     Example("pyg", "hierarchical_sampling.py", needs=("scipy", "tqdm")),
     Example("pyg", "infomax_inductive.py", needs=("scipy", "tqdm", "sklearn")),
+    Example("pyg", "multi_gpu/distributed_sampling.py", needs=("scipy", "tqdm"), cuda=True),
     Example("pyg", "ogbn_train.py", ("--model", "sage", *_OGB_ARGS), OGB_ENV, _OGB_NEEDS),
     # disjoint trees: 1 + 5 + 25 nodes per seed (the defaults give 1,111 per seed, 1.1M nodes
     # a batch, which a transformer over the batch does not fit on a small CPU machine)
@@ -255,8 +266,14 @@ def git_commit(checkout: Path, rev: str | None) -> str | None:
 
 
 def missing(example: Example) -> list[str]:
-    """The modules ``example`` needs that do not import here."""
-    return [name for name in example.needs if importlib.util.find_spec(name) is None]
+    """What ``example`` needs that is not here: modules that do not import, a CUDA device."""
+    lacking = [name for name in example.needs if importlib.util.find_spec(name) is None]
+    if example.cuda:
+        if not torch.cuda.is_available():
+            lacking.append("a CUDA device")
+        elif not torch.distributed.is_nccl_available():
+            lacking.append("NCCL")
+    return lacking
 
 
 def run_script(path: Path, example: Example, timeout: float) -> dict:
@@ -423,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     if any(r["status"] != 0 and not r.get("skipped") for r in runs):
         raise SystemExit(1)
     if all(r.get("skipped") for r in runs):
-        raise SystemExit("every script was skipped: their modules are missing")
+        raise SystemExit("every script was skipped: what they need is missing here")
 
 
 if __name__ == "__main__":

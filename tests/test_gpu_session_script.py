@@ -358,8 +358,10 @@ def test_prepare_copies_pygs_example_scripts_for_the_examples_stage(tmp_path: Pa
     (pyg / "examples").mkdir(parents=True)
     theirs = upstream_examples.SWAPS["pyg"][0]
     scripts = {e.script for e in upstream_examples.EXAMPLES if e.framework == "pyg"}
-    for name in scripts:
+    for name in scripts:  # some in a folder of examples/ (multi_gpu/)
+        (pyg / "examples" / name).parent.mkdir(parents=True, exist_ok=True)
         (pyg / "examples" / name).write_text(f"# {name}\n{theirs}\n")
+    assert any("/" in name for name in scripts)
     env = {"IBP_GRAPH_PYG": str(pyg)}
     if how == "git":  # a bare repository, read at a revision
         _git(pyg, "init", "-q")

@@ -159,6 +159,21 @@ def test_a_script_whose_modules_are_missing_is_skipped_not_failed(tmp_path, monk
         ux.main(["--pyg", str(tmp_path / "pyg"), "--nodes", "200", "--out", str(out)])
 
 
+def test_a_script_for_cuda_devices_is_skipped_without_one_or_without_nccl(monkeypatch) -> None:
+    example = ux.Example("pyg", "multi.py", needs=("numpy", "no_such_module_here"), cuda=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ux.missing(example) == ["no_such_module_here", "a CUDA device"]
+    assert ux.missing(ux.Example("pyg", "a.py", needs=("numpy",))) == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: False)
+    assert ux.missing(example) == ["no_such_module_here", "NCCL"]
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    assert ux.missing(example) == ["no_such_module_here"]
+    # the multi-GPU example is one of these: it spawns a process per CUDA device
+    (multi,) = [e for e in ux.EXAMPLES if e.script.startswith("multi_gpu/")]
+    assert multi.cuda and not any(e.cuda for e in ux.EXAMPLES if e is not multi)
+
+
 def test_export_writes_the_upstream_scripts_unchanged_for_a_later_run(tmp_path, monkeypatch):
     (tmp_path / "pyg" / "examples").mkdir(parents=True)
     text = f"# upstream\n{PYG_THEIRS}\nprint('ran')\n"
