@@ -371,7 +371,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.add_argument(f"--{framework}", type=Path, help=f"a {framework} checkout or git dir")
         parser.add_argument(f"--{framework}-rev", help="read its scripts at this git revision")
     parser.add_argument("--nodes", type=int, default=3000)
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per script")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1200,
+        help="seconds per script (default 1200: infomax_inductive.py took 289-626 s on two cores)",
+    )
     parser.add_argument(
         "--export",
         type=Path,
