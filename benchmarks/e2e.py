@@ -125,6 +125,7 @@ import contextlib
 import os
 import statistics
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -1421,10 +1422,14 @@ def plot(payload: dict, path: Path) -> Path | None:
     rows = 2 if any(timelines) else 1
     lanes = max((len(t) for t in timelines), default=0) * len(epoch_timeline.LANES)
     heights = [4.6] + ([max(2.0, 0.28 * lanes + 1.2)] if rows == 2 else [])
+    # A graph's panel widens with its modes (their names under the bars); the figure is wide
+    # enough for the title and the legend.
+    modes_most = max(len([m for m in g["modes"] if "skipped" not in m]) for g in graphs)
+    panel = max(4.6, 1.45 * modes_most)
     fig, axes = plt.subplots(
         rows,
         len(graphs),
-        figsize=(4.6 * len(graphs) + 0.6 + 0.8 * (rows - 1), sum(heights)),
+        figsize=(max(7.2, panel * len(graphs) + 0.6 + 0.8 * (rows - 1)), sum(heights)),
         squeeze=False,
         gridspec_kw={"height_ratios": heights},
     )
@@ -1460,7 +1465,8 @@ def plot(payload: dict, path: Path) -> Path | None:
                 zorder=4,
                 label="ideal IBP epoch",
             )
-        ax.set_xticks(pos, [m["title"].replace(" (", "\n(") for m in modes], fontsize=8)
+        names = [textwrap.fill(m["title"], 16) for m in modes]
+        ax.set_xticks(pos, names, fontsize=8)
         ax.set_ylabel("seconds per epoch")
         ax.set_title(f"{g['name']} ({g['row_bytes']:,} B rows, r={a['ratio']:.2f}x)", fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -1471,14 +1477,14 @@ def plot(payload: dict, path: Path) -> Path | None:
             else:
                 ax.axis("off")
     # The timeline's colours are the bars' (its lanes are named on the axis).
-    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     where = "GPU" if payload["device_type"] == "cuda" else "CPU (pipeline only, no PCIe)"
     fig.suptitle(
         f"GraphSAGE epoch, stage breakdown: {where}\nleft bar: the training loop "
         "(train + wait = epoch); right bar: the loader (overlaps training on a GPU)",
         fontsize=9,
     )
-    fig.tight_layout(rect=(0, 0.07 if rows == 1 else 0.05, 1, 0.92 if rows == 1 else 0.95))
+    fig.tight_layout(rect=(0, 0.11 if rows == 1 else 0.07, 1, 0.92 if rows == 1 else 0.95))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
