@@ -1424,8 +1424,8 @@ def plot(payload: dict, path: Path) -> Path | None:
     heights = [4.6] + ([max(2.0, 0.28 * lanes + 1.2)] if rows == 2 else [])
     # A graph's panel widens with its modes (their names under the bars); the figure is wide
     # enough for the title and the legend.
-    modes_most = max(len([m for m in g["modes"] if "skipped" not in m]) for g in graphs)
-    panel = max(4.6, 1.45 * modes_most)
+    shown = [[m for m in g["modes"] if "skipped" not in m] for g in graphs]
+    panel = max(4.6, 1.45 * max(len(modes) for modes in shown))
     fig, axes = plt.subplots(
         rows,
         len(graphs),
@@ -1435,8 +1435,7 @@ def plot(payload: dict, path: Path) -> Path | None:
     )
     width = 0.36
     colors = {"train": "#4c72b0", "wait": "#dd8452", "sample": "#55a868", "fetch": "#c44e52"}
-    for ax, g in zip(axes[0], graphs, strict=True):
-        modes = [m for m in g["modes"] if "skipped" not in m]
+    for ax, g, modes in zip(axes[0], graphs, shown, strict=True):
         pos = np.arange(len(modes))
         st = {k: np.array([m["stages_s"][k] for m in modes]) for k in STAGE_KEYS}
         left, right = pos - width / 2, pos + width / 2
