@@ -1,5 +1,7 @@
 // Fused fetch + decode of IBP rows (docs/FORMAT.md), one warp per requested row; rows of at
-// most 256 bytes of words two a warp, one a half-warp, when both are flat (fetch_decode_halves).
+// most 256 bytes of words two a warp, one a half-warp, when both are flat, and in a
+// bag-of-words table rows of at most 512 bytes of words two a warp when both are grouped rows
+// of clusters without free bits (fetch_decode_halves).
 //
 // The warp copies its row's stored bytes from the row section (pinned host memory read over
 // UVA, or device memory) into shared memory with aligned 16-byte loads (or asynchronous
@@ -950,8 +952,12 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
 }
 
 // Rows of at most HALF_ROW_BYTES bytes of words (64 4-byte words, 32 8-byte ones) are decoded
-// two a warp, one a half-warp of 16 lanes with 16 bytes of words each (fetch_decode_halves).
+// two a warp, one a half-warp of 16 lanes with 16 bytes of words each (fetch_decode_halves);
+// in a table whose first cluster's columns have no free bit (bag-of-words tables), rows of at
+// most NO_FREE_HALF_ROW_BYTES (128 4-byte words, 64 8-byte ones) too, grouped ones 32 bytes of
+// words a lane.
 #define HALF_ROW_BYTES 256
+#define NO_FREE_HALF_ROW_BYTES 512
 
 // A flat row of at most 16 K words (K = LaneWords) decoded by one half of the warp (`lane`'s
 // bit 4 says which) while the other half decodes another: decode_flat_spans over 16 lanes.
@@ -984,12 +990,193 @@ __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u
     }
 }
 
-// The one-buffer kernel's loop for rows of at most HALF_ROW_BYTES bytes of words: requests r
-// and r + 1 a step, one a half-warp. Each half stages its row into its own buffer of the
-// warp's two (16 lanes); when both rows are flat and stored compressed (or one half has no
-// request), each half decodes its own (decode_flat_half), else the whole warp takes them one
-// after the other as the wider rows' loop does (out-of-range ids, rows too long, raw and
-// grouped rows). Same arguments as fetch_decode.
+// The code widths of a lane's K neighbouring columns j .. j + K - 1 (`widths` [j]), a byte
+// each, K / 2 a register: `packed[h]` byte i holds column j + h K / 2 + i's, 0 for a column
+// whose bit in `coded` is clear. One load of K bytes where they are aligned and all coded
+// (`vec`), else a load a coded column.
+template <int K>
+__device__ __forceinline__ void lane_code_widths(const u8* __restrict__ widths, int j, u32 coded,
+                                                 bool vec, u32 (&packed)[2]) {
+    static_assert(K == 4 || K == 8, "4 or 8 widths");
+    constexpr int H = K / 2;
+    packed[0] = packed[1] = 0u;
+    if (vec && coded == (1u << K) - 1u) {
+        if constexpr (K == 8) {
+            const uint2 v = ro(reinterpret_cast<const uint2*>(widths + j), 0u);
+            packed[0] = v.x;
+            packed[1] = v.y;
+        } else {
+            const u32 v = ro(reinterpret_cast<const u32*>(widths + j), 0u);
+            packed[0] = v & 0xffffu;
+            packed[1] = v >> 16;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            if ((coded >> i) & 1u) packed[i / H] |= (u32)ro(widths, (u32)(j + i)) << (8 * (i % H));
+        }
+    }
+}
+
+// A grouped row of a cluster none of whose columns has a free bit (bag-of-words tables), of at
+// most NO_FREE_HALF_ROW_BYTES bytes of words, decoded by one half of the warp while the other
+// half decodes another, in one step: each of its 16 lanes takes K = 2 LaneWords neighbouring
+// columns (32 bytes of words, all of one subgroup). The header's subgroup bits are held a
+// chunk a lane (at most 16 chunks), not written to scratch; a scan of the lanes' code bits
+// places each lane's codes, and its total is where the payloads start (no prefix sums read).
+// Which of a lane's words escape comes first (one bit a word when every code is 1 bit wide,
+// the common case, a warp vote says), then the lanes' escape counts place its payloads; then
+// the lane decodes and stores its words 16 bytes at a time: code-0 entries, each word of
+// another code its own entry, each escaped word its payload. Whether the step loads widths or
+// payloads is voted over the whole warp, so the halves take the same branches round every
+// shuffle; the counts that place codes and payloads are the half's own (its 16 bits of each
+// vote). `s`: the staged row (in `buf`), of cluster `s.cluster`; `active` false: the half has
+// no request and only takes part. A row whose header, codes or payloads run past its stored
+// length is zeroed and output position `p` recorded in `error[1]`.
+template <typename W>
+__device__ void decode_no_free_half(const u32* buf, const Staged& s, bool active, u8* out_row,
+                                    int* error, i64 p, const u8* __restrict__ code_bits,
+                                    const W* __restrict__ bitvals, int V, int E, int row_bytes,
+                                    bool word_aligned, int lane) {
+    constexpr int H = LaneWords<W>::value;  // 16 bytes of words
+    constexpr int K = 2 * H;
+    const int TB = Word<W>::BITS;
+    const int C = (V + 31) >> 5;  // at most 16
+    const int c = active ? s.cluster : 0;
+    const u32 base = (u32)(s.start & 15ull) * 8u;
+    const u64 len_bits = (u64)s.len * 8;
+    const int hl = lane & 15;     // the lane in its half
+    const int half0 = lane & 16;  // the half's first lane
+    const unsigned below = (1u << hl) - 1u;  // the half's lanes before this one
+    // The header: lane hl holds chunk hl's subgroup bits (0 for a chunk without a code). Every
+    // chunk before the last has 32 columns, so 4 subgroup bits where it has any.
+    u32 w = 0;
+    if (active && hl < C && read_bits(buf, base + 1 + hl, 1)) {
+        w = (u32)((min(32, V - 32 * hl) + 7) >> 3);
+    }
+    const u32 before = 4u * (u32)__popc((__ballot_sync(FULL_MASK, w != 0) >> half0) & below);
+    const u32 subs_at = base + 1 + (u32)C;
+    const u32 sub = read_bits(buf, subs_at + before, (int)w);
+    const u32 codes_at = subs_at + __shfl_sync(FULL_MASK, before + w, half0 + C - 1);
+    bool live = active && (u64)(codes_at - base) <= len_bits;
+    const int j = K * hl;  // the lane's first column
+    u32 in_row = live ? lane_in_row<K>(j, V) : 0u;
+    // Bit i: column j + i has a code (the bit of its subgroup, in its chunk's lane).
+    const u32 chunk_sub = __shfl_sync(FULL_MASK, sub, half0 + min(j >> 5, C - 1));
+    const u32 coded = in_row != 0 && ((chunk_sub >> ((j & 31) >> 3)) & 1u) ? in_row : 0u;
+    // The lane's code widths, a byte each (0 for a column without a code), H a register; its
+    // codes, two fields of at most 32 bits (H codes of at most 8 bits each); which escape.
+    u32 packed[2] = {0u, 0u}, field[2] = {0u, 0u};
+    u32 escaped = 0, payloads_at = 0;
+    bool wide = false;  // some code is more than 1 bit wide (in the warp)
+    if (__ballot_sync(FULL_MASK, coded != 0) != 0) {  // warp-uniform
+        lane_code_widths<K>(code_bits + (size_t)c * V, j, coded,
+                            ((size_t)(code_bits + (size_t)c * V) % K) == 0 && j + K <= V,
+                            packed);
+        // The bits of a register's codes (at most 4 widths of at most 8 bits: no carry).
+        u32 lo_bits = (packed[0] * 0x01010101u) >> 24;
+        u32 lane_bits = lo_bits + ((packed[1] * 0x01010101u) >> 24);
+        const u32 incl = warp_inclusive_scan<16>(lane_bits, lane);
+        // The payloads follow the codes of every lane of the half.
+        payloads_at = codes_at + __shfl_sync(FULL_MASK, incl, lane | 15);
+        u32 at = codes_at + incl - lane_bits;
+        if (live && (u64)(payloads_at - base) > len_bits) {
+            live = false;  // uniform in the half: read and write nothing
+            in_row = 0u;
+            packed[0] = packed[1] = 0u;
+            lo_bits = lane_bits = 0u;
+            at = base;
+        }
+        field[0] = read_bits(buf, at, (int)lo_bits);
+        field[1] = read_bits(buf, at + lo_bits, (int)(lane_bits - lo_bits));
+        wide = __ballot_sync(FULL_MASK, ((packed[0] | packed[1]) & 0xfefefefeu) != 0) != 0;
+        if (!wide) {
+            // Every code 1 bit wide (a lane's coded columns are the first of its K): 1 is the
+            // escape.
+            escaped = field[0] | (field[1] << H);
+        } else {
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                const int h = i / H, sh = 8 * (i % H);  // its register, its byte there
+                const u32 wi = (packed[h] >> sh) & 255u;
+                const u32 all = (1u << wi) - 1u;
+                const u32 start = ((packed[h] * 0x01010100u) >> sh) & 255u;
+                escaped |= (u32)(wi != 0 && ((field[h] >> start) & all) == all) << i;
+            }
+        }
+        // A lane's payloads follow those of the half's lanes before it, placed by the lanes'
+        // escape counts (0..K), a vote a bit of the count.
+        if (__ballot_sync(FULL_MASK, escaped != 0) != 0) {
+            const u32 mine = (u32)__popc(escaped);
+            u32 rank = 0, total = 0;  // the half's escapes before this lane, and in all
+#pragma unroll
+            for (int b = 0; b < 4 && (1 << b) <= K; ++b) {
+                if (b == 1 && __ballot_sync(FULL_MASK, mine > 1u) == 0) break;
+                const unsigned e = (__ballot_sync(FULL_MASK, (mine >> b) & 1u) >> half0) & 0xffffu;
+                rank += (u32)__popc(e & below) << b;
+                total += (u32)__popc(e) << b;
+            }
+            if (live && (u64)(payloads_at + total * TB - base) > len_bits) {
+                live = false;
+                in_row = 0u;
+                escaped = 0u;
+            }
+            payloads_at += rank * TB;
+        }
+    }
+    // The words, 16 bytes at a time.
+    const W* __restrict__ entries = held(bitvals + (size_t)c * E * V);  // [e * V + j]
+    const bool vec_in = ((size_t)entries & 15) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int jh = j + h * H;
+        const u32 in_h = (in_row >> (h * H)) & ((1u << H) - 1u);
+        if (in_h == 0) continue;
+        W word[H];  // the code-0 entries
+        if (vec_in && in_h == (1u << H) - 1u) {
+            load_vector<W, H>(entries + jh, word);
+        } else {
+#pragma unroll
+            for (int i = 0; i < H; ++i) {
+                word[i] = (in_h >> i) & 1u ? ro(entries, (u32)(jh + i)) : W(0);
+            }
+        }
+        if (wide) {  // a code other than 0 and the escape: its own entry
+#pragma unroll
+            for (int i = 0; i < H; ++i) {
+                const int sh = 8 * i;
+                const u32 all = (1u << ((packed[h] >> sh) & 255u)) - 1u;
+                const u32 code = (field[h] >> (((packed[h] * 0x01010100u) >> sh) & 255u)) & all;
+                if (code != 0 && code != all) word[i] = ro(entries, code * (u32)V + (u32)(jh + i));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < H; ++i) {
+            if ((escaped >> (h * H + i)) & 1u) {
+                word[i] = read_word<W>(buf, payloads_at, TB);
+                payloads_at += TB;
+            }
+        }
+        store_lane_words_any<W, H>(out_row, jh, in_h, word, row_bytes, word_aligned);
+    }
+    if (active && !live) {
+        if (hl == 0) record_first(&error[1], p);
+        for (int jz = hl; jz < V; jz += 16) {
+            store_word<W>(out_row, jz, W(0), row_bytes, word_aligned);
+        }
+    }
+}
+
+// The one-buffer kernel's loop for rows of at most HALF_ROW_BYTES bytes of words, or of at
+// most NO_FREE_HALF_ROW_BYTES in a table whose first cluster has no free bit
+// (`no_free_table`): requests r and r + 1 a step, one a half-warp. Each half stages its row
+// into its own buffer of the warp's two (16 lanes); when both rows are flat and stored
+// compressed, of at most HALF_ROW_BYTES bytes of words (or one half has no request), each half
+// decodes its own (decode_flat_half); in a `no_free_table`, when both are grouped rows of
+// clusters without free bits, likewise (decode_no_free_half); else the whole warp takes them
+// one after the other as the wider rows' loop does (out-of-range ids, rows too long, raw rows
+// and the rest). Same arguments as fetch_decode. (One loop for both kinds of table: two copies
+// of it, each with its own whole-warp decoder, spilled registers in every path.)
 template <typename W, typename O>
 __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __restrict__ offsets,
                                     const u8* __restrict__ cluster_ids,
@@ -1002,7 +1189,7 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
                                     const i64* __restrict__ idx,
                                     const i64* __restrict__ out_pos, u8* __restrict__ out,
                                     int* __restrict__ error, i64 n, i64 num_rows, int V, int E,
-                                    int align, int row_bytes, int buf_words) {
+                                    int align, int row_bytes, int buf_words, bool no_free_table) {
     IBP_DYNAMIC_SMEM(u32, smem);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -1028,12 +1215,19 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
         stage_row<false, 16>(rows, s, mine, lane & 15);
         const i64 p = active ? (out_pos ? out_pos[q] : q) : 0;  // the output row
         __syncwarp();  // the staged bytes (and zero words) of every lane are visible
-        const bool flat = active && s.cluster >= 0 && s.len < raw_bytes &&
-                          read_bits(mine, (u32)(s.start & 15ull) * 8u, 1) == 0;
-        if (__ballot_sync(FULL_MASK, active && !flat) == 0) {
+        const bool coded = active && s.cluster >= 0 && s.len < raw_bytes;
+        const bool grouped = coded && read_bits(mine, (u32)(s.start & 15ull) * 8u, 1) != 0;
+        if (raw_bytes <= HALF_ROW_BYTES &&
+            __ballot_sync(FULL_MASK, active && !(coded && !grouped)) == 0) {  // flat
             decode_flat_half<W>(mine, s, active, out + p * (i64)row_bytes, error, p, masks,
                                 bitvals, code_prefix, layouts, V, E, row_bytes, word_aligned,
                                 lane);
+        } else if (no_free_table &&
+                   __ballot_sync(FULL_MASK,
+                                 active && !(grouped && free_prefix[(size_t)s.cluster * (V + 1) +
+                                                                    (size_t)V] == 0)) == 0) {
+            decode_no_free_half<W>(mine, s, active, out + p * (i64)row_bytes, error, p,
+                                   code_bits, bitvals, V, E, row_bytes, word_aligned, lane);
         } else {
             for (int h = 0; h < 2; ++h) {
                 const int from = 16 * h;
@@ -1063,14 +1257,14 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
 }
 
 // Shared memory per warp: BUFFERS staging buffers of `buf_words` (a multiple of 4) u32 of row
-// bytes (two for rows of at most HALF_ROW_BYTES bytes of words), then V code bytes and C
-// subgroup bytes, rounded up to 16 bytes; the host sizes it (ibp_graph/kernels/fetch_decode.py,
-// smem_plan). The row section must be readable up to 16 bytes past its end (the loader pads it).
+// bytes (two where fetch_decode_halves runs), then V code bytes and C subgroup bytes, rounded
+// up to 16 bytes; the host sizes it (ibp_graph/kernels/fetch_decode.py, smem_plan). The row
+// section must be readable up to 16 bytes past its end (the loader pads it).
 //
-// BUFFERS 1: each row is staged with plain loads, then decoded; rows of at most
-// HALF_ROW_BYTES bytes of words two a warp, one a half-warp (fetch_decode_halves). BUFFERS 2 (double
-// buffering): a warp stages its next row with asynchronous copies before it decodes the
-// current one, so the next row's reads (over PCIe) overlap the current row's decoding.
+// BUFFERS 1: each row is staged with plain loads, then decoded (rows two a warp, one a
+// half-warp, run fetch_decode_halves instead). BUFFERS 2 (double buffering): a warp stages its
+// next row with asynchronous copies before it decodes the current one, so the next row's
+// reads (over PCIe) overlap the current row's decoding.
 template <typename W, typename O, int BUFFERS>
 __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ offsets,
                              const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
@@ -1150,8 +1344,10 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         s1 = s2;
     }
 }
-// The entry points. The one-buffer ones decode rows of at most HALF_ROW_BYTES bytes of words
-// two a warp (fetch_decode_halves: two staging buffers a warp, the host's plan says so).
+// The entry points. The one-buffer ones decode rows of at most HALF_ROW_BYTES bytes of words,
+// and in a table whose first cluster has no free bit rows of at most NO_FREE_HALF_ROW_BYTES,
+// two a warp (fetch_decode_halves: two staging buffers a warp, the host's plan says so:
+// smem_plan's `no_free`, DeviceCodec.first_cluster_no_free).
 #define IBP_FETCH_DECODE(NAME, W, O, BUFFERS)                                                \
     extern "C" __global__ void                                                               \
     __launch_bounds__(IBP_FETCH_THREADS, IBP_FETCH_MIN_BLOCKS) NAME(                         \
@@ -1162,11 +1358,14 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         const u32* __restrict__ layouts, const i64* __restrict__ idx,                        \
         const i64* __restrict__ out_pos, u8* __restrict__ out, int* __restrict__ error,      \
         i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {        \
-        if (BUFFERS == 1 && V * (int)sizeof(W) <= HALF_ROW_BYTES) {                          \
+        const int words_bytes = V * (int)sizeof(W);                                          \
+        const bool no_free_table =                                                           \
+            BUFFERS == 1 && words_bytes <= NO_FREE_HALF_ROW_BYTES && free_prefix[V] == 0;    \
+        if (BUFFERS == 1 && (words_bytes <= HALF_ROW_BYTES || no_free_table)) {              \
             fetch_decode_halves<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, \
                                       code_prefix, free_prefix, layouts, idx, out_pos, out,  \
-                                      error, n, num_rows, V, E, align, row_bytes,            \
-                                      buf_words);                                            \
+                                      error, n, num_rows, V, E, align, row_bytes, buf_words, \
+                                      no_free_table);                                        \
         } else {                                                                             \
             fetch_decode<W, O, BUFFERS>(rows, offsets, cluster_ids, masks, code_bits,        \
                                         bitvals, code_prefix, free_prefix, layouts, idx,     \

@@ -284,6 +284,40 @@ def test_narrow_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> None:
                 assert error == want[1] == [2, 0] and torch.equal(got, want[0])
 
 
+def test_bag_of_words_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> None:
+    """A table whose columns have no free bit decodes rows of up to NO_FREE_HALF_ROW_BYTES
+    bytes of words two a warp in the one-buffer kernel (grouped pairs a half-warp each, 32
+    bytes of words a lane), one a warp in the double-buffered one: 5%-sparse values (1-bit
+    codes) and word counts (wider codes), flat and raw rows among them, bad ids, an odd count,
+    from pinned and device memory, at tiny and full grids."""
+    from ibp_graph.kernels.fetch_decode import NO_FREE_HALF_ROW_BYTES
+
+    rng = np.random.default_rng(32)
+    sparse = np.where(rng.random((3000, 128)) < 0.05, rng.standard_normal((3000, 128)), 0)
+    hit = rng.random((3000, 100)) < 0.08
+    counts = hit * np.where(rng.random((3000, 100)) < 0.3, rng.integers(2, 40, (3000, 100)), 1)
+    for x in (sparse.astype(np.float32), counts.astype(np.float32)):
+        x[:5] = rng.standard_normal((5, x.shape[1]))  # flat or raw rows among them
+        with _table(x, tmp_path) as table:
+            codec = table.codec
+            assert codec.first_cluster_no_free
+            assert codec.num_words * codec.word_bytes <= NO_FREE_HALF_ROW_BYTES
+            on_gpu = _rows_in_gpu_memory(table)
+            n = _n(6001)
+            ids = _ids(rng, x.shape[0], n)
+            ids[:5] = torch.arange(5, device=CUDA)
+            bad = ids.clone()
+            bad[[1, n // 2, n - 1]] = torch.tensor([-1, x.shape[0], 1 << 40], device=CUDA)
+            for rows_ptr in (codec.rows_ptr, on_gpu.data_ptr()):
+                where = dataclasses.replace(codec, rows_ptr=rows_ptr)
+                for max_blocks in (None, 1):
+                    out, error = _launch(where, ids, max_blocks=max_blocks)
+                    assert error == [0, 0] and _bits_equal(out, x[ids.cpu().numpy()])
+                    got, error = _launch(where, bad, max_blocks=max_blocks)
+                    want = _launch(where, bad, max_blocks=max_blocks, double_buffer=True)
+                    assert error == want[1] == [2, 0] and torch.equal(got, want[0])
+
+
 def test_double_buffered_tables_fetch_the_same_rows_and_errors(tmp_path) -> None:
     rng = np.random.default_rng(23)
     # 16 KiB rows, half of them dense: two buffers a warp, well over 48 KB a block.

@@ -44,7 +44,12 @@ from conftest import close_while_its_thread_waits
 
 from ibp_graph.cuda_table import as_signed_tensor
 from ibp_graph.kernels import ptx
-from ibp_graph.kernels.fetch_decode import DEFAULT_SMEM, HALF_ROW_BYTES, DeviceCodec
+from ibp_graph.kernels.fetch_decode import (
+    DEFAULT_SMEM,
+    HALF_ROW_BYTES,
+    NO_FREE_HALF_ROW_BYTES,
+    DeviceCodec,
+)
 from ibp_graph.kernels.runtime import cuda_dir
 
 CPU = torch.device("cpu")
@@ -518,13 +523,15 @@ def section(shape: tuple[int, ...], dtype: str) -> torch.Tensor:
     return as_signed_tensor(np.zeros(shape, dtype=dtype), CPU)
 
 
-def small_codec(v: int, rows_ptr: int = 0x10000) -> DeviceCodec:
-    """A one-cluster codec of 10 rows of ``v`` 4-byte words (CPU tensors, for argument checks)."""
+def small_codec(v: int, rows_ptr: int = 0x10000, no_free: bool = False) -> DeviceCodec:
+    """A one-cluster codec of 10 rows of ``v`` 4-byte words (CPU tensors, for argument checks):
+    every bit of every word free, or, ``no_free``, none (a bag-of-words table's masks)."""
+    masks = as_signed_tensor(np.full((1, v), 0xFFFFFFFF if no_free else 0, "u4"), CPU)
     return DeviceCodec(
         rows_ptr=rows_ptr,
         offsets=section((11,), "u4"),
         cluster_ids=None,
-        masks=section((1, v), "u4"),
+        masks=masks,
         code_bits=section((1, v), "u1"),
         bitvals=section((1, 2, v), "u4"),
         num_rows=10,
@@ -1121,6 +1128,30 @@ def test_a_chunked_fetch_writes_each_chunk_at_its_callers_positions(launcher, mo
     for bad, message in ((0, "at least 1"), (2.5, "None or an int"), (True, "None or an int")):
         with pytest.raises(ValueError, match=f"chunk_rows must be {message}"):
             launch(chunk_rows=bad)
+
+
+@pytest.mark.parametrize("v,rows_per_warp", [(16, 2), (65, 2), (128, 2), (129, 1)])
+def test_bag_of_words_rows_of_up_to_512_bytes_launch_two_a_warp(
+    v, rows_per_warp, monkeypatch
+) -> None:
+    """A table whose first cluster has no free bit decodes rows of up to
+    NO_FREE_HALF_ROW_BYTES bytes of words two a warp: the grid covers half as many warps, and
+    each warp's share of shared memory holds two staging buffers."""
+    from ibp_graph.kernels import fetch_decode as module
+
+    launches = record(module, monkeypatch)
+    n = 1000
+    idx, error = empty((n,), torch.int64), torch.zeros(2, dtype=torch.int32)
+    out = empty((n, v), torch.float32)
+    codec = small_codec(v, no_free=True)
+    assert codec.first_cluster_no_free and not small_codec(v).first_cluster_no_free
+    module.fetch_decode(codec, idx, out, error, block_warps=8)
+    module.fetch_decode(small_codec(v), idx, out, error, block_warps=8)
+    bag, other = launches[-2:]
+    assert bag.grid == (-(-n // (8 * rows_per_warp)),)
+    assert other.grid == (-(-n // (8 * (2 if 4 * v <= HALF_ROW_BYTES else 1))),)
+    assert (bag.shared_mem > other.shared_mem) == (4 * v > HALF_ROW_BYTES and rows_per_warp == 2)
+    assert 4 * v <= NO_FREE_HALF_ROW_BYTES or rows_per_warp == 1
 
 
 @pytest.mark.parametrize("launcher", ["raw_gather", "fetch_decode"])

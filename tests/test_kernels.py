@@ -25,6 +25,7 @@ from ibp_graph.kernels.fetch_decode import (
     HALF_ROW_BYTES,
     LAYOUT_THREE_RUNS,
     LAYOUT_TWO_RUNS,
+    NO_FREE_HALF_ROW_BYTES,
     check_launch,
     column_layouts,
     smem_plan,
@@ -201,6 +202,7 @@ def test_the_launchers_constants_are_the_kernels() -> None:
 
     defines = dict(re.findall(r"^#define (\w+) (.+)$", read_source("fetch_decode.cu"), re.M))
     assert int(defines["HALF_ROW_BYTES"]) == HALF_ROW_BYTES
+    assert int(defines["NO_FREE_HALF_ROW_BYTES"]) == NO_FREE_HALF_ROW_BYTES
     for name, value in (
         ("LAYOUT_TWO_RUNS", LAYOUT_TWO_RUNS),
         ("LAYOUT_THREE_RUNS", LAYOUT_THREE_RUNS),
@@ -221,6 +223,21 @@ def test_smem_plan_stages_two_narrow_rows_a_warp() -> None:
         plan = smem_plan(words, word_bytes, 4, 48 * 1024)
         assert not plan.halves
         assert plan.bytes_per_warp < smem_plan(words, word_bytes, 4, 48 * 1024, 2).bytes_per_warp
+
+
+def test_smem_plan_stages_two_bag_of_words_rows_a_warp() -> None:
+    """In a table whose first cluster has no free bit, rows of up to NO_FREE_HALF_ROW_BYTES
+    bytes of words are staged two a warp too (as the kernel decodes them); wider ones, the
+    double-buffered kernel's, and other tables' keep one row a warp."""
+    for words, word_bytes in ((128, 4), (64, 8), (65, 4), (1, 4)):
+        assert words * word_bytes <= NO_FREE_HALF_ROW_BYTES
+        plan = smem_plan(words, word_bytes, 4, 48 * 1024, no_free=True)
+        assert plan.halves and plan.buffers == 1
+        assert not smem_plan(words, word_bytes, 4, 48 * 1024, buffers=2, no_free=True).halves
+        one = smem_plan(words, word_bytes, 4, 48 * 1024)
+        assert one.halves == (words * word_bytes <= HALF_ROW_BYTES)
+    for words, word_bytes in ((129, 4), (65, 8)):
+        assert not smem_plan(words, word_bytes, 4, 48 * 1024, no_free=True).halves
 
 
 def test_smem_plan_sized_for_the_longest_stored_row() -> None:

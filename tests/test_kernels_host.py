@@ -25,6 +25,7 @@ from ibp_graph.kernels.fetch_decode import (
     HALF_ROW_BYTES,
     LAYOUT_THREE_RUNS,
     LAYOUT_TWO_RUNS,
+    NO_FREE_HALF_ROW_BYTES,
     WARP,
     codec_prefixes,
     column_layouts,
@@ -68,6 +69,7 @@ def fetch_on_host(
         table.offsets.astype(offsets_dtype or table.header.sections["offsets"].dtype)
     )
     width = row_bytes(table.shape[1], table.dtype_name)
+    code_prefix, free_prefix = codec_prefixes(params.masks, params.code_bits, params.word_bytes)
     plan = smem_plan(
         params.num_words,
         params.word_bytes,
@@ -76,12 +78,12 @@ def fetch_on_host(
         2 if double_buffer else 1,
         table.stored_row_range[1] if longest_row is None else longest_row,
         warps=warps,
+        no_free=bool(free_prefix[0, -1] == 0),
     )
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if out_pos is not None:
         out_pos = np.ascontiguousarray(out_pos, dtype=np.int64)
         assert out_pos.shape == ids.shape
-    code_prefix, free_prefix = codec_prefixes(params.masks, params.code_bits, params.word_bytes)
     layouts = column_layouts(params.masks, params.code_bits, params.word_bytes)
     out = np.full((ids.size, width), 0xEE, dtype=np.uint8)
     error = np.zeros(2, dtype=np.int32)
@@ -826,6 +828,123 @@ def test_a_grouped_row_without_free_bits_cut_short_is_corrupt(lib, tmp_path, tai
         assert error.tolist() == [0, 2]
         assert (out[[1, 3]] == 0).all()  # no half-decoded row
         assert np.array_equal(out[[0, 2]], x[[0, 7]].view(np.uint8).reshape(2, -1))
+
+
+# --------------------------------------------------------------------------------------------
+# Bag-of-words rows of at most NO_FREE_HALF_ROW_BYTES bytes of words: two a warp
+# --------------------------------------------------------------------------------------------
+
+
+def _sparse_values(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """float32 rows with 5% of their words set to random values: every code 1 bit wide (the
+    value 0, or escaped)."""
+    return np.where(rng.random((rows, cols)) < 0.05, rng.standard_normal((rows, cols)), 0).astype(
+        np.float32
+    )
+
+
+def _plant_lanes(x: np.ndarray, lane_cols: int) -> None:
+    """Rows 0..4 of ``x``: no value; every word of lane 0 and of the last lane set (every
+    word escapes); two, three and one words of neighbouring lanes; values in the row's last
+    column only."""
+    x[:5] = 0
+    x[1, :lane_cols] = np.arange(101, 101 + lane_cols)
+    x[1, -lane_cols:] = np.arange(201, 201 + lane_cols)
+    x[2, [1, 2, lane_cols + 3, lane_cols + 4, lane_cols + 5]] = [7.5, 9.5, 11, 13, 17]
+    x[3, 2 * lane_cols] = 19
+    x[4, -1] = 23
+
+
+@pytest.mark.parametrize("values", ["sparse", "counts"])
+@pytest.mark.parametrize(
+    "word_bytes,cols",
+    [(4, 128), (4, 127), (4, 126), (4, 100), (4, 40), (4, 20), (8, 128), (8, 101), (8, 30)],
+)
+def test_bag_of_words_rows_decode_two_a_warp(lib, tmp_path, values, word_bytes, cols) -> None:
+    """A table whose columns have no free bit, of at most NO_FREE_HALF_ROW_BYTES bytes of words
+    a row, decodes its grouped rows two a warp, one a half-warp of lanes of 32 bytes of words:
+    codes all 1 bit wide ("sparse": the escape test is one bit a word) or wider with a
+    second dictionary entry ("counts"); a lane whose every word escapes (its escape count
+    needs every bit of the vote), lanes with two and three, a row with none, and values in
+    the row's last column; widths whose last lane is partly or wholly outside the row; rows
+    written at every output alignment the width gives (127 and 126 float32 columns: 4- and
+    8-byte aligned rows); odd request counts (the last pair's second half has no request),
+    out-of-range ids in either half, and other orders (out_pos)."""
+    rng = np.random.default_rng(70 + cols + word_bytes)
+    x = _sparse_values(rng, 300, cols) if values == "sparse" else _word_counts(rng, 300, cols)
+    lane_cols = 32 // x.itemsize  # float32 columns of a lane's 32 bytes
+    _plant_lanes(x, min(lane_cols, cols))
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", word_bytes=word_bytes, align=4)
+    params = table.params
+    assert (params.free_bits == 0).all()
+    assert params.num_words * word_bytes <= NO_FREE_HALF_ROW_BYTES
+    assert (params.code_bits.max() == 1) == (values == "sparse")
+    ids = np.concatenate([np.arange(x.shape[0]), rng.integers(0, x.shape[0], 61)])
+    assert "grouped" in _row_kinds(table, ids)
+    if word_bytes == 4:
+        assert _escapes(table, x)[1].sum() == 2 * min(lane_cols, cols) or cols < 2 * lane_cols
+    want = x[ids].view(np.uint8).reshape(ids.size, -1)
+    for grid, warps in [(1, 1), (2, 3)]:
+        out, error = fetch_on_host(lib, table, ids, grid=grid, warps=warps)
+        assert error.tolist() == [0, 0]
+        assert np.array_equal(out, want), f"grid {grid} x {warps} warps: rows differ"
+    bad = ids.copy()
+    bad[[6, 9]] = [x.shape[0], -3]  # the first half of a pair, then the second
+    out, error = fetch_on_host(lib, table, bad, grid=2, warps=2)
+    assert error.tolist() == [7, 0]
+    good = np.setdiff1d(np.arange(ids.size), [6, 9])
+    assert (out[[6, 9]] == 0).all() and np.array_equal(out[good], want[good])
+    for how, idx, pos in _orders(rng, ids):
+        out, error = fetch_on_host(lib, table, idx, out_pos=pos, grid=2, warps=2)
+        assert error.tolist() == [0, 0], how
+        assert np.array_equal(out, want), how
+
+
+def test_bag_of_words_pairs_with_other_rows_decode_one_after_the_other(lib, tmp_path) -> None:
+    """A pair of a bag-of-words table's rows that are not both grouped rows of clusters
+    without free bits (a flat row, a row stored raw, a row of a cluster with free bits) is
+    decoded by the whole warp, one row after the other, beside pairs taken two a warp."""
+    rng = np.random.default_rng(75)
+    x = _sparse_values(rng, 400, 128)
+    x[:40] = rng.standard_normal((40, 128)).astype(np.float32)  # dense: flat or raw
+    x[40:80, :64] = np.float32(1.5) + rng.random((40, 64), dtype=np.float32) * np.float32(
+        2**-12
+    )  # free bits in another cluster
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=4, clusters=3)
+    params = table.params
+    cluster = np.asarray(table.cluster_ids).astype(np.intp)
+    no_free = params.free_bits.sum(axis=1) == 0
+    assert no_free[0] and not no_free.all()
+    ids = rng.integers(0, x.shape[0], 301)
+    assert {"grouped", "flat"} <= _row_kinds(table, ids) and not no_free[cluster[ids]].all()
+    out, error = fetch_on_host(lib, table, ids, grid=2, warps=2)
+    assert error.tolist() == [0, 0]
+    assert np.array_equal(out, x[ids].view(np.uint8).reshape(ids.size, -1))
+
+
+@pytest.mark.parametrize("tail", ["an escaped payload", "a code"])
+def test_a_bag_of_words_row_cut_short_is_corrupt_in_either_half(lib, tmp_path, tail) -> None:
+    """A grouped row of 128 words (two a warp) whose last payload or last code runs past its
+    stored length is zero-filled and reported, in the first half of a pair and in the second,
+    while the other half's row decodes."""
+    rng = np.random.default_rng(76)
+    last = np.zeros(128, np.float32)
+    last[[3, 40, 90]] = 1
+    if tail == "an escaped payload":
+        last[[5, 127]] = [17, 33]
+    x = np.vstack([_word_counts(rng, 300, 128), last[None]])
+    table = ibp_graph.compress(x, tmp_path / "t.ibp", align=1)
+    assert (table.params.free_bits == 0).all()
+    row = x.shape[0] - 1
+    assert _row_kinds(table, np.array([row])) == {"grouped"}
+    assert _escapes(table, x)[row].any() == (tail == "an escaped payload")
+    table._offsets = table.offsets.copy()
+    table._offsets[-1] -= 1
+    ids = np.array([row, 0, 7, row, 9])
+    out, error = fetch_on_host(lib, table, ids, grid=1)
+    assert error.tolist() == [0, 1]
+    assert (out[[0, 3]] == 0).all()  # no half-decoded row
+    assert np.array_equal(out[[1, 2, 4]], x[[0, 7, 9]].view(np.uint8).reshape(3, -1))
 
 
 # --------------------------------------------------------------------------------------------

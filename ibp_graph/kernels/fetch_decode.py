@@ -30,6 +30,9 @@ WARP = 32
 #: The one-buffer kernel decodes rows of at most this many bytes of words two a warp, one a
 #: half-warp (the kernel's HALF_ROW_BYTES): 16 lanes of 16 bytes.
 HALF_ROW_BYTES = 256
+#: ... and, in a table whose first cluster's columns have no free bit (bag-of-words tables),
+#: rows of at most this many (the kernel's NO_FREE_HALF_ROW_BYTES): 16 lanes of 32 bytes.
+NO_FREE_HALF_ROW_BYTES = 512
 
 #: Shared memory a block may use without opting in.
 DEFAULT_SMEM = 48 * 1024
@@ -59,6 +62,7 @@ def smem_plan(
     buffers: int = 1,
     longest_row: int | None = None,
     warps: int = FETCH_BLOCK_WARPS,
+    no_free: bool = False,
 ) -> SmemPlan:
     """Size the per-warp staging buffers for rows of ``num_words`` words.
 
@@ -68,7 +72,9 @@ def smem_plan(
     end. A warp has ``buffers`` such buffers (2: double buffering), then the V code bytes and
     C subgroup bytes. The one-buffer kernel decodes rows of at most `HALF_ROW_BYTES` bytes of
     words two a warp, one a half-warp (``halves``), each staged in a buffer of its own: two
-    buffers. The kernel refuses a row longer than its buffer (``error[1]``).
+    buffers; rows of at most `NO_FREE_HALF_ROW_BYTES` too when ``no_free`` (the table's first
+    cluster has no free bit, as the kernel checks). The kernel refuses a row longer than its
+    buffer (``error[1]``).
 
     Sizing for the longest stored row rather than the raw width matters for sparse tables:
     Cora's 5,732-byte rows are stored in at most 80 bytes, so a warp's share shrinks from
@@ -90,7 +96,10 @@ def smem_plan(
     chunks = -(-(15 + raw) // 16)
     buf_words = 4 * chunks + 4
     extra_words = -(-(num_words + -(-num_words // 32)) // 4)
-    halves = buffers == 1 and num_words * word_bytes <= HALF_ROW_BYTES
+    words_bytes = num_words * word_bytes
+    halves = buffers == 1 and (
+        words_bytes <= HALF_ROW_BYTES or (no_free and words_bytes <= NO_FREE_HALF_ROW_BYTES)
+    )
     per_warp = (((2 if halves else buffers) * buf_words + extra_words + 3) & ~3) * 4
     if per_warp > max_smem:
         staged = "double-buffered " if buffers == 2 else ""
@@ -265,10 +274,8 @@ class DeviceCodec:
         # other then replaced (and so freed).
         masks, code_bits = self.masks.cpu().numpy(), self.code_bits.cpu().numpy()
         device = self.masks.device
-        prefixes = tuple(
-            torch.from_numpy(p.view(np.int32)).to(device)
-            for p in codec_prefixes(masks, code_bits, self.word_bytes)
-        )
+        host_prefixes = codec_prefixes(masks, code_bits, self.word_bytes)
+        prefixes = tuple(torch.from_numpy(p.view(np.int32)).to(device) for p in host_prefixes)
         layouts = column_layouts(masks, code_bits, self.word_bytes)
         layout = torch.from_numpy(layouts.view(np.int32)).to(device)
         cids = 0 if self.cluster_ids is None else self.cluster_ids.data_ptr()
@@ -282,6 +289,7 @@ class DeviceCodec:
             prefixes[1].data_ptr(),
             layout.data_ptr(),
         )
+        object.__setattr__(self, "_no_free", bool(host_prefixes[1][0, -1] == 0))
         object.__setattr__(self, "_prefix_tensors", prefixes)
         object.__setattr__(self, "_layout_tensor", layout)
         object.__setattr__(self, "_const_args", tuple(np.uint64(p) for p in addresses))
@@ -290,6 +298,15 @@ class DeviceCodec:
     def prefix_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """`codec_prefixes` of the table as ``(k, V + 1)`` int32 tensors on its device."""
         return self._prefix_tensors
+
+    @property
+    def first_cluster_no_free(self) -> bool:
+        """Whether no column of the first cluster has a free bit (bag-of-words tables).
+
+        The one-buffer kernel then decodes rows of up to `NO_FREE_HALF_ROW_BYTES` bytes of
+        words two a warp, as the table's `plan` stages them.
+        """
+        return self._no_free
 
     @property
     def layout_tensor(self) -> torch.Tensor:
@@ -314,6 +331,7 @@ class DeviceCodec:
             buffers,
             self.longest_row,
             int(warps),
+            self._no_free,
         )
 
 
@@ -326,8 +344,9 @@ def _cached_plan(
     buffers: int,
     longest_row: int | None,
     warps: int,
+    no_free: bool,
 ) -> SmemPlan:
-    return smem_plan(num_words, word_bytes, align, max_smem, buffers, longest_row, warps)
+    return smem_plan(num_words, word_bytes, align, max_smem, buffers, longest_row, warps, no_free)
 
 
 def _entry(codec: DeviceCodec, double_buffer: bool) -> str:
