@@ -791,8 +791,11 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
 // Decode the staged row `s` (its span in `buf`, the warp synced; of cluster `s.cluster`) into
 // `out_row`, or zero it and record output position `p` in `error[1]` when its fields run past
 // its stored length. `codes` (V bytes) and `subs` (C bytes) are the warp's scratch; `U`,
-// `Code0Loads`.
-template <typename W, int U>
+// `Code0Loads`. WIDE_FLAT false (fetch_decode_halves, whose rows of more than 64 words are a
+// bag-of-words table's and seldom flat): a flat row of more than 64 words takes the 8-byte
+// lanes or the chunk loop, not 16 bytes a lane, whose registers made the two-rows loop spill
+// (kernel-resources.md).
+template <typename W, int U, bool WIDE_FLAT = true>
 __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
                            const W* __restrict__ masks,
                            const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
@@ -878,7 +881,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     // lane (a step of 128 columns costs about what two chunks do, so narrower rows do not). A
     // flat row of more than one chunk of 4-byte words, its output row 8-byte aligned: 8 bytes
     // a lane, 64 columns a step.
-    if (!grouped && V > 64 && ((size_t)out_row & 15) == 0) {
+    if (WIDE_FLAT && !grouped && V > 64 && ((size_t)out_row & 15) == 0) {
         if (!decode_flat_spans<W, LaneWords<W>::value>(buf, code_at, cursor, base, len * 8,
                                                        entries, cpre, layout_of, mask_of,
                                                        out_row, V, row_bytes, word_aligned,
@@ -1244,7 +1247,7 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
                 } else if (t.cluster == ROW_TOO_LONG) {
                     reject_corrupt_row<W>(out_row, error, ph, V, row_bytes, word_aligned, lane);
                 } else {
-                    decode_row<W, Code0Loads<W, 1>::value>(
+                    decode_row<W, Code0Loads<W, 1>::value, false>(
                         buf + h * buf_words, codes, subs, t, masks, code_bits, bitvals,
                         code_prefix, free_prefix, layouts, out_row, error, ph, V, E, row_bytes,
                         word_aligned, lane);
