@@ -436,10 +436,10 @@ def fetch_decode(
     smallest output position of an out-of-range id and ``error[1]`` 1 + the smallest output
     position of a corrupt row (0 when none); the output rows of both are zero-filled, so every
     row of ``out`` is written. A warp decodes a row; the one-buffer kernel decodes rows of at
-    most `HALF_ROW_BYTES` bytes of words two a warp, one a half-warp. Give every launch its
-    own slots, zeroed on ``stream``. The
-    launch does not synchronise; ``stream`` waits for the work queued on torch's current
-    stream before it starts.
+    most `HALF_ROW_BYTES` bytes of words two a warp, one a half-warp (and, in a table whose
+    first cluster has no free bit, rows of at most `NO_FREE_HALF_ROW_BYTES`). Give every
+    launch its own slots, zeroed on ``stream``. The launch does not synchronise; ``stream``
+    waits for the work queued on torch's current stream before it starts.
 
     Args:
         codec: the table's device-side description.
