@@ -256,6 +256,25 @@ def test_double_buffered_kernel_gives_the_one_buffer_bits(tmp_path, word_bytes, 
                 assert _bits_equal(_launch(where, ids, double_buffer=True)[0], want)
 
 
+def _two_a_warp_match_one_a_warp(table, x: np.ndarray, ids: torch.Tensor) -> None:
+    """Rows ``ids`` of ``table`` (holding ``x``) decode to their bits in the one-buffer kernel,
+    from pinned and device memory, at tiny and full grids; with three bad ids among them
+    (positions 1, the middle and the last) the one-buffer kernel writes what the
+    double-buffered one (a row a warp) writes, and both report position 1."""
+    codec, n = table.codec, ids.numel()
+    on_gpu = _rows_in_gpu_memory(table)
+    bad = ids.clone()
+    bad[[1, n // 2, n - 1]] = torch.tensor([-1, x.shape[0], 1 << 40], device=CUDA)
+    for rows_ptr in (codec.rows_ptr, on_gpu.data_ptr()):
+        where = dataclasses.replace(codec, rows_ptr=rows_ptr)
+        for max_blocks in (None, 1):
+            out, error = _launch(where, ids, max_blocks=max_blocks)
+            assert error == [0, 0] and _bits_equal(out, x[ids.cpu().numpy()])
+            got, error = _launch(where, bad, max_blocks=max_blocks)
+            want = _launch(where, bad, max_blocks=max_blocks, double_buffer=True)
+            assert error == want[1] == [2, 0] and torch.equal(got, want[0])
+
+
 def test_narrow_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> None:
     """Rows of at most HALF_ROW_BYTES bytes of words decode two a warp in the one-buffer
     kernel (flat pairs a half-warp each, other pairs one row after the other), one a warp in
@@ -267,21 +286,8 @@ def test_narrow_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> None:
     half = rng.standard_normal((3000, 100)).astype(np.float16)
     half[::3, 40:] = 0  # grouped rows among the flat ones
     with _table(half, tmp_path) as table:
-        codec = table.codec
-        assert codec.num_words * codec.word_bytes <= HALF_ROW_BYTES
-        on_gpu = _rows_in_gpu_memory(table)
-        n = _n(6001)
-        ids = _ids(rng, half.shape[0], n)
-        bad = ids.clone()
-        bad[[1, n // 2, n - 1]] = torch.tensor([-1, half.shape[0], 1 << 40], device=CUDA)
-        for rows_ptr in (codec.rows_ptr, on_gpu.data_ptr()):
-            where = dataclasses.replace(codec, rows_ptr=rows_ptr)
-            for max_blocks in (None, 1):
-                out, error = _launch(where, ids, max_blocks=max_blocks)
-                assert error == [0, 0] and _bits_equal(out, half[ids.cpu().numpy()])
-                got, error = _launch(where, bad, max_blocks=max_blocks)
-                want = _launch(where, bad, max_blocks=max_blocks, double_buffer=True)
-                assert error == want[1] == [2, 0] and torch.equal(got, want[0])
+        assert table.codec.num_words * table.codec.word_bytes <= HALF_ROW_BYTES
+        _two_a_warp_match_one_a_warp(table, half, _ids(rng, half.shape[0], _n(6001)))
 
 
 def test_bag_of_words_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> None:
@@ -302,20 +308,9 @@ def test_bag_of_words_rows_two_a_warp_give_the_one_row_a_warp_bits(tmp_path) -> 
             codec = table.codec
             assert codec.first_cluster_no_free
             assert codec.num_words * codec.word_bytes <= NO_FREE_HALF_ROW_BYTES
-            on_gpu = _rows_in_gpu_memory(table)
-            n = _n(6001)
-            ids = _ids(rng, x.shape[0], n)
+            ids = _ids(rng, x.shape[0], _n(6001))
             ids[:5] = torch.arange(5, device=CUDA)
-            bad = ids.clone()
-            bad[[1, n // 2, n - 1]] = torch.tensor([-1, x.shape[0], 1 << 40], device=CUDA)
-            for rows_ptr in (codec.rows_ptr, on_gpu.data_ptr()):
-                where = dataclasses.replace(codec, rows_ptr=rows_ptr)
-                for max_blocks in (None, 1):
-                    out, error = _launch(where, ids, max_blocks=max_blocks)
-                    assert error == [0, 0] and _bits_equal(out, x[ids.cpu().numpy()])
-                    got, error = _launch(where, bad, max_blocks=max_blocks)
-                    want = _launch(where, bad, max_blocks=max_blocks, double_buffer=True)
-                    assert error == want[1] == [2, 0] and torch.equal(got, want[0])
+            _two_a_warp_match_one_a_warp(table, x, ids)
 
 
 def test_double_buffered_tables_fetch_the_same_rows_and_errors(tmp_path) -> None:
