@@ -326,19 +326,22 @@ __device__ __forceinline__ void stage_row(const u8* __restrict__ rows, const Sta
     if (lane < 2) buf[chunks * 4 + lane] = 0u;
 }
 
-template <typename W>
+// Zero an output row by LANES lanes (the warp, or a half of it: `lane` 0..LANES-1 within it).
+template <typename W, int LANES = 32>
 __device__ __forceinline__ void zero_row(u8* out_row, int V, int row_bytes, bool word_aligned,
                                          int lane) {
-    for (int j = lane; j < V; j += 32) store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
+    for (int j = lane & (LANES - 1); j < V; j += LANES) {
+        store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
+    }
 }
 
 // A row whose fields run past its stored length (a corrupt file): zero it and record output
-// position `p` in `error[1]` (warp-uniform; the caller returns).
-template <typename W>
+// position `p` in `error[1]`, by LANES lanes (uniform among them; the caller returns).
+template <typename W, int LANES = 32>
 __device__ __forceinline__ void reject_corrupt_row(u8* out_row, int* error, i64 p, int V,
                                                    int row_bytes, bool word_aligned, int lane) {
-    if (lane == 0) record_first(&error[1], p);
-    zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+    if ((lane & (LANES - 1)) == 0) record_first(&error[1], p);
+    zero_row<W, LANES>(out_row, V, row_bytes, word_aligned, lane);
 }
 
 // How many chunks without a code a lane loads a word of before it stores any: 16 bytes of
@@ -986,10 +989,7 @@ __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u
         held(layouts + (size_t)c * V), masks + (size_t)c * V, out_row, V, row_bytes,
         word_aligned, lane, live);
     if (active && !(live && fits)) {
-        if ((lane & 15) == 0) record_first(&error[1], p);
-        for (int j = lane & 15; j < V; j += 16) {
-            store_word<W>(out_row, j, W(0), row_bytes, word_aligned);
-        }
+        reject_corrupt_row<W, 16>(out_row, error, p, V, row_bytes, word_aligned, lane);
     }
 }
 
@@ -1073,9 +1073,8 @@ __device__ void decode_no_free_half(const u32* buf, const Staged& s, bool active
     u32 escaped = 0, payloads_at = 0;
     bool wide = false;  // some code is more than 1 bit wide (in the warp)
     if (__ballot_sync(FULL_MASK, coded != 0) != 0) {  // warp-uniform
-        lane_code_widths<K>(code_bits + (size_t)c * V, j, coded,
-                            ((size_t)(code_bits + (size_t)c * V) % K) == 0 && j + K <= V,
-                            packed);
+        const u8* __restrict__ widths = code_bits + (size_t)c * V;
+        lane_code_widths<K>(widths, j, coded, ((size_t)widths % K) == 0 && j + K <= V, packed);
         // The bits of a register's codes (at most 4 widths of at most 8 bits: no carry).
         u32 lo_bits = (packed[0] * 0x01010101u) >> 24;
         u32 lane_bits = lo_bits + ((packed[1] * 0x01010101u) >> 24);
@@ -1163,10 +1162,7 @@ __device__ void decode_no_free_half(const u32* buf, const Staged& s, bool active
         store_lane_words_any<W, H>(out_row, jh, in_h, word, row_bytes, word_aligned);
     }
     if (active && !live) {
-        if (hl == 0) record_first(&error[1], p);
-        for (int jz = hl; jz < V; jz += 16) {
-            store_word<W>(out_row, jz, W(0), row_bytes, word_aligned);
-        }
+        reject_corrupt_row<W, 16>(out_row, error, p, V, row_bytes, word_aligned, lane);
     }
 }
 
