@@ -957,6 +957,33 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     }
 }
 
+// A located request's output row, by the whole warp: zeroed with its output position `p`
+// recorded in `error[0]` (an id out of range), rejected (`reject_corrupt_row`: a row longer
+// than the staging buffer) or decoded (`decode_row` of the row staged in `buf`, after a
+// __syncwarp unless SYNCED: the caller synced the warp since the row was staged).
+template <typename W, int U, bool WIDE_FLAT = true, bool SYNCED = false>
+__device__ __forceinline__ void decode_request(const u32* buf, u8* codes, u8* subs,
+                                               const Staged& s, const W* __restrict__ masks,
+                                               const u8* __restrict__ code_bits,
+                                               const W* __restrict__ bitvals,
+                                               const u32* __restrict__ code_prefix,
+                                               const u32* __restrict__ free_prefix,
+                                               const u32* __restrict__ layouts, u8* out_row,
+                                               int* error, i64 p, int V, int E, int row_bytes,
+                                               bool word_aligned, int lane) {
+    if (s.cluster == ROW_OUT_OF_RANGE) {
+        if (lane == 0) record_first(&error[0], p);
+        zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
+    } else if (s.cluster == ROW_TOO_LONG) {
+        reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
+    } else {
+        if (!SYNCED) __syncwarp();  // the staged bytes (and zero words) of every lane are visible
+        decode_row<W, U, WIDE_FLAT>(buf, codes, subs, s, masks, code_bits, bitvals, code_prefix,
+                                    free_prefix, layouts, out_row, error, p, V, E, row_bytes,
+                                    word_aligned, lane);
+    }
+}
+
 // Rows of at most HALF_ROW_BYTES bytes of words (64 4-byte words, 32 8-byte ones) are decoded
 // two a warp, one a half-warp of 16 lanes with 16 bytes of words each (fetch_decode_halves);
 // in a table whose first cluster's columns have no free bit (bag-of-words tables), rows of at
@@ -1236,18 +1263,10 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
                 t.len = __shfl_sync(FULL_MASK, s.len, from);
                 t.cluster = __shfl_sync(FULL_MASK, s.cluster, from);
                 const i64 ph = __shfl_sync(FULL_MASK, p, from);
-                u8* out_row = out + ph * (i64)row_bytes;
-                if (t.cluster == ROW_OUT_OF_RANGE) {
-                    if (lane == 0) record_first(&error[0], ph);
-                    zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
-                } else if (t.cluster == ROW_TOO_LONG) {
-                    reject_corrupt_row<W>(out_row, error, ph, V, row_bytes, word_aligned, lane);
-                } else {
-                    decode_row<W, Code0Loads<W, 1>::value, false>(
-                        buf + h * buf_words, codes, subs, t, masks, code_bits, bitvals,
-                        code_prefix, free_prefix, layouts, out_row, error, ph, V, E, row_bytes,
-                        word_aligned, lane);
-                }
+                decode_request<W, Code0Loads<W, 1>::value, false, true>(
+                    buf + h * buf_words, codes, subs, t, masks, code_bits, bitvals, code_prefix,
+                    free_prefix, layouts, out + ph * (i64)row_bytes, error, ph, V, E, row_bytes,
+                    word_aligned, lane);
                 __syncwarp();  // done with the scratch before the other row writes it
             }
         }
@@ -1326,18 +1345,9 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
             stage_row<false>(rows, s, buf, lane);
         }
         const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
-        u8* out_row = out + p * (i64)row_bytes;
-        if (s.cluster == ROW_OUT_OF_RANGE) {
-            if (lane == 0) record_first(&error[0], p);
-            zero_row<W>(out_row, V, row_bytes, word_aligned, lane);
-        } else if (s.cluster == ROW_TOO_LONG) {
-            reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
-        } else {
-            __syncwarp();  // the staged bytes (and zero words) of every lane are visible
-            decode_row<W, Code0Loads<W, BUFFERS>::value>(
-                cur, codes, subs, s, masks, code_bits, bitvals, code_prefix, free_prefix,
-                layouts, out_row, error, p, V, E, row_bytes, word_aligned, lane);
-        }
+        decode_request<W, Code0Loads<W, BUFFERS>::value>(
+            cur, codes, subs, s, masks, code_bits, bitvals, code_prefix, free_prefix, layouts,
+            out + p * (i64)row_bytes, error, p, V, E, row_bytes, word_aligned, lane);
         __syncwarp();  // done with `cur` and the scratch before they are written again
         s = s1;
         s1 = s2;
