@@ -1210,7 +1210,7 @@ def test_a_cuda_loader_samples_with_the_kernels_by_default(
 @gpu
 @needs_gpu
 @pytest.mark.parametrize("backend", [None, "torch"])  # None: the kernels, the default
-def test_uva_graph_stays_in_host_memory_and_gives_the_same_batches(
+def test_uva_graph_keeps_its_edges_in_host_memory_and_gives_the_same_batches(
     rand_data, rand_table, backend
 ) -> None:
     cupy = pytest.importorskip("cupy")
