@@ -11,9 +11,10 @@ committed versions whose code differs from the working tree's), labelled by ``DI
 else by the folder's name (``--baseline-label``, once per baseline, names them instead).
 Every version is launched by the package's launcher, a baseline inside
 `ibp_graph.kernels.runtime.kernel_sources`, so each must declare the same entry points with
-the same parameters as the current one. That is checked first, on the CPU: the sources are
-compiled with NVRTC and their PTX entry points compared, and a baseline that differs is
-refused before anything is launched.
+the same parameters as the current one, or with its first ones (a kernel reads the
+parameters it declares: the launcher's last arguments, past a baseline's, are not read by
+it). That is checked first, on the CPU: the sources are compiled with NVRTC and their PTX
+entry points compared, and a baseline that differs is refused before anything is launched.
 
 Cases: synthetic float32 rows of ``--widths`` bytes of the ``--kinds`` of
 ``benchmarks/fetch.py``, then the real float32 / float16 tables of `benchmarks.real_tables`
@@ -108,7 +109,9 @@ def check_sources(baseline: Path) -> dict[str, Any]:
     """Refuse (SystemExit, one line) a baseline the package's launcher cannot launch as is.
 
     ``baseline``: the folder holding a baseline's ``fetch_decode.cu``. It must declare the
-    same entry points as the current source, each with the same parameter types, in order.
+    same entry points as the current source, each with the same parameter types, in order, or
+    with the current one's first parameters (the launcher's arguments past them are then not
+    read by the baseline).
     Returns the entry points' names and whether the two sources are the same text.
     """
     from ibp_graph.kernels.runtime import read_source
@@ -127,7 +130,7 @@ def check_sources(baseline: Path) -> dict[str, Any]:
             f"(missing: {', '.join(missing) or 'none'}; extra: {', '.join(extra) or 'none'})"
         )
     for entry, params in current.items():
-        if other[entry] != params:
+        if other[entry] != params[: len(other[entry])]:
             raise SystemExit(
                 f"decode_ab: {entry} takes other parameters in {path} ({len(other[entry])}) "
                 f"than in cuda/{SOURCE} ({len(params)}): the package's launcher cannot launch it"

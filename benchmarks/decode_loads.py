@@ -40,6 +40,10 @@ versions of the kernel:
   lanes, a lane's layout words in one load, its first column's code prefix, and each word's
   entry (and mask, for free bits in three runs or more); no free-bit prefix sums.
 
+The kernel now reads, where the masks were read (free bits in three runs or more), its
+column's 16-byte entry of the runs table (`column_runs`) instead; the counts here still take
+those loads as the masks' 4-byte ones.
+
 For the flat rows of more than 64 4-byte words it also counts the shared-memory reads of
 their fields (codes and payloads, two warp loads of the staged row a field) in the
 chunk-at-a-time pass and in the 16-byte pass, and the wavefronts they take: a bank serves one

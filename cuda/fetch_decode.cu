@@ -170,28 +170,6 @@ __device__ __forceinline__ W pdep(W p, W m) {
 __device__ __forceinline__ u32 layout_free_bits(u32 layout) { return layout & 127u; }
 __device__ __forceinline__ int layout_code_width(u32 layout) { return (int)(layout >> 27); }
 
-// Deposit the F low bits of `p` (nothing above them) into a column's free bits: two shifts
-// when its layout has at most two runs; three when it has three (two 16-bit floats in a
-// 32-bit word: each half's low bits, then the low half's sign with the high half's low bits,
-// then the high half's sign), the second run's length and the third's start read off its
-// `mask`; otherwise the loop over the runs of the free bits of its `mask`. The mask is read
-// only for three runs or more.
-template <typename W>
-__device__ __forceinline__ W deposit(W p, u32 layout, const W* __restrict__ mask) {
-    const int n1 = (int)((layout >> 7) & 63u);
-    const int lo1 = (int)((layout >> 14) & 63u);
-    const int lo2 = (int)((layout >> 20) & 63u);
-    const W first = (p & ((W(1) << n1) - W(1))) << lo1;
-    if (layout & LAYOUT_TWO_RUNS) return first | ((p >> n1) << lo2);
-    if (layout & LAYOUT_THREE_RUNS) {
-        const W rest = (W)~*mask >> lo2;  // the second run from bit 0, a gap, the third
-        const int n2 = Word<W>::ctz(~rest);
-        const int lo3 = lo2 + n2 + Word<W>::ctz(rest >> n2);
-        return first | (((p >> n1) & ((W(1) << n2) - W(1))) << lo2) | ((p >> (n1 + n2)) << lo3);
-    }
-    return pdep<W>(p, (W)~*mask);
-}
-
 // `p`, which the compiler may no longer see as a kernel parameter plus an offset: a table's
 // per-row base held in registers, so that each load from it is one multiply-add of a u32 index
 // (the compiler otherwise re-adds the 64-bit offset to the parameter for every load, four
@@ -213,6 +191,40 @@ __device__ __forceinline__ T ro(const T* p, u32 i) {
 #else
     return p[i];
 #endif
+}
+
+// A column's entry of the runs table (`runs`, (k, V, 4) words, built once per table by the
+// host: ibp_graph/kernels/fetch_decode.py, column_runs), which deposit reads for a column
+// whose free bits lie in three runs or more: for three, the runs' masks, first to third, then
+// their shifts (bits 0-7, 8-15 and 16-23: where a run starts less the payload bits before it);
+// for more, the free bits, then zeros. Zeros for one or two runs (the layout word suffices).
+//
+// Deposit the F low bits of `p` (nothing above them) into a column's free bits: two shifts
+// when its layout has at most two runs; three shifts and masks when it has three (two 16-bit
+// floats in a 32-bit word: each half's low bits, then the low half's sign with the high
+// half's low bits, then the high half's sign), read off its entry (column `j` of `runs`);
+// otherwise the loop over the runs of its free bits, the entry's first word.
+template <typename W>
+__device__ __forceinline__ W deposit(W p, u32 layout, const W* __restrict__ runs, u32 j) {
+    const int n1 = (int)((layout >> 7) & 63u);
+    const int lo1 = (int)((layout >> 14) & 63u);
+    const int lo2 = (int)((layout >> 20) & 63u);
+    const W first = (p & ((W(1) << n1) - W(1))) << lo1;
+    if (layout & LAYOUT_TWO_RUNS) return first | ((p >> n1) << lo2);
+    if (layout & LAYOUT_THREE_RUNS) {
+        if constexpr (sizeof(W) == 4) {
+            const uint4 r = ro(reinterpret_cast<const uint4*>(runs), j);  // (one 16-byte load)
+            return (__funnelshift_l(0u, p, r.w) & r.x) | (__funnelshift_l(0u, p, r.w >> 8) & r.y) |
+                   (__funnelshift_l(0u, p, r.w >> 16) & r.z);
+        } else {
+            const ulonglong2 a = ro(reinterpret_cast<const ulonglong2*>(runs), 2 * j);
+            const ulonglong2 b = ro(reinterpret_cast<const ulonglong2*>(runs), 2 * j + 1);
+            const u32 sh = (u32)b.y;
+            return ((p << (sh & 63u)) & a.x) | ((p << ((sh >> 8) & 63u)) & a.y) |
+                   ((p << ((sh >> 16) & 63u)) & b.x);
+        }
+    }
+    return pdep<W>(p, ro(runs, 4 * j));
 }
 
 // The inclusive sum of `v` over the lanes of each LANES-lane segment of the warp (32: the
@@ -724,7 +736,7 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
                                   u64 len_bits, const W* __restrict__ entries,
                                   const u32* __restrict__ cpre,
                                   const u32* __restrict__ layout_of,
-                                  const W* __restrict__ mask_of, u8* out_row, int V,
+                                  const W* __restrict__ run_of, u8* out_row, int V,
                                   int row_bytes, bool word_aligned, int lane,
                                   bool live = true) {
     const int TB = Word<W>::BITS;
@@ -776,7 +788,7 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
                 at += (u32)w;
                 word[i] = escaped ? payload
                                   : (W)(ro(entries, code[i] * (u32)V + (u32)(j + i)) |
-                                        deposit<W>(payload, layout[i], mask_of + j + i));
+                                        deposit<W>(payload, layout[i], run_of, (u32)(j + i)));
             }
         }
         if (LANES == 32 || in_row != 0) {  // (a half that is not live writes nothing)
@@ -800,7 +812,7 @@ __device__ bool decode_flat_spans(const u32* buf, u32 code_at, u32 cursor, u32 b
 // (kernel-resources.md).
 template <typename W, int U, bool WIDE_FLAT = true>
 __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
-                           const W* __restrict__ masks,
+                           const W* __restrict__ runs,
                            const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
                            const u32* __restrict__ code_prefix,
                            const u32* __restrict__ free_prefix,
@@ -879,14 +891,14 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     const u32* __restrict__ cpre = held(code_prefix + pre0);
     const u32* __restrict__ fpre = held(free_prefix + pre0);
     const u32* __restrict__ layout_of = held(layouts + col0);
-    const W* __restrict__ mask_of = masks + col0;
+    const W* __restrict__ run_of = runs + 4 * (size_t)col0;
     // A flat row of more than two chunks, its output row 16-byte aligned: 16 bytes of words a
     // lane (a step of 128 columns costs about what two chunks do, so narrower rows do not). A
     // flat row of more than one chunk of 4-byte words, its output row 8-byte aligned: 8 bytes
     // a lane, 64 columns a step.
     if (WIDE_FLAT && !grouped && V > 64 && ((size_t)out_row & 15) == 0) {
         if (!decode_flat_spans<W, LaneWords<W>::value>(buf, code_at, cursor, base, len * 8,
-                                                       entries, cpre, layout_of, mask_of,
+                                                       entries, cpre, layout_of, run_of,
                                                        out_row, V, row_bytes, word_aligned,
                                                        lane)) {
             reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
@@ -896,7 +908,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     if constexpr (sizeof(W) == 4) {
         if (!grouped && V > 32 && ((size_t)out_row & 7) == 0) {
             if (!decode_flat_spans<W, 2>(buf, code_at, cursor, base, len * 8, entries, cpre,
-                                         layout_of, mask_of, out_row, V, row_bytes,
+                                         layout_of, run_of, out_row, V, row_bytes,
                                          word_aligned, lane)) {
                 reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
             }
@@ -950,7 +962,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
             const W payload = read_word<W>(buf, at, (int)w);
             const W word = code == esc ? payload
                                        : (W)(ro(entries, code * uV + j) |
-                                             deposit<W>(payload, layout, mask_of + j));
+                                             deposit<W>(payload, layout, run_of, j));
             store_word<W>(out_row, (int)j, word, row_bytes, word_aligned);
         }
         cursor = end;
@@ -963,7 +975,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
 // __syncwarp unless SYNCED: the caller synced the warp since the row was staged).
 template <typename W, int U, bool WIDE_FLAT = true, bool SYNCED = false>
 __device__ __forceinline__ void decode_request(const u32* buf, u8* codes, u8* subs,
-                                               const Staged& s, const W* __restrict__ masks,
+                                               const Staged& s, const W* __restrict__ runs,
                                                const u8* __restrict__ code_bits,
                                                const W* __restrict__ bitvals,
                                                const u32* __restrict__ code_prefix,
@@ -978,7 +990,7 @@ __device__ __forceinline__ void decode_request(const u32* buf, u8* codes, u8* su
         reject_corrupt_row<W>(out_row, error, p, V, row_bytes, word_aligned, lane);
     } else {
         if (!SYNCED) __syncwarp();  // the staged bytes (and zero words) of every lane are visible
-        decode_row<W, U, WIDE_FLAT>(buf, codes, subs, s, masks, code_bits, bitvals, code_prefix,
+        decode_row<W, U, WIDE_FLAT>(buf, codes, subs, s, runs, code_bits, bitvals, code_prefix,
                                     free_prefix, layouts, out_row, error, p, V, E, row_bytes,
                                     word_aligned, lane);
     }
@@ -999,7 +1011,7 @@ __device__ __forceinline__ void decode_request(const u32* buf, u8* codes, u8* su
 // zeroed and output position `p` recorded in `error[1]`.
 template <typename W>
 __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u8* out_row,
-                                 int* error, i64 p, const W* __restrict__ masks,
+                                 int* error, i64 p, const W* __restrict__ runs,
                                  const W* __restrict__ bitvals,
                                  const u32* __restrict__ code_prefix,
                                  const u32* __restrict__ layouts, int V, int E, int row_bytes,
@@ -1013,7 +1025,7 @@ __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u
     const bool live = active && (u64)(cursor - base) <= len_bits;
     const bool fits = decode_flat_spans<W, LaneWords<W>::value, 16>(
         buf, code_at, cursor, base, len_bits, held(bitvals + (size_t)c * E * V), cpre,
-        held(layouts + (size_t)c * V), masks + (size_t)c * V, out_row, V, row_bytes,
+        held(layouts + (size_t)c * V), held(runs + 4 * (size_t)c * V), out_row, V, row_bytes,
         word_aligned, lane, live);
     if (active && !(live && fits)) {
         reject_corrupt_row<W, 16>(out_row, error, p, V, row_bytes, word_aligned, lane);
@@ -1206,7 +1218,7 @@ __device__ void decode_no_free_half(const u32* buf, const Staged& s, bool active
 template <typename W, typename O>
 __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __restrict__ offsets,
                                     const u8* __restrict__ cluster_ids,
-                                    const W* __restrict__ masks,
+                                    const W* __restrict__ runs,
                                     const u8* __restrict__ code_bits,
                                     const W* __restrict__ bitvals,
                                     const u32* __restrict__ code_prefix,
@@ -1245,7 +1257,7 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
         const bool grouped = coded && read_bits(mine, (u32)(s.start & 15ull) * 8u, 1) != 0;
         if (raw_bytes <= HALF_ROW_BYTES &&
             __ballot_sync(FULL_MASK, active && !(coded && !grouped)) == 0) {  // flat
-            decode_flat_half<W>(mine, s, active, out + p * (i64)row_bytes, error, p, masks,
+            decode_flat_half<W>(mine, s, active, out + p * (i64)row_bytes, error, p, runs,
                                 bitvals, code_prefix, layouts, V, E, row_bytes, word_aligned,
                                 lane);
         } else if (no_free_table &&
@@ -1264,7 +1276,7 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
                 t.cluster = __shfl_sync(FULL_MASK, s.cluster, from);
                 const i64 ph = __shfl_sync(FULL_MASK, p, from);
                 decode_request<W, Code0Loads<W, 1>::value, false, true>(
-                    buf + h * buf_words, codes, subs, t, masks, code_bits, bitvals, code_prefix,
+                    buf + h * buf_words, codes, subs, t, runs, code_bits, bitvals, code_prefix,
                     free_prefix, layouts, out + ph * (i64)row_bytes, error, ph, V, E, row_bytes,
                     word_aligned, lane);
                 __syncwarp();  // done with the scratch before the other row writes it
@@ -1285,7 +1297,7 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
 // reads (over PCIe) overlap the current row's decoding.
 template <typename W, typename O, int BUFFERS>
 __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ offsets,
-                             const u8* __restrict__ cluster_ids, const W* __restrict__ masks,
+                             const u8* __restrict__ cluster_ids, const W* __restrict__ runs,
                              const u8* __restrict__ code_bits, const W* __restrict__ bitvals,
                              const u32* __restrict__ code_prefix,
                              const u32* __restrict__ free_prefix,
@@ -1346,7 +1358,7 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         }
         const i64 p = out_pos ? out_pos[r] : r;  // the output row (the caller's position)
         decode_request<W, Code0Loads<W, BUFFERS>::value>(
-            cur, codes, subs, s, masks, code_bits, bitvals, code_prefix, free_prefix, layouts,
+            cur, codes, subs, s, runs, code_bits, bitvals, code_prefix, free_prefix, layouts,
             out + p * (i64)row_bytes, error, p, V, E, row_bytes, word_aligned, lane);
         __syncwarp();  // done with `cur` and the scratch before they are written again
         s = s1;
@@ -1356,7 +1368,9 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
 // The entry points. The one-buffer ones decode rows of at most HALF_ROW_BYTES bytes of words,
 // and in a table whose first cluster has no free bit rows of at most NO_FREE_HALF_ROW_BYTES,
 // two a warp (fetch_decode_halves: two staging buffers a warp, the host's plan says so:
-// smem_plan's `no_free`, DeviceCodec.first_cluster_no_free).
+// smem_plan's `no_free`, DeviceCodec.first_cluster_no_free). `masks` (the words' bits) is not
+// read: `runs`, the last parameter, holds what deposit needs of them; the parameters before it
+// are those of the decoders before the runs table, which the launcher can still launch.
 #define IBP_FETCH_DECODE(NAME, W, O, BUFFERS)                                                \
     extern "C" __global__ void                                                               \
     __launch_bounds__(IBP_FETCH_THREADS, IBP_FETCH_MIN_BLOCKS) NAME(                         \
@@ -1366,17 +1380,18 @@ __device__ void fetch_decode(const u8* __restrict__ rows, const O* __restrict__ 
         const u32* __restrict__ code_prefix, const u32* __restrict__ free_prefix,            \
         const u32* __restrict__ layouts, const i64* __restrict__ idx,                        \
         const i64* __restrict__ out_pos, u8* __restrict__ out, int* __restrict__ error,      \
-        i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {        \
+        i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words,          \
+        const W* __restrict__ runs) {                                                        \
         const int words_bytes = V * (int)sizeof(W);                                          \
         const bool no_free_table =                                                           \
             BUFFERS == 1 && words_bytes <= NO_FREE_HALF_ROW_BYTES && free_prefix[V] == 0;    \
         if (BUFFERS == 1 && (words_bytes <= HALF_ROW_BYTES || no_free_table)) {              \
-            fetch_decode_halves<W, O>(rows, offsets, cluster_ids, masks, code_bits, bitvals, \
+            fetch_decode_halves<W, O>(rows, offsets, cluster_ids, runs, code_bits, bitvals,  \
                                       code_prefix, free_prefix, layouts, idx, out_pos, out,  \
                                       error, n, num_rows, V, E, align, row_bytes, buf_words, \
                                       no_free_table);                                        \
         } else {                                                                             \
-            fetch_decode<W, O, BUFFERS>(rows, offsets, cluster_ids, masks, code_bits,        \
+            fetch_decode<W, O, BUFFERS>(rows, offsets, cluster_ids, runs, code_bits,         \
                                         bitvals, code_prefix, free_prefix, layouts, idx,     \
                                         out_pos, out, error, n, num_rows, V, E, align,       \
                                         row_bytes, buf_words);                               \

@@ -98,8 +98,9 @@ def test_entry_points_are_the_fused_kernels_with_their_parameters(nvrtc) -> None
     }
     assert set(entries) == names
     params = entries["ibp_fetch_decode_w4_o4"]
-    assert len(params) == 20  # rows ... buf_words, as the launcher passes them
-    assert params[0].startswith(".param .u64") and params[-1] == ".param .u32"
+    assert len(params) == 21  # rows ... buf_words, runs, as the launcher passes them
+    assert params[0].startswith(".param .u64") and params[-1].startswith(".param .u64")
+    assert params[-2] == ".param .u32"  # buf_words
     assert entries["ibp_fetch_decode_w4_o4"] == entries["ibp_fetch_decode_db_w4_o4"]
 
 
@@ -111,11 +112,26 @@ def test_a_baseline_with_the_same_entry_points_is_accepted(tmp_path, nvrtc) -> N
     assert not other["same_text"]
 
 
+def test_a_baseline_taking_the_first_parameters_is_accepted(tmp_path, nvrtc) -> None:
+    """A decoder from before the runs table: all but the last parameter, the launcher's last
+    argument then not read."""
+    last = ",          \\\n        const W* __restrict__ runs) {"
+    assert CURRENT.count(last) == 1  # the entry points' macro
+    before = CURRENT.replace(last, ") {").replace(
+        "cluster_ids, runs, code_bits", "cluster_ids, masks, code_bits"
+    )
+    assert "__restrict__ runs) {" not in before
+    fewer = decode_ab.check_sources(_baseline(tmp_path, before))
+    assert not fewer["same_text"] and len(fewer["entry_points"]) == 8
+    params = decode_ab.entry_points(before, "before.cu")["ibp_fetch_decode_w4_o4"]
+    assert len(params) == 20
+
+
 def test_a_baseline_the_launcher_cannot_launch_is_refused(tmp_path, nvrtc) -> None:
-    macro = "i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {"
-    one_more = CURRENT.replace(macro, macro.replace("buf_words)", "buf_words, int extra)"))
+    macro = "const W* __restrict__ runs) {"
+    one_more = CURRENT.replace(macro, macro.replace("runs)", "runs, int extra)"))
     assert one_more.count("int extra") == 1  # the entry points' macro
-    with pytest.raises(SystemExit, match=r"ibp_fetch_decode_\w+ takes other parameters .*\(21\)"):
+    with pytest.raises(SystemExit, match=r"ibp_fetch_decode_\w+ takes other parameters .*\(22\)"):
         decode_ab.check_sources(_baseline(tmp_path, one_more))
     fewer = CURRENT.replace("IBP_FETCH_DECODE(ibp_fetch_decode_db_w8_o8, u64, u64, 2)", "")
     with pytest.raises(SystemExit, match="missing: ibp_fetch_decode_db_w8_o8; extra: none"):

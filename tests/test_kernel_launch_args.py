@@ -605,6 +605,7 @@ def launch_fetch_decode(module: types.ModuleType, monkeypatch: pytest.MonkeyPatc
                     "align": align,
                     "row_bytes": row_bytes,
                     "buf_words": plan.buf_words,
+                    "runs": codec.runs_tensor,
                 }
             )
         )
@@ -891,8 +892,8 @@ def test_a_mismatch_is_reported(monkeypatch) -> None:
     swapped = list(args)
     swapped[9], swapped[11] = swapped[11], swapped[9]  # idx <-> out
     assert "parameter 9 `const i64* __restrict__ idx` points to int64" in problems(tuple(swapped))
-    assert "20 parameters, 19 arguments" in problems(args[:-1])
-    assert "takes np.int32, got a Python int" in problems((*args[:-1], 7))
+    assert "21 parameters, 20 arguments" in problems(args[:-1])
+    assert "takes np.int32, got a Python int" in problems((*args[:-2], 7, args[-1]))
     assert "is a pointer, got np.int64" in problems((np.int64(0), *args[1:]))
     assert "grid must be a tuple" in problems(grid=4)
     assert "shared_mem must be an int" in problems(shared_mem=1.5)
@@ -1032,7 +1033,7 @@ def test_every_dlpack_view_is_made_before_the_launch_mark(case, monkeypatch) -> 
 
 
 def test_a_device_codec_derives_its_tensors_and_addresses_once_when_made(monkeypatch) -> None:
-    """The prefix sums, layouts and addresses are made with the codec, once.
+    """The prefix sums, layouts, runs and addresses are made with the codec, once.
 
     Made at the first fetch instead, two threads fetching at once could each make them, and
     one launch with the addresses of tensors that the other then replaced (and so freed).
@@ -1041,16 +1042,20 @@ def test_a_device_codec_derives_its_tensors_and_addresses_once_when_made(monkeyp
 
     module = importlib.import_module("ibp_graph.kernels.fetch_decode")
     made: list[str] = []
-    for name in ("codec_prefixes", "column_layouts"):
+    for name in ("codec_prefixes", "column_layouts", "column_runs"):
         real = getattr(module, name)
         monkeypatch.setattr(
             module, name, lambda *a, _name=name, _real=real: made.append(_name) or _real(*a)
         )
     codec = small_codec(12)
-    assert made == ["codec_prefixes", "column_layouts"]
+    assert made == ["codec_prefixes", "column_layouts", "column_runs"]
     with ThreadPoolExecutor(8) as pool:
-        seen = list(pool.map(lambda _: (codec.const_args, *codec.prefix_tensors), range(64)))
-    assert made == ["codec_prefixes", "column_layouts"]
+        seen = list(
+            pool.map(
+                lambda _: (codec.const_args, *codec.prefix_tensors, codec.runs_tensor), range(64)
+            )
+        )
+    assert made == ["codec_prefixes", "column_layouts", "column_runs"]
     assert all(all(a is b for a, b in zip(s, seen[0], strict=True)) for s in seen)
     addresses = [t.data_ptr() for t in (*codec.prefix_tensors, codec.layout_tensor)]
     assert [int(a) for a in codec.const_args[5:]] == addresses

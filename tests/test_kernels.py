@@ -26,8 +26,10 @@ from ibp_graph.kernels.fetch_decode import (
     LAYOUT_THREE_RUNS,
     LAYOUT_TWO_RUNS,
     NO_FREE_HALF_ROW_BYTES,
+    RUN_WORDS,
     check_launch,
     column_layouts,
+    column_runs,
     smem_plan,
 )
 from ibp_graph.kernels.raw_gather import vector_bytes
@@ -128,26 +130,28 @@ def test_kernels_of_sources_built_per_entry_are_built_alone(monkeypatch) -> None
     ]
 
 
-def _deposit_by_layout(p: int, layout: int, free: int, bits: int) -> int:
-    """The fused kernel's deposit of payload ``p`` by a layout word: two shifts, or three with
-    the second run's length and the third's start read off the column's free bits."""
+def _deposit(p: int, layout: int, run: np.ndarray, bits: int) -> int:
+    """The fused kernel's deposit of payload ``p``: by its layout word's two shifts, else by
+    its entry ``run`` of `column_runs`: three shifted and masked runs, or (more runs) a bit by
+    bit deposit into the free bits of its first word."""
     n1, lo1, lo2 = (layout >> 7) & 63, (layout >> 14) & 63, (layout >> 20) & 63
-    first = (p & ((1 << n1) - 1)) << lo1
     if layout & LAYOUT_TWO_RUNS:
-        return first | ((p >> n1) << lo2)
-    assert layout & LAYOUT_THREE_RUNS
-    rest = free >> lo2
-    n2 = _ctz(~rest & ((1 << bits) - 1))
-    lo3 = lo2 + n2 + _ctz(rest >> n2)
-    return first | (((p >> n1) & ((1 << n2) - 1)) << lo2) | ((p >> (n1 + n2)) << lo3)
-
-
-def _ctz(x: int) -> int:
-    return (x & -x).bit_length() - 1
+        return ((p & ((1 << n1) - 1)) << lo1) | ((p >> n1) << lo2)
+    top = (1 << bits) - 1
+    if layout & LAYOUT_THREE_RUNS:
+        shifts = int(run[3])
+        return sum(
+            (p << ((shifts >> (8 * r)) & (bits - 1))) & int(run[r]) & top for r in range(3)
+        )  # (disjoint runs: the sum is their OR)
+    out, free = 0, int(run[0])
+    for bit in range(bits):
+        if free >> bit & 1:
+            out, p = out | (p & 1) << bit, p >> 1
+    return out
 
 
 @pytest.mark.parametrize("word_bytes", [4, 8])
-def test_column_layouts_deposit_as_the_codec_does(word_bytes) -> None:
+def test_column_layouts_and_runs_deposit_as_the_codec_does(word_bytes) -> None:
     bits = 8 * word_bytes
     top = (1 << bits) - 1
     rng = np.random.default_rng(word_bytes)
@@ -174,14 +178,18 @@ def test_column_layouts_deposit_as_the_codec_does(word_bytes) -> None:
     assert np.array_equal(two, run_count <= 2)
     assert np.array_equal(three, run_count == 3)
     assert two.any() and three.any() and (run_count > 3).any()
-    for c, j in zip(*np.nonzero(two | three), strict=True):
+    table = column_runs(signed, word_bytes)  # the entries deposit reads beyond two runs
+    assert table.dtype == dtype and table.shape == (*masks.shape, RUN_WORDS)
+    assert not table[two].any()  # not read
+    assert np.array_equal(table[run_count > 3][:, 0], ~masks[run_count > 3])
+    for c, j in np.ndindex(masks.shape):
         f = int(count[c, j])
         payloads = [int.from_bytes(rng.bytes(8), "little") >> (64 - f) for _ in range(8)]
         for p in [0, (1 << f) - 1, *payloads] if f else [0]:
             want = int(pdep(np.array([p], dtype=dtype), runs.take((c, j)))[0])
             layout = int(layouts[c, j])
-            free_bits = int(~masks[c, j]) & top
-            assert _deposit_by_layout(p, layout, free_bits, bits) == want, (hex(free_bits), p)
+            got = _deposit(p, layout, table[c, j], bits)
+            assert got == want, (hex(int(~masks[c, j]) & top), p)
             assert (layout >> 7) & 63 < bits  # no shift reaches the word's width
 
 

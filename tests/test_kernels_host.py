@@ -29,6 +29,7 @@ from ibp_graph.kernels.fetch_decode import (
     WARP,
     codec_prefixes,
     column_layouts,
+    column_runs,
     smem_plan,
 )
 from ibp_graph.kernels.raw_gather import vector_bytes
@@ -85,6 +86,7 @@ def fetch_on_host(
         out_pos = np.ascontiguousarray(out_pos, dtype=np.int64)
         assert out_pos.shape == ids.shape
     layouts = column_layouts(params.masks, params.code_bits, params.word_bytes)
+    runs = column_runs(params.masks, params.word_bytes)
     out = np.full((ids.size, width), 0xEE, dtype=np.uint8)
     error = np.zeros(2, dtype=np.int32)
     lib.simt_fetch_decode(
@@ -111,6 +113,7 @@ def fetch_on_host(
         ctypes.c_int(table.align),
         ctypes.c_int(width),
         ctypes.c_int(plan.buf_words),
+        _ptr(runs),
         ctypes.c_uint(grid),
         ctypes.c_uint(WARP * plan.warps_per_block),
         ctypes.c_ulonglong(plan.bytes_per_block),

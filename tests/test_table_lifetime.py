@@ -44,9 +44,10 @@ def cpu_table(tmp_path, monkeypatch):
 
 
 def _codec_tensors(codec) -> list[torch.Tensor]:
-    """Every tensor a launch reads by address (`DeviceCodec.const_args`)."""
+    """Every tensor a launch reads by address (`DeviceCodec.const_args`, `runs_tensor`)."""
     named = [codec.offsets, codec.cluster_ids, codec.masks, codec.code_bits, codec.bitvals]
-    return [t for t in named if t is not None] + [*codec.prefix_tensors, codec.layout_tensor]
+    derived = [*codec.prefix_tensors, codec.layout_tensor, codec.runs_tensor]
+    return [t for t in named if t is not None] + derived
 
 
 def test_a_table_dropped_without_close_defers_its_codec_with_its_pinned_rows(cpu_table) -> None:
@@ -55,7 +56,8 @@ def test_a_table_dropped_without_close_defers_its_codec_with_its_pinned_rows(cpu
     assert not table.bypass  # the fused decoder reads the codec's tensors
     codec = table.codec
     tensors = [weakref.ref(t) for t in _codec_tensors(codec)]
-    assert [int(a) for a in codec.const_args if a] == [r().data_ptr() for r in tensors]
+    addresses = [*(int(a) for a in codec.const_args if a), codec.runs_tensor.data_ptr()]
+    assert addresses == [r().data_ptr() for r in tensors]
     weakref.finalize(codec, runtime.note, "codec freed")
     del table, codec
     gc.collect()

@@ -164,8 +164,8 @@ def column_layouts(masks: np.ndarray, code_bits: np.ndarray, word_bytes: int) ->
     bit has N1 = 0; one with every bit free, the runs ``[0, bits - 1)`` and ``[bits - 1,
     bits)``, so that no shift reaches the word's width. A column with three runs (two 16-bit
     floats in a 32-bit word, whose exponents' top bits are masked) is deposited by three
-    shifts, the kernel reading the second run's length and the third's start off its mask;
-    one with more runs, by the kernel's loop over its mask's runs. Computed once per table.
+    shifts and masks (`column_runs`); one with more runs, by the kernel's loop over its free
+    bits (`column_runs` too). Computed once per table.
 
     Args:
         masks: ``(k, V)`` words of ``word_bytes`` bytes (any integer type of that width).
@@ -196,6 +196,48 @@ def column_layouts(masks: np.ndarray, code_bits: np.ndarray, word_bytes: int) ->
     return layout.astype(np.uint32)
 
 
+#: Words per column in the table of `column_runs`.
+RUN_WORDS = 4
+
+
+def column_runs(masks: np.ndarray, word_bytes: int) -> np.ndarray:
+    """Per column of each cluster, `RUN_WORDS` words to deposit a payload with beyond two runs.
+
+    The fused kernel reads them where the layout word's two shifts do not suffice
+    (`column_layouts`).
+
+    A column whose free (unmasked) bits lie in exactly three runs: the three runs' masks, first
+    to third, then their shifts, a byte each (bits 0-7, 8-15, 16-23), the shift of a run being
+    where it starts less the payload bits before it (`bitops.bit_runs`): the payload ``p``
+    lands as ``(p << s1) & m1 | (p << s2) & m2 | (p << s3) & m3``, the codec's `pdep`. A
+    column with more runs: its free bits, then zeros (the kernel's loop over its runs). Zeros
+    for a column of at most two runs. Computed once per table.
+
+    Args:
+        masks: ``(k, V)`` words of ``word_bytes`` bytes (any integer type of that width).
+        word_bytes: 4 or 8.
+
+    Returns:
+        ``(k, V, RUN_WORDS)`` unsigned words of ``word_bytes`` bytes.
+    """
+    free = ~_unsigned_words(masks, word_bytes)
+    runs = bit_runs(free, 8 * word_bytes)
+    out = np.zeros(free.shape + (RUN_WORDS,), dtype=free.dtype)
+    if runs.count == 3:  # (at most three runs in every column)
+        three = runs.mask[2] != 0
+    elif runs.count > 3:
+        three = (runs.mask[2] != 0) & (runs.mask[3] == 0)
+    else:
+        return out
+    more = (runs.mask[2] != 0) & ~three
+    for r in range(3):
+        out[..., r] = np.where(three, runs.mask[r] << runs.lo[r], 0)
+    shifts = sum((runs.lo[r] - runs.dst[r]).astype(np.uint64) << np.uint64(8 * r) for r in range(3))
+    out[..., 3] = np.where(three, shifts, 0).astype(free.dtype)
+    out[..., 0] = np.where(more, free, out[..., 0])
+    return out
+
+
 @dataclass(frozen=True)
 class DeviceCodec:
     """What the kernel reads of a table: row bytes (pinned host or device) and metadata.
@@ -216,9 +258,10 @@ class DeviceCodec:
 
     The tensors are read by every launch and never change: they are checked once here, and
     a launch passes their addresses (`const_args`) instead of exchanging a DLPack view of each
-    (an event record and wait apiece); the prefix sums of `codec_prefixes` and the
-    `column_layouts` are derived from them here too (`prefix_tensors`, `layout_tensor`), so
-    that every launch, from any thread, reads the same tensors. Build them on the device and
+    (an event record and wait apiece); the prefix sums of `codec_prefixes`, the
+    `column_layouts` and the `column_runs` are derived from them here too (`prefix_tensors`,
+    `layout_tensor`, `runs_tensor`), so that every launch, from any thread, reads the same
+    tensors. Build them on the device and
     let the copies complete (synchronise) before the first fetch on another stream. Keep the
     codec alive until the launches reading its tensors are done (a table's pinned buffer
     holds it: `ibp_graph.pinned.PinnedBuffer.hold`).
@@ -278,6 +321,8 @@ class DeviceCodec:
         prefixes = tuple(torch.from_numpy(p.view(np.int32)).to(device) for p in host_prefixes)
         layouts = column_layouts(masks, code_bits, self.word_bytes)
         layout = torch.from_numpy(layouts.view(np.int32)).to(device)
+        runs = column_runs(masks, self.word_bytes)
+        runs_tensor = torch.from_numpy(runs.view(masks.dtype)).to(device)
         cids = 0 if self.cluster_ids is None else self.cluster_ids.data_ptr()
         addresses = (
             self.offsets.data_ptr(),
@@ -292,6 +337,7 @@ class DeviceCodec:
         object.__setattr__(self, "_no_free", bool(host_prefixes[1][0, -1] == 0))
         object.__setattr__(self, "_prefix_tensors", prefixes)
         object.__setattr__(self, "_layout_tensor", layout)
+        object.__setattr__(self, "_runs_tensor", runs_tensor)
         object.__setattr__(self, "_const_args", tuple(np.uint64(p) for p in addresses))
 
     @property
@@ -314,8 +360,19 @@ class DeviceCodec:
         return self._layout_tensor
 
     @property
+    def runs_tensor(self) -> torch.Tensor:
+        """`column_runs` as a ``(k, V, RUN_WORDS)`` tensor of the masks' dtype on their device.
+
+        The kernel's last parameter (`const_args` has the others).
+        """
+        return self._runs_tensor
+
+    @property
     def const_args(self) -> tuple[np.uint64, ...]:
-        """Addresses of the constant tensors, in the kernel's order (cluster ids 0: none)."""
+        """Addresses of the constant tensors, in the kernel's order (cluster ids 0: none).
+
+        All but `runs_tensor`'s, which the kernel takes last.
+        """
         return self._const_args
 
     def plan(self, max_smem: int, buffers: int = 1, warps: int = FETCH_BLOCK_WARPS) -> SmemPlan:
@@ -522,6 +579,7 @@ def fetch_decode(
             np.int32(codec.align),
             np.int32(codec.row_bytes),
             np.int32(plan.buf_words),
+            np.uint64(codec.runs_tensor.data_ptr()),
         )
         note_launch(stream)
         for (r0, r1), (idx_arg, pos_arg) in zip(spans, requests, strict=True):

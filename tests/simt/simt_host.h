@@ -42,6 +42,9 @@ struct __attribute__((aligned(16))) uint4 {
 struct __attribute__((aligned(8))) uint2 {
     unsigned x, y;
 };
+struct __attribute__((aligned(16))) ulonglong2 {
+    unsigned long long x, y;
+};
 
 #ifdef __SANITIZE_THREAD__
 extern "C" void* __tsan_get_current_fiber();
@@ -312,6 +315,9 @@ inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
     return (unsigned)((((unsigned long long)hi << 32) | lo) >> (shift & 31u));
+}
+inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned shift) {
+    return (unsigned)(((((unsigned long long)hi << 32) | lo) << (shift & 31u)) >> 32);
 }
 inline unsigned __funnelshift_lc(unsigned lo, unsigned hi, unsigned shift) {
     const unsigned s = shift < 32u ? shift : 32u;  // clamped, as CUDA's

@@ -15,7 +15,8 @@ extern "C" void simt_fetch_decode(int buffers, int word_bytes, int offset_bytes,
                                   const void* free_prefix, const void* layouts, const void* idx,
                                   const void* out_pos, void* out, int* error, long long n,
                                   long long num_rows, int V, int E, int align, int row_bytes,
-                                  int buf_words, unsigned grid, unsigned block,
+                                  int buf_words, const void* runs, unsigned grid,
+                                  unsigned block,
                                   unsigned long long shared) {
     auto r = static_cast<const u8*>(rows);
     auto cid = static_cast<const u8*>(cluster_ids);
@@ -28,7 +29,7 @@ extern "C" void simt_fetch_decode(int buffers, int word_bytes, int offset_bytes,
     auto lay = static_cast<const u32*>(layouts);
 #define IBP_SIMT_FETCH(NAME, W, O)                                                           \
     NAME(r, (const O*)offsets, cid, (const W*)masks, cb, (const W*)bitvals, cp, fp, lay, ix, op, \
-         o, error, n, num_rows, V, E, align, row_bytes, buf_words)
+         o, error, n, num_rows, V, E, align, row_bytes, buf_words, (const W*)runs)
     simt_launch(grid, block, shared, [&] {
         const int variant = (buffers == 2 ? 4 : 0) + (word_bytes == 8 ? 2 : 0) +
                             (offset_bytes == 8 ? 1 : 0);
