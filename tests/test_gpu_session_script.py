@@ -478,8 +478,9 @@ def test_prepare_refuses_a_previous_decoder_the_launcher_cannot_launch(
     tmp_path: Path, nvrtc
 ) -> None:
     current = (REPO / "cuda" / "fetch_decode.cu").read_text()
-    macro = "i64 n, i64 num_rows, int V, int E, int align, int row_bytes, int buf_words) {"
-    wider = current.replace(macro, macro.replace("buf_words)", "buf_words, int x)"))
+    macro = "const W* __restrict__ runs) {"  # the entry points' last parameter
+    wider = current.replace(macro, macro.replace("runs)", "runs, int x)"))
+    assert wider.count("int x)") == 1
     repo, first = _checkout_with_two_decoders(tmp_path, wider)
     done = _prepare(repo, tmp_path)
     assert done.returncode == 0, done.stderr  # the other stages can still run
