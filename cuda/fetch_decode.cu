@@ -27,12 +27,12 @@
 // stores any; then the latter are visited one by one. A word that does not escape is its code's
 // entry with its payload deposited into the column's free bits: by two shifts when those bits
 // lie in at most two runs (every float column whose mask holds the exponent's top bits, with
-// or without the sign: `layouts`), by three when they lie in three (two 16-bit floats in a
-// word), by a loop over the runs of the mask otherwise. A flat row of
-// more than 64 words whose output row is 16-byte aligned is decoded 16 bytes of neighbouring
-// words a lane too (decode_flat_spans), and one of more than 32 4-byte words whose output row
-// is 8-byte aligned 8 bytes a lane: its codes one field a lane, its payloads placed by a warp
-// scan of the lanes' payload bits. Rows stored raw are copied through.
+// or without the sign: `layouts`), by three shifts and masks when they lie in three (two
+// 16-bit floats in a word: `runs`), by a loop over the runs of its free bits otherwise. A
+// flat row of more than 64 words whose output row is 16-byte aligned is decoded 16 bytes of
+// neighbouring words a lane too (decode_flat_spans), and one of more than 32 4-byte words
+// whose output row is 8-byte aligned 8 bytes a lane: its codes one field a lane, its payloads
+// placed by a warp scan of the lanes' payload bits. Rows stored raw are copied through.
 // Decoded words are written to a row-major output of `row_bytes` bytes per row.
 //
 // Request r reads row `idx[r]` and writes output row `p = out_pos ? out_pos[r] : r`: the
