@@ -197,7 +197,8 @@ __device__ __forceinline__ T ro(const T* p, u32 i) {
 // host: ibp_graph/kernels/fetch_decode.py, column_runs), which deposit reads for a column
 // whose free bits lie in three runs or more: for three, the runs' masks, first to third, then
 // their shifts (bits 0-7, 8-15 and 16-23: where a run starts less the payload bits before it);
-// for more, the free bits, then zeros. Zeros for one or two runs (the layout word suffices).
+// for more, the free bits, then zeros. Zeros for one or two runs (the layout word suffices;
+// never read: a table with no column of more runs has one entry in all).
 //
 // Deposit the F low bits of `p` (nothing above them) into a column's free bits: two shifts
 // when its layout has at most two runs; three shifts and masks when it has three (two 16-bit

@@ -180,6 +180,8 @@ def test_column_layouts_and_runs_deposit_as_the_codec_does(word_bytes) -> None:
     assert two.any() and three.any() and (run_count > 3).any()
     table = column_runs(signed, word_bytes)  # the entries deposit reads beyond two runs
     assert table.dtype == dtype and table.shape == (*masks.shape, RUN_WORDS)
+    at_most_two = column_runs(signed[:1, :6], word_bytes)  # (none, all, one or two runs)
+    assert at_most_two.shape == (1, 1, RUN_WORDS) and not at_most_two.any()
     assert not table[two].any()  # not read
     assert np.array_equal(table[run_count > 3][:, 0], ~masks[run_count > 3])
     for c, j in np.ndindex(masks.shape):

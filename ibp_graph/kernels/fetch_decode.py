@@ -211,24 +211,27 @@ def column_runs(masks: np.ndarray, word_bytes: int) -> np.ndarray:
     where it starts less the payload bits before it (`bitops.bit_runs`): the payload ``p``
     lands as ``(p << s1) & m1 | (p << s2) & m2 | (p << s3) & m3``, the codec's `pdep`. A
     column with more runs: its free bits, then zeros (the kernel's loop over its runs). Zeros
-    for a column of at most two runs. Computed once per table.
+    for a column of at most two runs, whose entry the kernel never reads; so a table whose
+    every column has at most two runs (float32 and bag-of-words tables) gets a single entry,
+    not ``k * V``. Computed once per table.
 
     Args:
         masks: ``(k, V)`` words of ``word_bytes`` bytes (any integer type of that width).
         word_bytes: 4 or 8.
 
     Returns:
-        ``(k, V, RUN_WORDS)`` unsigned words of ``word_bytes`` bytes.
+        ``(k, V, RUN_WORDS)`` unsigned words of ``word_bytes`` bytes, or ``(1, 1, RUN_WORDS)``
+        zeros where no column has more than two runs.
     """
     free = ~_unsigned_words(masks, word_bytes)
     runs = bit_runs(free, 8 * word_bytes)
+    if runs.count < 3:
+        return np.zeros((1, 1, RUN_WORDS), dtype=free.dtype)
     out = np.zeros(free.shape + (RUN_WORDS,), dtype=free.dtype)
     if runs.count == 3:  # (at most three runs in every column)
         three = runs.mask[2] != 0
-    elif runs.count > 3:
-        three = (runs.mask[2] != 0) & (runs.mask[3] == 0)
     else:
-        return out
+        three = (runs.mask[2] != 0) & (runs.mask[3] == 0)
     more = (runs.mask[2] != 0) & ~three
     for r in range(3):
         out[..., r] = np.where(three, runs.mask[r] << runs.lo[r], 0)
@@ -261,10 +264,9 @@ class DeviceCodec:
     (an event record and wait apiece); the prefix sums of `codec_prefixes`, the
     `column_layouts` and the `column_runs` are derived from them here too (`prefix_tensors`,
     `layout_tensor`, `runs_tensor`), so that every launch, from any thread, reads the same
-    tensors. Build them on the device and
-    let the copies complete (synchronise) before the first fetch on another stream. Keep the
-    codec alive until the launches reading its tensors are done (a table's pinned buffer
-    holds it: `ibp_graph.pinned.PinnedBuffer.hold`).
+    tensors. Build them on the device and let the copies complete (synchronise) before the
+    first fetch on another stream. Keep the codec alive until the launches reading its tensors
+    are done (a table's pinned buffer holds it: `ibp_graph.pinned.PinnedBuffer.hold`).
 
     Raises:
         ValueError: a tensor has the wrong type, device, dtype, shape or layout (named).
@@ -361,7 +363,7 @@ class DeviceCodec:
 
     @property
     def runs_tensor(self) -> torch.Tensor:
-        """`column_runs` as a ``(k, V, RUN_WORDS)`` tensor of the masks' dtype on their device.
+        """`column_runs` as a tensor of the masks' dtype on their device.
 
         The kernel's last parameter (`const_args` has the others).
         """
