@@ -224,9 +224,10 @@ def column_runs(masks: np.ndarray, word_bytes: int) -> np.ndarray:
         zeros where no column has more than two runs.
     """
     free = ~_unsigned_words(masks, word_bytes)
-    runs = bit_runs(free, 8 * word_bytes)
-    if runs.count < 3:
+    starts = free & ~(free << free.dtype.type(1))  # a run's lowest bit, one set bit a run
+    if free.size == 0 or popcount(starts).max() < 3:  # (without splitting the runs out)
         return np.zeros((1, 1, RUN_WORDS), dtype=free.dtype)
+    runs = bit_runs(free, 8 * word_bytes)
     out = np.zeros(free.shape + (RUN_WORDS,), dtype=free.dtype)
     if runs.count == 3:  # (at most three runs in every column)
         three = runs.mask[2] != 0
