@@ -193,6 +193,15 @@ __device__ __forceinline__ T ro(const T* p, u32 i) {
 #endif
 }
 
+// The entries of the runs table (`runs`, below) from column `col0` (a cluster's first: the
+// cluster times V) on: their address summed as an integer, since a table with no column of
+// more than two runs has one entry in all (never read), and a later cluster's entries' address
+// lies past it.
+template <typename W>
+__device__ __forceinline__ const W* runs_from(const W* runs, size_t col0) {
+    return reinterpret_cast<const W*>(reinterpret_cast<u64>(runs) + col0 * (4 * sizeof(W)));
+}
+
 // A column's entry of the runs table (`runs`, (k, V, 4) words, built once per table by the
 // host: ibp_graph/kernels/fetch_decode.py, column_runs), which deposit reads for a column
 // whose free bits lie in three runs or more: for three, the runs' masks, first to third, then
@@ -892,7 +901,7 @@ __device__ void decode_row(const u32* buf, u8* codes, u8* subs, const Staged& s,
     const u32* __restrict__ cpre = held(code_prefix + pre0);
     const u32* __restrict__ fpre = held(free_prefix + pre0);
     const u32* __restrict__ layout_of = held(layouts + col0);
-    const W* __restrict__ run_of = runs + 4 * (size_t)col0;
+    const W* __restrict__ run_of = runs_from(runs, col0);
     // A flat row of more than two chunks, its output row 16-byte aligned: 16 bytes of words a
     // lane (a step of 128 columns costs about what two chunks do, so narrower rows do not). A
     // flat row of more than one chunk of 4-byte words, its output row 8-byte aligned: 8 bytes
@@ -1026,7 +1035,7 @@ __device__ void decode_flat_half(const u32* buf, const Staged& s, bool active, u
     const bool live = active && (u64)(cursor - base) <= len_bits;
     const bool fits = decode_flat_spans<W, LaneWords<W>::value, 16>(
         buf, code_at, cursor, base, len_bits, held(bitvals + (size_t)c * E * V), cpre,
-        held(layouts + (size_t)c * V), held(runs + 4 * (size_t)c * V), out_row, V, row_bytes,
+        held(layouts + (size_t)c * V), held(runs_from(runs, (size_t)c * V)), out_row, V, row_bytes,
         word_aligned, lane, live);
     if (active && !(live && fits)) {
         reject_corrupt_row<W, 16>(out_row, error, p, V, row_bytes, word_aligned, lane);
