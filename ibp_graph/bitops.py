@@ -55,39 +55,35 @@ class BitRuns:
 
 
 def bit_runs(masks: np.ndarray, nbits: int) -> BitRuns:
-    """Split each mask into runs of set bits (vectorised over masks and bits).
+    """Split each mask into runs of set bits (vectorised over masks, a pass a run).
 
-    The run arrays have the masks' dtype, so `pext` / `pdep` work in that width.
+    Each pass peels every mask's lowest run: ``low = m & -m`` is its lowest set bit and
+    ``m & ~(m + low)`` the run it starts (the carry clears it). The run arrays have the masks'
+    dtype, so `pext` / `pdep` work in that width; bits at or above ``nbits`` are ignored.
     """
     m = np.asarray(masks)
     dt = m.dtype
     shape = m.shape
-    flat = m.reshape(-1).astype(_U64)
-    bits = ((flat[:, None] >> np.arange(nbits, dtype=_U64)) & _U64(1)).astype(bool)
-    before = np.zeros_like(bits)
-    before[:, 1:] = bits[:, :-1]
-    after = np.zeros_like(bits)
-    after[:, :-1] = bits[:, 1:]
-    starts = bits & ~before
-    ends = bits & ~after
-    run_id = np.cumsum(starts, axis=1) - 1
-    packed_before = exclusive_cumsum(bits.astype(np.int64), axis=1)
-    r_max = int(starts.sum(axis=1).max()) if flat.size else 0
-    lo = np.zeros((r_max, flat.size), dtype=_U64)
-    width = np.zeros((r_max, flat.size), dtype=_U64)
-    dst = np.zeros((r_max, flat.size), dtype=_U64)
-    i, p = np.nonzero(starts)
-    lo[run_id[i, p], i] = p
-    dst[run_id[i, p], i] = packed_before[i, p]
-    i, p = np.nonzero(ends)
-    r = run_id[i, p]
-    width[r, i] = p.astype(_U64) + _U64(1) - lo[r, i]
-    full = (r_max,) + shape
-    return BitRuns(
-        lo=lo.reshape(full).astype(dt),
-        mask=low_mask(width).reshape(full).astype(dt),
-        dst=dst.reshape(full).astype(dt),
-    )
+    rest = m.reshape(-1).astype(_U64) & _LOW_MASKS[nbits]
+    lo, mask, dst = [], [], []
+    packed = np.zeros(rest.shape, dtype=_U64)  # bits of the runs peeled so far
+    while rest.any():
+        low = rest & (~rest + _U64(1))
+        run = rest & ~(rest + low)
+        present = run != 0
+        start = np.where(present, np.bitwise_count(low - _U64(1)), 0).astype(_U64)
+        lo.append(start)
+        mask.append(run >> start)
+        dst.append(np.where(present, packed, _U64(0)))
+        packed += np.bitwise_count(run).astype(_U64)
+        rest ^= run
+    full = (len(lo),) + shape
+
+    def stack(parts: list[np.ndarray]) -> np.ndarray:
+        out = np.stack(parts) if parts else np.zeros((0, rest.size), dtype=_U64)
+        return out.reshape(full).astype(dt)
+
+    return BitRuns(lo=stack(lo), mask=stack(mask), dst=stack(dst))
 
 
 def pext(words: np.ndarray, runs: BitRuns) -> np.ndarray:
