@@ -1006,6 +1006,16 @@ __device__ __forceinline__ void decode_request(const u32* buf, u8* codes, u8* su
     }
 }
 
+// Whether neither half of the warp has a row to decode but one of a cluster whose columns have
+// no free bit, grouped (decode_no_free_half): the cluster's free-bit total, the last of its
+// free-bit prefix sums (`free_prefix`, V + 1 a cluster), is 0. Loaded for every lane's row
+// (cluster 0's for a half without a cluster), so that no branch guards the load.
+__device__ __forceinline__ bool no_free_pair(const u32* __restrict__ free_prefix,
+                                             const Staged& s, bool active, bool grouped, int V) {
+    const u32 total = ro(free_prefix, (u32)max(s.cluster, 0) * (u32)(V + 1) + (u32)V);
+    return __ballot_sync(FULL_MASK, active && !(grouped && total == 0)) == 0;
+}
+
 // Rows of at most HALF_ROW_BYTES bytes of words (64 4-byte words, 32 8-byte ones) are decoded
 // two a warp, one a half-warp of 16 lanes with 16 bytes of words each (fetch_decode_halves);
 // in a table whose first cluster's columns have no free bit (bag-of-words tables), rows of at
@@ -1270,10 +1280,7 @@ __device__ void fetch_decode_halves(const u8* __restrict__ rows, const O* __rest
             decode_flat_half<W>(mine, s, active, out + p * (i64)row_bytes, error, p, runs,
                                 bitvals, code_prefix, layouts, V, E, row_bytes, word_aligned,
                                 lane);
-        } else if (no_free_table &&
-                   __ballot_sync(FULL_MASK,
-                                 active && !(grouped && free_prefix[(size_t)s.cluster * (V + 1) +
-                                                                    (size_t)V] == 0)) == 0) {
+        } else if (no_free_table && no_free_pair(free_prefix, s, active, grouped, V)) {
             decode_no_free_half<W>(mine, s, active, out + p * (i64)row_bytes, error, p,
                                    code_bits, bitvals, V, E, row_bytes, word_aligned, lane);
         } else {

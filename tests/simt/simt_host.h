@@ -332,6 +332,10 @@ template <typename A, typename B>
 inline std::common_type_t<A, B> min(A a, B b) {
     return a < b ? a : b;
 }
+template <typename A, typename B>
+inline std::common_type_t<A, B> max(A a, B b) {
+    return a < b ? b : a;
+}
 
 // A lane's stack: room for the kernels' per-thread arrays under the sanitizers (pages are
 // only committed when touched), above a guard page that faults on an overflow.
