@@ -71,11 +71,11 @@ def bit_runs(masks: np.ndarray, nbits: int) -> BitRuns:
         low = rest & (~rest + _U64(1))
         run = rest & ~(rest + low)
         present = run != 0
-        start = np.where(present, np.bitwise_count(low - _U64(1)), 0).astype(_U64)
+        start = np.where(present, popcount(low - _U64(1)), 0).astype(_U64)
         lo.append(start)
         mask.append(run >> start)
         dst.append(np.where(present, packed, _U64(0)))
-        packed += np.bitwise_count(run).astype(_U64)
+        packed += popcount(run).astype(_U64)
         rest ^= run
     full = (len(lo),) + shape
 
