@@ -226,6 +226,29 @@ def test_warnings_stop_the_harness_build_unless_told_otherwise(
     assert ("-Werror" in seen[0]) is expected and "-Wall" in seen[0]
 
 
+def test_the_compiler_runs_without_the_sanitizers_preloaded(monkeypatch, tmp_path) -> None:
+    """The sanitized runs preload the runtimes into every process they start; g++, which
+    builds the harness, runs without them (under them it took half again as long), and
+    keeps any other library preloaded."""
+    envs = []
+
+    def compile_only(cmd, **kwargs):
+        envs.append(kwargs["env"])
+        return subprocess.CompletedProcess(cmd, 1, "", "stopped here")
+
+    monkeypatch.setattr(host_hops.subprocess, "run", compile_only)
+    monkeypatch.setenv(host_hops.CACHE_ENV, str(tmp_path / "cache"))
+    for preload, kept in (
+        ("/usr/lib/libtsan.so.2 /opt/mine.so", "/opt/mine.so"),
+        ("/x/libasan.so.8 /x/libubsan.so.1", None),
+    ):
+        monkeypatch.setenv("LD_PRELOAD", preload)
+        with pytest.raises(host_hops.HarnessBuildError, match="stopped here"):
+            host_hops.build(tmp_path / "lib.so")
+        assert envs[-1].get("LD_PRELOAD") == kept
+        assert envs[-1]["PATH"] == os.environ["PATH"]
+
+
 def test_a_wait_for_a_sanitized_run_gives_its_skip_reason_its_result_or_a_timeout(
     tmp_path,
 ) -> None:

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import torch
-from simt.sanitize import sanitizer_flags
+from simt.sanitize import sanitizer_flags, without_runtimes
 
 from ibp_graph.kernels.sample_neighbors import capacity
 
@@ -86,7 +86,9 @@ def build(
 
 
 def _compile(cmd: list[str], out: Path) -> None:
-    done = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        [*cmd, "-o", str(out)], capture_output=True, text=True, env=without_runtimes()
+    )
     if done.returncode != 0:
         old = "c++20" in done.stderr or "atomic_ref" in done.stderr
         raise HarnessBuildError(f"the kernels do not build on the host:\n{done.stderr}", old)
