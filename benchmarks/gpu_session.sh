@@ -160,9 +160,10 @@
 # nvidia-h100-80gb-hbm3, as every benchmark names its results); ophops: ophops.log + 3 in
 # ophops/.
 #
-# The GPU image has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest and hypothesis,
-# so the package is installed without dependencies and no wheel travels (dgl and ogb are
-# missing there: their tests skip). Wheels put in device_data/wheels/ are installed first.
+# The GPU image has torch, CuPy, torch-geometric, SciPy, matplotlib, pytest, pytest-xdist
+# (pyproject's addopts pass --dist) and hypothesis, so the package is installed without
+# dependencies and no wheel travels (dgl and ogb are missing there: their tests skip).
+# Wheels put in device_data/wheels/ are installed first.
 # The commit comes from $IBP_GRAPH_COMMIT (the device copy has no .git). Compressed tables
 # are cached in $IBP_GPU_WORK (default: /tmp/ibp-graph-gpu-work; GBs, so not under $OUT).
 # $IBP_GRAPH_HOST_MEMORY (default here: 128G, the machines' size) is the host memory the
