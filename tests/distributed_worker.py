@@ -2,14 +2,15 @@
 
 Started by torchrun, or directly with RANK / WORLD_SIZE / ... set:
 
-    python tests/distributed_worker.py loader OUT_DIR TABLE.ibp GRAPH.pt
+    python tests/distributed_worker.py loader OUT_DIR TABLE.ibp GRAPH.pt [TABLE GRAPH ...]
     python tests/distributed_worker.py train OUT_DIR [--fail raise|kill] [--set key=value ...]
-    python tests/distributed_worker.py dataset OUT_DIR [--omit NAME ...]
+    python tests/distributed_worker.py dataset OUT_DIR [--omit-sets SET ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -35,18 +36,31 @@ def _segment_memory(name: str) -> dict[str, int]:
 
 
 def loader(args: argparse.Namespace) -> dict:
+    """The PyG loader over each (table, graph) pair of ``args.paths``, one after the other."""
+    from ibp_graph.distributed.ddp import init_from_env
+
+    if not args.paths or len(args.paths) % 2:
+        raise ValueError(f"loader: pairs of TABLE GRAPH, got {args.paths}")
+    ctx = init_from_env("cpu", timeout_s=60)
+    pairs = zip(args.paths[::2], args.paths[1::2], strict=True)
+    out = {"graphs": [_shared_loader(ctx, table, graph) for table, graph in pairs]}
+    ctx.close()
+    return out
+
+
+def _shared_loader(ctx, table: str, graph_file: str) -> dict:
+    """Two epochs of the PyG loader over ``table``'s shared segment and ``graph_file``'s
+    shared CSR graph, checked against the table read from its file."""
     from torch_geometric.data import Data
 
     import ibp_graph
-    from ibp_graph.distributed.ddp import init_from_env
     from ibp_graph.distributed.host import open_shared_table, share_host_graph
     from ibp_graph.graph import CSRGraph
     from ibp_graph.loaders.pyg import NeighborLoader
 
-    ctx = init_from_env("cpu", timeout_s=60)
-    graph = torch.load(args.graph)
-    shared = open_shared_table(ctx, args.table)
-    reference = ibp_graph.open(args.table)  # the single-process table, from the file
+    graph = torch.load(graph_file)
+    shared = open_shared_table(ctx, table)
+    reference = ibp_graph.open(table)  # the single-process table, from the file
     data = Data(edge_index=graph["edge_index"], num_nodes=graph["num_nodes"])
     csr = share_host_graph(ctx, lambda: CSRGraph.from_data(data))
     loader = NeighborLoader(
@@ -89,25 +103,43 @@ def loader(args: argparse.Namespace) -> dict:
         ),
     }
     shared.close()
-    ctx.close()
+    reference.close()
+    # The graph's views are the last references to its segment: unmapped before the next.
+    del loader, csr
+    gc.collect()
+    ctx.barrier()
     return out
 
 
 def dataset(args: argparse.Namespace) -> dict:
-    """`share_host_dataset` of Cora: who loaded it, and what each rank holds."""
-    from ibp_graph.datasets import TENSORS, load_dataset
+    """`share_host_dataset` of Cora, once per omit set: who loaded it, what each rank holds.
+
+    ``--omit-sets`` names each set's tensors joined by commas ("-" for none); the sets are
+    shared one after the other, each dropped before the next.
+    """
+    from ibp_graph.datasets import load_dataset
     from ibp_graph.distributed.ddp import init_from_env
-    from ibp_graph.distributed.host import share_host_dataset
 
     ctx = init_from_env("cpu", timeout_s=60)
+    want = load_dataset("cora")
+    sets = [[n for n in s.split(",") if n not in ("", "-")] for s in args.omit_sets or ["-"]]
+    out = {"variants": [_shared_dataset(ctx, want, omit) for omit in sets]}
+    ctx.close()
+    return out
+
+
+def _shared_dataset(ctx, want, omit: list[str]) -> dict:
+    """One `share_host_dataset` of Cora leaving out ``omit``, checked against ``want``."""
+    from ibp_graph.datasets import TENSORS, load_dataset
+    from ibp_graph.distributed.host import share_host_dataset
+
     calls = []
 
     def load():
         calls.append(1)
         return load_dataset("cora")
 
-    ds = share_host_dataset(ctx, load, omit=args.omit)
-    want = load_dataset("cora")
+    ds = share_host_dataset(ctx, load, omit=omit)
     for name in TENSORS:
         if not getattr(ds, name).is_meta:
             getattr(ds, name).sum()  # touch every page
@@ -124,6 +156,7 @@ def dataset(args: argparse.Namespace) -> dict:
             "bytes": ref.numel() * ref.element_size(),
         }
     out = {
+        "omit": omit,
         "loaded": len(calls),
         "repr_equal": repr(ds) == repr(want),
         "tensors": tensors,
@@ -131,7 +164,9 @@ def dataset(args: argparse.Namespace) -> dict:
         == (want.name, want.num_nodes, want.num_classes, want.source),
         "memory": memory,
     }
-    ctx.close()
+    del ds  # its views are the segment's last references: unmapped before the next set
+    gc.collect()
+    ctx.barrier()
     return out
 
 
@@ -162,11 +197,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["loader", "train", "dataset"])
     parser.add_argument("out", type=Path)
-    parser.add_argument("table", nargs="?")
-    parser.add_argument("graph", nargs="?")
+    parser.add_argument("paths", nargs="*")
     parser.add_argument("--config", default="cora-sage")
     parser.add_argument("--fail", choices=["raise", "kill"], default=None)
-    parser.add_argument("--omit", nargs="*", default=[])
+    parser.add_argument("--omit-sets", nargs="*", default=[])
     parser.add_argument("--set", dest="overrides", nargs="+", default=[])
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
