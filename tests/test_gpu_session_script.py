@@ -752,22 +752,29 @@ def test_a_tool_that_cannot_start_beside_the_others_runs_again_alone(tmp_path: P
 def test_a_test_shard_keeps_every_nth_test_and_the_shards_keep_each_once() -> None:
     """IBP_GRAPH_TEST_SHARD (tests/conftest.py), which the sanitize stage splits racecheck
     with: the shards of a selection are disjoint and together the whole selection."""
-
-    def collected(shard: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-             "-m", "gpu and not slow", "tests/test_gpu_kernels.py"],
-            capture_output=True, text=True, cwd=REPO, timeout=300,
-            env={**os.environ, "IBP_GRAPH_TEST_SHARD": shard},
-        )  # fmt: skip
-
-    def ids(shard: str) -> list[str]:
-        done = collected(shard)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        return [line for line in done.stdout.splitlines() if "::" in line]
-
-    whole = ids("")
-    assert len(whole) > 3 and ids("2/3") == whole[1::3]  # in the suite's order
+    # One process collects twice: the whole selection, then shard 2/3 of it.
+    code = (
+        "import os, sys, pytest\n"
+        "args = ['--collect-only', '-q', '-p', 'no:cacheprovider', '-m', 'gpu and not slow',"
+        " 'tests/test_gpu_kernels.py']\n"
+        "for shard in ('', '2/3'):\n"
+        "    os.environ['IBP_GRAPH_TEST_SHARD'] = shard\n"
+        "    print('SHARD', repr(shard), flush=True)\n"
+        "    if pytest.main(args) != 0:\n"
+        "        sys.exit(1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ids: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("SHARD "):
+            shard = ids.setdefault(line.split(" ", 1)[1], [])
+        elif "::" in line:
+            shard.append(line)
+    whole = ids["''"]
+    assert len(whole) > 3 and ids["'2/3'"] == whole[1::3]  # in the suite's order
     # Bad values: test_the_shard_hook_splits_a_selection_into_disjoint_parts, in-process.
 
 
