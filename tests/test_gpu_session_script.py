@@ -749,6 +749,15 @@ def test_a_tool_that_cannot_start_beside_the_others_runs_again_alone(tmp_path: P
     assert "-- racecheck.2 rc=0, again alone\n" in log and "-- synccheck rc=86\n" in log
 
 
+def _python(code: str) -> subprocess.CompletedProcess:
+    """``code`` run by this Python in the checkout; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return done
+
+
 def test_a_test_shard_keeps_every_nth_test_and_the_shards_keep_each_once() -> None:
     """IBP_GRAPH_TEST_SHARD (tests/conftest.py), which the sanitize stage splits racecheck
     with: the shards of a selection are disjoint and together the whole selection."""
@@ -763,10 +772,7 @@ def test_a_test_shard_keeps_every_nth_test_and_the_shards_keep_each_once() -> No
         "    if pytest.main(args) != 0:\n"
         "        sys.exit(1)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    done = _python(code)
     ids: dict[str, list[str]] = {}
     for line in done.stdout.splitlines():
         if line.startswith("SHARD "):
@@ -814,10 +820,7 @@ def test_the_gpu_tests_collect_without_dgl_and_ogb() -> None:
         "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', '-m', 'gpu', "
         "'tests'], plugins=[Marks()]))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    done = _python(code)
     assert "error" not in done.stdout.splitlines()[-1], done.stdout[-3000:]
     marks = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("MARKS ")]
     assert "test_gpu_smoke.py" in {name for name, _ in marks}
