@@ -484,7 +484,7 @@ export IBP_GRAPH_COMMIT=${IBP_GRAPH_COMMIT:-unknown}
 # MemTotal (the device notes): the pinning and table-size checks take the machine's size.
 export IBP_GRAPH_HOST_MEMORY=${IBP_GRAPH_HOST_MEMORY:-128G}
 # The image's g++ may warn where CI's does not: the GPU tests that compare with the kernels'
-# host harness must not fail on a warning (tests/simt/host_hops.py).
+# host harness must not fail on a warning (tests/simt/harness.py).
 export IBP_GRAPH_SIMT_WERROR=0
 
 {

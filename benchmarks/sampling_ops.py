@@ -131,7 +131,8 @@ class CountingKernels:
 
 
 def host_kernels(workdir: Path):
-    from simt.host_hops import HostHopKernels, build
+    from simt.harness import build
+    from simt.host_hops import HostHopKernels
 
     return HostHopKernels(build(workdir / "libsimt.so"), grid=4, block=128)
 

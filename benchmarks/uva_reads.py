@@ -146,7 +146,7 @@ class RecordingKernels:
 def measure(graph: CSRGraph, fanouts: list[int], seeds: list[torch.Tensor], lib) -> dict:
     """Sectors per batch, by pattern and by hop, of sampling each of ``seeds``.
 
-    ``lib``: the host harness (`simt.host_hops.build`) whose hop kernels sample.
+    ``lib``: the host harness (`simt.harness.build`) whose hop kernels sample.
     """
     from simt.host_hops import HostHopKernels
 
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     seeds = [perm[i * args.batch_size : (i + 1) * args.batch_size] for i in range(args.batches)]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        from simt.host_hops import build
+        from simt.harness import build
 
         lib = build(Path(tmp) / "libsimt.so")
         for dtype in (torch.int64, torch.int32):

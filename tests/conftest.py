@@ -33,9 +33,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
-from simt import host_hops, sanitize
-from simt.host_hops import HarnessBuildError
-from simt.host_hops import build as build_harness
+from simt import harness, sanitize
+from simt.harness import HarnessBuildError
+from simt.harness import build as build_harness
 
 from ibp_graph.bitops import exclusive_cumsum
 from ibp_graph.codec import CodecParams, EncodedChunk, align_up, best_clusters, decode, encode
@@ -66,15 +66,15 @@ HARNESS_CACHE = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give the run a folder of harness builds (`simt.host_hops.CACHE_ENV`) unless one is set.
+    """Give the run a folder of harness builds (`simt.harness.CACHE_ENV`) unless one is set.
 
     The pytest-xdist workers, the sanitized runs and the tests' own subprocesses inherit it,
     so each build of the harness (plain, each sanitizer, each set of macros) compiles once in
     the run, where each process compiled its own (the address sanitizer's takes about 40 s).
     """
-    if not os.environ.get(host_hops.CACHE_ENV):
+    if not os.environ.get(harness.CACHE_ENV):
         folder = Path(tempfile.mkdtemp(prefix="ibp-graph-harness-"))
-        os.environ[host_hops.CACHE_ENV] = str(folder)
+        os.environ[harness.CACHE_ENV] = str(folder)
         config.stash[HARNESS_CACHE] = folder
 
 
@@ -82,8 +82,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     folder = config.stash.get(HARNESS_CACHE, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
-        if os.environ.get(host_hops.CACHE_ENV) == str(folder):
-            del os.environ[host_hops.CACHE_ENV]
+        if os.environ.get(harness.CACHE_ENV) == str(folder):
+            del os.environ[harness.CACHE_ENV]
 
 
 # --------------------------------------------------------------------------------------------

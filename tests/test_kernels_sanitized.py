@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from simt import host_hops, sanitize
+from simt import harness, sanitize
 
 ROOT = sanitize.ROOT
 
@@ -25,7 +25,7 @@ SELFCHECK = """
 import ctypes, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from simt.host_hops import build
+from simt.harness import build
 path = Path(sys.argv[1])
 lib = ctypes.CDLL(str(path)) if path.exists() else build(path)
 lib.simt_selfcheck.restype = ctypes.c_uint
@@ -215,14 +215,14 @@ def test_warnings_stop_the_harness_build_unless_told_otherwise(
         seen.append(cmd)
         return subprocess.CompletedProcess(cmd, 1, "", "stopped here")
 
-    monkeypatch.setattr(host_hops.subprocess, "run", compile_only)
-    monkeypatch.setenv(host_hops.CACHE_ENV, str(tmp_path / "cache"))  # none built there yet
+    monkeypatch.setattr(harness.subprocess, "run", compile_only)
+    monkeypatch.setenv(harness.CACHE_ENV, str(tmp_path / "cache"))  # none built there yet
     if werror is None:
         monkeypatch.delenv("IBP_GRAPH_SIMT_WERROR", raising=False)
     else:
         monkeypatch.setenv("IBP_GRAPH_SIMT_WERROR", werror)
-    with pytest.raises(host_hops.HarnessBuildError, match="stopped here"):
-        host_hops.build(tmp_path / "lib.so")
+    with pytest.raises(harness.HarnessBuildError, match="stopped here"):
+        harness.build(tmp_path / "lib.so")
     assert ("-Werror" in seen[0]) is expected and "-Wall" in seen[0]
 
 
@@ -236,15 +236,15 @@ def test_the_compiler_runs_without_the_sanitizers_preloaded(monkeypatch, tmp_pat
         envs.append(kwargs["env"])
         return subprocess.CompletedProcess(cmd, 1, "", "stopped here")
 
-    monkeypatch.setattr(host_hops.subprocess, "run", compile_only)
-    monkeypatch.setenv(host_hops.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(harness.subprocess, "run", compile_only)
+    monkeypatch.setenv(harness.CACHE_ENV, str(tmp_path / "cache"))
     for preload, kept in (
         ("/usr/lib/libtsan.so.2 /opt/mine.so", "/opt/mine.so"),
         ("/x/libasan.so.8 /x/libubsan.so.1", None),
     ):
         monkeypatch.setenv("LD_PRELOAD", preload)
-        with pytest.raises(host_hops.HarnessBuildError, match="stopped here"):
-            host_hops.build(tmp_path / "lib.so")
+        with pytest.raises(harness.HarnessBuildError, match="stopped here"):
+            harness.build(tmp_path / "lib.so")
         assert envs[-1].get("LD_PRELOAD") == kept
         assert envs[-1]["PATH"] == os.environ["PATH"]
 
@@ -281,22 +281,22 @@ def test_a_harness_build_is_compiled_once_per_command_and_sources(monkeypatch, t
         compiled.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(host_hops.subprocess, "run", compile_into)
-    monkeypatch.setattr(host_hops.ctypes, "CDLL", lambda path: Path(path).read_text())
-    monkeypatch.setenv(host_hops.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(harness.subprocess, "run", compile_into)
+    monkeypatch.setattr(harness.ctypes, "CDLL", lambda path: Path(path).read_text())
+    monkeypatch.setenv(harness.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(sanitize.SANITIZE_ENV, raising=False)
-    assert host_hops.build(tmp_path / "a.so") == "build 0"
-    assert host_hops.build(tmp_path / "b.so") == "build 0" and len(compiled) == 1
-    assert host_hops.build(tmp_path / "a.so", defines=("SIMT_UCONTEXT",)) == "build 1"
+    assert harness.build(tmp_path / "a.so") == "build 0"
+    assert harness.build(tmp_path / "b.so") == "build 0" and len(compiled) == 1
+    assert harness.build(tmp_path / "a.so", defines=("SIMT_UCONTEXT",)) == "build 1"
     monkeypatch.setenv(sanitize.SANITIZE_ENV, "thread")  # another command: -fsanitize=thread
-    assert host_hops.build(tmp_path / "c.so") == "build 2"
+    assert harness.build(tmp_path / "c.so") == "build 2"
     assert sorted(p.name for p in (tmp_path / "cache").glob("*.so")) == sorted(
-        f"libsimt-{host_hops._key([*c[: c.index('-o')]])}.so" for c in compiled
+        f"libsimt-{harness._key([*c[: c.index('-o')]])}.so" for c in compiled
     )
     assert not list((tmp_path / "cache").glob("*.part"))
-    monkeypatch.delenv(host_hops.CACHE_ENV)  # no folder: every build compiles
-    assert host_hops.build(tmp_path / "d.so") == "build 3"
-    assert host_hops.build(tmp_path / "d.so") == "build 4"
+    monkeypatch.delenv(harness.CACHE_ENV)  # no folder: every build compiles
+    assert harness.build(tmp_path / "d.so") == "build 3"
+    assert harness.build(tmp_path / "d.so") == "build 4"
 
 
 def test_lanes_switched_with_ucontext_run_a_warp_alike(tmp_path) -> None:
@@ -306,8 +306,8 @@ def test_lanes_switched_with_ucontext_run_a_warp_alike(tmp_path) -> None:
     lib = tmp_path / "selfcheck.so"
     plain = {k: v for k, v in os.environ.items() if k != sanitize.SANITIZE_ENV}
     try:
-        host_hops.build(lib, [host_hops.HERE / "simt_selfcheck.cpp"], ("SIMT_UCONTEXT",))
-    except host_hops.HarnessBuildError as exc:
+        harness.build(lib, [harness.HERE / "simt_selfcheck.cpp"], ("SIMT_UCONTEXT",))
+    except harness.HarnessBuildError as exc:
         if exc.unsupported:
             pytest.skip(str(exc)[:300])
         raise
@@ -354,3 +354,17 @@ def test_the_ci_runs_keep_a_spread_of_each_tests_cases(monkeypatch) -> None:
         with pytest.raises(pytest.UsageError, match=f"a number >= 2, got '{bad}'"):
             hook(config, list(whole))
     assert sanitize.CI_CASES >= 2
+
+
+def test_the_harness_builds_without_torch_or_the_package() -> None:
+    # A self-check process runs under a sanitizer's runtime, where importing torch alone
+    # takes seconds: the build (`simt.harness`) must not need it.
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import simt.harness; "
+        "print(sorted(m for m in ('torch', 'numpy', 'ibp_graph') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "[]", done.stdout

@@ -8,7 +8,7 @@ that need no GPU.
     python tests/simt/sanitize.py thread -x -k db     # pytest arguments follow
 
 builds the harness with ``-fsanitize=`` the sanitizers named (``$IBP_GRAPH_SIMT_SANITIZE``, which
-`simt.host_hops.build` reads), loads their runtimes first (``LD_PRELOAD``: Python itself is not
+`simt.harness.build` reads), loads their runtimes first (``LD_PRELOAD``: Python itself is not
 instrumented) and runs pytest on the host kernel tests, or on the test files given. The first
 report stops the run with a non-zero exit status and names the kernel's source line.
 
