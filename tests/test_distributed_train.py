@@ -108,9 +108,10 @@ def test_ranks_split_the_seeds_share_one_table_and_get_identical_features(graphs
     paths = [str(p) for name in names for p in graphs[name][:2]]
     proc = _torchrun(world, WORKER, "loader", str(tmp_path), *paths, env=_env(run_id))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = _ranks(tmp_path, world)
     for i, name in enumerate(names):
         _, graph, num_train = graphs[name]
-        _check_shares([r["graphs"][i] for r in _ranks(tmp_path, world)], graph, num_train, name)
+        _check_shares([r["graphs"][i] for r in ranks], graph, num_train, name)
     assert _leftovers(run_id) == []
 
 
